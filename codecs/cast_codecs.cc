@@ -1,0 +1,162 @@
+// "none", "fp16" and "bf16": payload = wire header + the elements (none) or their 16-bit casts.
+// The header's parameter holds the element type, so a payload of doubles is never read as floats.
+#include "cast_codecs.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "half.hpp"
+#include "wire.hpp"
+
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
+              "ccoll's wire format is little-endian; big-endian hosts need byte swaps here");
+
+namespace ccoll::codec {
+
+const char* dtype_name(DType t) { return t == DType::kFloat64 ? "MPI_DOUBLE" : "MPI_FLOAT"; }
+
+namespace {
+
+template <class T>
+class NoneCodec final : public Codec {
+ public:
+  const std::string& spec() const override { return spec_; }
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.lossless = true;
+    return c;
+  }
+  DType dtype() const override { return kType; }
+  double unit_roundoff() const override { return 0.0; }
+  std::size_t max_encoded_bytes(std::size_t count) const override {
+    return wire::kHeaderBytes + count * sizeof(T);
+  }
+  bool needs_fallback(const void*, std::size_t, int) const override { return false; }
+
+  std::size_t encode(const void* in, std::size_t count, const BlockContext&,
+                     std::byte* out) override {
+    wire::write_header(out, {wire::CodecId::kNone, 0, static_cast<std::uint32_t>(kType), count});
+    if (count != 0) std::memcpy(out + wire::kHeaderBytes, in, count * sizeof(T));
+    return wire::kHeaderBytes + count * sizeof(T);
+  }
+  void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
+    check(in, bytes, count);
+    if (count != 0) std::memcpy(out, in + wire::kHeaderBytes, count * sizeof(T));
+  }
+  void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
+                         void* acc) override {
+    check(in, bytes, count);
+    const std::byte* src = in + wire::kHeaderBytes;
+    T* a = static_cast<T*>(acc);
+    for (std::size_t i = 0; i < count; ++i) {
+      T v;
+      std::memcpy(&v, src + i * sizeof(T), sizeof(T));
+      a[i] += v;
+    }
+  }
+
+ private:
+  static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
+  static void check(const std::byte* in, std::size_t bytes, std::size_t count) {
+    wire::expect_payload(in, bytes, wire::CodecId::kNone, static_cast<std::uint32_t>(kType), count,
+                         count * sizeof(T));
+  }
+  std::string spec_ = "none";
+};
+
+struct Fp16Format {
+  static constexpr wire::CodecId kId = wire::CodecId::kFp16;
+  static constexpr const char* kName = "fp16";
+  static constexpr double kUnitRoundoff = 0x1p-11;
+  static constexpr double kMax = 65504.0;
+  static std::uint16_t to_bits(float f) { return float_to_half(f); }
+  static float from_bits(std::uint16_t h) { return half_to_float(h); }
+};
+
+struct Bf16Format {
+  static constexpr wire::CodecId kId = wire::CodecId::kBf16;
+  static constexpr const char* kName = "bf16";
+  static constexpr double kUnitRoundoff = 0x1p-8;
+  static constexpr double kMax = 3.3895313892515355e38;  // largest finite bf16
+  static std::uint16_t to_bits(float f) { return float_to_bf16(f); }
+  static float from_bits(std::uint16_t b) { return bf16_to_float(b); }
+};
+
+/// Casts elements of type T to a 16-bit float format F. Doubles are rounded to float first.
+template <class T, class F>
+class CastCodec final : public Codec {
+ public:
+  const std::string& spec() const override { return spec_; }
+  Capabilities capabilities() const override { return {}; }
+  DType dtype() const override { return kType; }
+  double unit_roundoff() const override { return F::kUnitRoundoff; }
+  std::size_t max_encoded_bytes(std::size_t count) const override {
+    return wire::kHeaderBytes + 2 * count;
+  }
+
+  // Partial sums of a ring reach ranks × max|x|; they must stay below the format's maximum.
+  bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
+    const T* x = static_cast<const T*>(data);
+    const double limit = F::kMax / static_cast<double>(ranks > 0 ? ranks : 1);
+    bool bad = false;
+    for (std::size_t i = 0; i < count; ++i) {
+      bad |= !(std::fabs(static_cast<double>(x[i])) <= limit);  // NaN compares false
+    }
+    return bad;
+  }
+
+  std::size_t encode(const void* in, std::size_t count, const BlockContext&,
+                     std::byte* out) override {
+    wire::write_header(out, {F::kId, 0, static_cast<std::uint32_t>(kType), count});
+    const T* x = static_cast<const T*>(in);
+    std::byte* dst = out + wire::kHeaderBytes;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint16_t h = F::to_bits(static_cast<float>(x[i]));
+      std::memcpy(dst + 2 * i, &h, 2);
+    }
+    return wire::kHeaderBytes + 2 * count;
+  }
+  void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
+    check(in, bytes, count);
+    const std::byte* src = in + wire::kHeaderBytes;
+    T* y = static_cast<T*>(out);
+    for (std::size_t i = 0; i < count; ++i) y[i] = static_cast<T>(F::from_bits(load(src, i)));
+  }
+  void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
+                         void* acc) override {
+    check(in, bytes, count);
+    const std::byte* src = in + wire::kHeaderBytes;
+    T* a = static_cast<T*>(acc);
+    for (std::size_t i = 0; i < count; ++i) a[i] += static_cast<T>(F::from_bits(load(src, i)));
+  }
+
+ private:
+  static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
+  static std::uint16_t load(const std::byte* src, std::size_t i) {
+    std::uint16_t h;
+    std::memcpy(&h, src + 2 * i, 2);
+    return h;
+  }
+  static void check(const std::byte* in, std::size_t bytes, std::size_t count) {
+    wire::expect_payload(in, bytes, F::kId, static_cast<std::uint32_t>(kType), count, 2 * count);
+  }
+  std::string spec_ = F::kName;
+};
+
+template <template <class> class C>
+std::unique_ptr<Codec> make_for(DType dtype) {
+  if (dtype == DType::kFloat64) return std::make_unique<C<double>>();
+  return std::make_unique<C<float>>();
+}
+template <class T>
+using Fp16Codec = CastCodec<T, Fp16Format>;
+template <class T>
+using Bf16Codec = CastCodec<T, Bf16Format>;
+
+}  // namespace
+
+std::unique_ptr<Codec> make_none_codec(DType dtype) { return make_for<NoneCodec>(dtype); }
+std::unique_ptr<Codec> make_fp16_codec(DType dtype) { return make_for<Fp16Codec>(dtype); }
+std::unique_ptr<Codec> make_bf16_codec(DType dtype) { return make_for<Bf16Codec>(dtype); }
+
+}  // namespace ccoll::codec

@@ -1,0 +1,72 @@
+// The codec interface the collective schedules are written against, and the element types.
+//
+// A codec turns a block of `count` elements into a self-describing payload (wire header +
+// codes) and back. Codecs never allocate in encode/decode and never talk to a transport; the
+// plan that owns a codec instance also owns its workspace and per-tensor state.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ccoll::codec {
+
+/// Element type of the caller's buffers.
+enum class DType : std::uint8_t { kFloat32 = 1, kFloat64 = 2 };
+
+constexpr std::size_t dtype_size(DType t) { return t == DType::kFloat64 ? 8 : 4; }
+const char* dtype_name(DType t);
+
+/// What a schedule may do with a codec's payloads.
+struct Capabilities {
+  bool lossless = false;  ///< decode(encode(x)) == x bit for bit.
+  bool summable = false;  ///< Payloads of different ranks can be added without decoding.
+  bool stateful = false;  ///< Keeps state between calls (per tensor key).
+  bool unbiased = true;   ///< E[decode(encode(x))] == x.
+};
+
+/// Where a block sits, for codecs whose output depends on more than the values (stochastic
+/// rounding draws from a counter-based stream keyed by these fields, so that every rank that
+/// encodes the same values with the same context produces the same bytes).
+struct BlockContext {
+  std::uint64_t seed = 0;    ///< Options::seed, equal on all ranks.
+  std::uint64_t call = 0;    ///< Per-plan call counter, equal on all ranks.
+  std::uint64_t stream = 0;  ///< Who encodes: a rank, or a group id shared by ranks holding equal data.
+  std::uint64_t offset = 0;  ///< Element offset of the block in the tensor.
+};
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+
+  /// Canonical spec string, e.g. "fp16".
+  virtual const std::string& spec() const = 0;
+  virtual Capabilities capabilities() const = 0;
+  virtual DType dtype() const = 0;
+
+  /// Relative error of one encode of a value in range (0 for lossless codecs).
+  virtual double unit_roundoff() const = 0;
+
+  /// Largest payload encode() can produce for `count` elements (header included).
+  virtual std::size_t max_encoded_bytes(std::size_t count) const = 0;
+
+  /// True when `count` elements at `data` cannot be carried faithfully through an all-reduce over
+  /// `ranks` ranks (non-finite values, or partial sums out of the codec's range). The caller then
+  /// falls back to uncompressed MPI for the whole call on every rank.
+  virtual bool needs_fallback(const void* data, std::size_t count, int ranks) const = 0;
+
+  /// Encodes `count` elements into `out` (capacity max_encoded_bytes(count)); returns the bytes
+  /// written.
+  virtual std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
+                             std::byte* out) = 0;
+
+  /// Decodes a payload of `bytes` bytes that must hold exactly `count` elements into `out`.
+  /// Throws ccoll::Error(kCorruptData) when the payload is malformed; never reads out of bounds.
+  virtual void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) = 0;
+
+  /// As decode(), but adds the decoded values to `acc` in the element type.
+  virtual void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
+                                 void* acc) = 0;
+};
+
+}  // namespace ccoll::codec

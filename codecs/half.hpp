@@ -1,0 +1,76 @@
+// Scalar conversions between fp32 and the 16-bit formats, round to nearest even, exactly as the
+// hardware casts do (CUDA __float2half_rn / __float2bfloat16_rn): the CPU codecs use them and the
+// GPU kernels must match them bit for bit. NaN stays NaN (quieted, sign kept), ±Inf stays ±Inf,
+// fp16 overflow rounds to ±Inf, fp16 subnormals are produced and read.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+namespace ccoll::codec {
+
+inline std::uint32_t float_bits(float f) {
+  std::uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float bits_float(std::uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+inline std::uint16_t float_to_half(float f) {
+  const std::uint32_t x = float_bits(f);
+  const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
+  const std::uint32_t abs = x & 0x7FFFFFFFu;
+  if (abs >= 0x7F800000u) {  // Inf or NaN; NaN keeps its top payload bits and is quieted
+    const std::uint32_t nan = abs > 0x7F800000u ? 0x0200u | ((abs >> 13) & 0x3FFu) : 0u;
+    return static_cast<std::uint16_t>(sign | 0x7C00u | nan);
+  }
+  if (abs >= 0x477FF000u) return static_cast<std::uint16_t>(sign | 0x7C00u);  // >= 65520: Inf
+  if (abs < 0x38800000u) {  // below 2^-14: fp16 subnormal (or zero)
+    const std::uint32_t e = abs >> 23;
+    if (e < 102) return sign;  // below 2^-25: rounds to zero
+    const std::uint32_t m = (abs & 0x7FFFFFu) | 0x800000u;
+    const std::uint32_t s = 126 - e;  // 14..24
+    std::uint32_t q = m >> s;
+    const std::uint32_t rem = m & ((1u << s) - 1u);
+    const std::uint32_t half = 1u << (s - 1);
+    if (rem > half || (rem == half && (q & 1u))) ++q;
+    return static_cast<std::uint16_t>(sign | q);
+  }
+  std::uint32_t v = abs - (112u << 23);  // rebias exponent 127 -> 15
+  v += 0xFFFu + ((v >> 13) & 1u);        // round to nearest even; a carry bumps the exponent
+  return static_cast<std::uint16_t>(sign | (v >> 13));
+}
+
+inline float half_to_float(std::uint16_t h) {
+  const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
+  std::uint32_t e = (h >> 10) & 0x1Fu;
+  std::uint32_t m = h & 0x3FFu;
+  if (e == 0x1F) return bits_float(sign | 0x7F800000u | (m << 13));
+  if (e == 0) {
+    if (m == 0) return bits_float(sign);
+    e = 113;
+    while ((m & 0x400u) == 0) {
+      m <<= 1;
+      --e;
+    }
+    return bits_float(sign | (e << 23) | ((m & 0x3FFu) << 13));
+  }
+  return bits_float(sign | ((e + 112) << 23) | (m << 13));
+}
+
+inline std::uint16_t float_to_bf16(float f) {
+  std::uint32_t x = float_bits(f);
+  if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((x >> 16) | 0x0040u);
+  x += 0x7FFFu + ((x >> 16) & 1u);  // round to nearest even; overflow rounds to Inf
+  return static_cast<std::uint16_t>(x >> 16);
+}
+
+inline float bf16_to_float(std::uint16_t b) {
+  return bits_float(static_cast<std::uint32_t>(b) << 16);
+}
+
+}  // namespace ccoll::codec

@@ -1,0 +1,49 @@
+// The wire header that starts every encoded payload, and its validation.
+//
+// Layout (16 bytes, little-endian):
+//   [0] magic 0xCC   [1] format version   [2] codec id   [3] flags
+//   [4..7] codec parameter (u32, codec-defined)   [8..15] element count (u64)
+// A decoder checks every field and the exact payload length before it touches the codes.
+// Flag kPoisoned marks a payload produced by a rank that saw corrupt input upstream: schedules
+// forward it so that every rank learns of the failure without an extra round trip.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ccoll::wire {
+
+inline constexpr std::uint8_t kMagic = 0xCC;
+inline constexpr std::uint8_t kVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 16;
+inline constexpr std::uint8_t kFlagPoisoned = 0x01;
+inline constexpr std::uint8_t kKnownFlags = kFlagPoisoned;
+
+/// Codec ids on the wire; never renumber (the format version would have to change).
+enum class CodecId : std::uint8_t { kNone = 1, kFp16 = 2, kBf16 = 3 };
+
+struct Header {
+  CodecId codec = CodecId::kNone;
+  std::uint8_t flags = 0;
+  std::uint32_t param = 0;
+  std::uint64_t count = 0;
+};
+
+void write_header(std::byte* out, const Header& h);
+
+/// Parses and checks magic, version and flags; throws ccoll::Error(kCorruptData) if malformed.
+Header read_header(const std::byte* in, std::size_t bytes);
+
+/// Checks a payload of `bytes` bytes against what the receiver expects: codec id, parameter,
+/// element count and exact total length. Throws ccoll::Error(kCorruptData) on any mismatch.
+void expect_payload(const std::byte* in, std::size_t bytes, CodecId codec, std::uint32_t param,
+                    std::uint64_t count, std::size_t payload_bytes);
+
+/// True when `in` starts with a well-formed header whose poisoned flag is set.
+bool is_poisoned(const std::byte* in, std::size_t bytes);
+/// Sets the poisoned flag of an encoded payload (which must hold at least a header).
+void set_poisoned(std::byte* payload);
+/// Writes a header-only poisoned payload; returns its length (kHeaderBytes).
+std::size_t write_poisoned(std::byte* out);
+
+}  // namespace ccoll::wire

@@ -1,0 +1,91 @@
+// Recursive doubling all-reduce for small messages: ceil(log2 p) exchanges of the whole vector.
+//
+// Non-powers of two (p = 2^m + rem): ranks below 2·rem pair up, the even one folds its data into
+// the odd one and waits; the remaining 2^m ranks run recursive doubling; the result is sent back
+// to the folded ranks. Bit-identity: at the level with distance `mask`, the ranks of an aligned
+// group of `mask` new ranks hold equal values, so they encode them with the group's shared
+// random stream and produce equal bytes; each side of an exchange computes
+// decode(mine) + decode(theirs), and fp addition of two values is commutative. Before the
+// result is sent to folded ranks, every rank passes it through the codec once more (shared
+// stream), so that the folded ranks' decoded copy equals everyone else's.
+#include "collectives.hpp"
+#include "engine.hpp"
+
+namespace ccoll::coll {
+namespace {
+
+// Random streams of encodes done by groups rather than single ranks: disjoint from rank ids.
+constexpr std::uint64_t kGroupStream = 1ull << 62;
+std::uint64_t group_stream(int mask, int group) {
+  return kGroupStream | (static_cast<std::uint64_t>(mask) << 31) | static_cast<std::uint64_t>(group);
+}
+constexpr std::uint64_t kFinalStream = kGroupStream - 1;
+
+}  // namespace
+
+void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, bool average) {
+  Engine e(cx);
+  const int p = e.size();
+  const int r = e.rank();
+  const bool lossless = cx.codec.capabilities().lossless;
+  const std::size_t cap = cx.codec.max_encoded_bytes(count);
+  std::byte* mine = cx.workspace.bytes(2 * cap);
+  std::byte* theirs = mine + cap;
+
+  int pof2 = 1;
+  while (pof2 * 2 <= p) pof2 *= 2;
+  const int rem = p - pof2;
+
+  // fold in: even ranks below 2·rem hand their data to their odd neighbour
+  int newrank = -1;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      const std::size_t n = e.encode(buf, count, static_cast<std::uint64_t>(r), 0, mine);
+      Request s = e.send(mine, n, r + 1, kTagFoldIn);
+      e.wait_send(s);
+    } else {
+      Request q = e.recv(theirs, cap, r - 1, kTagFoldIn);
+      const std::size_t got = e.wait_recv(q);
+      e.decode(theirs, got, count, buf, /*accumulate=*/true);
+      newrank = r / 2;
+    }
+  } else {
+    newrank = r - rem;
+  }
+
+  if (newrank >= 0) {
+    for (int mask = 1; mask < pof2; mask <<= 1) {
+      const int partner_new = newrank ^ mask;
+      const int partner = partner_new < rem ? 2 * partner_new + 1 : partner_new + rem;
+      const int group = newrank & ~(mask - 1);
+      const std::size_t n = e.encode(buf, count, group_stream(mask, group), 0, mine);
+      Request q = e.recv(theirs, cap, partner, kTagDoubling);
+      Request s = e.send(mine, n, partner, kTagDoubling);
+      const std::size_t got = e.wait_recv(q);
+      e.wait_send(s);
+      // level: buf = decode(mine) + decode(theirs), the same sum on both sides
+      if (!lossless) e.decode(mine, n, count, buf, /*accumulate=*/false);
+      e.decode(theirs, got, count, buf, /*accumulate=*/true);
+    }
+    if (average) divide_elements(buf, count, cx.codec.dtype(), p);
+  }
+
+  // fold out: the odd ranks return the result to their even neighbours
+  if (rem > 0) {
+    if (newrank >= 0) {
+      const std::size_t n = e.encode(buf, count, kFinalStream, 0, mine);
+      if (!lossless) e.decode(mine, n, count, buf, /*accumulate=*/false);
+      if (r < 2 * rem) {
+        Request s = e.send(mine, n, r - 1, kTagFoldOut);
+        e.wait_send(s);
+      }
+    } else {
+      Request q = e.recv(theirs, cap, r + 1, kTagFoldOut);
+      const std::size_t got = e.wait_recv(q);
+      e.decode(theirs, got, count, buf, /*accumulate=*/false);
+    }
+  }
+  e.finish();
+}
+
+}  // namespace ccoll::coll

@@ -1,0 +1,160 @@
+// Ring all-reduce = ring reduce-scatter + ring all-gather, pipelined in segments.
+//
+// The buffer is split into p balanced chunks and each chunk into segments. Reduce-scatter: at
+// step k rank r sends chunk (r-k-1) and receives chunk (r-k-2), adding it to its own data; a
+// segment is re-encoded and forwarded the moment it is reduced, so the reduction of one segment
+// overlaps the transfer of the next. After p-1 steps rank r holds the full sum of chunk r, scales
+// it for the mean, and encodes it once. All-gather: the encoded chunks travel around the ring
+// unchanged (each segment forwarded as soon as it arrives) and every rank, the owner too, decodes
+// the same bytes, so all ranks end bit-identical.
+// Per-rank traffic: 2 (p-1)/p × the encoded size, whatever p is.
+#include "collectives.hpp"
+#include "engine.hpp"
+#include "wire.hpp"
+
+namespace ccoll::coll {
+
+void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::byte* slots) {
+  const int p = e.size();
+  const int r = e.rank();
+  if (p == 1) return;
+  const int next = ring_mod(r + 1, p);
+  const int prev = ring_mod(r - 1, p);
+  const std::size_t es = e.elem_bytes();
+  const std::size_t nmax = L.nseg_max();
+  // Sends stay in flight across steps: at most p-1 chunks' worth of segments.
+  Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p + 1));
+  Request* recvs = sends + nmax * static_cast<std::size_t>(p);
+  std::size_t nsends = 0;
+
+  for (int k = 0; k + 1 < p; ++k) {
+    const int send_chunk = ring_mod(r - k - 1, p);
+    const int recv_chunk = ring_mod(r - k - 2, p);
+    if (k == 0) {  // step 0: this rank's own contribution to chunk r-1
+      for (std::size_t j = 0; j < L.nseg(send_chunk); ++j) {
+        std::byte* slot = slots + L.slot(send_chunk, j);
+        const std::size_t off = L.seg_offset(send_chunk, j);
+        const std::size_t n = e.encode(data + off * es, L.seg_elems(send_chunk, j),
+                                       static_cast<std::uint64_t>(r), off, slot);
+        sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
+      }
+    }
+    const std::size_t nseg = L.nseg(recv_chunk);
+    for (std::size_t j = 0; j < nseg; ++j) {
+      recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagReduceScatter);
+    }
+    // step k: reduce each arriving segment, then forward it as step k+1's send
+    for (std::size_t j = 0; j < nseg; ++j) {
+      std::byte* slot = slots + L.slot(recv_chunk, j);
+      const std::size_t off = L.seg_offset(recv_chunk, j);
+      const std::size_t cnt = L.seg_elems(recv_chunk, j);
+      const std::size_t got = e.wait_recv(recvs[j]);
+      e.decode(slot, got, cnt, data + off * es, /*accumulate=*/true);
+      if (k + 2 < p) {
+        const std::size_t n = e.encode(data + off * es, cnt, static_cast<std::uint64_t>(r), off,
+                                       slot);
+        sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
+      }
+    }
+  }
+  for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
+}
+
+void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* slots,
+                     std::size_t* sizes) {
+  const int p = e.size();
+  const int r = e.rank();
+  const std::size_t es = e.elem_bytes();
+  const std::size_t nmax = L.nseg_max();
+  Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p + 1));
+  Request* recvs = sends + nmax * static_cast<std::size_t>(p);
+  std::size_t nsends = 0;
+  const int next = ring_mod(r + 1, p);
+  const int prev = ring_mod(r - 1, p);
+
+  for (int k = 0; k + 1 < p; ++k) {
+    const int recv_chunk = ring_mod(r - k - 1, p);
+    if (k == 0) {
+      for (std::size_t j = 0; j < L.nseg(r); ++j) {
+        sends[nsends++] = e.send(slots + L.slot(r, j), sizes[L.index(r, j)], next, kTagAllgather);
+      }
+    }
+    const std::size_t nseg = L.nseg(recv_chunk);
+    for (std::size_t j = 0; j < nseg; ++j) {
+      recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagAllgather);
+    }
+    // step k: forward each arriving segment unchanged, then decode it
+    for (std::size_t j = 0; j < nseg; ++j) {
+      std::byte* slot = slots + L.slot(recv_chunk, j);
+      std::size_t got = e.wait_recv(recvs[j]);
+      if (got == 0) got = wire::write_poisoned(slot);  // keep the ring going, flag the failure
+      sizes[L.index(recv_chunk, j)] = got;
+      if (k + 2 < p) sends[nsends++] = e.send(slot, got, next, kTagAllgather);
+      e.decode(slot, got, L.seg_elems(recv_chunk, j), out + L.seg_offset(recv_chunk, j) * es,
+               /*accumulate=*/false);
+    }
+  }
+  // The owner takes its own chunk from the bytes everyone else decoded.
+  for (std::size_t j = 0; j < L.nseg(r); ++j) {
+    e.decode(slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
+             out + L.seg_offset(r, j) * es, /*accumulate=*/false);
+  }
+  for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
+}
+
+namespace {
+
+// Encodes this rank's chunk, whose elements start at `chunk`, into its slots, recording each
+// segment's size.
+void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, std::byte* slots,
+                      std::size_t* sizes) {
+  const int r = e.rank();
+  const std::size_t first = L.seg_offset(r, 0);
+  for (std::size_t j = 0; j < L.nseg(r); ++j) {
+    const std::size_t off = L.seg_offset(r, j);
+    sizes[L.index(r, j)] = e.encode(chunk + (off - first) * e.elem_bytes(), L.seg_elems(r, j),
+                                    static_cast<std::uint64_t>(r), off, slots + L.slot(r, j));
+  }
+}
+
+}  // namespace
+
+void reduce_scatter_ring(Context& cx, void* buf, std::size_t count) {
+  Engine e(cx);
+  const RingLayout L(count, e.size(), cx.segment_elems, cx.codec);
+  std::byte* slots = cx.workspace.bytes(L.slot_bytes());
+  reduce_scatter_phase(e, L, static_cast<std::byte*>(buf), slots);
+  e.finish();
+}
+
+void allreduce_ring(Context& cx, void* buf, std::size_t count, bool average) {
+  Engine e(cx);
+  const int p = e.size();
+  const int r = e.rank();
+  const RingLayout L(count, p, cx.segment_elems, cx.codec);
+  std::byte* slots = cx.workspace.bytes(L.slot_bytes());
+  std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
+  auto* data = static_cast<std::byte*>(buf);
+
+  reduce_scatter_phase(e, L, data, slots);
+  std::byte* own = data + chunk_offset(count, p, r) * e.elem_bytes();
+  if (average) divide_elements(own, L.chunk_elems(r), cx.codec.dtype(), p);
+  encode_own_chunk(e, L, own, slots, sizes);
+  allgather_phase(e, L, data, slots, sizes);
+  e.finish();
+}
+
+void allgather_ring(Context& cx, const void* send, std::size_t count, void* recv) {
+  Engine e(cx);
+  const int p = e.size();
+  const std::size_t total = count * static_cast<std::size_t>(p);
+  const RingLayout L(total, p, cx.segment_elems, cx.codec);
+  std::byte* slots = cx.workspace.bytes(L.slot_bytes());
+  std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
+  // Chunks are equal (count each), so chunk r of `recv` is rank r's block.
+  encode_own_chunk(e, L, static_cast<const std::byte*>(send), slots, sizes);
+  allgather_phase(e, L, static_cast<std::byte*>(recv), slots, sizes);
+  e.finish();
+}
+
+}  // namespace ccoll::coll

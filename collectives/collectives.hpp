@@ -1,0 +1,118 @@
+// Entry points of the collective schedules, the per-call context they run in, and algorithm
+// selection. Every schedule is written against Transport and codec::Codec only.
+//
+// Result rules shared by all schedules:
+// - All ranks end bit-identical: reduced data is encoded once by its owner (or, in the tree, by a
+//   group of ranks holding equal values, with a shared random stream), forwarded unchanged, and
+//   every rank, the encoder included, takes its output from decoding those same bytes.
+// - A rank that receives a payload that fails validation keeps the schedule going (no peer is
+//   left waiting), marks everything it sends from then on as poisoned, and throws
+//   ccoll::Error(kCorruptData) at the end; so does every rank whose result depends on it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "codec.hpp"
+#include "transport.hpp"
+
+namespace ccoll::coll {
+
+/// Per-call counters; the API layer copies them into ccoll::Stats.
+struct Counters {
+  std::size_t bytes_sent = 0;
+  std::size_t bytes_received = 0;
+  double encode_seconds = 0;
+  double comm_seconds = 0;
+  double decode_seconds = 0;
+};
+
+/// Memory a schedule needs, owned by the plan and reused call after call: it grows on first use
+/// and is never freed or shrunk inside a collective.
+class Workspace {
+ public:
+  std::byte* bytes(std::size_t n) {
+    if (bytes_.size() < n) bytes_.resize(n);
+    return bytes_.data();
+  }
+  std::size_t* sizes(std::size_t n) {
+    if (sizes_.size() < n) sizes_.resize(n);
+    return sizes_.data();
+  }
+  Request* requests(std::size_t n) {
+    if (requests_.size() < n) requests_.resize(n);
+    return requests_.data();
+  }
+  std::size_t capacity_bytes() const { return bytes_.size(); }
+
+ private:
+  std::vector<std::byte> bytes_;
+  std::vector<std::size_t> sizes_;
+  std::vector<Request> requests_;
+};
+
+/// Everything a schedule runs with.
+struct Context {
+  Transport& transport;
+  codec::Codec& codec;
+  Workspace& workspace;
+  Counters& counters;
+  std::size_t segment_elems = 64 * 1024;  ///< Pipelining granularity of the ring (elements).
+  std::uint64_t seed = 0;                 ///< Shared random seed (Options::seed).
+  std::uint64_t call = 0;                 ///< Per-plan call counter, equal on all ranks.
+};
+
+enum class Algorithm { kAuto, kRing, kTree };
+
+/// "auto", "ring", "tree".
+const char* algorithm_name(Algorithm a);
+/// Parses an algorithm name; throws ccoll::Error(kInvalidArgument) listing the valid names.
+Algorithm parse_algorithm(const std::string& name);
+
+/// Per-rank input size at or below which "auto" picks the tree all-reduce.
+inline constexpr std::size_t kTreeAllreduceMaxBytes = 64 * 1024;
+/// Total output size at or below which "auto" picks the tree (Bruck) all-gather.
+inline constexpr std::size_t kTreeAllgatherMaxBytes = 256 * 1024;
+
+Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,
+                           int ranks);
+Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t elem_bytes,
+                           int ranks);
+
+/// In-place all-reduce (sum, or mean when `average`) of `count` elements at `buf`:
+/// ring reduce-scatter + ring all-gather, pipelined in segments.
+void allreduce_ring(Context& cx, void* buf, std::size_t count, bool average);
+
+/// Recursive doubling all-reduce for small messages; non-powers of two fold the extra ranks in
+/// and out around it.
+void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, bool average);
+
+/// Ring reduce-scatter of `count` elements at `buf`, split in `size()` balanced chunks (chunk c
+/// has count/p elements, plus one when c < count % p). On return this rank's chunk (index
+/// rank()) of `buf` holds the sum; the other chunks hold partial sums.
+void reduce_scatter_ring(Context& cx, void* buf, std::size_t count);
+
+/// Ring all-gather: `count` elements from every rank into `recv` (rank i's block at i × count).
+/// `send` may point at this rank's block inside `recv`.
+void allgather_ring(Context& cx, const void* send, std::size_t count, void* recv);
+
+/// Bruck all-gather (ceil(log2 p) rounds) for small messages; same contract as allgather_ring.
+void allgather_bruck(Context& cx, const void* send, std::size_t count, void* recv);
+
+/// Divides `count` elements of `dtype` at `data` by `ranks` (the mean of an all-reduce).
+void divide_elements(void* data, std::size_t count, codec::DType dtype, int ranks);
+
+/// Balanced split of `count` elements into `parts` chunks, as the ring uses it.
+inline std::size_t chunk_count(std::size_t count, int parts, int c) {
+  const auto p = static_cast<std::size_t>(parts);
+  return count / p + (static_cast<std::size_t>(c) < count % p ? 1 : 0);
+}
+inline std::size_t chunk_offset(std::size_t count, int parts, int c) {
+  const auto p = static_cast<std::size_t>(parts);
+  const auto cc = static_cast<std::size_t>(c);
+  return cc * (count / p) + (cc < count % p ? cc : count % p);
+}
+
+}  // namespace ccoll::coll

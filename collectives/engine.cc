@@ -1,0 +1,93 @@
+// Engine: timed, counted, poison-aware wrappers around codec and transport calls.
+#include "engine.hpp"
+
+#include "wire.hpp"
+
+namespace ccoll::coll {
+
+std::size_t Engine::encode(const void* in, std::size_t count, std::uint64_t stream,
+                           std::uint64_t offset, std::byte* out) {
+  const auto t0 = Clock::now();
+  const std::size_t n = cx_.codec.encode(in, count, {cx_.seed, cx_.call, stream, offset}, out);
+  if (poisoned_) wire::set_poisoned(out);
+  cx_.counters.encode_seconds += since(t0);
+  return n;
+}
+
+bool Engine::decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
+                    bool accumulate) {
+  if (bytes == 0) return false;  // the receive failed and already poisoned this rank
+  if (wire::is_poisoned(in, bytes)) {
+    poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
+    return false;
+  }
+  const auto t0 = Clock::now();
+  try {
+    if (accumulate) {
+      cx_.codec.decode_accumulate(in, bytes, count, out);
+    } else {
+      cx_.codec.decode(in, bytes, count, out);
+    }
+  } catch (const Error& err) {
+    poison(err.code(), err.what());
+    cx_.counters.decode_seconds += since(t0);
+    return false;
+  }
+  cx_.counters.decode_seconds += since(t0);
+  return true;
+}
+
+Request Engine::send(const std::byte* buf, std::size_t bytes, int peer, int tag) {
+  cx_.counters.bytes_sent += bytes;
+  return cx_.transport.isend(buf, bytes, peer, tag);
+}
+
+Request Engine::recv(std::byte* buf, std::size_t capacity, int peer, int tag) {
+  return cx_.transport.irecv(buf, capacity, peer, tag);
+}
+
+std::size_t Engine::wait_recv(Request& r) {
+  const auto t0 = Clock::now();
+  std::size_t n = 0;
+  try {
+    n = cx_.transport.wait(r);
+  } catch (const Error& err) {
+    poison(err.code(), err.what());
+    n = 0;
+  }
+  cx_.counters.comm_seconds += since(t0);
+  cx_.counters.bytes_received += n;
+  return n;
+}
+
+void Engine::wait_send(Request& r) {
+  const auto t0 = Clock::now();
+  cx_.transport.wait(r);
+  cx_.counters.comm_seconds += since(t0);
+}
+
+void Engine::poison(Status code, const std::string& why) {
+  if (!poisoned_) {
+    poisoned_ = true;
+    code_ = code;
+    why_ = why;
+  }
+}
+
+void Engine::finish() const {
+  if (poisoned_) throw Error(code_, "rank " + std::to_string(rank_) + ": " + why_);
+}
+
+void divide_elements(void* data, std::size_t count, codec::DType dtype, int ranks) {
+  if (dtype == codec::DType::kFloat64) {
+    auto* x = static_cast<double*>(data);
+    const auto d = static_cast<double>(ranks);
+    for (std::size_t i = 0; i < count; ++i) x[i] /= d;
+  } else {
+    auto* x = static_cast<float*>(data);
+    const auto d = static_cast<float>(ranks);
+    for (std::size_t i = 0; i < count; ++i) x[i] /= d;
+  }
+}
+
+}  // namespace ccoll::coll

@@ -1,0 +1,119 @@
+// Shared machinery of the schedules: timed codec calls, counted transport calls, and the
+// poison bookkeeping that turns a corrupt payload into an error on every affected rank without
+// leaving any peer waiting.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "ccoll/error.hpp"
+#include "collectives.hpp"
+
+namespace ccoll::coll {
+
+// Tags of the library's own messages (on the library's own communicator).
+inline constexpr int kTagReduceScatter = 101;
+inline constexpr int kTagAllgather = 102;
+inline constexpr int kTagDoubling = 103;
+inline constexpr int kTagFoldIn = 104;
+inline constexpr int kTagFoldOut = 105;
+inline constexpr int kTagBruck = 106;
+
+inline int ring_mod(int a, int p) { return ((a % p) + p) % p; }
+
+class Engine {
+ public:
+  explicit Engine(Context& cx)
+      : cx_(cx), es_(codec::dtype_size(cx.codec.dtype())), rank_(cx.transport.rank()),
+        size_(cx.transport.size()) {}
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+  std::size_t elem_bytes() const { return es_; }
+  codec::Codec& codec() { return cx_.codec; }
+  Workspace& workspace() { return cx_.workspace; }
+  std::size_t segment_elems() const { return cx_.segment_elems; }
+  bool poisoned() const { return poisoned_; }
+
+  /// Encodes with the shared seed and call counter; marks the payload poisoned when this rank is.
+  std::size_t encode(const void* in, std::size_t count, std::uint64_t stream, std::uint64_t offset,
+                     std::byte* out);
+  /// Decodes (or decode-accumulates) a received payload. A poisoned, empty or malformed payload
+  /// poisons this rank instead of throwing; returns false then (the output is left untouched).
+  bool decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
+              bool accumulate);
+
+  Request send(const std::byte* buf, std::size_t bytes, int peer, int tag);
+  Request recv(std::byte* buf, std::size_t capacity, int peer, int tag);
+  /// Waits for a receive; on a transport error poisons this rank and returns 0.
+  std::size_t wait_recv(Request& r);
+  void wait_send(Request& r);
+
+  /// Throws ccoll::Error when this rank is poisoned; call once at the end of the schedule.
+  void finish() const;
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  static double since(Clock::time_point t0) {
+    return std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+  void poison(Status code, const std::string& why);
+
+  Context& cx_;
+  std::size_t es_;
+  int rank_;
+  int size_;
+  bool poisoned_ = false;
+  Status code_ = Status::kCorruptData;
+  std::string why_;
+};
+
+/// Segment and slot arithmetic of the ring over a balanced chunk split. Slot (c, j) holds the
+/// encoded segment j of chunk c; every chunk has its own slots, so a schedule can forward a
+/// received payload while it receives the next one.
+struct RingLayout {
+  RingLayout(std::size_t count, int ranks, std::size_t segment_elems, const codec::Codec& codec)
+      : count_(count), p_(ranks), seg_(segment_elems == 0 ? 1 : segment_elems) {
+    const std::size_t largest = chunk_count(count, ranks, 0);
+    nseg_max_ = largest == 0 ? 0 : (largest + seg_ - 1) / seg_;
+    seg_cap_ = codec.max_encoded_bytes(largest < seg_ ? largest : seg_);
+    chunk_cap_ = nseg_max_ * seg_cap_;
+  }
+  std::size_t chunk_elems(int c) const { return chunk_count(count_, p_, c); }
+  std::size_t nseg(int c) const { return (chunk_elems(c) + seg_ - 1) / seg_; }
+  std::size_t seg_elems(int c, std::size_t j) const {
+    const std::size_t left = chunk_elems(c) - j * seg_;
+    return left < seg_ ? left : seg_;
+  }
+  std::size_t seg_offset(int c, std::size_t j) const {
+    return chunk_offset(count_, p_, c) + j * seg_;
+  }
+  std::size_t slot(int c, std::size_t j) const {
+    return static_cast<std::size_t>(c) * chunk_cap_ + j * seg_cap_;
+  }
+  std::size_t index(int c, std::size_t j) const {
+    return static_cast<std::size_t>(c) * nseg_max_ + j;
+  }
+  std::size_t slot_bytes() const { return static_cast<std::size_t>(p_) * chunk_cap_; }
+  std::size_t seg_capacity() const { return seg_cap_; }
+  std::size_t nseg_max() const { return nseg_max_; }
+
+ private:
+  std::size_t count_;
+  int p_;
+  std::size_t seg_;
+  std::size_t nseg_max_ = 0;
+  std::size_t seg_cap_ = 0;
+  std::size_t chunk_cap_ = 0;
+};
+
+/// The ring phases shared by all-reduce, reduce-scatter and all-gather.
+/// reduce_scatter_phase: on return this rank's chunk of `data` holds the full sum. Uses the slots.
+void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::byte* slots);
+/// allgather_phase: this rank's chunk is already encoded in its slots (sizes[index(rank, j)]);
+/// forwards every chunk around the ring and decodes all of them, its own too, into `out`.
+void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* slots,
+                     std::size_t* sizes);
+
+}  // namespace ccoll::coll

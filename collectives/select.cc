@@ -1,0 +1,45 @@
+// Algorithm names and the size-based choice between ring and tree schedules.
+//
+// The ring moves 2 (p-1)/p of the data per rank in 2 (p-1) latency steps; recursive doubling
+// moves log2(p) times the data in log2(p) steps. Below a few tens of KiB latency dominates, so
+// "auto" takes the tree there and whenever there are fewer elements than ranks.
+#include "ccoll/error.hpp"
+#include "collectives.hpp"
+
+namespace ccoll::coll {
+
+const char* algorithm_name(Algorithm a) {
+  switch (a) {
+    case Algorithm::kAuto: return "auto";
+    case Algorithm::kRing: return "ring";
+    case Algorithm::kTree: return "tree";
+  }
+  return "auto";
+}
+
+Algorithm parse_algorithm(const std::string& name) {
+  if (name.empty() || name == "auto") return Algorithm::kAuto;
+  if (name == "ring") return Algorithm::kRing;
+  if (name == "tree") return Algorithm::kTree;
+  throw Error(Status::kInvalidArgument,
+              "algorithm: unknown algorithm '" + name + "' (valid: auto, ring, tree)");
+}
+
+Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,
+                           int ranks) {
+  if (requested != Algorithm::kAuto) return requested;
+  if (count * elem_bytes <= kTreeAllreduceMaxBytes || count < static_cast<std::size_t>(ranks)) {
+    return Algorithm::kTree;
+  }
+  return Algorithm::kRing;
+}
+
+Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t elem_bytes,
+                           int ranks) {
+  if (requested != Algorithm::kAuto) return requested;
+  return count * elem_bytes * static_cast<std::size_t>(ranks) <= kTreeAllgatherMaxBytes
+             ? Algorithm::kTree
+             : Algorithm::kRing;
+}
+
+}  // namespace ccoll::coll

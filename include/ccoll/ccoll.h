@@ -1,0 +1,85 @@
+/* ccoll's C API: the same collectives as ccoll.hpp, reporting failures as status codes.
+ *
+ * Every function is collective over `comm` with the contract of its C++ twin (see ccoll.hpp):
+ * a bad or mismatched argument on any rank makes the call fail on every rank, with the same
+ * status, never a hang. The message of the last failure on the calling thread is available from
+ * ccoll_last_error(). */
+#ifndef CCOLL_CCOLL_H_
+#define CCOLL_CCOLL_H_
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define CCOLL_C_API __attribute__((visibility("default")))
+#else
+#define CCOLL_C_API
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/** Status codes; equal to ccoll::Status. */
+typedef enum ccoll_status {
+  CCOLL_SUCCESS = 0,              /**< The call completed. */
+  CCOLL_ERR_INVALID_ARGUMENT = 1, /**< Invalid or rank-mismatched argument; the message names it. */
+  CCOLL_ERR_UNSUPPORTED = 2,      /**< Valid MPI argument that ccoll does not support. */
+  CCOLL_ERR_MPI = 3,              /**< An MPI call failed. */
+  CCOLL_ERR_CORRUPT_DATA = 4,     /**< Wire data failed validation. */
+  CCOLL_ERR_INTERNAL = 5,         /**< A bug in ccoll. */
+  CCOLL_ERR_CUDA = 6,             /**< A CUDA call failed. */
+  CCOLL_ERR_NCCL = 7              /**< An NCCL call failed. */
+} ccoll_status_t;
+
+/** Per-call statistics of this rank; see ccoll::Stats. */
+typedef struct ccoll_stats {
+  size_t input_bytes;
+  size_t wire_bytes_sent;
+  size_t wire_bytes_received;
+  size_t control_bytes;
+  double encode_seconds;
+  double comm_seconds;
+  double decode_seconds;
+  double total_seconds;
+  int fell_back; /**< 1 when the call was done uncompressed by MPI (see ccoll::Stats). */
+} ccoll_stats_t;
+
+/** Per-call options; initialize with ccoll_options_init(). NULL strings mean the defaults. */
+typedef struct ccoll_options {
+  const char* codec;     /**< Codec spec; NULL or "": CCOLL_CODEC, else "none". */
+  const char* algorithm; /**< "auto", "ring", "tree"; NULL: "auto". */
+  uint64_t key;          /**< Per-tensor state key; 0: derived from (recvbuf, count). */
+  uint64_t seed;         /**< Shared RNG seed of stochastic codecs. */
+  int average;           /**< All-reduce: non-zero divides the sum by the rank count. */
+  ccoll_stats_t* stats;  /**< Filled when not NULL. */
+} ccoll_options_t;
+
+/** Sets every field of `options` to its default. */
+CCOLL_C_API void ccoll_options_init(ccoll_options_t* options);
+
+/** C twin of ccoll::compressed_allreduce. `options` may be NULL (defaults). */
+CCOLL_C_API ccoll_status_t ccoll_allreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                           MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                           const ccoll_options_t* options);
+
+/** C twin of ccoll::compressed_allgather. `options` may be NULL (defaults). */
+CCOLL_C_API ccoll_status_t ccoll_allgather(const void* sendbuf, size_t sendcount, void* recvbuf,
+                                           MPI_Datatype datatype, MPI_Comm comm,
+                                           const ccoll_options_t* options);
+
+/** Short description of a status code; never NULL. */
+CCOLL_C_API const char* ccoll_status_string(ccoll_status_t status);
+
+/** Message of the last failed ccoll call on this thread ("" if none); valid until the next call. */
+CCOLL_C_API const char* ccoll_last_error(void);
+
+/** Version string, e.g. "0.1.0". */
+CCOLL_C_API const char* ccoll_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* CCOLL_CCOLL_H_ */

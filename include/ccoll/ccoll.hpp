@@ -1,0 +1,101 @@
+/// \file
+/// ccoll's C++ API: compressed collectives called like their MPI counterparts.
+///
+/// All functions here are collective over `comm`: every rank of `comm` must call them in the
+/// same order with matching arguments (count, datatype, op, codec, algorithm, average).
+/// Arguments are checked on every rank and then agreed on with one small all-reduce, so a bad or
+/// mismatched argument on any rank makes the call throw ccoll::Error on *every* rank of `comm`
+/// (never a hang, never a crash). Calls are blocking: buffers may be reused when they return.
+/// Thread safety: like an MPI communicator, one thread at a time per communicator.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "ccoll/config.hpp"
+#include "ccoll/error.hpp"
+#include "ccoll/export.hpp"
+
+namespace ccoll {
+
+/// What one call did, filled when Options::stats is set. All figures are this rank's.
+struct Stats {
+  std::size_t input_bytes = 0;          ///< Uncompressed bytes of this rank's contribution.
+  std::size_t wire_bytes_sent = 0;      ///< Payload bytes this rank sent point-to-point (exact).
+  std::size_t wire_bytes_received = 0;  ///< Payload bytes this rank received point-to-point.
+  std::size_t control_bytes = 0;  ///< Bytes this rank contributed to the small agreement all-reduce.
+  double encode_seconds = 0;      ///< Time in codec encode.
+  double comm_seconds = 0;        ///< Time waiting for the transport (sends and receives).
+  double decode_seconds = 0;      ///< Time in codec decode and decode-accumulate.
+  double total_seconds = 0;       ///< Wall time of the whole call on this rank.
+  /// True when this call was done uncompressed by MPI because the codec could not represent the
+  /// input (non-finite values, or values out of the codec's range); the result is then exactly
+  /// what MPI_Allreduce / MPI_Allgather gives.
+  bool fell_back = false;
+  std::string codec;      ///< Canonical spec of the codec used ("none" when uncompressed).
+  std::string algorithm;  ///< Schedule used: "ring", "tree", "local" (1 rank), "mpi" (passed to MPI).
+};
+
+/// Per-call options. Defaults give an uncompressed ring/tree all-reduce unless CCOLL_CODEC is set.
+struct Options {
+  /// Codec spec string, e.g. "none", "fp16", "bf16" (see docs/design.md for the grammar).
+  /// Empty: the CCOLL_CODEC environment variable, or "none" when it is unset.
+  std::string codec;
+  /// "auto" (default; CCOLL_ALGO when set), "ring" or "tree".
+  std::string algorithm = "auto";
+  /// Per-tensor key for codecs that keep state between calls; 0 derives it from (recvbuf, count).
+  std::uint64_t key = 0;
+  /// Seed of the shared random stream of stochastic codecs; must be equal on all ranks.
+  std::uint64_t seed = 0;
+  /// All-reduce only: divide the sum by the number of ranks (needs op == MPI_SUM).
+  bool average = false;
+  /// When set, filled with this call's statistics (also when the call throws, as far as it got).
+  Stats* stats = nullptr;
+};
+
+/// All-reduce `count` elements of `datatype` with `op` across `comm`, compressing what travels
+/// with the codec of `options`.
+/// - `sendbuf` may be MPI_IN_PLACE (input taken from `recvbuf`); otherwise it must not overlap
+///   `recvbuf`. Both may be null when `count` is 0.
+/// - Supported now: datatype MPI_FLOAT or MPI_DOUBLE, op MPI_SUM (with Options::average for the
+///   mean), intra-communicators. Anything else throws Status::kUnsupported naming the argument.
+/// - Every rank ends with bit-identical results. With a lossy codec the result differs from the
+///   exact sum by at most the codec's documented bound; with "none" it is the exact fp sum in the
+///   schedule's order.
+/// - Throws ccoll::Error on every rank for invalid or mismatched arguments.
+CCOLL_API void compressed_allreduce(const void* sendbuf, void* recvbuf, std::size_t count,
+                                    MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                    const Options& options = {});
+
+/// All-gather `sendcount` elements from every rank into `recvbuf` (size × sendcount elements,
+/// rank i's block at offset i × sendcount), compressing what travels.
+/// - `sendbuf` may be MPI_IN_PLACE: this rank's block is then read from its place in `recvbuf`.
+/// - Every rank decodes the same bytes, so all ranks end bit-identical (with a lossy codec a rank
+///   also gets its own block back through the codec).
+/// - Datatypes: MPI_FLOAT, MPI_DOUBLE. Throws ccoll::Error on every rank for bad arguments.
+CCOLL_API void compressed_allgather(const void* sendbuf, std::size_t sendcount, void* recvbuf,
+                                    MPI_Datatype datatype, MPI_Comm comm,
+                                    const Options& options = {});
+
+/// What a codec spec string means; see describe_codec().
+struct CodecInfo {
+  std::string canonical;  ///< Normalized spec string (what Stats::codec reports).
+  bool lossless = false;  ///< Decoding returns the input bit for bit.
+  bool summable = false;  ///< Encoded payloads are added without decoding.
+  /// Worst-case all-reduce error over `ranks` ranks for inputs in the codec's range:
+  /// |result - exact sum| <= error_bound × Σ_i max_k |x_i[k]| (for the average, divide both sides
+  /// by the rank count). 0 for lossless codecs.
+  double error_bound = 0;
+};
+
+/// Parses and describes a codec spec string with the collectives' own parser, for an all-reduce
+/// over `ranks` ranks. Throws ccoll::Error (kInvalidArgument) naming what is malformed.
+CCOLL_API CodecInfo describe_codec(const std::string& spec, int ranks = 1);
+
+/// ccoll's version, e.g. "0.1.0".
+CCOLL_API const char* version() noexcept;
+
+}  // namespace ccoll

@@ -1,0 +1,441 @@
+// The public collectives: argument checks, the agreement all-reduce, dispatch to a schedule.
+//
+// Every call runs one small MPI_Allreduce (MAX over doubles) on the library's communicator
+// before any data moves. It carries, from every rank, whether an argument failed the local
+// checks, a fingerprint of every argument that must match across ranks (as +x and -x, so MAX
+// yields both the maximum and the minimum), and whether the codec can carry this rank's input.
+// So an error on any rank becomes an error on every rank, and the fallback to plain MPI is taken
+// by all ranks or none.
+#include <mpi.h>
+
+#include <chrono>
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ccoll/ccoll.hpp"
+#include "collectives.hpp"
+#include "comm_context.hpp"
+#include "config.hpp"
+#include "mpi_check.hpp"
+#include "spec.hpp"
+
+namespace ccoll {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Kind { kAllreduce, kAllgather };
+
+// Arguments that can be rejected; the agreement carries the id so every rank can name it.
+enum ArgId : int {
+  kArgNone = 0,
+  kArgSendbuf,
+  kArgRecvbuf,
+  kArgCount,
+  kArgDatatype,
+  kArgOp,
+  kArgCodec,
+  kArgAlgorithm,
+  kArgAverage,
+  kArgSeed,
+  kArgEnvironment,
+  kArgCount_,
+};
+
+const char* arg_name(int id) {
+  static const char* names[] = {"",      "sendbuf", "recvbuf",   "count",   "datatype",
+                                "op",    "codec",   "algorithm", "average", "seed",
+                                "environment (CCOLL_*)"};
+  return id > 0 && id < kArgCount_ ? names[id] : "argument";
+}
+
+struct LocalError {
+  int arg = kArgNone;
+  Status code = Status::kSuccess;
+  std::string message;
+  void set(int a, Status c, std::string m) {
+    if (arg == kArgNone) {
+      arg = a;
+      code = c;
+      message = std::move(m);
+    }
+  }
+};
+
+std::string datatype_name(MPI_Datatype t) {
+  if (t == MPI_DATATYPE_NULL) return "MPI_DATATYPE_NULL";
+  char name[MPI_MAX_OBJECT_NAME] = {0};
+  int len = 0;
+  if (MPI_Type_get_name(t, name, &len) != MPI_SUCCESS || len == 0) return "a derived datatype";
+  return std::string(name, len);
+}
+
+std::string op_name(MPI_Op op) {
+  const std::pair<MPI_Op, const char*> ops[] = {
+      {MPI_SUM, "MPI_SUM"},   {MPI_MAX, "MPI_MAX"},   {MPI_MIN, "MPI_MIN"},
+      {MPI_PROD, "MPI_PROD"}, {MPI_LAND, "MPI_LAND"}, {MPI_LOR, "MPI_LOR"},
+      {MPI_BAND, "MPI_BAND"}, {MPI_BOR, "MPI_BOR"},   {MPI_MAXLOC, "MPI_MAXLOC"},
+      {MPI_MINLOC, "MPI_MINLOC"}, {MPI_OP_NULL, "MPI_OP_NULL"}};
+  for (const auto& [o, n] : ops) {
+    if (o == op) return n;
+  }
+  return "a user-defined op";
+}
+
+// 53-bit fingerprint of a string, exact as a double.
+double fingerprint(const std::string& s) {
+  return static_cast<double>(std::hash<std::string>{}(s) & ((1ull << 53) - 1));
+}
+
+bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
+  const auto pa = reinterpret_cast<std::uintptr_t>(a);
+  const auto pb = reinterpret_cast<std::uintptr_t>(b);
+  return an != 0 && bn != 0 && pa < pb + bn && pb < pa + an;
+}
+
+// Agreement vector slots. Pairs hold (+x, -x).
+enum Slot : int {
+  kErrArg = 0,
+  kErrRank,
+  kErrCode,
+  kCount,
+  kDtype = kCount + 2,
+  kCodec = kDtype + 2,
+  kAlgo = kCodec + 2,
+  kAvg = kAlgo + 2,
+  kSeed = kAvg + 2,
+  kMinBytes = kSeed + 2,
+  kFallback = kMinBytes + 2,
+  kSlots,
+};
+
+void put_pair(double* v, int slot, double x) {
+  v[slot] = x;
+  v[slot + 1] = -x;
+}
+
+// Checks that a (+x, -x) pair agrees on every rank.
+void check_pair(const double* v, int slot, const char* fn, const char* what,
+                const std::function<std::string(double)>& show) {
+  const double hi = v[slot];
+  const double lo = -v[slot + 1];
+  if (hi != lo) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) + ": " + what + " differs across ranks (" + show(lo) + " vs " +
+                    show(hi) + "); every rank must pass the same " + what);
+  }
+}
+
+std::string show_number(double x) { return std::to_string(static_cast<long long>(x)); }
+std::string show_hash(double) { return "different values"; }
+
+struct Call {
+  Kind kind;
+  const char* fn;
+  const void* sendbuf;
+  void* recvbuf;
+  std::size_t count;
+  MPI_Datatype datatype;
+  MPI_Op op;
+  MPI_Comm comm;
+  const Options& options;
+};
+
+void fill_stats(Stats* out, const Stats& s, Clock::time_point t0) {
+  if (out == nullptr) return;
+  *out = s;
+  out->total_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// MPI_Allreduce / MPI_Allgather of arbitrarily many elements (MPI counts are int).
+void mpi_allreduce_sum(void* buf, std::size_t count, MPI_Datatype t, std::size_t es, MPI_Comm c) {
+  constexpr std::size_t kMax = 1u << 30;
+  auto* p = static_cast<std::byte*>(buf);
+  for (std::size_t done = 0; done < count; done += kMax) {
+    const std::size_t n = count - done < kMax ? count - done : kMax;
+    CCOLL_MPI_CHECK(
+        MPI_Allreduce(MPI_IN_PLACE, p + done * es, static_cast<int>(n), t, MPI_SUM, c));
+  }
+}
+
+void run(const Call& call, Stats& stats) {
+  const Options& opt = call.options;
+  const bool allreduce = call.kind == Kind::kAllreduce;
+
+  // What makes communication impossible is reported locally (every rank sees the same).
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized == 0 || finalized != 0) {
+    throw Error(Status::kInvalidArgument,
+                std::string(call.fn) + ": MPI is not initialized (or already finalized)");
+  }
+  if (call.comm == MPI_COMM_NULL) {
+    throw Error(Status::kInvalidArgument, std::string(call.fn) + ": comm is MPI_COMM_NULL");
+  }
+  int inter = 0;
+  CCOLL_MPI_CHECK(MPI_Comm_test_inter(call.comm, &inter));
+  if (inter != 0) {
+    throw Error(Status::kUnsupported, std::string(call.fn) +
+                                          ": comm is an inter-communicator (valid: "
+                                          "intra-communicators)");
+  }
+  CommContext& ctx = CommContext::get(call.comm);
+  const int p = ctx.size();
+  const int rank = ctx.rank();
+
+  // Local checks, collected rather than thrown so that every rank takes part in the agreement.
+  LocalError bad;
+  EnvConfig env;
+  try {
+    env = env_config();
+  } catch (const Error& e) {
+    bad.set(kArgEnvironment, e.code(), e.what() + 7);
+  }
+  codec::DType dtype = codec::DType::kFloat32;
+  if (call.datatype == MPI_FLOAT) {
+    dtype = codec::DType::kFloat32;
+  } else if (call.datatype == MPI_DOUBLE) {
+    dtype = codec::DType::kFloat64;
+  } else {
+    bad.set(kArgDatatype, Status::kUnsupported,
+            "datatype: " + datatype_name(call.datatype) +
+                " is not supported (valid: MPI_FLOAT, MPI_DOUBLE)");
+  }
+  const std::size_t es = codec::dtype_size(dtype);
+  if (allreduce && call.op != MPI_SUM) {
+    bad.set(kArgOp, Status::kUnsupported,
+            "op: " + op_name(call.op) +
+                " is not supported (valid: MPI_SUM; set Options::average for the mean)");
+  }
+  if (!allreduce && opt.average) {
+    bad.set(kArgAverage, Status::kInvalidArgument,
+            "average: only compressed_allreduce can average (valid: false)");
+  }
+  const bool in_place = call.sendbuf == MPI_IN_PLACE;
+  const std::size_t total = allreduce ? call.count : call.count * static_cast<std::size_t>(p);
+  if (call.count > (std::size_t{1} << 60) / es / static_cast<std::size_t>(p)) {
+    bad.set(kArgCount, Status::kInvalidArgument,
+            "count: " + std::to_string(call.count) + " elements overflows the buffer size");
+  }
+  if (call.count > 0) {
+    if (call.recvbuf == nullptr) {
+      bad.set(kArgRecvbuf, Status::kInvalidArgument,
+              "recvbuf: null with count " + std::to_string(call.count));
+    }
+    if (!in_place && call.sendbuf == nullptr) {
+      bad.set(kArgSendbuf, Status::kInvalidArgument,
+              "sendbuf: null with count " + std::to_string(call.count) +
+                  " (pass MPI_IN_PLACE to use recvbuf as input)");
+    }
+    if (!in_place && overlaps(call.sendbuf, call.count * es, call.recvbuf, total * es)) {
+      bad.set(kArgSendbuf, Status::kInvalidArgument,
+              "sendbuf: overlaps recvbuf (pass MPI_IN_PLACE for in-place operation)");
+    }
+  }
+  std::string codec_text = opt.codec.empty() ? env.codec : opt.codec;
+  if (codec_text.empty()) codec_text = "none";
+  CodecSpec spec;
+  try {
+    spec = parse_codec_spec(codec_text);
+  } catch (const Error& e) {
+    bad.set(kArgCodec, e.code(), e.what() + 7);
+  }
+  coll::Algorithm algo = coll::Algorithm::kAuto;
+  try {
+    algo = coll::parse_algorithm(opt.algorithm == "auto" && !env.algorithm.empty() ? env.algorithm
+                                                                                  : opt.algorithm);
+  } catch (const Error& e) {
+    bad.set(kArgAlgorithm, e.code(), e.what() + 7);
+  }
+
+  // The codec decides whether it can carry this rank's input; only asked when all is well.
+  Plan* plan = nullptr;
+  bool fallback = false;
+  const bool compress = bad.arg == kArgNone && call.count > 0 && p > 1 &&
+                        call.count * es >= env.min_bytes;
+  if (compress) {
+    try {
+      PlanKey key;
+      key.kind = allreduce ? 0 : 1;
+      key.count = call.count;
+      key.dtype = dtype;
+      key.codec = spec.canonical;
+      plan = &ctx.plan(key, spec.canonical);
+      if (!plan->codec->capabilities().lossless) {
+        const void* input = in_place ? (allreduce ? call.recvbuf
+                                                  : static_cast<const std::byte*>(call.recvbuf) +
+                                                        static_cast<std::size_t>(rank) *
+                                                            call.count * es)
+                                     : call.sendbuf;
+        fallback = plan->codec->needs_fallback(input, call.count, allreduce ? p : 1);
+      }
+    } catch (const Error& e) {
+      bad.set(kArgCodec, e.code(), e.what() + 7);
+    }
+  }
+
+  // The agreement.
+  double v[kSlots] = {};
+  v[kErrArg] = bad.arg;
+  v[kErrRank] = bad.arg == kArgNone ? -1 : rank;
+  v[kErrCode] = static_cast<double>(bad.code);
+  put_pair(v, kCount, static_cast<double>(call.count));
+  put_pair(v, kDtype, static_cast<double>(dtype));
+  put_pair(v, kCodec, fingerprint(spec.canonical));
+  put_pair(v, kAlgo, static_cast<double>(algo));
+  put_pair(v, kAvg, opt.average ? 1 : 0);
+  put_pair(v, kSeed, static_cast<double>(opt.seed & ((1ull << 53) - 1)));
+  put_pair(v, kMinBytes, static_cast<double>(env.min_bytes));
+  v[kFallback] = fallback ? 1 : 0;
+  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, kSlots, MPI_DOUBLE, MPI_MAX, ctx.comm()));
+  stats.control_bytes = sizeof v;
+
+  if (v[kErrArg] != kArgNone) {
+    if (bad.arg != kArgNone) throw Error(bad.code, std::string(call.fn) + ": " + bad.message);
+    throw Error(static_cast<Status>(static_cast<int>(v[kErrCode])),
+                std::string(call.fn) + ": " + arg_name(static_cast<int>(v[kErrArg])) +
+                    " was rejected on rank " + show_number(v[kErrRank]) +
+                    " (see that rank's error); no data was exchanged");
+  }
+  check_pair(v, kCount, call.fn, allreduce ? "count" : "sendcount", show_number);
+  check_pair(v, kDtype, call.fn, "datatype", [](double x) {
+    return std::string(codec::dtype_name(static_cast<codec::DType>(static_cast<int>(x))));
+  });
+  check_pair(v, kCodec, call.fn, "codec", show_hash);
+  check_pair(v, kAlgo, call.fn, "algorithm", [](double x) {
+    return std::string(coll::algorithm_name(static_cast<coll::Algorithm>(static_cast<int>(x))));
+  });
+  check_pair(v, kAvg, call.fn, "average", show_number);
+  check_pair(v, kSeed, call.fn, "seed", show_number);
+  check_pair(v, kMinBytes, call.fn, "CCOLL_MIN_BYTES", show_number);
+  fallback = v[kFallback] != 0;
+
+  const std::uint64_t call_no = ctx.next_call();
+  stats.input_bytes = call.count * es;
+  stats.codec = spec.canonical;
+  if (call.count == 0) {
+    stats.algorithm = "local";
+    return;
+  }
+
+  auto* recv = static_cast<std::byte*>(call.recvbuf);
+  std::byte* own = allreduce ? recv : recv + static_cast<std::size_t>(rank) * call.count * es;
+  if (!in_place) std::memcpy(own, call.sendbuf, call.count * es);
+  if (p == 1) {
+    stats.algorithm = "local";
+    return;
+  }
+  if (!compress || fallback) {
+    stats.codec = "none";
+    stats.algorithm = "mpi";
+    stats.fell_back = fallback;
+    const auto t0 = Clock::now();
+    if (allreduce) {
+      mpi_allreduce_sum(recv, call.count, call.datatype, es, ctx.comm());
+      if (opt.average) coll::divide_elements(recv, call.count, dtype, p);
+    } else {
+      if (call.count > static_cast<std::size_t>(INT_MAX)) {
+        throw Error(Status::kUnsupported, std::string(call.fn) +
+                                              ": uncompressed fallback of more than INT_MAX "
+                                              "elements per rank");
+      }
+      CCOLL_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv,
+                                    static_cast<int>(call.count), call.datatype, ctx.comm()));
+    }
+    stats.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    return;
+  }
+
+  coll::Counters counters;
+  coll::Context cx{ctx.transport(), *plan->codec, plan->workspace, counters};
+  cx.segment_elems = env.segment_bytes / es;
+  cx.seed = opt.seed;
+  cx.call = call_no;
+  struct CopyCounters {  // also on the way out of a throwing schedule
+    Stats& s;
+    coll::Counters& c;
+    ~CopyCounters() {
+      s.wire_bytes_sent = c.bytes_sent;
+      s.wire_bytes_received = c.bytes_received;
+      s.encode_seconds = c.encode_seconds;
+      s.comm_seconds = c.comm_seconds;
+      s.decode_seconds = c.decode_seconds;
+    }
+  } copy{stats, counters};
+  if (allreduce) {
+    algo = coll::select_allreduce(algo, call.count, es, p);
+    stats.algorithm = coll::algorithm_name(algo);
+    if (algo == coll::Algorithm::kTree) {
+      coll::allreduce_recursive_doubling(cx, recv, call.count, opt.average);
+    } else {
+      coll::allreduce_ring(cx, recv, call.count, opt.average);
+    }
+  } else {
+    algo = coll::select_allgather(algo, call.count, es, p);
+    stats.algorithm = coll::algorithm_name(algo);
+    if (algo == coll::Algorithm::kTree) {
+      coll::allgather_bruck(cx, own, call.count, recv);
+    } else {
+      coll::allgather_ring(cx, own, call.count, recv);
+    }
+  }
+  log(LogLevel::kTrace, rank,
+      std::string(call.fn) + " count=" + std::to_string(call.count) + " codec=" + stats.codec +
+          " algorithm=" + stats.algorithm + " sent=" + std::to_string(counters.bytes_sent));
+}
+
+void run_and_report(const Call& call) {
+  const auto t0 = Clock::now();
+  Stats stats;
+  try {
+    run(call, stats);
+  } catch (...) {
+    fill_stats(call.options.stats, stats, t0);
+    throw;
+  }
+  fill_stats(call.options.stats, stats, t0);
+}
+
+}  // namespace
+
+void compressed_allreduce(const void* sendbuf, void* recvbuf, std::size_t count,
+                          MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                          const Options& options) {
+  run_and_report(Call{Kind::kAllreduce, "compressed_allreduce", sendbuf, recvbuf, count, datatype,
+                      op, comm, options});
+}
+
+void compressed_allgather(const void* sendbuf, std::size_t sendcount, void* recvbuf,
+                          MPI_Datatype datatype, MPI_Comm comm, const Options& options) {
+  run_and_report(Call{Kind::kAllgather, "compressed_allgather", sendbuf, recvbuf, sendcount,
+                      datatype, MPI_SUM, comm, options});
+}
+
+CodecInfo describe_codec(const std::string& spec_text, int ranks) {
+  if (ranks < 1) {
+    throw Error(Status::kInvalidArgument,
+                "ranks: " + std::to_string(ranks) + " (valid: 1 or more)");
+  }
+  const CodecSpec spec = parse_codec_spec(spec_text);
+  const auto codec = make_codec(spec, codec::DType::kFloat32);
+  CodecInfo info;
+  info.canonical = spec.canonical;
+  info.lossless = codec->capabilities().lossless;
+  info.summable = codec->capabilities().summable;
+  // One rank: the data is copied, never encoded. Otherwise each element passes through at most
+  // `ranks` encodes and `ranks` fp32 additions/divisions, each bounded relative to Σ max|x_i|.
+  if (!info.lossless && ranks > 1) {
+    info.error_bound = ranks * (codec->unit_roundoff() + 0x1p-23);
+  }
+  return info;
+}
+
+const char* version() noexcept { return CCOLL_VERSION_STRING; }
+
+}  // namespace ccoll

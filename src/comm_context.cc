@@ -1,0 +1,96 @@
+// Communicator cache: an attribute on the user's communicator whose delete callback frees the
+// duplicate; a second attribute on MPI_COMM_SELF frees whatever is left at MPI_Finalize (the
+// standard deletes MPI_COMM_SELF's attributes first thing in MPI_Finalize).
+#include "comm_context.hpp"
+
+#include <mutex>
+#include <set>
+
+#include "config.hpp"
+#include "mpi_check.hpp"
+#include "spec.hpp"
+
+namespace ccoll {
+namespace {
+
+std::mutex g_mu;
+int g_keyval = MPI_KEYVAL_INVALID;
+int g_self_keyval = MPI_KEYVAL_INVALID;
+std::set<CommContext*> g_live;
+
+int delete_context(MPI_Comm, int, void* attr, void*) {
+  auto* c = static_cast<CommContext*>(attr);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    g_live.erase(c);
+  }
+  delete c;
+  return MPI_SUCCESS;
+}
+
+int at_finalize(MPI_Comm, int, void*, void*) {
+  std::set<CommContext*> live;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    live = g_live;
+  }
+  for (CommContext* c : live) MPI_Comm_delete_attr(c->user(), g_keyval);  // runs delete_context
+  MPI_Comm_free_keyval(&g_keyval);
+  MPI_Comm_free_keyval(&g_self_keyval);
+  return MPI_SUCCESS;
+}
+
+}  // namespace
+
+CommContext& CommContext::get(MPI_Comm user) {
+  if (g_keyval == MPI_KEYVAL_INVALID) {
+    CCOLL_MPI_CHECK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_context, &g_keyval,
+                                           nullptr));
+    CCOLL_MPI_CHECK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, at_finalize, &g_self_keyval,
+                                           nullptr));
+    CCOLL_MPI_CHECK(MPI_Comm_set_attr(MPI_COMM_SELF, g_self_keyval, nullptr));
+  }
+  void* value = nullptr;
+  int found = 0;
+  CCOLL_MPI_CHECK(MPI_Comm_get_attr(user, g_keyval, &value, &found));
+  if (found != 0) return *static_cast<CommContext*>(value);
+  auto owned = std::make_unique<CommContext>(user);
+  CCOLL_MPI_CHECK(MPI_Comm_set_attr(user, g_keyval, owned.get()));
+  CommContext* c = owned.release();
+  std::lock_guard<std::mutex> lock(g_mu);
+  g_live.insert(c);
+  return *c;
+}
+
+CommContext::CommContext(MPI_Comm user) : user_(user) {
+  CCOLL_MPI_CHECK(MPI_Comm_dup(user, &dup_));
+  CCOLL_MPI_CHECK(MPI_Comm_set_errhandler(dup_, MPI_ERRORS_RETURN));
+  MPI_Comm_set_name(dup_, const_cast<char*>("ccoll"));
+  transport_ = std::make_unique<MpiTransport>(dup_);
+  log(LogLevel::kInfo, transport_->rank(),
+      "communicator of " + std::to_string(transport_->size()) + " ranks duplicated");
+}
+
+CommContext::~CommContext() {
+  if (dup_ != MPI_COMM_NULL) MPI_Comm_free(&dup_);
+}
+
+Plan& CommContext::plan(const PlanKey& key, const std::string& codec_spec) {
+  for (auto it = plans_.begin(); it != plans_.end(); ++it) {
+    if (it->key == key) {
+      plans_.splice(plans_.begin(), plans_, it);
+      return plans_.front();
+    }
+  }
+  Plan p;
+  p.key = key;
+  p.codec = make_codec(parse_codec_spec(codec_spec), key.dtype);
+  plans_.push_front(std::move(p));
+  if (plans_.size() > kMaxPlans) plans_.pop_back();
+  log(LogLevel::kInfo, rank(),
+      "new plan: " + std::string(key.kind == 0 ? "allreduce" : "allgather") +
+          " count=" + std::to_string(key.count) + " codec=" + key.codec);
+  return plans_.front();
+}
+
+}  // namespace ccoll

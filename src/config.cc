@@ -1,0 +1,79 @@
+// Environment configuration (see config.hpp).
+#include "config.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include "ccoll/error.hpp"
+#include "spec.hpp"
+
+namespace ccoll {
+namespace {
+
+std::string getenv_str(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? std::string() : std::string(v);
+}
+
+EnvConfig read_env() {
+  EnvConfig c;
+  c.codec = getenv_str("CCOLL_CODEC");
+  c.algorithm = getenv_str("CCOLL_ALGO");
+  if (const std::string v = getenv_str("CCOLL_MIN_BYTES"); !v.empty()) {
+    c.min_bytes = parse_byte_size(v, "CCOLL_MIN_BYTES");
+  }
+  if (const std::string v = getenv_str("CCOLL_SEGMENT_BYTES"); !v.empty()) {
+    c.segment_bytes = parse_byte_size(v, "CCOLL_SEGMENT_BYTES");
+    if (c.segment_bytes < 64 || c.segment_bytes > (1u << 30)) {
+      throw Error(Status::kInvalidArgument,
+                  "CCOLL_SEGMENT_BYTES: " + v + " is out of range (valid: 64 bytes to 1G)");
+    }
+  }
+  const std::string level = getenv_str("CCOLL_DEBUG");
+  if (level.empty() || level == "NONE") {
+    c.log_level = LogLevel::kNone;
+  } else if (level == "WARN") {
+    c.log_level = LogLevel::kWarn;
+  } else if (level == "INFO") {
+    c.log_level = LogLevel::kInfo;
+  } else if (level == "TRACE") {
+    c.log_level = LogLevel::kTrace;
+  } else {
+    throw Error(Status::kInvalidArgument,
+                "CCOLL_DEBUG: unknown level '" + level + "' (valid: NONE, WARN, INFO, TRACE)");
+  }
+  return c;
+}
+
+}  // namespace
+
+const EnvConfig& env_config() {
+  static std::once_flag once;
+  static EnvConfig config;
+  static std::string error;
+  std::call_once(once, [] {
+    try {
+      config = read_env();
+    } catch (const Error& e) {
+      error = e.what();
+    }
+  });
+  if (!error.empty()) throw Error(Status::kInvalidArgument, error.substr(7));  // drop "ccoll: "
+  return config;
+}
+
+void log(LogLevel level, int rank, const std::string& message) {
+  LogLevel enabled = LogLevel::kNone;
+  try {
+    enabled = env_config().log_level;
+  } catch (const Error&) {
+    enabled = LogLevel::kWarn;
+  }
+  if (static_cast<int>(level) > static_cast<int>(enabled) || level == LogLevel::kNone) return;
+  static const char* names[] = {"", "WARN", "INFO", "TRACE"};
+  std::fprintf(stderr, "ccoll %s [rank %d] %s\n", names[static_cast<int>(level)], rank,
+               message.c_str());
+}
+
+}  // namespace ccoll

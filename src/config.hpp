@@ -1,0 +1,31 @@
+// Configuration from the environment (NCCL-style), read once per process.
+//   CCOLL_CODEC          codec spec used when Options::codec is empty (default "none")
+//   CCOLL_ALGO           algorithm used when Options::algorithm is "auto" (auto|ring|tree)
+//   CCOLL_MIN_BYTES      per-rank inputs below this many bytes go to plain MPI (default 0)
+//   CCOLL_SEGMENT_BYTES  ring pipelining segment, uncompressed bytes (default 256K)
+//   CCOLL_DEBUG          WARN, INFO or TRACE: log to stderr
+#pragma once
+
+#include <cstddef>
+#include <string>
+
+namespace ccoll {
+
+enum class LogLevel { kNone = 0, kWarn = 1, kInfo = 2, kTrace = 3 };
+
+struct EnvConfig {
+  std::string codec;
+  std::string algorithm;
+  std::size_t min_bytes = 0;
+  std::size_t segment_bytes = 256 * 1024;
+  LogLevel log_level = LogLevel::kNone;
+};
+
+/// The parsed environment; throws ccoll::Error(kInvalidArgument) naming the variable when a
+/// value is malformed (and again on every later call, so no call runs with a half-read config).
+const EnvConfig& env_config();
+
+/// Writes "ccoll <LEVEL> [rank r] message" to stderr when `level` is enabled.
+void log(LogLevel level, int rank, const std::string& message);
+
+}  // namespace ccoll

@@ -1,0 +1,23 @@
+// ccoll::Error and status names (shared by the C++ and C APIs).
+#include "ccoll/error.hpp"
+
+namespace ccoll {
+
+Error::Error(Status code, const std::string& message)
+    : std::runtime_error("ccoll: " + message), code_(code) {}
+
+const char* status_string(Status status) noexcept {
+  switch (status) {
+    case Status::kSuccess: return "success";
+    case Status::kInvalidArgument: return "invalid argument";
+    case Status::kUnsupported: return "unsupported";
+    case Status::kMpiError: return "MPI error";
+    case Status::kCorruptData: return "corrupt data";
+    case Status::kInternal: return "internal error";
+    case Status::kCudaError: return "CUDA error";
+    case Status::kNcclError: return "NCCL error";
+  }
+  return "unknown status";
+}
+
+}  // namespace ccoll

@@ -1,0 +1,128 @@
+// Spec-string parser and the table of codecs it knows.
+#include "spec.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <functional>
+
+#include "cast_codecs.hpp"
+#include "ccoll/error.hpp"
+
+namespace ccoll {
+namespace {
+
+struct Entry {
+  const char* name;
+  std::vector<std::string> keys;  // accepted parameters
+  std::function<std::unique_ptr<codec::Codec>(const CodecSpec&, codec::DType)> make;
+};
+
+const std::vector<Entry>& registry() {
+  static const std::vector<Entry> entries = {
+      {"none", {}, [](const CodecSpec&, codec::DType t) { return codec::make_none_codec(t); }},
+      {"fp16", {}, [](const CodecSpec&, codec::DType t) { return codec::make_fp16_codec(t); }},
+      {"bf16", {}, [](const CodecSpec&, codec::DType t) { return codec::make_bf16_codec(t); }},
+  };
+  return entries;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ", ") + x;
+  return s.empty() ? "none" : s;
+}
+
+std::string trim(const std::string& s) {
+  std::size_t b = 0;
+  std::size_t e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+[[noreturn]] void bad(const std::string& msg) {
+  throw Error(Status::kInvalidArgument, "codec: " + msg);
+}
+
+}  // namespace
+
+std::vector<std::string> codec_names() {
+  std::vector<std::string> names;
+  for (const auto& e : registry()) names.emplace_back(e.name);
+  return names;
+}
+
+CodecSpec parse_codec_spec(const std::string& text) {
+  const std::string s = trim(text);
+  if (s.empty()) bad("empty spec string (valid codecs: " + join(codec_names()) + ")");
+  const std::size_t sep = s.find_first_of(":,");
+  CodecSpec spec;
+  spec.name = trim(s.substr(0, sep));
+  const auto it = std::find_if(registry().begin(), registry().end(),
+                               [&](const Entry& e) { return spec.name == e.name; });
+  if (it == registry().end()) {
+    bad("unknown codec '" + spec.name + "' in '" + s + "' (valid: " + join(codec_names()) + ")");
+  }
+  if (sep != std::string::npos) {
+    const std::string rest = s.substr(sep + 1);
+    std::size_t pos = 0;
+    while (pos <= rest.size()) {
+      const std::size_t comma = rest.find(',', pos);
+      const std::string item =
+          trim(rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
+      const std::size_t eq = item.find('=');
+      if (item.empty() || eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
+        bad("malformed parameter '" + item + "' in '" + s + "' (expected key=value)");
+      }
+      const std::string key = trim(item.substr(0, eq));
+      const std::string value = trim(item.substr(eq + 1));
+      if (std::find(it->keys.begin(), it->keys.end(), key) == it->keys.end()) {
+        bad("unknown parameter '" + key + "' for codec '" + spec.name +
+            "' (valid: " + join(it->keys) + ")");
+      }
+      for (const auto& kv : spec.params) {
+        if (kv.first == key) bad("parameter '" + key + "' given twice in '" + s + "'");
+      }
+      spec.params.emplace_back(key, value);
+      if (comma == std::string::npos) break;
+      pos = comma + 1;
+    }
+  }
+  std::sort(spec.params.begin(), spec.params.end());
+  spec.canonical = spec.name;
+  for (std::size_t i = 0; i < spec.params.size(); ++i) {
+    spec.canonical += (i == 0 ? ":" : ",") + spec.params[i].first + "=" + spec.params[i].second;
+  }
+  return spec;
+}
+
+std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dtype) {
+  for (const auto& e : registry()) {
+    if (spec.name == e.name) return e.make(spec, dtype);
+  }
+  bad("unknown codec '" + spec.name + "' (valid: " + join(codec_names()) + ")");
+}
+
+std::size_t parse_byte_size(const std::string& text, const std::string& what) {
+  const std::string s = trim(text);
+  std::size_t digits = 0;
+  while (digits < s.size() && std::isdigit(static_cast<unsigned char>(s[digits]))) ++digits;
+  std::size_t shift = 0;
+  const std::string suffix = s.substr(digits);
+  if (suffix == "K" || suffix == "k" || suffix == "KiB") {
+    shift = 10;
+  } else if (suffix == "M" || suffix == "m" || suffix == "MiB") {
+    shift = 20;
+  } else if (suffix == "G" || suffix == "g" || suffix == "GiB") {
+    shift = 30;
+  } else if (!suffix.empty()) {
+    digits = 0;  // reject below
+  }
+  if (digits == 0 || digits > 15) {
+    throw Error(Status::kInvalidArgument,
+                what + ": '" + text + "' is not a byte size (expected e.g. 4096, 64K, 1M, 2G)");
+  }
+  return static_cast<std::size_t>(std::stoull(s.substr(0, digits))) << shift;
+}
+
+}  // namespace ccoll

@@ -1,0 +1,36 @@
+// Codec spec strings and the codec registry.
+//
+// Grammar: name[:key=value[,key=value]...] (a ',' may also separate the name from the first
+// parameter). Unknown names, unknown keys and bad values are errors that list the valid ones.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "codec.hpp"
+
+namespace ccoll {
+
+struct CodecSpec {
+  std::string name;
+  std::vector<std::pair<std::string, std::string>> params;  ///< Sorted by key.
+  std::string canonical;                                     ///< name[:k=v,...] with sorted keys.
+};
+
+/// Parses and validates `text` against the registry; throws ccoll::Error(kInvalidArgument)
+/// naming the argument ("codec") and the valid choices.
+CodecSpec parse_codec_spec(const std::string& text);
+
+/// Creates the codec a valid spec names, for elements of `dtype`.
+std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dtype);
+
+/// Names of all registered codecs, in the order the documentation lists them.
+std::vector<std::string> codec_names();
+
+/// Parses a byte size with an optional K/M/G (binary) suffix, e.g. "64K"; throws
+/// ccoll::Error(kInvalidArgument) naming `what` when malformed.
+std::size_t parse_byte_size(const std::string& text, const std::string& what);
+
+}  // namespace ccoll

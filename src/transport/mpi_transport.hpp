@@ -1,0 +1,36 @@
+// MPI point-to-point transport on the library's duplicated communicator (host memory).
+#pragma once
+
+#include <mpi.h>
+
+#include <vector>
+
+#include "transport.hpp"
+
+namespace ccoll {
+
+class MpiTransport final : public coll::Transport {
+ public:
+  /// `comm` must have MPI_ERRORS_RETURN set (the library's duplicate does).
+  explicit MpiTransport(MPI_Comm comm);
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  coll::Request isend(const void* buf, std::size_t bytes, int peer, int tag) override;
+  coll::Request irecv(void* buf, std::size_t capacity, int peer, int tag) override;
+  std::size_t wait(coll::Request& request) override;
+
+ private:
+  struct Slot {
+    MPI_Request req = MPI_REQUEST_NULL;
+    bool recv = false;
+    std::size_t bytes = 0;
+  };
+  coll::Request add(const Slot& s);
+  MPI_Comm comm_;
+  int rank_ = 0;
+  int size_ = 1;
+  std::vector<Slot> slots_;
+  std::vector<std::size_t> free_;
+};
+
+}  // namespace ccoll
