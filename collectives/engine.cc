@@ -16,7 +16,7 @@ std::size_t Engine::encode(const void* in, std::size_t count, std::uint64_t stre
 
 bool Engine::decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
                     bool accumulate) {
-  if (bytes == 0) return false;  // the receive failed and already poisoned this rank
+  if (bytes == 0 && poisoned_) return false;  // the receive failed and poisoned this rank
   if (wire::is_poisoned(in, bytes)) {
     poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
     return false;

@@ -46,7 +46,8 @@ class Engine {
 
   Request send(const std::byte* buf, std::size_t bytes, int peer, int tag);
   Request recv(std::byte* buf, std::size_t capacity, int peer, int tag);
-  /// Waits for a receive; on a transport error poisons this rank and returns 0.
+  /// Waits for a receive; on a transport error poisons this rank and returns 0 (a message that
+  /// really is empty also returns 0 without poisoning; decode() rejects it).
   std::size_t wait_recv(Request& r);
   void wait_send(Request& r);
 

@@ -1,0 +1,454 @@
+// Every schedule over the in-process transport (ranks as threads): exact results against a
+// reference, bit-identical outputs on all ranks, in-place, lossy codecs within their bound,
+// segment pipelining, and corrupt wire data turned into errors rather than hangs or bad results.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "ccoll/error.hpp"
+#include "collectives.hpp"
+#include "engine.hpp"
+#include "inproc_transport.hpp"
+#include "spec.hpp"
+#include "wire.hpp"
+
+namespace ccoll {
+namespace {
+
+using coll::Algorithm;
+using codec::DType;
+
+// Integer-valued inputs: every partial sum is exact, so the reference sum is exact too.
+template <class T>
+T input(int rank, std::size_t i) {
+  return static_cast<T>(static_cast<int>((i * 131 + static_cast<std::size_t>(rank) * 17) % 41) -
+                        20);
+}
+
+template <class T>
+constexpr DType dtype_of() {
+  return sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
+}
+
+struct RunConfig {
+  std::string codec = "none";
+  Algorithm algorithm = Algorithm::kRing;
+  bool average = false;
+  std::size_t segment_elems = 64 * 1024;
+  InprocFabric::Tamper tamper;
+};
+
+struct RankResult {
+  std::vector<std::byte> out;
+  bool failed = false;
+  Status code = Status::kSuccess;
+  std::string message;
+  coll::Counters counters;
+};
+
+// Runs one collective on p threads; `body` gets (context, rank) and returns the output bytes.
+std::vector<RankResult> run_ranks(
+    int p, const RunConfig& rc, DType dtype,
+    const std::function<std::vector<std::byte>(coll::Context&, int)>& body) {
+  std::vector<RankResult> results(static_cast<std::size_t>(p));
+  run_inproc(
+      p,
+      [&](coll::Transport& t) {
+        auto codec = make_codec(parse_codec_spec(rc.codec), dtype);
+        coll::Workspace ws;
+        RankResult& res = results[static_cast<std::size_t>(t.rank())];
+        coll::Context cx{t, *codec, ws, res.counters};
+        cx.segment_elems = rc.segment_elems;
+        cx.seed = 42;
+        cx.call = 7;
+        try {
+          res.out = body(cx, t.rank());
+        } catch (const Error& e) {
+          res.failed = true;
+          res.code = e.code();
+          res.message = e.what();
+        }
+      },
+      rc.tamper);
+  return results;
+}
+
+template <class T>
+std::vector<std::byte> as_bytes(const std::vector<T>& v) {
+  std::vector<std::byte> b(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+template <class T>
+std::vector<T> from_bytes(const std::vector<std::byte>& b) {
+  std::vector<T> v(b.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+template <class T>
+std::vector<RankResult> allreduce(int p, std::size_t count, const RunConfig& rc) {
+  return run_ranks(p, rc, dtype_of<T>(), [&](coll::Context& cx, int r) {
+    std::vector<T> buf(count);
+    for (std::size_t i = 0; i < count; ++i) buf[i] = input<T>(r, i);
+    if (rc.algorithm == Algorithm::kTree) {
+      coll::allreduce_recursive_doubling(cx, buf.data(), count, rc.average);
+    } else {
+      coll::allreduce_ring(cx, buf.data(), count, rc.average);
+    }
+    return as_bytes(buf);
+  });
+}
+
+void expect_identical(const std::vector<RankResult>& res) {
+  for (std::size_t r = 0; r < res.size(); ++r) {
+    ASSERT_FALSE(res[r].failed) << "rank " << r << ": " << res[r].message;
+    EXPECT_TRUE(res[r].out == res[0].out) << "rank " << r << " differs from rank 0";
+  }
+}
+
+template <class T>
+T exact_sum(int p, std::size_t i) {
+  long long s = 0;
+  for (int r = 0; r < p; ++r) s += static_cast<long long>(input<T>(r, i));
+  return static_cast<T>(s);
+}
+
+std::vector<std::size_t> counts_for(int p) {
+  return {0, 1, 3, static_cast<std::size_t>(p - 1), 1000, (1u << 20) + 7};
+}
+
+class ExactAllreduce : public ::testing::TestWithParam<std::tuple<Algorithm, int>> {};
+
+TEST_P(ExactAllreduce, MatchesReferenceOnEveryRank) {
+  const auto [algo, p] = GetParam();
+  for (const std::size_t count : counts_for(p)) {
+    for (const bool average : {false, true}) {
+      if (average && count > 1000) continue;
+      SCOPED_TRACE("count " + std::to_string(count) + (average ? " average" : " sum"));
+      RunConfig rc;
+      rc.algorithm = algo;
+      rc.average = average;
+      const auto res = allreduce<float>(p, count, rc);
+      expect_identical(res);
+      const auto out = from_bytes<float>(res[0].out);
+      ASSERT_EQ(out.size(), count);
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        float ref = exact_sum<float>(p, i);
+        if (average) ref /= static_cast<float>(p);
+        wrong += out[i] != ref;
+      }
+      EXPECT_EQ(wrong, 0u);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, ExactAllreduce,
+                         ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree),
+                                            ::testing::Range(1, 9)));
+
+TEST(Allreduce, DoublesExact) {
+  for (const Algorithm algo : {Algorithm::kRing, Algorithm::kTree}) {
+    for (const int p : {2, 3, 5}) {
+      RunConfig rc;
+      rc.algorithm = algo;
+      const auto res = allreduce<double>(p, 1001, rc);
+      expect_identical(res);
+      const auto out = from_bytes<double>(res[0].out);
+      for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], exact_sum<double>(p, i));
+    }
+  }
+}
+
+// Many small segments: the pipelined forwarding across steps must keep order and content.
+TEST(Allreduce, SegmentedPipeline) {
+  for (const int p : {2, 3, 5, 8}) {
+    for (const std::size_t seg : {1, 7, 64}) {
+      RunConfig rc;
+      rc.segment_elems = seg;
+      const auto res = allreduce<float>(p, 1003, rc);
+      expect_identical(res);
+      const auto out = from_bytes<float>(res[0].out);
+      for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], exact_sum<float>(p, i));
+    }
+  }
+}
+
+// Per-rank traffic of the ring is 2 (p-1)/p of the encoded size (plus one header a segment).
+TEST(Allreduce, RingTrafficIsBandwidthOptimal) {
+  const int p = 4;
+  const std::size_t count = 4000;
+  const auto res = allreduce<float>(p, count, RunConfig{});
+  for (const auto& r : res) {
+    const std::size_t payload = 2 * (p - 1) * (count / p) * sizeof(float);
+    EXPECT_EQ(r.counters.bytes_sent, payload + 2 * (p - 1) * wire::kHeaderBytes);
+    EXPECT_EQ(r.counters.bytes_received, r.counters.bytes_sent);
+  }
+}
+
+class LossyAllreduce
+    : public ::testing::TestWithParam<std::tuple<std::string, Algorithm, int, bool>> {};
+
+template <class T>
+void check_lossy(const std::string& codec, Algorithm algo, int p) {
+  const double u = make_codec(parse_codec_spec(codec), dtype_of<T>())->unit_roundoff();
+  for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3},
+                                  static_cast<std::size_t>(p - 1), std::size_t{1000},
+                                  std::size_t{65543}}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    RunConfig rc;
+    rc.codec = codec;
+    rc.algorithm = algo;
+    rc.segment_elems = 4096;
+    const auto res = allreduce<T>(p, count, rc);
+    expect_identical(res);
+    const auto out = from_bytes<T>(res[0].out);
+    // the documented bound: p (u + 2^-23) × Σ_i max|x_i| (max|x_i| = 20 here)
+    const double tol = p * (u + 0x1p-23) * 20.0 * p;
+    double worst = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(out[i]) -
+                                        static_cast<double>(exact_sum<T>(p, i))));
+    }
+    EXPECT_LE(worst, tol);
+    // Integer-valued inputs up to 160 in magnitude are exact in fp16 and bf16 (8 significant
+    // bits cover 0..256), so here the codecs must reproduce the exact sum.
+    EXPECT_EQ(worst, 0.0);
+  }
+}
+
+TEST_P(LossyAllreduce, WithinBoundAndIdentical) {
+  const auto [codec, algo, p, dbl] = GetParam();
+  if (dbl) {
+    check_lossy<double>(codec, algo, p);
+  } else {
+    check_lossy<float>(codec, algo, p);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, LossyAllreduce,
+                         ::testing::Combine(::testing::Values("fp16", "bf16"),
+                                            ::testing::Values(Algorithm::kRing, Algorithm::kTree),
+                                            ::testing::Values(1, 2, 3, 4, 5, 8),
+                                            ::testing::Bool()));
+
+// Non-integer data: rounding really happens; every rank must still see the same bits.
+TEST(Allreduce, LossyRoundingStaysIdenticalAcrossRanks) {
+  for (const Algorithm algo : {Algorithm::kRing, Algorithm::kTree}) {
+    for (const int p : {3, 5, 6, 7}) {
+      RunConfig rc;
+      rc.codec = "fp16";
+      rc.algorithm = algo;
+      rc.average = true;
+      rc.segment_elems = 100;
+      const std::size_t count = 777;
+      const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+        std::vector<float> buf(count);
+        for (std::size_t i = 0; i < count; ++i) {
+          buf[i] = std::sin(0.1f * static_cast<float>(i) + static_cast<float>(r)) * 3.3f;
+        }
+        if (algo == Algorithm::kTree) {
+          coll::allreduce_recursive_doubling(cx, buf.data(), count, true);
+        } else {
+          coll::allreduce_ring(cx, buf.data(), count, true);
+        }
+        return as_bytes(buf);
+      });
+      expect_identical(res);
+      const auto out = from_bytes<float>(res[0].out);
+      for (std::size_t i = 0; i < count; ++i) {
+        double ref = 0;
+        for (int r = 0; r < p; ++r) {
+          ref += std::sin(0.1f * static_cast<float>(i) + static_cast<float>(r)) * 3.3f;
+        }
+        ref /= p;
+        EXPECT_LE(std::fabs(out[i] - ref), p * (0x1p-11 + 0x1p-23) * 3.3 * p / p) << i;
+      }
+    }
+  }
+}
+
+TEST(ReduceScatter, OwnChunkHoldsTheSum) {
+  for (int p = 1; p <= 8; ++p) {
+    for (const std::size_t count : counts_for(p)) {
+      if (count > 100000) continue;
+      const auto res = run_ranks(p, RunConfig{}, DType::kFloat32, [&](coll::Context& cx, int r) {
+        std::vector<float> buf(count);
+        for (std::size_t i = 0; i < count; ++i) buf[i] = input<float>(r, i);
+        coll::reduce_scatter_ring(cx, buf.data(), count);
+        const std::size_t off = coll::chunk_offset(count, p, r);
+        const std::size_t n = coll::chunk_count(count, p, r);
+        return as_bytes(std::vector<float>(buf.begin() + static_cast<long>(off),
+                                           buf.begin() + static_cast<long>(off + n)));
+      });
+      for (int r = 0; r < p; ++r) {
+        ASSERT_FALSE(res[static_cast<std::size_t>(r)].failed);
+        const auto chunk = from_bytes<float>(res[static_cast<std::size_t>(r)].out);
+        const std::size_t off = coll::chunk_offset(count, p, r);
+        ASSERT_EQ(chunk.size(), coll::chunk_count(count, p, r));
+        for (std::size_t i = 0; i < chunk.size(); ++i) {
+          ASSERT_EQ(chunk[i], exact_sum<float>(p, off + i)) << "p " << p << " rank " << r;
+        }
+      }
+    }
+  }
+}
+
+class Allgather : public ::testing::TestWithParam<std::tuple<Algorithm, std::string, int>> {};
+
+TEST_P(Allgather, EveryBlockOnEveryRank) {
+  const auto [algo, codec, p] = GetParam();
+  auto c = make_codec(parse_codec_spec(codec), DType::kFloat32);
+  for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3},
+                                  std::size_t{1000}, std::size_t{((1u << 20) + 7) / 8}}) {
+    for (const bool in_place : {false, true}) {
+      SCOPED_TRACE("count " + std::to_string(count) + (in_place ? " in place" : ""));
+      RunConfig rc;
+      rc.codec = codec;
+      rc.segment_elems = 5000;
+      auto value = [](int r, std::size_t i) {
+        return static_cast<float>(r) * 1000.5f + 0.37f * static_cast<float>(i % 977);
+      };
+      const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+        std::vector<float> recv(count * static_cast<std::size_t>(p), -1.0f);
+        std::vector<float> send(count);
+        for (std::size_t i = 0; i < count; ++i) send[i] = value(r, i);
+        float* own = recv.data() + static_cast<std::size_t>(r) * count;
+        if (in_place) std::copy(send.begin(), send.end(), own);
+        const float* src = in_place ? own : send.data();
+        if (algo == Algorithm::kTree) {
+          coll::allgather_bruck(cx, src, count, recv.data());
+        } else {
+          coll::allgather_ring(cx, src, count, recv.data());
+        }
+        return as_bytes(recv);
+      });
+      expect_identical(res);
+      const auto out = from_bytes<float>(res[0].out);
+      // each block equals decode(encode(block)): check it through the codec itself
+      for (int r = 0; r < p; ++r) {
+        std::vector<float> block(count);
+        for (std::size_t i = 0; i < count; ++i) block[i] = value(r, i);
+        std::vector<std::byte> enc(c->max_encoded_bytes(count));
+        const std::size_t n = c->encode(block.data(), count, {}, enc.data());
+        std::vector<float> ref(count);
+        c->decode(enc.data(), n, count, ref.data());
+        ASSERT_EQ(0, count == 0 ? 0
+                                : std::memcmp(ref.data(),
+                                              out.data() + static_cast<std::size_t>(r) * count,
+                                              count * sizeof(float)))
+            << "block of rank " << r;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, Allgather,
+                         ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree),
+                                            ::testing::Values("none", "fp16"),
+                                            ::testing::Range(1, 9)));
+
+// Corrupt wire data: the rank that receives it, and every rank whose result depends on it, throw
+// kCorruptData; no rank hangs, and ranks that do not throw hold correct results.
+struct Corruption {
+  const char* name;
+  std::function<void(std::vector<std::byte>&)> apply;
+};
+
+std::vector<Corruption> corruptions() {
+  return {{"flip header byte", [](std::vector<std::byte>& m) { m[2] ^= std::byte{0x7}; }},
+          {"truncate", [](std::vector<std::byte>& m) { m.resize(m.size() / 2); }},
+          {"oversize", [](std::vector<std::byte>& m) { m.resize(m.size() * 4 + 64); }},
+          {"empty", [](std::vector<std::byte>& m) { m.clear(); }}};
+}
+
+TEST(Corruption, RingAllreduceFailsOnEveryRank) {
+  for (const auto& corrupt : corruptions()) {
+    for (const int tag : {coll::kTagReduceScatter, coll::kTagAllgather}) {
+      SCOPED_TRACE(std::string(corrupt.name) + " tag " + std::to_string(tag));
+      const int p = 4;
+      std::mutex mu;
+      bool done = false;
+      RunConfig rc;
+      rc.tamper = [&](int src, int, int t, std::vector<std::byte>& m) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (!done && src == 1 && t == tag) {
+          corrupt.apply(m);
+          done = true;
+        }
+      };
+      const auto res = allreduce<float>(p, 1000, rc);
+      int failed = 0;
+      for (const auto& r : res) {
+        if (r.failed) {
+          EXPECT_EQ(r.code, Status::kCorruptData) << r.message;
+          ++failed;
+        }
+      }
+      // a corrupt reduce-scatter payload spoils a chunk every rank decodes; a corrupt
+      // all-gather payload spoils the receiver and everyone it forwards to
+      EXPECT_GE(failed, tag == coll::kTagReduceScatter ? p : 1);
+      for (const auto& r : res) {
+        if (r.failed) continue;
+        const auto out = from_bytes<float>(r.out);
+        for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], exact_sum<float>(p, i));
+      }
+    }
+  }
+}
+
+TEST(Corruption, TreeAndBruckFailWithoutHanging) {
+  for (const auto& corrupt : corruptions()) {
+    for (const int p : {3, 4, 5}) {
+      for (const bool gather : {false, true}) {
+        SCOPED_TRACE(std::string(corrupt.name) + " p " + std::to_string(p) +
+                     (gather ? " bruck" : " doubling"));
+        std::mutex mu;
+        bool done = false;
+        RunConfig rc;
+        rc.algorithm = Algorithm::kTree;
+        rc.tamper = [&](int src, int, int, std::vector<std::byte>& m) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!done && src == p - 1) {
+            corrupt.apply(m);
+            done = true;
+          }
+        };
+        std::vector<RankResult> res;
+        if (gather) {
+          res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+            std::vector<float> send(10, static_cast<float>(r));
+            std::vector<float> recv(10 * static_cast<std::size_t>(p));
+            coll::allgather_bruck(cx, send.data(), 10, recv.data());
+            return as_bytes(recv);
+          });
+        } else {
+          res = allreduce<float>(p, 10, rc);
+        }
+        int failed = 0;
+        for (const auto& r : res) {
+          if (!r.failed) continue;
+          EXPECT_EQ(r.code, Status::kCorruptData) << r.message;
+          ++failed;
+        }
+        EXPECT_GE(failed, 1);
+        for (const auto& r : res) {
+          if (r.failed) continue;
+          const auto out = from_bytes<float>(r.out);
+          for (std::size_t i = 0; i < out.size(); ++i) {
+            ASSERT_EQ(out[i], gather ? static_cast<float>(i / 10) : exact_sum<float>(p, i));
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ccoll
