@@ -1,0 +1,443 @@
+// Multi-process tests of the public API, launched by CTest through mpiexec at 1..5 ranks.
+// Every rank runs every test; outputs are compared across ranks through MPI itself.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "ccoll/ccoll.h"
+#include "ccoll/ccoll.hpp"
+
+namespace {
+
+int world_rank() {
+  int r = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  return r;
+}
+int world_size() {
+  int s = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &s);
+  return s;
+}
+
+template <class T>
+T input(int rank, std::size_t i) {
+  return static_cast<T>(static_cast<int>((i * 131 + static_cast<std::size_t>(rank) * 17) % 41) -
+                        20);
+}
+template <class T>
+T exact_sum(int p, std::size_t i) {
+  long long s = 0;
+  for (int r = 0; r < p; ++r) s += static_cast<long long>(input<T>(r, i));
+  return static_cast<T>(s);
+}
+
+// True when `bytes` is identical on every rank of `comm`.
+bool identical_on_all_ranks(const void* data, std::size_t bytes, MPI_Comm comm) {
+  int p = 1;
+  MPI_Comm_size(comm, &p);
+  unsigned long long h = 1469598103934665603ull;  // FNV-1a, then compare min and max
+  const auto* b = static_cast<const unsigned char*>(data);
+  for (std::size_t i = 0; i < bytes; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  unsigned long long lo = 0;
+  unsigned long long hi = 0;
+  MPI_Allreduce(&h, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm);
+  MPI_Allreduce(&h, &hi, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, comm);
+  return lo == hi;
+}
+
+// Every rank must agree that the call failed with `code`; returns the local message.
+std::string expect_error_everywhere(const std::function<void()>& call, ccoll::Status code) {
+  int failed = 0;
+  std::string message;
+  ccoll::Status got = ccoll::Status::kSuccess;
+  try {
+    call();
+  } catch (const ccoll::Error& e) {
+    failed = 1;
+    got = e.code();
+    message = e.what();
+  }
+  int all = 0;
+  MPI_Allreduce(&failed, &all, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(all, world_size()) << "only " << all << " ranks raised";
+  EXPECT_EQ(got, code) << message;
+  return message;
+}
+
+const std::vector<std::size_t> kCounts = {0, 1, 3, 4, 1000, (1u << 20) + 7};
+
+TEST(MpiAllreduce, ExactSumEveryAlgorithmAndSize) {
+  const int p = world_size();
+  for (const char* algo : {"auto", "ring", "tree"}) {
+    for (std::size_t count : kCounts) {
+      if (count == 4) count = static_cast<std::size_t>(p - 1);
+      for (const bool in_place : {false, true}) {
+        SCOPED_TRACE(std::string(algo) + " count " + std::to_string(count) +
+                     (in_place ? " in place" : ""));
+        std::vector<float> send(count);
+        std::vector<float> recv(count, -7.0f);
+        for (std::size_t i = 0; i < count; ++i) send[i] = input<float>(world_rank(), i);
+        if (in_place) recv = send;
+        ccoll::Options opt;
+        opt.algorithm = algo;
+        ccoll::Stats stats;
+        opt.stats = &stats;
+        ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : send.data(), recv.data(), count,
+                                    MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, opt);
+        std::size_t wrong = 0;
+        for (std::size_t i = 0; i < count; ++i) wrong += recv[i] != exact_sum<float>(p, i);
+        EXPECT_EQ(wrong, 0u);
+        EXPECT_TRUE(identical_on_all_ranks(recv.data(), count * sizeof(float), MPI_COMM_WORLD));
+        EXPECT_EQ(stats.input_bytes, count * sizeof(float));
+        EXPECT_EQ(stats.codec, "none");
+        if (p > 1 && count > 0) {
+          EXPECT_GT(stats.wire_bytes_sent, 0u);
+          if (std::string(algo) != "auto") {
+            EXPECT_EQ(stats.algorithm, algo);
+          }
+        } else {
+          EXPECT_EQ(stats.algorithm, "local");
+        }
+        if (!in_place) {
+          for (std::size_t i = 0; i < count; ++i) {
+            ASSERT_EQ(send[i], input<float>(world_rank(), i)) << "sendbuf modified";
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MpiAllreduce, DoublesAndAverage) {
+  const int p = world_size();
+  for (const char* algo : {"ring", "tree"}) {
+    const std::size_t count = 5003;
+    std::vector<double> buf(count);
+    for (std::size_t i = 0; i < count; ++i) buf[i] = input<double>(world_rank(), i);
+    ccoll::Options opt;
+    opt.algorithm = algo;
+    opt.average = true;
+    ccoll::compressed_allreduce(MPI_IN_PLACE, buf.data(), count, MPI_DOUBLE, MPI_SUM,
+                                MPI_COMM_WORLD, opt);
+    for (std::size_t i = 0; i < count; ++i) {
+      ASSERT_EQ(buf[i], exact_sum<double>(p, i) / static_cast<double>(p)) << algo << " " << i;
+    }
+    EXPECT_TRUE(identical_on_all_ranks(buf.data(), count * sizeof(double), MPI_COMM_WORLD));
+  }
+}
+
+TEST(MpiAllreduce, LossyCodecsWithinBoundAndIdentical) {
+  const int p = world_size();
+  for (const char* codec : {"fp16", "bf16"}) {
+    for (const char* algo : {"ring", "tree"}) {
+      for (const std::size_t count : {std::size_t{1}, std::size_t{3}, std::size_t{77777}}) {
+        SCOPED_TRACE(std::string(codec) + " " + algo + " " + std::to_string(count));
+        std::vector<float> buf(count);
+        double max_abs = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+          buf[i] = std::sin(0.01f * static_cast<float>(i) * static_cast<float>(world_rank() + 1));
+          max_abs = std::max(max_abs, std::fabs(static_cast<double>(buf[i])));
+        }
+        std::vector<double> exact(count);
+        std::vector<double> mine(buf.begin(), buf.end());
+        MPI_Allreduce(mine.data(), exact.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM,
+                      MPI_COMM_WORLD);
+        double sum_max = 0;
+        MPI_Allreduce(&max_abs, &sum_max, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+        ccoll::Options opt;
+        opt.codec = codec;
+        opt.algorithm = algo;
+        ccoll::Stats stats;
+        opt.stats = &stats;
+        ccoll::compressed_allreduce(MPI_IN_PLACE, buf.data(), count, MPI_FLOAT, MPI_SUM,
+                                    MPI_COMM_WORLD, opt);
+        const double bound = ccoll::describe_codec(codec, p).error_bound * sum_max;
+        double worst = 0;
+        for (std::size_t i = 0; i < count; ++i) {
+          worst = std::max(worst, std::fabs(buf[i] - exact[i]));
+        }
+        EXPECT_LE(worst, bound);
+        EXPECT_TRUE(identical_on_all_ranks(buf.data(), count * sizeof(float), MPI_COMM_WORLD));
+        if (p > 1) {
+          EXPECT_EQ(stats.codec, codec);
+          EXPECT_FALSE(stats.fell_back);
+          if (std::string(algo) == "ring" && count > 1000) {
+            // 2 bytes per element instead of 4 (plus headers)
+            EXPECT_LT(stats.wire_bytes_sent * 1.9, 2.0 * (p - 1) / p * count * 4);
+          }
+        }
+      }
+    }
+  }
+}
+
+// A value fp16 cannot carry (NaN on one rank, or out of range) sends the whole call to MPI on
+// every rank, so NaN propagates exactly as MPI_Allreduce propagates it.
+TEST(MpiAllreduce, NonFiniteFallsBackOnEveryRank) {
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "needs 2 ranks";
+  for (const float bad : {std::nanf(""), INFINITY, 1e6f}) {
+    std::vector<float> buf(1000, 1.0f);
+    if (world_rank() == p - 1) buf[17] = bad;
+    ccoll::Options opt;
+    opt.codec = "fp16";
+    ccoll::Stats stats;
+    opt.stats = &stats;
+    ccoll::compressed_allreduce(MPI_IN_PLACE, buf.data(), buf.size(), MPI_FLOAT, MPI_SUM,
+                                MPI_COMM_WORLD, opt);
+    EXPECT_TRUE(stats.fell_back);
+    EXPECT_EQ(stats.algorithm, "mpi");
+    if (std::isnan(bad)) {
+      EXPECT_TRUE(std::isnan(buf[17]));
+    } else {
+      EXPECT_EQ(buf[17], bad + static_cast<float>(p - 1));
+    }
+    EXPECT_EQ(buf[16], static_cast<float>(p));
+  }
+}
+
+TEST(MpiAllgather, EveryBlockEveryRank) {
+  const int p = world_size();
+  for (const char* algo : {"auto", "ring", "tree"}) {
+    for (const char* codec : {"none", "bf16"}) {
+      for (std::size_t count : kCounts) {
+        if (count == 4) count = static_cast<std::size_t>(p - 1);
+        if (count > 100000) count = 100003;
+        for (const bool in_place : {false, true}) {
+          SCOPED_TRACE(std::string(algo) + " " + codec + " count " + std::to_string(count));
+          std::vector<float> send(count);
+          for (std::size_t i = 0; i < count; ++i) send[i] = input<float>(world_rank(), i);
+          std::vector<float> recv(count * static_cast<std::size_t>(p), -1.0f);
+          if (in_place) {
+            std::copy(send.begin(), send.end(),
+                      recv.begin() + static_cast<long>(count) * world_rank());
+          }
+          ccoll::Options opt;
+          opt.algorithm = algo;
+          opt.codec = codec;
+          ccoll::compressed_allgather(in_place ? MPI_IN_PLACE : send.data(), count, recv.data(),
+                                      MPI_FLOAT, MPI_COMM_WORLD, opt);
+          std::size_t wrong = 0;
+          for (int r = 0; r < p; ++r) {
+            for (std::size_t i = 0; i < count; ++i) {
+              // integer inputs in [-20, 20] are exact in bf16
+              wrong += recv[static_cast<std::size_t>(r) * count + i] != input<float>(r, i);
+            }
+          }
+          EXPECT_EQ(wrong, 0u);
+          EXPECT_TRUE(identical_on_all_ranks(recv.data(), recv.size() * sizeof(float),
+                                             MPI_COMM_WORLD));
+        }
+      }
+    }
+  }
+}
+
+TEST(MpiErrors, UnsupportedOpAndDatatypeRaiseOnEveryRank) {
+  std::vector<float> f(10, 1.0f);
+  std::vector<int> n(10, 1);
+  std::string msg = expect_error_everywhere(
+      [&] {
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 10, MPI_FLOAT, MPI_MAX,
+                                    MPI_COMM_WORLD);
+      },
+      ccoll::Status::kUnsupported);
+  EXPECT_NE(msg.find("op: MPI_MAX is not supported (valid: MPI_SUM"), std::string::npos) << msg;
+  msg = expect_error_everywhere(
+      [&] {
+        ccoll::compressed_allreduce(MPI_IN_PLACE, n.data(), 10, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+      },
+      ccoll::Status::kUnsupported);
+  EXPECT_NE(msg.find("datatype: MPI_INT is not supported (valid: MPI_FLOAT, MPI_DOUBLE)"),
+            std::string::npos)
+      << msg;
+  msg = expect_error_everywhere(
+      [&] {
+        ccoll::compressed_allgather(MPI_IN_PLACE, 1, n.data(), MPI_INT, MPI_COMM_WORLD);
+      },
+      ccoll::Status::kUnsupported);
+  EXPECT_NE(msg.find("datatype"), std::string::npos) << msg;
+}
+
+TEST(MpiErrors, BadArgumentOnOneRankRaisesOnEveryRank) {
+  const int p = world_size();
+  const int last = p - 1;
+  std::vector<float> f(100, 1.0f);
+  // bad codec on the last rank only
+  std::string msg = expect_error_everywhere(
+      [&] {
+        ccoll::Options opt;
+        opt.codec = world_rank() == last ? "fp12" : "fp16";
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM,
+                                    MPI_COMM_WORLD, opt);
+      },
+      ccoll::Status::kInvalidArgument);
+  EXPECT_NE(msg.find("codec"), std::string::npos) << msg;
+  // unsupported op on the last rank only
+  msg = expect_error_everywhere(
+      [&] {
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT,
+                                    world_rank() == last ? MPI_PROD : MPI_SUM, MPI_COMM_WORLD);
+      },
+      ccoll::Status::kUnsupported);
+  EXPECT_NE(msg.find("op"), std::string::npos) << msg;
+  // null buffer, bad algorithm, overlapping buffers
+  msg = expect_error_everywhere(
+      [&] {
+        ccoll::compressed_allreduce(MPI_IN_PLACE, world_rank() == last ? nullptr : f.data(), 100,
+                                    MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      },
+      ccoll::Status::kInvalidArgument);
+  EXPECT_NE(msg.find("recvbuf"), std::string::npos) << msg;
+  msg = expect_error_everywhere(
+      [&] {
+        ccoll::Options opt;
+        opt.algorithm = "butterfly";
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM,
+                                    MPI_COMM_WORLD, opt);
+      },
+      ccoll::Status::kInvalidArgument);
+  EXPECT_NE(msg.find("algorithm: unknown algorithm 'butterfly' (valid: auto, ring, tree)"),
+            std::string::npos)
+      << msg;
+  msg = expect_error_everywhere(
+      [&] {
+        ccoll::compressed_allreduce(f.data() + 10, f.data(), 50, MPI_FLOAT, MPI_SUM,
+                                    MPI_COMM_WORLD);
+      },
+      ccoll::Status::kInvalidArgument);
+  EXPECT_NE(msg.find("sendbuf: overlaps recvbuf"), std::string::npos) << msg;
+}
+
+TEST(MpiErrors, MismatchedArgumentsRaiseOnEveryRank) {
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "needs 2 ranks";
+  std::vector<float> f(100, 1.0f);
+  std::string msg = expect_error_everywhere(
+      [&] {
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), world_rank() == 0 ? 99 : 100,
+                                    MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+      },
+      ccoll::Status::kInvalidArgument);
+  EXPECT_NE(msg.find("count differs across ranks (99 vs 100)"), std::string::npos) << msg;
+  msg = expect_error_everywhere(
+      [&] {
+        ccoll::Options opt;
+        opt.codec = world_rank() == 0 ? "bf16" : "fp16";
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM,
+                                    MPI_COMM_WORLD, opt);
+      },
+      ccoll::Status::kInvalidArgument);
+  EXPECT_NE(msg.find("codec differs across ranks"), std::string::npos) << msg;
+  msg = expect_error_everywhere(
+      [&] {
+        ccoll::Options opt;
+        opt.average = world_rank() == 0;
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM,
+                                    MPI_COMM_WORLD, opt);
+      },
+      ccoll::Status::kInvalidArgument);
+  EXPECT_NE(msg.find("average differs"), std::string::npos) << msg;
+  // the library still works afterwards
+  std::vector<float> ok(10, 1.0f);
+  ccoll::compressed_allreduce(MPI_IN_PLACE, ok.data(), 10, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(ok[0], static_cast<float>(p));
+}
+
+// The library's messages travel on its own communicator: a pending receive of the caller on the
+// same communicator and tag space is not disturbed, and freeing a communicator frees ccoll's copy.
+TEST(MpiComm, OwnCommunicatorAndSplit) {
+  const int p = world_size();
+  const int r = world_rank();
+  int pending = -1;
+  MPI_Request req = MPI_REQUEST_NULL;
+  if (p > 1) MPI_Irecv(&pending, 1, MPI_INT, (r + 1) % p, MPI_ANY_TAG, MPI_COMM_WORLD, &req);
+  std::vector<float> f(5000, 1.0f);
+  ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), f.size(), MPI_FLOAT, MPI_SUM,
+                              MPI_COMM_WORLD);
+  EXPECT_EQ(f[4999], static_cast<float>(p));
+  if (p > 1) {
+    int flag = 1;
+    MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    EXPECT_EQ(flag, 0) << "ccoll's traffic matched a user receive";
+    MPI_Barrier(MPI_COMM_WORLD);  // nobody sends before every rank has tested
+    const int value = 42 + r;
+    MPI_Send(&value, 1, MPI_INT, (r + p - 1) % p, 5, MPI_COMM_WORLD);
+    MPI_Wait(&req, MPI_STATUS_IGNORE);
+    EXPECT_EQ(pending, 42 + (r + 1) % p);
+  }
+  for (int round = 0; round < 3; ++round) {
+    MPI_Comm half;
+    MPI_Comm_split(MPI_COMM_WORLD, r % 2, r, &half);
+    int hs = 0;
+    MPI_Comm_size(half, &hs);
+    std::vector<double> d(3001, 2.0);
+    ccoll::compressed_allreduce(MPI_IN_PLACE, d.data(), d.size(), MPI_DOUBLE, MPI_SUM, half);
+    EXPECT_EQ(d[3000], 2.0 * hs);
+    MPI_Comm_free(&half);  // frees ccoll's duplicate through the attribute callback
+  }
+}
+
+TEST(MpiCApi, StatusCodesAndMessages) {
+  const int p = world_size();
+  std::vector<float> f(100, 1.0f);
+  ccoll_options_t opt;
+  ccoll_options_init(&opt);
+  ccoll_stats_t stats;
+  opt.stats = &stats;
+  opt.codec = "fp16";
+  EXPECT_EQ(ccoll_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &opt),
+            CCOLL_SUCCESS);
+  EXPECT_EQ(f[0], static_cast<float>(p));
+  EXPECT_STREQ(ccoll_last_error(), "");
+  EXPECT_EQ(stats.input_bytes, 400u);
+  EXPECT_EQ(ccoll_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD,
+                            nullptr),
+            CCOLL_ERR_UNSUPPORTED);
+  EXPECT_NE(std::string(ccoll_last_error()).find("op: MPI_MIN"), std::string::npos);
+  EXPECT_STREQ(ccoll_status_string(CCOLL_ERR_UNSUPPORTED), "unsupported");
+  std::vector<float> all(static_cast<std::size_t>(p) * 3);
+  EXPECT_EQ(ccoll_allgather(f.data(), 3, all.data(), MPI_FLOAT, MPI_COMM_WORLD, nullptr),
+            CCOLL_SUCCESS);
+  EXPECT_EQ(all.back(), static_cast<float>(p));
+}
+
+// Prints failed assertions of a rank other than 0, prefixed with the rank.
+class RankFailurePrinter : public ::testing::EmptyTestEventListener {
+ public:
+  void OnTestStart(const ::testing::TestInfo& info) override {
+    test_ = std::string(info.test_suite_name()) + "." + info.name();
+  }
+  void OnTestPartResult(const ::testing::TestPartResult& r) override {
+    if (!r.failed()) return;
+    std::fprintf(stderr, "[rank %d] %s: %s:%d\n%s\n", world_rank(), test_.c_str(),
+                 r.file_name() ? r.file_name() : "?", r.line_number(), r.message());
+  }
+
+ private:
+  std::string test_;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  if (world_rank() != 0) {
+    // Other ranks report failures only, prefixed with their rank.
+    auto& listeners = ::testing::UnitTest::GetInstance()->listeners();
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new RankFailurePrinter);
+  }
+  const int failed = RUN_ALL_TESTS();
+  int any = 0;
+  MPI_Allreduce(&failed, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (failed != 0) std::fprintf(stderr, "rank %d: tests FAILED\n", world_rank());
+  MPI_Finalize();
+  return any;
+}
