@@ -428,6 +428,7 @@ CodecInfo describe_codec(const std::string& spec_text, int ranks) {
   info.canonical = spec.canonical;
   info.lossless = codec->capabilities().lossless;
   info.summable = codec->capabilities().summable;
+  info.unit_roundoff = codec->unit_roundoff();
   // One rank: the data is copied, never encoded. Otherwise each element passes through at most
   // `ranks` encodes and `ranks` fp32 additions/divisions, each bounded relative to Σ max|x_i|.
   if (!info.lossless && ranks > 1) {

@@ -85,10 +85,15 @@ struct CodecInfo {
   std::string canonical;  ///< Normalized spec string (what Stats::codec reports).
   bool lossless = false;  ///< Decoding returns the input bit for bit.
   bool summable = false;  ///< Encoded payloads are added without decoding.
-  /// Worst-case all-reduce error over `ranks` ranks for inputs in the codec's range:
+  /// Worst-case all-reduce error over `ranks` ranks for inputs (and partial sums) in the codec's
+  /// normal range (fp16: magnitudes 2^-14 to 65504 / ranks; outside it the call falls back or,
+  /// for tiny values, adds at most ranks × 2^-25 absolute error):
   /// |result - exact sum| <= error_bound × Σ_i max_k |x_i[k]| (for the average, divide both sides
   /// by the rank count). 0 for lossless codecs.
   double error_bound = 0;
+  /// Relative error of one encode of a value in the codec's range (0 for lossless codecs); an
+  /// all-gather's output differs from the input by at most this times |input|.
+  double unit_roundoff = 0;
 };
 
 /// Parses and describes a codec spec string with the collectives' own parser, for an all-reduce

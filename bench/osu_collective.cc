@@ -1,0 +1,353 @@
+// OSU-style latency driver for ccoll's all-reduce (and, built with CCOLL_BENCH_ALLGATHER, its
+// all-gather), with plain MPI measured in the same run as the baseline.
+//
+// Options follow OSU Micro-Benchmarks: -m [MIN:]MAX sizes in bytes (doubling), -i iterations,
+// -x warm-up iterations, -f full statistics, -c validation, -h help. ccoll adds --codec SPEC
+// (repeatable, or a comma list of plain names), --baseline mpi and --algorithm.
+// Timing: each iteration is preceded by a barrier and covers only the collective call; each rank
+// averages its iterations; rank 0 prints min/avg/max of those averages across ranks.
+// Columns: speedup = MPI time / this row's time; ratio = bytes ccoll's "none" codec puts on the
+// wire with the same schedule / bytes this codec puts there (summed over ranks, measured);
+// max relative error = max|result - exact| / max|exact|; busbw from uncompressed bytes
+// (nccl-tests: all-reduce algbw·2(p-1)/p, all-gather algbw·(p-1)/p).
+#include <getopt.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ccoll/ccoll.hpp"
+
+namespace {
+
+#ifdef CCOLL_BENCH_ALLGATHER
+constexpr bool kAllgather = true;
+constexpr const char* kTitle = "OSU MPI Allgather Latency Test";
+constexpr const char* kProgram = "ccoll_osu_allgather";
+#else
+constexpr bool kAllgather = false;
+constexpr const char* kTitle = "OSU MPI Allreduce Latency Test";
+constexpr const char* kProgram = "ccoll_osu_allreduce";
+#endif
+
+struct Args {
+  std::size_t min_bytes = 4;
+  std::size_t max_bytes = 1 << 20;
+  int iterations = -1;  // -1: OSU defaults by size
+  int warmup = -1;
+  bool full = false;
+  bool validate = false;
+  bool baseline_mpi = false;
+  std::string algorithm = "auto";
+  std::vector<std::string> codecs;
+};
+
+int rank_ = 0;
+int size_ = 1;
+
+void usage() {
+  if (rank_ != 0) return;
+  std::printf(
+      "Usage: %s [options]\n"
+      "  -m, --message-size [MIN:]MAX  sizes in bytes per rank, doubling (suffix K, M allowed;\n"
+      "                                default 4:1M)\n"
+      "  -i, --iterations N            timed iterations (default 1000 up to 8K, 100 above)\n"
+      "  -x, --warmup N                warm-up iterations (default 100 up to 8K, 10 above)\n"
+      "  -f, --full                    print min/max latency and iterations too\n"
+      "  -c, --validation              check results against an exact reference; exit 1 when\n"
+      "                                an error exceeds the codec's documented bound\n"
+      "  --codec SPEC                  ccoll codec spec (repeatable; a comma list of plain\n"
+      "                                names works too). Default: none\n"
+      "  --baseline mpi                also time plain MPI_%s as the baseline\n"
+      "  --algorithm auto|ring|tree    ccoll schedule (default auto)\n"
+      "  -h, --help                    this help\n",
+      kProgram, kAllgather ? "Allgather" : "Allreduce");
+}
+
+[[noreturn]] void fail(const std::string& msg) {
+  if (rank_ == 0) std::fprintf(stderr, "%s: %s\n", kProgram, msg.c_str());
+  MPI_Finalize();
+  std::exit(2);
+}
+
+std::size_t parse_size(const std::string& s) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  std::string suffix(end);
+  if (end == s.c_str()) fail("bad size '" + s + "'");
+  if (suffix == "K" || suffix == "k") return v << 10;
+  if (suffix == "M" || suffix == "m") return v << 20;
+  if (suffix == "G" || suffix == "g") return v << 30;
+  if (!suffix.empty()) fail("bad size '" + s + "'");
+  return v;
+}
+
+// Splits "none,fp16,qsgd:bits=4,bucket=512" into specs: a piece with '=' continues the previous.
+void add_codecs(std::vector<std::string>& out, const std::string& list) {
+  std::size_t pos = 0;
+  while (pos <= list.size()) {
+    const std::size_t comma = list.find(',', pos);
+    const std::string piece = list.substr(pos, comma == std::string::npos ? comma : comma - pos);
+    if (!out.empty() && piece.find('=') != std::string::npos &&
+        piece.find(':') == std::string::npos) {
+      out.back() += "," + piece;
+    } else if (!piece.empty()) {
+      out.push_back(piece);
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  enum { kCodec = 1000, kBaseline, kAlgorithm };
+  const option longopts[] = {{"message-size", required_argument, nullptr, 'm'},
+                             {"iterations", required_argument, nullptr, 'i'},
+                             {"warmup", required_argument, nullptr, 'x'},
+                             {"full", no_argument, nullptr, 'f'},
+                             {"validation", no_argument, nullptr, 'c'},
+                             {"help", no_argument, nullptr, 'h'},
+                             {"codec", required_argument, nullptr, kCodec},
+                             {"baseline", required_argument, nullptr, kBaseline},
+                             {"algorithm", required_argument, nullptr, kAlgorithm},
+                             {nullptr, 0, nullptr, 0}};
+  opterr = rank_ == 0 ? 1 : 0;
+  int c;
+  while ((c = getopt_long(argc, argv, "m:i:x:fch", longopts, nullptr)) != -1) {
+    switch (c) {
+      case 'm': {
+        const std::string s = optarg;
+        const std::size_t colon = s.find(':');
+        if (colon == std::string::npos) {
+          a.max_bytes = parse_size(s);
+        } else {
+          a.min_bytes = parse_size(s.substr(0, colon));
+          a.max_bytes = parse_size(s.substr(colon + 1));
+        }
+        break;
+      }
+      case 'i': a.iterations = std::atoi(optarg); break;
+      case 'x': a.warmup = std::atoi(optarg); break;
+      case 'f': a.full = true; break;
+      case 'c': a.validate = true; break;
+      case 'h':
+        usage();
+        MPI_Finalize();
+        std::exit(0);
+      case kCodec: add_codecs(a.codecs, optarg); break;
+      case kBaseline:
+        if (std::string(optarg) != "mpi") fail("--baseline: '" + std::string(optarg) +
+                                               "' (valid: mpi)");
+        a.baseline_mpi = true;
+        break;
+      case kAlgorithm: a.algorithm = optarg; break;
+      default:
+        usage();
+        fail("unknown option");
+    }
+  }
+  if (a.min_bytes == 0) a.min_bytes = 4;
+  if (a.min_bytes > a.max_bytes) fail("-m: MIN is larger than MAX");
+  if (a.codecs.empty()) a.codecs.push_back("none");
+  return a;
+}
+
+struct Timing {
+  double min_us = 0, avg_us = 0, max_us = 0;
+};
+
+// Times `op` OSU-style and returns min/avg/max across ranks of each rank's average.
+template <class Op>
+Timing time_op(int iterations, int warmup, Op&& op) {
+  for (int i = 0; i < warmup; ++i) op();
+  double total = 0;
+  for (int i = 0; i < iterations; ++i) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    const double t0 = MPI_Wtime();
+    op();
+    total += MPI_Wtime() - t0;
+  }
+  const double mine = total / iterations * 1e6;
+  Timing t;
+  MPI_Reduce(&mine, &t.min_us, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+  MPI_Reduce(&mine, &t.max_us, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+  MPI_Reduce(&mine, &t.avg_us, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  t.avg_us /= size_;
+  return t;
+}
+
+double busbw_gbps(std::size_t bytes, double us) {
+  const double p = size_;
+  if (kAllgather) return p * static_cast<double>(bytes) / (us * 1e3) * (p - 1) / p;
+  return static_cast<double>(bytes) / (us * 1e3) * 2 * (p - 1) / p;
+}
+
+std::size_t wire_bytes(const std::string& codec, const std::string& algorithm,
+                       const std::vector<float>& send, std::vector<float>& recv) {
+  ccoll::Options opt;
+  opt.codec = codec;
+  opt.algorithm = algorithm;
+  ccoll::Stats s;
+  opt.stats = &s;
+  if (kAllgather) {
+    ccoll::compressed_allgather(send.data(), send.size(), recv.data(), MPI_FLOAT, MPI_COMM_WORLD,
+                                opt);
+  } else {
+    ccoll::compressed_allreduce(send.data(), recv.data(), send.size(), MPI_FLOAT, MPI_SUM,
+                                MPI_COMM_WORLD, opt);
+  }
+  unsigned long long mine = s.wire_bytes_sent;
+  unsigned long long all = 0;
+  MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
+  return static_cast<std::size_t>(all);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
+  MPI_Comm_size(MPI_COMM_WORLD, &size_);
+  const Args args = parse(argc, argv);
+  for (const auto& c : args.codecs) {
+    try {
+      ccoll::describe_codec(c, size_);
+    } catch (const ccoll::Error& e) {
+      fail(std::string("--codec: ") + e.what());
+    }
+  }
+
+  if (rank_ == 0) {
+    std::printf("# %s (ccoll %s: %d ranks, MPI_FLOAT, %s)\n", kTitle, ccoll::version(), size_,
+                kAllgather ? "bytes per rank" : "MPI_SUM");
+    std::printf("# %-10s %-16s %15s", "Size", "Codec", "Avg Latency(us)");
+    if (args.full) std::printf(" %15s %15s %10s", "Min Latency(us)", "Max Latency(us)",
+                               "Iterations");
+    std::printf(" %14s %8s %13s %12s\n", "Speedup vs MPI", "Ratio", "Max Rel Err",
+                "Busbw(GB/s)");
+  }
+
+  bool all_valid = true;
+  std::mt19937 gen(1234u + static_cast<unsigned>(rank_));
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (std::size_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= 2) {
+    const std::size_t count = std::max<std::size_t>(1, bytes / sizeof(float));
+    const bool small = bytes <= 8192;
+    const int iters = args.iterations > 0 ? args.iterations : (small ? 1000 : 100);
+    const int warm = args.warmup >= 0 ? args.warmup : (small ? 100 : 10);
+    std::vector<float> send(count);
+    for (auto& v : send) v = dist(gen);
+    const std::size_t out_count = kAllgather ? count * static_cast<std::size_t>(size_) : count;
+    std::vector<float> recv(out_count);
+
+    // exact reference (double) and Σ_i max|x_i| for the error bound
+    std::vector<double> exact(out_count);
+    {
+      std::vector<double> mine(send.begin(), send.end());
+      if (kAllgather) {
+        MPI_Allgather(mine.data(), static_cast<int>(count), MPI_DOUBLE, exact.data(),
+                      static_cast<int>(count), MPI_DOUBLE, MPI_COMM_WORLD);
+      } else {
+        MPI_Allreduce(mine.data(), exact.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM,
+                      MPI_COMM_WORLD);
+      }
+    }
+    double local_max = 0;
+    for (const float v : send) local_max = std::max(local_max, std::fabs(static_cast<double>(v)));
+    double sum_max = 0;
+    MPI_Allreduce(&local_max, &sum_max, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    double exact_max = 0;
+    for (const double v : exact) exact_max = std::max(exact_max, std::fabs(v));
+    auto max_err = [&]() {
+      double e = 0;
+      for (std::size_t i = 0; i < out_count; ++i) {
+        e = std::max(e, std::fabs(static_cast<double>(recv[i]) - exact[i]));
+      }
+      double worst = 0;
+      MPI_Allreduce(&e, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      return worst;
+    };
+
+    double mpi_us = 0;
+    auto mpi_call = [&] {
+      if (kAllgather) {
+        MPI_Allgather(send.data(), static_cast<int>(count), MPI_FLOAT, recv.data(),
+                      static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
+      } else {
+        MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                      MPI_COMM_WORLD);
+      }
+    };
+    auto print_row = [&](const char* name, const Timing& t, const std::string& speedup,
+                         const std::string& ratio, double rel_err) {
+      if (rank_ != 0) return;
+      std::printf("%-12zu %-16s %15.2f", count * sizeof(float), name, t.avg_us);
+      if (args.full) std::printf(" %15.2f %15.2f %10d", t.min_us, t.max_us, iters);
+      std::printf(" %14s %8s %13.2e %12.3f\n", speedup.c_str(), ratio.c_str(), rel_err,
+                  busbw_gbps(count * sizeof(float), t.avg_us));
+    };
+    if (args.baseline_mpi) {
+      const Timing t = time_op(iters, warm, mpi_call);
+      mpi_us = t.avg_us;
+      MPI_Bcast(&mpi_us, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+      mpi_call();
+      print_row("MPI", t, "1.00", "1.00", max_err() / (exact_max > 0 ? exact_max : 1));
+    }
+    const std::size_t none_wire = wire_bytes("none", args.algorithm, send, recv);
+    for (const auto& codec : args.codecs) {
+      ccoll::Options opt;
+      opt.codec = codec;
+      opt.algorithm = args.algorithm;
+      auto call = [&] {
+        if (kAllgather) {
+          ccoll::compressed_allgather(send.data(), count, recv.data(), MPI_FLOAT, MPI_COMM_WORLD,
+                                      opt);
+        } else {
+          ccoll::compressed_allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM,
+                                      MPI_COMM_WORLD, opt);
+        }
+      };
+      const Timing t = time_op(iters, warm, call);
+      const std::size_t wire = wire_bytes(codec, args.algorithm, send, recv);
+      const double err = max_err();
+      char speedup[32] = "-";
+      if (args.baseline_mpi) std::snprintf(speedup, sizeof speedup, "%.2f", mpi_us / t.avg_us);
+      char ratio[32] = "-";
+      if (wire > 0) {
+        std::snprintf(ratio, sizeof ratio, "%.2f",
+                      static_cast<double>(none_wire) / static_cast<double>(wire));
+      }
+      print_row(codec.c_str(), t, speedup, ratio, err / (exact_max > 0 ? exact_max : 1));
+      if (args.validate) {
+        // all-gather: every element went through one encode; all-reduce: the documented bound
+        double bound = ccoll::describe_codec(codec, size_).error_bound * sum_max;
+        if (kAllgather) {
+          double global_max = 0;
+          MPI_Allreduce(&local_max, &global_max, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+          bound = ccoll::describe_codec(codec, size_).unit_roundoff * global_max;
+        }
+        const double worst_bound = bound;
+        const double slack = 1e-6 * (exact_max > 0 ? exact_max : 1);  // fp32 output rounding
+        if (err > worst_bound + slack) {
+          all_valid = false;
+          if (rank_ == 0) {
+            std::fprintf(stderr, "VALIDATION FAILED: %s at %zu bytes: max error %.3e > bound %.3e\n",
+                         codec.c_str(), count * sizeof(float), err, worst_bound + slack);
+          }
+        }
+      }
+    }
+    std::fflush(stdout);
+  }
+  if (args.validate && rank_ == 0) {
+    std::printf("# Validation: %s\n", all_valid ? "Pass" : "FAIL");
+  }
+  MPI_Finalize();
+  return all_valid ? 0 : 1;
+}

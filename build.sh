@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# ccoll's two commands, from a fresh clone:
+#   ./build.sh run    install what is missing, build, run compressed all-reduce on 4 MPI ranks
+#   ./build.sh test   install what is missing, build, run the whole CTest suite (unit, MPI,
+#                     package consumer), then the unit tests again under ASan+UBSan
+# Environment: JOBS (parallel build jobs, default 2), BUILD_DIR (default build),
+#   CCOLL_SKIP_SANITIZER=1 (test: skip the sanitizer pass), CI=true (warnings are errors).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")"
+cmd=${1:-}
+JOBS=${JOBS:-2}
+BUILD_DIR=${BUILD_DIR:-build}
+
+usage() { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; }
+
+install_missing() {
+  local missing=()
+  command -v cmake >/dev/null || missing+=(cmake)
+  command -v g++ >/dev/null || missing+=(g++)
+  command -v make >/dev/null || missing+=(make)
+  command -v pkg-config >/dev/null || missing+=(pkg-config)
+  command -v mpiexec >/dev/null || missing+=(openmpi-bin)
+  command -v mpicxx >/dev/null || missing+=(libopenmpi-dev)
+  [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+  [ ${#missing[@]} -eq 0 ] && return 0
+  echo "build.sh: installing ${missing[*]}"
+  local sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || {
+      echo "build.sh: missing packages (${missing[*]}) and no sudo; install them and rerun" >&2
+      exit 1
+    }
+    sudo=(sudo)
+  fi
+  "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}"
+}
+
+mpi_env() {
+  # Open MPI: allow root (containers, CI), more ranks than cores, no CMA (often blocked).
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+}
+
+configure() {
+  local extra=()
+  [ "${CI:-}" = "true" ] && extra+=(-DCCOLL_WARNINGS_AS_ERRORS=ON)
+  cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${extra[@]}" "$@"
+}
+
+case "$cmd" in
+  run)
+    install_missing
+    configure
+    cmake --build "$BUILD_DIR" -j "$JOBS" --target ccoll_osu_allreduce
+    mpi_env
+    mpiexec -n 4 "$BUILD_DIR/bench/ccoll_osu_allreduce" -m 4K:4M --codec none,fp16,bf16 \
+      --baseline mpi -c
+    ;;
+  test)
+    install_missing
+    configure
+    cmake --build "$BUILD_DIR" -j "$JOBS"
+    mpi_env
+    # MPI tests oversubscribe the cores; run one test at a time so none starves.
+    ctest --test-dir "$BUILD_DIR" --output-on-failure
+    if [ "${CCOLL_SKIP_SANITIZER:-0}" != "1" ]; then
+      cmake -S . -B "$BUILD_DIR-sanitize" -DCMAKE_BUILD_TYPE=Debug -DCCOLL_SANITIZE=ON \
+        -DCCOLL_ENABLE_CUDA=OFF -DCCOLL_BUILD_BENCH=OFF
+      cmake --build "$BUILD_DIR-sanitize" -j "$JOBS" --target ccoll_unit_tests
+      ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        ctest --test-dir "$BUILD_DIR-sanitize" -L unit --output-on-failure -j "$JOBS"
+    fi
+    ;;
+  *)
+    usage
+    exit 2
+    ;;
+esac

@@ -1,0 +1,22 @@
+# Installs the build tree into a scratch prefix, builds test/consumer against it with
+# find_package(ccoll), checks pkg-config, and runs the consumer on 2 MPI ranks.
+# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, MPIEXEC, PKG_CONFIG.
+file(REMOVE_RECURSE "${WORK_DIR}")
+set(prefix "${WORK_DIR}/prefix")
+function(run)
+  execute_process(COMMAND ${ARGN} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
+  if(NOT rc EQUAL 0)
+    message(FATAL_ERROR "failed (${rc}): ${ARGN}\n${out}\n${err}")
+  endif()
+  message("${out}")
+endfunction()
+run(${CMAKE_COMMAND} --install "${BUILD_DIR}" --prefix "${prefix}")
+run(${CMAKE_COMMAND} -S "${SOURCE_DIR}" -B "${WORK_DIR}/build" "-DCMAKE_PREFIX_PATH=${prefix}")
+run(${CMAKE_COMMAND} --build "${WORK_DIR}/build")
+if(PKG_CONFIG)
+  file(GLOB pcdir "${prefix}/lib*/pkgconfig" "${prefix}/lib/*/pkgconfig")
+  set(ENV{PKG_CONFIG_PATH} "${pcdir}")
+  run(${PKG_CONFIG} --cflags --libs ccoll)
+endif()
+set(ENV{LD_LIBRARY_PATH} "${prefix}/lib:${prefix}/lib64:$ENV{LD_LIBRARY_PATH}")
+run(${MPIEXEC} -n 2 "${WORK_DIR}/build/consumer")
