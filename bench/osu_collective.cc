@@ -132,21 +132,33 @@ Args parse(int argc, char** argv) {
         }
         break;
       }
-      case 'i': a.iterations = std::atoi(optarg); break;
-      case 'x': a.warmup = std::atoi(optarg); break;
-      case 'f': a.full = true; break;
-      case 'c': a.validate = true; break;
+      case 'i':
+        a.iterations = std::atoi(optarg);
+        break;
+      case 'x':
+        a.warmup = std::atoi(optarg);
+        break;
+      case 'f':
+        a.full = true;
+        break;
+      case 'c':
+        a.validate = true;
+        break;
       case 'h':
         usage();
         MPI_Finalize();
         std::exit(0);
-      case kCodec: add_codecs(a.codecs, optarg); break;
+      case kCodec:
+        add_codecs(a.codecs, optarg);
+        break;
       case kBaseline:
-        if (std::string(optarg) != "mpi") fail("--baseline: '" + std::string(optarg) +
-                                               "' (valid: mpi)");
+        if (std::string(optarg) != "mpi")
+          fail("--baseline: '" + std::string(optarg) + "' (valid: mpi)");
         a.baseline_mpi = true;
         break;
-      case kAlgorithm: a.algorithm = optarg; break;
+      case kAlgorithm:
+        a.algorithm = optarg;
+        break;
       default:
         usage();
         fail("unknown option");
@@ -227,10 +239,9 @@ int main(int argc, char** argv) {
     std::printf("# %s (ccoll %s: %d ranks, MPI_FLOAT, %s)\n", kTitle, ccoll::version(), size_,
                 kAllgather ? "bytes per rank" : "MPI_SUM");
     std::printf("# %-10s %-16s %15s", "Size", "Codec", "Avg Latency(us)");
-    if (args.full) std::printf(" %15s %15s %10s", "Min Latency(us)", "Max Latency(us)",
-                               "Iterations");
-    std::printf(" %14s %8s %13s %12s\n", "Speedup vs MPI", "Ratio", "Max Rel Err",
-                "Busbw(GB/s)");
+    if (args.full)
+      std::printf(" %15s %15s %10s", "Min Latency(us)", "Max Latency(us)", "Iterations");
+    std::printf(" %14s %8s %13s %12s\n", "Speedup vs MPI", "Ratio", "Max Rel Err", "Busbw(GB/s)");
   }
 
   bool all_valid = true;
@@ -337,7 +348,8 @@ int main(int argc, char** argv) {
         if (err > worst_bound + slack) {
           all_valid = false;
           if (rank_ == 0) {
-            std::fprintf(stderr, "VALIDATION FAILED: %s at %zu bytes: max error %.3e > bound %.3e\n",
+            std::fprintf(stderr,
+                         "VALIDATION FAILED: %s at %zu bytes: max error %.3e > bound %.3e\n",
                          codec.c_str(), count * sizeof(float), err, worst_bound + slack);
           }
         }

@@ -29,9 +29,10 @@ struct Capabilities {
 /// rounding draws from a counter-based stream keyed by these fields, so that every rank that
 /// encodes the same values with the same context produces the same bytes).
 struct BlockContext {
-  std::uint64_t seed = 0;    ///< Options::seed, equal on all ranks.
-  std::uint64_t call = 0;    ///< Per-plan call counter, equal on all ranks.
-  std::uint64_t stream = 0;  ///< Who encodes: a rank, or a group id shared by ranks holding equal data.
+  std::uint64_t seed = 0;  ///< Options::seed, equal on all ranks.
+  std::uint64_t call = 0;  ///< Per-plan call counter, equal on all ranks.
+  std::uint64_t stream =
+      0;  ///< Who encodes: a rank, or a group id shared by ranks holding equal data.
   std::uint64_t offset = 0;  ///< Element offset of the block in the tensor.
 };
 

@@ -1,26 +1,41 @@
 // Scalar conversions between fp32 and the 16-bit formats, round to nearest even, exactly as the
 // hardware casts do (CUDA __float2half_rn / __float2bfloat16_rn): the CPU codecs use them and the
-// GPU kernels must match them bit for bit. NaN stays NaN (quieted, sign kept), ±Inf stays ±Inf,
-// fp16 overflow rounds to ±Inf, fp16 subnormals are produced and read.
+// GPU kernels must match them bit for bit, so the kernels in gpu/ compile these same functions
+// for the device. NaN stays NaN (quieted, sign kept), ±Inf stays ±Inf, fp16 overflow rounds to
+// ±Inf, fp16 subnormals are produced and read.
 #pragma once
 
 #include <cstdint>
 #include <cstring>
 
+#if defined(__CUDACC__)
+#define CCOLL_HOST_DEVICE __host__ __device__
+#else
+#define CCOLL_HOST_DEVICE
+#endif
+
 namespace ccoll::codec {
 
-inline std::uint32_t float_bits(float f) {
+CCOLL_HOST_DEVICE inline std::uint32_t float_bits(float f) {
+#if defined(__CUDA_ARCH__)
+  return __float_as_uint(f);
+#else
   std::uint32_t u;
   std::memcpy(&u, &f, sizeof u);
   return u;
+#endif
 }
-inline float bits_float(std::uint32_t u) {
+CCOLL_HOST_DEVICE inline float bits_float(std::uint32_t u) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(u);
+#else
   float f;
   std::memcpy(&f, &u, sizeof f);
   return f;
+#endif
 }
 
-inline std::uint16_t float_to_half(float f) {
+CCOLL_HOST_DEVICE inline std::uint16_t float_to_half(float f) {
   const std::uint32_t x = float_bits(f);
   const auto sign = static_cast<std::uint16_t>((x >> 16) & 0x8000u);
   const std::uint32_t abs = x & 0x7FFFFFFFu;
@@ -45,7 +60,7 @@ inline std::uint16_t float_to_half(float f) {
   return static_cast<std::uint16_t>(sign | (v >> 13));
 }
 
-inline float half_to_float(std::uint16_t h) {
+CCOLL_HOST_DEVICE inline float half_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   std::uint32_t e = (h >> 10) & 0x1Fu;
   std::uint32_t m = h & 0x3FFu;
@@ -62,14 +77,14 @@ inline float half_to_float(std::uint16_t h) {
   return bits_float(sign | ((e + 112) << 23) | (m << 13));
 }
 
-inline std::uint16_t float_to_bf16(float f) {
+CCOLL_HOST_DEVICE inline std::uint16_t float_to_bf16(float f) {
   std::uint32_t x = float_bits(f);
   if ((x & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<std::uint16_t>((x >> 16) | 0x0040u);
   x += 0x7FFFu + ((x >> 16) & 1u);  // round to nearest even; overflow rounds to Inf
   return static_cast<std::uint16_t>(x >> 16);
 }
 
-inline float bf16_to_float(std::uint16_t b) {
+CCOLL_HOST_DEVICE inline float bf16_to_float(std::uint16_t b) {
   return bits_float(static_cast<std::uint32_t>(b) << 16);
 }
 

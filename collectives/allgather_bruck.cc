@@ -37,7 +37,8 @@ void allgather_bruck(Context& cx, const void* send, std::size_t count, void* rec
   std::size_t* start = cx.workspace.sizes(static_cast<std::size_t>(p) + 1);  // block offsets
 
   start[0] = 0;
-  const std::size_t own = e.encode(send, count, static_cast<std::uint64_t>(r), 0, stream + kLenBytes);
+  const std::size_t own =
+      e.encode(send, count, static_cast<std::uint64_t>(r), 0, stream + kLenBytes);
   put_len(stream, own);
   start[1] = kLenBytes + own;
   int have = 1;

@@ -17,7 +17,8 @@ namespace {
 // Random streams of encodes done by groups rather than single ranks: disjoint from rank ids.
 constexpr std::uint64_t kGroupStream = 1ull << 62;
 std::uint64_t group_stream(int mask, int group) {
-  return kGroupStream | (static_cast<std::uint64_t>(mask) << 31) | static_cast<std::uint64_t>(group);
+  return kGroupStream | (static_cast<std::uint64_t>(mask) << 31) |
+         static_cast<std::uint64_t>(group);
 }
 constexpr std::uint64_t kFinalStream = kGroupStream - 1;
 

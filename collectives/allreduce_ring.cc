@@ -51,8 +51,8 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
       const std::size_t got = e.wait_recv(recvs[j]);
       e.decode(slot, got, cnt, data + off * es, /*accumulate=*/true);
       if (k + 2 < p) {
-        const std::size_t n = e.encode(data + off * es, cnt, static_cast<std::uint64_t>(r), off,
-                                       slot);
+        const std::size_t n =
+            e.encode(data + off * es, cnt, static_cast<std::uint64_t>(r), off, slot);
         sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
       }
     }

@@ -25,7 +25,9 @@ inline int ring_mod(int a, int p) { return ((a % p) + p) % p; }
 class Engine {
  public:
   explicit Engine(Context& cx)
-      : cx_(cx), es_(codec::dtype_size(cx.codec.dtype())), rank_(cx.transport.rank()),
+      : cx_(cx),
+        es_(codec::dtype_size(cx.codec.dtype())),
+        rank_(cx.transport.rank()),
         size_(cx.transport.size()) {}
 
   int rank() const { return rank_; }

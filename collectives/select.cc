@@ -10,9 +10,12 @@ namespace ccoll::coll {
 
 const char* algorithm_name(Algorithm a) {
   switch (a) {
-    case Algorithm::kAuto: return "auto";
-    case Algorithm::kRing: return "ring";
-    case Algorithm::kTree: return "tree";
+    case Algorithm::kAuto:
+      return "auto";
+    case Algorithm::kRing:
+      return "ring";
+    case Algorithm::kTree:
+      return "tree";
   }
   return "auto";
 }

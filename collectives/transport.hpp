@@ -1,6 +1,7 @@
 // The transport interface the schedules are written against: non-blocking point-to-point byte
 // messages between the ranks of one group. Implementations: MPI on a duplicated communicator
-// (src/transport/mpi_transport) and ranks-as-threads in one process (src/transport/inproc_transport).
+// (src/transport/mpi_transport) and ranks-as-threads in one process
+// (src/transport/inproc_transport).
 //
 // Matching follows MPI: messages from one peer with one tag are received in the order they were
 // sent, by receives in the order they were posted.

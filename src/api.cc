@@ -47,8 +47,16 @@ enum ArgId : int {
 };
 
 const char* arg_name(int id) {
-  static const char* names[] = {"",      "sendbuf", "recvbuf",   "count",   "datatype",
-                                "op",    "codec",   "algorithm", "average", "seed",
+  static const char* names[] = {"",
+                                "sendbuf",
+                                "recvbuf",
+                                "count",
+                                "datatype",
+                                "op",
+                                "codec",
+                                "algorithm",
+                                "average",
+                                "seed",
                                 "environment (CCOLL_*)"};
   return id > 0 && id < kArgCount_ ? names[id] : "argument";
 }
@@ -76,9 +84,9 @@ std::string datatype_name(MPI_Datatype t) {
 
 std::string op_name(MPI_Op op) {
   const std::pair<MPI_Op, const char*> ops[] = {
-      {MPI_SUM, "MPI_SUM"},   {MPI_MAX, "MPI_MAX"},   {MPI_MIN, "MPI_MIN"},
-      {MPI_PROD, "MPI_PROD"}, {MPI_LAND, "MPI_LAND"}, {MPI_LOR, "MPI_LOR"},
-      {MPI_BAND, "MPI_BAND"}, {MPI_BOR, "MPI_BOR"},   {MPI_MAXLOC, "MPI_MAXLOC"},
+      {MPI_SUM, "MPI_SUM"},       {MPI_MAX, "MPI_MAX"},        {MPI_MIN, "MPI_MIN"},
+      {MPI_PROD, "MPI_PROD"},     {MPI_LAND, "MPI_LAND"},      {MPI_LOR, "MPI_LOR"},
+      {MPI_BAND, "MPI_BAND"},     {MPI_BOR, "MPI_BOR"},        {MPI_MAXLOC, "MPI_MAXLOC"},
       {MPI_MINLOC, "MPI_MINLOC"}, {MPI_OP_NULL, "MPI_OP_NULL"}};
   for (const auto& [o, n] : ops) {
     if (o == op) return n;
@@ -157,8 +165,7 @@ void mpi_allreduce_sum(void* buf, std::size_t count, MPI_Datatype t, std::size_t
   auto* p = static_cast<std::byte*>(buf);
   for (std::size_t done = 0; done < count; done += kMax) {
     const std::size_t n = count - done < kMax ? count - done : kMax;
-    CCOLL_MPI_CHECK(
-        MPI_Allreduce(MPI_IN_PLACE, p + done * es, static_cast<int>(n), t, MPI_SUM, c));
+    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + done * es, static_cast<int>(n), t, MPI_SUM, c));
   }
 }
 
@@ -249,7 +256,7 @@ void run(const Call& call, Stats& stats) {
   coll::Algorithm algo = coll::Algorithm::kAuto;
   try {
     algo = coll::parse_algorithm(opt.algorithm == "auto" && !env.algorithm.empty() ? env.algorithm
-                                                                                  : opt.algorithm);
+                                                                                   : opt.algorithm);
   } catch (const Error& e) {
     bad.set(kArgAlgorithm, e.code(), e.what() + 7);
   }
@@ -257,8 +264,8 @@ void run(const Call& call, Stats& stats) {
   // The codec decides whether it can carry this rank's input; only asked when all is well.
   Plan* plan = nullptr;
   bool fallback = false;
-  const bool compress = bad.arg == kArgNone && call.count > 0 && p > 1 &&
-                        call.count * es >= env.min_bytes;
+  const bool compress =
+      bad.arg == kArgNone && call.count > 0 && p > 1 && call.count * es >= env.min_bytes;
   if (compress) {
     try {
       PlanKey key;
@@ -268,11 +275,11 @@ void run(const Call& call, Stats& stats) {
       key.codec = spec.canonical;
       plan = &ctx.plan(key, spec.canonical);
       if (!plan->codec->capabilities().lossless) {
-        const void* input = in_place ? (allreduce ? call.recvbuf
-                                                  : static_cast<const std::byte*>(call.recvbuf) +
-                                                        static_cast<std::size_t>(rank) *
-                                                            call.count * es)
-                                     : call.sendbuf;
+        const void* input = in_place
+                                ? (allreduce ? call.recvbuf
+                                             : static_cast<const std::byte*>(call.recvbuf) +
+                                                   static_cast<std::size_t>(rank) * call.count * es)
+                                : call.sendbuf;
         fallback = plan->codec->needs_fallback(input, call.count, allreduce ? p : 1);
       }
     } catch (const Error& e) {
@@ -405,8 +412,7 @@ void run_and_report(const Call& call) {
 }  // namespace
 
 void compressed_allreduce(const void* sendbuf, void* recvbuf, std::size_t count,
-                          MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
-                          const Options& options) {
+                          MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, const Options& options) {
   run_and_report(Call{Kind::kAllreduce, "compressed_allreduce", sendbuf, recvbuf, count, datatype,
                       op, comm, options});
 }

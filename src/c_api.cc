@@ -1,9 +1,8 @@
 // The C API: thin wrappers that turn ccoll::Error into status codes and keep the message.
-#include "ccoll/ccoll.h"
-
 #include <exception>
 #include <string>
 
+#include "ccoll/ccoll.h"
 #include "ccoll/ccoll.hpp"
 
 namespace {

@@ -44,10 +44,10 @@ int at_finalize(MPI_Comm, int, void*, void*) {
 
 CommContext& CommContext::get(MPI_Comm user) {
   if (g_keyval == MPI_KEYVAL_INVALID) {
-    CCOLL_MPI_CHECK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_context, &g_keyval,
-                                           nullptr));
-    CCOLL_MPI_CHECK(MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, at_finalize, &g_self_keyval,
-                                           nullptr));
+    CCOLL_MPI_CHECK(
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_context, &g_keyval, nullptr));
+    CCOLL_MPI_CHECK(
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, at_finalize, &g_self_keyval, nullptr));
     CCOLL_MPI_CHECK(MPI_Comm_set_attr(MPI_COMM_SELF, g_self_keyval, nullptr));
   }
   void* value = nullptr;

@@ -8,14 +8,22 @@ Error::Error(Status code, const std::string& message)
 
 const char* status_string(Status status) noexcept {
   switch (status) {
-    case Status::kSuccess: return "success";
-    case Status::kInvalidArgument: return "invalid argument";
-    case Status::kUnsupported: return "unsupported";
-    case Status::kMpiError: return "MPI error";
-    case Status::kCorruptData: return "corrupt data";
-    case Status::kInternal: return "internal error";
-    case Status::kCudaError: return "CUDA error";
-    case Status::kNcclError: return "NCCL error";
+    case Status::kSuccess:
+      return "success";
+    case Status::kInvalidArgument:
+      return "invalid argument";
+    case Status::kUnsupported:
+      return "unsupported";
+    case Status::kMpiError:
+      return "MPI error";
+    case Status::kCorruptData:
+      return "corrupt data";
+    case Status::kInternal:
+      return "internal error";
+    case Status::kCudaError:
+      return "CUDA error";
+    case Status::kNcclError:
+      return "NCCL error";
   }
   return "unknown status";
 }

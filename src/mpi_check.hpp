@@ -14,16 +14,16 @@ namespace ccoll::detail {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;
   if (MPI_Error_string(rc, text, &len) != MPI_SUCCESS) len = 0;
-  throw Error(Status::kMpiError, std::string(call) + " failed: " + std::string(text, len) +
-                                     " (" + file + ":" + std::to_string(line) + ")");
+  throw Error(Status::kMpiError, std::string(call) + " failed: " + std::string(text, len) + " (" +
+                                     file + ":" + std::to_string(line) + ")");
 }
 
 }  // namespace ccoll::detail
 
-#define CCOLL_MPI_CHECK(call)                                                     \
-  do {                                                                            \
-    const int ccoll_rc_ = (call);                                                 \
-    if (ccoll_rc_ != MPI_SUCCESS) {                                               \
-      ::ccoll::detail::throw_mpi_error(ccoll_rc_, #call, __FILE__, __LINE__);     \
-    }                                                                             \
+#define CCOLL_MPI_CHECK(call)                                                 \
+  do {                                                                        \
+    const int ccoll_rc_ = (call);                                             \
+    if (ccoll_rc_ != MPI_SUCCESS) {                                           \
+      ::ccoll::detail::throw_mpi_error(ccoll_rc_, #call, __FILE__, __LINE__); \
+    }                                                                         \
   } while (0)

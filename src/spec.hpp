@@ -16,7 +16,7 @@ namespace ccoll {
 struct CodecSpec {
   std::string name;
   std::vector<std::pair<std::string, std::string>> params;  ///< Sorted by key.
-  std::string canonical;                                     ///< name[:k=v,...] with sorted keys.
+  std::string canonical;                                    ///< name[:k=v,...] with sorted keys.
 };
 
 /// Parses and validates `text` against the registry; throws ccoll::Error(kInvalidArgument)

@@ -230,8 +230,8 @@ TEST(MpiAllgather, EveryBlockEveryRank) {
             }
           }
           EXPECT_EQ(wrong, 0u);
-          EXPECT_TRUE(identical_on_all_ranks(recv.data(), recv.size() * sizeof(float),
-                                             MPI_COMM_WORLD));
+          EXPECT_TRUE(
+              identical_on_all_ranks(recv.data(), recv.size() * sizeof(float), MPI_COMM_WORLD));
         }
       }
     }
@@ -243,8 +243,7 @@ TEST(MpiErrors, UnsupportedOpAndDatatypeRaiseOnEveryRank) {
   std::vector<int> n(10, 1);
   std::string msg = expect_error_everywhere(
       [&] {
-        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 10, MPI_FLOAT, MPI_MAX,
-                                    MPI_COMM_WORLD);
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 10, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD);
       },
       ccoll::Status::kUnsupported);
   EXPECT_NE(msg.find("op: MPI_MAX is not supported (valid: MPI_SUM"), std::string::npos) << msg;
@@ -257,9 +256,7 @@ TEST(MpiErrors, UnsupportedOpAndDatatypeRaiseOnEveryRank) {
             std::string::npos)
       << msg;
   msg = expect_error_everywhere(
-      [&] {
-        ccoll::compressed_allgather(MPI_IN_PLACE, 1, n.data(), MPI_INT, MPI_COMM_WORLD);
-      },
+      [&] { ccoll::compressed_allgather(MPI_IN_PLACE, 1, n.data(), MPI_INT, MPI_COMM_WORLD); },
       ccoll::Status::kUnsupported);
   EXPECT_NE(msg.find("datatype"), std::string::npos) << msg;
 }
@@ -273,8 +270,8 @@ TEST(MpiErrors, BadArgumentOnOneRankRaisesOnEveryRank) {
       [&] {
         ccoll::Options opt;
         opt.codec = world_rank() == last ? "fp12" : "fp16";
-        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM,
-                                    MPI_COMM_WORLD, opt);
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                                    opt);
       },
       ccoll::Status::kInvalidArgument);
   EXPECT_NE(msg.find("codec"), std::string::npos) << msg;
@@ -298,8 +295,8 @@ TEST(MpiErrors, BadArgumentOnOneRankRaisesOnEveryRank) {
       [&] {
         ccoll::Options opt;
         opt.algorithm = "butterfly";
-        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM,
-                                    MPI_COMM_WORLD, opt);
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                                    opt);
       },
       ccoll::Status::kInvalidArgument);
   EXPECT_NE(msg.find("algorithm: unknown algorithm 'butterfly' (valid: auto, ring, tree)"),
@@ -320,8 +317,8 @@ TEST(MpiErrors, MismatchedArgumentsRaiseOnEveryRank) {
   std::vector<float> f(100, 1.0f);
   std::string msg = expect_error_everywhere(
       [&] {
-        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), world_rank() == 0 ? 99 : 100,
-                                    MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), world_rank() == 0 ? 99 : 100, MPI_FLOAT,
+                                    MPI_SUM, MPI_COMM_WORLD);
       },
       ccoll::Status::kInvalidArgument);
   EXPECT_NE(msg.find("count differs across ranks (99 vs 100)"), std::string::npos) << msg;
@@ -329,8 +326,8 @@ TEST(MpiErrors, MismatchedArgumentsRaiseOnEveryRank) {
       [&] {
         ccoll::Options opt;
         opt.codec = world_rank() == 0 ? "bf16" : "fp16";
-        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM,
-                                    MPI_COMM_WORLD, opt);
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                                    opt);
       },
       ccoll::Status::kInvalidArgument);
   EXPECT_NE(msg.find("codec differs across ranks"), std::string::npos) << msg;
@@ -338,8 +335,8 @@ TEST(MpiErrors, MismatchedArgumentsRaiseOnEveryRank) {
       [&] {
         ccoll::Options opt;
         opt.average = world_rank() == 0;
-        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM,
-                                    MPI_COMM_WORLD, opt);
+        ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                                    opt);
       },
       ccoll::Status::kInvalidArgument);
   EXPECT_NE(msg.find("average differs"), std::string::npos) << msg;
@@ -358,8 +355,7 @@ TEST(MpiComm, OwnCommunicatorAndSplit) {
   MPI_Request req = MPI_REQUEST_NULL;
   if (p > 1) MPI_Irecv(&pending, 1, MPI_INT, (r + 1) % p, MPI_ANY_TAG, MPI_COMM_WORLD, &req);
   std::vector<float> f(5000, 1.0f);
-  ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), f.size(), MPI_FLOAT, MPI_SUM,
-                              MPI_COMM_WORLD);
+  ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), f.size(), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   EXPECT_EQ(f[4999], static_cast<float>(p));
   if (p > 1) {
     int flag = 1;
@@ -396,9 +392,9 @@ TEST(MpiCApi, StatusCodesAndMessages) {
   EXPECT_EQ(f[0], static_cast<float>(p));
   EXPECT_STREQ(ccoll_last_error(), "");
   EXPECT_EQ(stats.input_bytes, 400u);
-  EXPECT_EQ(ccoll_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD,
-                            nullptr),
-            CCOLL_ERR_UNSUPPORTED);
+  EXPECT_EQ(
+      ccoll_allreduce(MPI_IN_PLACE, f.data(), 100, MPI_FLOAT, MPI_MIN, MPI_COMM_WORLD, nullptr),
+      CCOLL_ERR_UNSUPPORTED);
   EXPECT_NE(std::string(ccoll_last_error()).find("op: MPI_MIN"), std::string::npos);
   EXPECT_STREQ(ccoll_status_string(CCOLL_ERR_UNSUPPORTED), "unsupported");
   std::vector<float> all(static_cast<std::size_t>(p) * 3);

@@ -19,8 +19,8 @@
 namespace ccoll {
 namespace {
 
-using coll::Algorithm;
 using codec::DType;
+using coll::Algorithm;
 
 // Integer-valued inputs: every partial sum is exact, so the reference sum is exact too.
 template <class T>
@@ -198,9 +198,9 @@ class LossyAllreduce
 template <class T>
 void check_lossy(const std::string& codec, Algorithm algo, int p) {
   const double u = make_codec(parse_codec_spec(codec), dtype_of<T>())->unit_roundoff();
-  for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3},
-                                  static_cast<std::size_t>(p - 1), std::size_t{1000},
-                                  std::size_t{65543}}) {
+  for (const std::size_t count :
+       {std::size_t{0}, std::size_t{1}, std::size_t{3}, static_cast<std::size_t>(p - 1),
+        std::size_t{1000}, std::size_t{65543}}) {
     SCOPED_TRACE("count " + std::to_string(count));
     RunConfig rc;
     rc.codec = codec;
@@ -213,8 +213,8 @@ void check_lossy(const std::string& codec, Algorithm algo, int p) {
     const double tol = p * (u + 0x1p-23) * 20.0 * p;
     double worst = 0;
     for (std::size_t i = 0; i < count; ++i) {
-      worst = std::max(worst, std::fabs(static_cast<double>(out[i]) -
-                                        static_cast<double>(exact_sum<T>(p, i))));
+      worst = std::max(
+          worst, std::fabs(static_cast<double>(out[i]) - static_cast<double>(exact_sum<T>(p, i))));
     }
     EXPECT_LE(worst, tol);
     // Integer-valued inputs up to 160 in magnitude are exact in fp16 and bf16 (8 significant
@@ -305,8 +305,8 @@ class Allgather : public ::testing::TestWithParam<std::tuple<Algorithm, std::str
 TEST_P(Allgather, EveryBlockOnEveryRank) {
   const auto [algo, codec, p] = GetParam();
   auto c = make_codec(parse_codec_spec(codec), DType::kFloat32);
-  for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3},
-                                  std::size_t{1000}, std::size_t{((1u << 20) + 7) / 8}}) {
+  for (const std::size_t count : {std::size_t{0}, std::size_t{1}, std::size_t{3}, std::size_t{1000},
+                                  std::size_t{((1u << 20) + 7) / 8}}) {
     for (const bool in_place : {false, true}) {
       SCOPED_TRACE("count " + std::to_string(count) + (in_place ? " in place" : ""));
       RunConfig rc;
@@ -339,10 +339,10 @@ TEST_P(Allgather, EveryBlockOnEveryRank) {
         const std::size_t n = c->encode(block.data(), count, {}, enc.data());
         std::vector<float> ref(count);
         c->decode(enc.data(), n, count, ref.data());
-        ASSERT_EQ(0, count == 0 ? 0
-                                : std::memcmp(ref.data(),
-                                              out.data() + static_cast<std::size_t>(r) * count,
-                                              count * sizeof(float)))
+        ASSERT_EQ(0, count == 0
+                         ? 0
+                         : std::memcmp(ref.data(), out.data() + static_cast<std::size_t>(r) * count,
+                                       count * sizeof(float)))
             << "block of rank " << r;
       }
     }

@@ -26,17 +26,19 @@ struct Stats {
   std::size_t input_bytes = 0;          ///< Uncompressed bytes of this rank's contribution.
   std::size_t wire_bytes_sent = 0;      ///< Payload bytes this rank sent point-to-point (exact).
   std::size_t wire_bytes_received = 0;  ///< Payload bytes this rank received point-to-point.
-  std::size_t control_bytes = 0;  ///< Bytes this rank contributed to the small agreement all-reduce.
-  double encode_seconds = 0;      ///< Time in codec encode.
-  double comm_seconds = 0;        ///< Time waiting for the transport (sends and receives).
-  double decode_seconds = 0;      ///< Time in codec decode and decode-accumulate.
-  double total_seconds = 0;       ///< Wall time of the whole call on this rank.
+  std::size_t control_bytes =
+      0;                      ///< Bytes this rank contributed to the small agreement all-reduce.
+  double encode_seconds = 0;  ///< Time in codec encode.
+  double comm_seconds = 0;    ///< Time waiting for the transport (sends and receives).
+  double decode_seconds = 0;  ///< Time in codec decode and decode-accumulate.
+  double total_seconds = 0;   ///< Wall time of the whole call on this rank.
   /// True when this call was done uncompressed by MPI because the codec could not represent the
   /// input (non-finite values, or values out of the codec's range); the result is then exactly
   /// what MPI_Allreduce / MPI_Allgather gives.
   bool fell_back = false;
-  std::string codec;      ///< Canonical spec of the codec used ("none" when uncompressed).
-  std::string algorithm;  ///< Schedule used: "ring", "tree", "local" (1 rank), "mpi" (passed to MPI).
+  std::string codec;  ///< Canonical spec of the codec used ("none" when uncompressed).
+  std::string
+      algorithm;  ///< Schedule used: "ring", "tree", "local" (1 rank), "mpi" (passed to MPI).
 };
 
 /// Per-call options. Defaults give an uncompressed ring/tree all-reduce unless CCOLL_CODEC is set.

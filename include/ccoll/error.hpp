@@ -12,14 +12,15 @@ namespace ccoll {
 
 /// Why a call failed. Values equal the C API's ccoll_status_t.
 enum class Status : int {
-  kSuccess = 0,          ///< The call completed.
-  kInvalidArgument = 1,  ///< An argument is invalid, or differs between ranks; the message names it.
-  kUnsupported = 2,      ///< A valid MPI argument that ccoll does not support (datatype, op, ...).
-  kMpiError = 3,         ///< An MPI call failed; the message carries MPI's error string.
-  kCorruptData = 4,      ///< Wire data failed validation (never trusted, never decoded).
-  kInternal = 5,         ///< A bug in ccoll; please report it with the message.
-  kCudaError = 6,        ///< A CUDA call failed.
-  kNcclError = 7,        ///< An NCCL call failed.
+  kSuccess = 0,  ///< The call completed.
+  kInvalidArgument =
+      1,             ///< An argument is invalid, or differs between ranks; the message names it.
+  kUnsupported = 2,  ///< A valid MPI argument that ccoll does not support (datatype, op, ...).
+  kMpiError = 3,     ///< An MPI call failed; the message carries MPI's error string.
+  kCorruptData = 4,  ///< Wire data failed validation (never trusted, never decoded).
+  kInternal = 5,     ///< A bug in ccoll; please report it with the message.
+  kCudaError = 6,    ///< A CUDA call failed.
+  kNcclError = 7,    ///< An NCCL call failed.
 };
 
 /// Short name of a status ("invalid argument", ...); never null.

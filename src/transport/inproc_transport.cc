@@ -60,9 +60,8 @@ std::size_t InprocTransport::wait(coll::Request& request) {
   {
     std::unique_lock<std::mutex> lock(fabric_.mu_);
     auto& box = fabric_.boxes_[p.key];
-    const bool arrived = fabric_.cv_.wait_for(lock, fabric_.timeout_, [&] {
-      return box.messages.count(p.seq) != 0;
-    });
+    const bool arrived = fabric_.cv_.wait_for(lock, fabric_.timeout_,
+                                              [&] { return box.messages.count(p.seq) != 0; });
     if (!arrived) {
       throw Error(Status::kInternal, "inproc transport: rank " + std::to_string(rank_) +
                                          " timed out waiting for rank " +

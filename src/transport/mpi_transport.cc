@@ -62,9 +62,10 @@ std::size_t MpiTransport::wait(coll::Request& request) {
   if (rc != MPI_SUCCESS) {
     int cls = 0;
     MPI_Error_class(rc, &cls);
-    if (cls == MPI_ERR_TRUNCATE || (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR == MPI_ERR_TRUNCATE)) {
-      throw Error(Status::kCorruptData, "message longer than the " + std::to_string(s.bytes) +
-                                            "-byte receive buffer");
+    if (cls == MPI_ERR_TRUNCATE ||
+        (rc == MPI_ERR_IN_STATUS && status.MPI_ERROR == MPI_ERR_TRUNCATE)) {
+      throw Error(Status::kCorruptData,
+                  "message longer than the " + std::to_string(s.bytes) + "-byte receive buffer");
     }
     detail::throw_mpi_error(rc, "MPI_Wait", __FILE__, __LINE__);
   }

@@ -1,6 +1,5 @@
 // Calls compressed_allreduce from a project that found ccoll with find_package(ccoll).
 #include <ccoll/ccoll.hpp>
-
 #include <cstdio>
 #include <vector>
 
