@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "ccoll/error.hpp"
 #include "half.hpp"
 #include "wire.hpp"
 
@@ -14,6 +15,11 @@ static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
 namespace ccoll::codec {
 
 const char* dtype_name(DType t) { return t == DType::kFloat64 ? "MPI_DOUBLE" : "MPI_FLOAT"; }
+
+std::size_t Codec::add_encoded(const std::byte*, std::size_t, const std::byte*, std::size_t,
+                               std::size_t, std::byte*) {
+  throw Error(Status::kInternal, "codec '" + spec() + "' is not summable");
+}
 
 namespace {
 

@@ -68,6 +68,39 @@ class Codec {
   /// As decode(), but adds the decoded values to `acc` in the element type.
   virtual void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
                                  void* acc) = 0;
+
+  // ---- per-call set-up -------------------------------------------------------------------------
+
+  /// Called before every collective call with the rank count; codecs whose payloads grow with
+  /// the number of summed contributions size max_encoded_bytes() for `ranks` contributions.
+  virtual void begin_call(int ranks) { (void)ranks; }
+
+  /// Number of scale values this codec needs agreed across ranks (all-reduced with MAX) for a
+  /// tensor of `count` elements; 0 when it needs none.
+  virtual std::size_t scale_slots(std::size_t count) const {
+    (void)count;
+    return 0;
+  }
+  /// Writes this rank's scale_slots(count) values for `count` elements at `data`.
+  virtual void local_scales(const void* data, std::size_t count, double* out) const {
+    (void)data;
+    (void)count;
+    (void)out;
+  }
+  /// Installs the agreed (MAX over ranks) scale values for the coming encodes.
+  virtual void set_scales(const double* shared, std::size_t n) {
+    (void)shared;
+    (void)n;
+  }
+
+  // ---- summable codecs only --------------------------------------------------------------------
+
+  /// Adds two payloads of the same block (same count, offset and scales) in the compressed
+  /// domain and writes the sum to `out` (capacity max_encoded_bytes(count)); returns its length.
+  /// The sum decodes to exactly decode(a) + decode(b) computed in integers. Throws
+  /// ccoll::Error(kCorruptData) when either payload is malformed or they do not match.
+  virtual std::size_t add_encoded(const std::byte* a, std::size_t a_bytes, const std::byte* b,
+                                  std::size_t b_bytes, std::size_t count, std::byte* out);
 };
 
 }  // namespace ccoll::codec

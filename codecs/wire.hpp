@@ -20,7 +20,15 @@ inline constexpr std::uint8_t kFlagPoisoned = 0x01;
 inline constexpr std::uint8_t kKnownFlags = kFlagPoisoned;
 
 /// Codec ids on the wire; never renumber (the format version would have to change).
-enum class CodecId : std::uint8_t { kNone = 1, kFp16 = 2, kBf16 = 3 };
+enum class CodecId : std::uint8_t {
+  kNone = 1,
+  kFp16 = 2,
+  kBf16 = 3,
+  kMaxnorm = 4,
+  kQsgd = 5,
+  kTernGrad = 6,
+  kSign = 7,
+};
 
 struct Header {
   CodecId codec = CodecId::kNone;

@@ -8,24 +8,89 @@
 // decode(mine) + decode(theirs), and fp addition of two values is commutative. Before the
 // result is sent to folded ranks, every rank passes it through the codec once more (shared
 // stream), so that the folded ranks' decoded copy equals everyone else's.
+#include <utility>
+
 #include "collectives.hpp"
 #include "engine.hpp"
 
 namespace ccoll::coll {
 namespace {
 
-// Random streams of encodes done by groups rather than single ranks: disjoint from rank ids.
-constexpr std::uint64_t kGroupStream = 1ull << 62;
+// Random streams of encodes done by groups rather than single ranks (32 bits, as the codecs'
+// RNG takes them): the top bit set, then log2(mask) and the group's first new rank.
 std::uint64_t group_stream(int mask, int group) {
-  return kGroupStream | (static_cast<std::uint64_t>(mask) << 31) |
-         static_cast<std::uint64_t>(group);
+  int level = 0;
+  while ((1 << level) < mask) ++level;
+  return 0x80000000ull | (static_cast<std::uint64_t>(level) << 24) |
+         (static_cast<std::uint64_t>(group) & 0xFFFFFFull);
 }
-constexpr std::uint64_t kFinalStream = kGroupStream - 1;
+constexpr std::uint64_t kFinalStream = 0xFFFFFFFFull;
+
+}  // namespace
+
+namespace {
+
+// Summable codecs: every rank encodes its own data once; the exchanges add codes in integers,
+// which is exact and commutative, so every rank ends with the same final codes and decodes them.
+void doubling_summable(Engine& e, Context& cx, void* buf, std::size_t count, bool average) {
+  const int p = e.size();
+  const int r = e.rank();
+  const std::size_t cap = cx.codec.max_encoded_bytes(count);
+  std::byte* mine = cx.workspace.bytes(3 * cap);
+  std::byte* theirs = mine + cap;
+  std::byte* sum = theirs + cap;
+  int pof2 = 1;
+  while (pof2 * 2 <= p) pof2 *= 2;
+  const int rem = p - pof2;
+
+  std::size_t n = e.encode(buf, count, static_cast<std::uint64_t>(r), 0, mine);
+  int newrank = -1;
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      Request s = e.send(mine, n, r + 1, kTagFoldIn);
+      e.wait_send(s);
+    } else {
+      Request q = e.recv(theirs, cap, r - 1, kTagFoldIn);
+      const std::size_t got = e.wait_recv(q);
+      n = e.add(theirs, got, mine, n, count, sum);
+      std::swap(mine, sum);
+      newrank = r / 2;
+    }
+  } else {
+    newrank = r - rem;
+  }
+  if (newrank >= 0) {
+    for (int mask = 1; mask < pof2; mask <<= 1) {
+      const int partner_new = newrank ^ mask;
+      const int partner = partner_new < rem ? 2 * partner_new + 1 : partner_new + rem;
+      Request q = e.recv(theirs, cap, partner, kTagDoubling);
+      Request s = e.send(mine, n, partner, kTagDoubling);
+      const std::size_t got = e.wait_recv(q);
+      e.wait_send(s);
+      n = e.add(theirs, got, mine, n, count, sum);
+      std::swap(mine, sum);
+    }
+    if (r < 2 * rem) {
+      Request s = e.send(mine, n, r - 1, kTagFoldOut);
+      e.wait_send(s);
+    }
+  } else {
+    Request q = e.recv(mine, cap, r + 1, kTagFoldOut);
+    n = e.wait_recv(q);
+  }
+  e.decode(mine, n, count, buf, /*accumulate=*/false);
+  if (average) divide_elements(buf, count, cx.codec.dtype(), p);
+}
 
 }  // namespace
 
 void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, bool average) {
   Engine e(cx);
+  if (cx.codec.capabilities().summable) {
+    doubling_summable(e, cx, buf, count, average);
+    e.finish();
+    return;
+  }
   const int p = e.size();
   const int r = e.rank();
   const bool lossless = cx.codec.capabilities().lossless;

@@ -8,16 +8,23 @@
 // unchanged (each segment forwarded as soon as it arrives) and every rank, the owner too, decodes
 // the same bytes, so all ranks end bit-identical.
 // Per-rank traffic: 2 (p-1)/p × the encoded size, whatever p is.
+#include <cstring>
+
 #include "collectives.hpp"
 #include "engine.hpp"
 #include "wire.hpp"
 
 namespace ccoll::coll {
 
-void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::byte* slots) {
+void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::byte* slots,
+                          std::size_t* final_sizes) {
   const int p = e.size();
   const int r = e.rank();
   if (p == 1) return;
+  const bool summable = e.codec().capabilities().summable;
+  // summable: scratch for this rank's own codes and for the sum, one segment each
+  std::byte* own = slots + L.slot_bytes();
+  std::byte* sum = own + L.seg_capacity();
   const int next = ring_mod(r + 1, p);
   const int prev = ring_mod(r - 1, p);
   const std::size_t es = e.elem_bytes();
@@ -42,6 +49,23 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
     const std::size_t nseg = L.nseg(recv_chunk);
     for (std::size_t j = 0; j < nseg; ++j) {
       recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagReduceScatter);
+    }
+    if (summable) {
+      // step k: add this rank's codes to each arriving partial sum of codes; forward the sum
+      // (or, at the last step, keep it as the chunk's final payload for the all-gather)
+      for (std::size_t j = 0; j < nseg; ++j) {
+        std::byte* slot = slots + L.slot(recv_chunk, j);
+        const std::size_t off = L.seg_offset(recv_chunk, j);
+        const std::size_t cnt = L.seg_elems(recv_chunk, j);
+        const std::size_t got = e.wait_recv(recvs[j]);
+        const std::size_t own_n = e.encode(data + off * es, cnt, static_cast<std::uint64_t>(r),
+                                           off, own);
+        const std::size_t n = e.add(slot, got, own, own_n, cnt, sum);
+        std::memcpy(slot, sum, n);
+        if (final_sizes != nullptr && k + 2 == p) final_sizes[L.index(recv_chunk, j)] = n;
+        if (k + 2 < p) sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
+      }
+      continue;
     }
     // step k: reduce each arriving segment, then forward it as step k+1's send
     for (std::size_t j = 0; j < nseg; ++j) {
@@ -105,15 +129,18 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
 namespace {
 
 // Encodes this rank's chunk, whose elements start at `chunk`, into its slots, recording each
-// segment's size.
+// segment's size. Codecs see element offsets in the tensor (all-reduce) or, with
+// `block_relative`, within this rank's own block (all-gather: each rank's block is its tensor).
 void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, std::byte* slots,
-                      std::size_t* sizes) {
+                      std::size_t* sizes, bool block_relative) {
   const int r = e.rank();
   const std::size_t first = L.seg_offset(r, 0);
   for (std::size_t j = 0; j < L.nseg(r); ++j) {
     const std::size_t off = L.seg_offset(r, j);
-    sizes[L.index(r, j)] = e.encode(chunk + (off - first) * e.elem_bytes(), L.seg_elems(r, j),
-                                    static_cast<std::uint64_t>(r), off, slots + L.slot(r, j));
+    sizes[L.index(r, j)] =
+        e.encode(chunk + (off - first) * e.elem_bytes(), L.seg_elems(r, j),
+                 static_cast<std::uint64_t>(r), block_relative ? off - first : off,
+                 slots + L.slot(r, j));
   }
 }
 
@@ -122,8 +149,21 @@ void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, st
 void reduce_scatter_ring(Context& cx, void* buf, std::size_t count) {
   Engine e(cx);
   const RingLayout L(count, e.size(), cx.segment_elems, cx.codec);
-  std::byte* slots = cx.workspace.bytes(L.slot_bytes());
-  reduce_scatter_phase(e, L, static_cast<std::byte*>(buf), slots);
+  std::byte* slots = cx.workspace.bytes(L.slot_bytes() + 2 * L.seg_capacity());
+  std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(e.size()));
+  reduce_scatter_phase(e, L, static_cast<std::byte*>(buf), slots, sizes);
+  if (cx.codec.capabilities().summable) {
+    // the sums are still codes: decode this rank's chunk in place
+    const int r = e.rank();
+    for (std::size_t j = 0; j < L.nseg(r); ++j) {
+      if (e.size() == 1) {
+        sizes[L.index(r, j)] = e.encode(static_cast<std::byte*>(buf) + L.seg_offset(r, j) * e.elem_bytes(),
+                                        L.seg_elems(r, j), 0, L.seg_offset(r, j), slots + L.slot(r, j));
+      }
+      e.decode(slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
+               static_cast<std::byte*>(buf) + L.seg_offset(r, j) * e.elem_bytes(), false);
+    }
+  }
   e.finish();
 }
 
@@ -132,15 +172,24 @@ void allreduce_ring(Context& cx, void* buf, std::size_t count, bool average) {
   const int p = e.size();
   const int r = e.rank();
   const RingLayout L(count, p, cx.segment_elems, cx.codec);
-  std::byte* slots = cx.workspace.bytes(L.slot_bytes());
+  std::byte* slots = cx.workspace.bytes(L.slot_bytes() + 2 * L.seg_capacity());
   std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
   auto* data = static_cast<std::byte*>(buf);
 
-  reduce_scatter_phase(e, L, data, slots);
   std::byte* own = data + chunk_offset(count, p, r) * e.elem_bytes();
-  if (average) divide_elements(own, L.chunk_elems(r), cx.codec.dtype(), p);
-  encode_own_chunk(e, L, own, slots, sizes);
-  allgather_phase(e, L, data, slots, sizes);
+  if (cx.codec.capabilities().summable) {
+    // the reduce-scatter leaves this rank's chunk as summed codes in its slots; everyone
+    // decodes the same sums, then scales them the same way
+    if (p == 1) encode_own_chunk(e, L, own, slots, sizes, false);
+    reduce_scatter_phase(e, L, data, slots, sizes);
+    allgather_phase(e, L, data, slots, sizes);
+    if (average) divide_elements(data, count, cx.codec.dtype(), p);
+  } else {
+    reduce_scatter_phase(e, L, data, slots, nullptr);
+    if (average) divide_elements(own, L.chunk_elems(r), cx.codec.dtype(), p);
+    encode_own_chunk(e, L, own, slots, sizes, false);
+    allgather_phase(e, L, data, slots, sizes);
+  }
   e.finish();
 }
 
@@ -152,7 +201,7 @@ void allgather_ring(Context& cx, const void* send, std::size_t count, void* recv
   std::byte* slots = cx.workspace.bytes(L.slot_bytes());
   std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
   // Chunks are equal (count each), so chunk r of `recv` is rank r's block.
-  encode_own_chunk(e, L, static_cast<const std::byte*>(send), slots, sizes);
+  encode_own_chunk(e, L, static_cast<const std::byte*>(send), slots, sizes, true);
   allgather_phase(e, L, static_cast<std::byte*>(recv), slots, sizes);
   e.finish();
 }

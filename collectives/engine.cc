@@ -1,6 +1,8 @@
 // Engine: timed, counted, poison-aware wrappers around codec and transport calls.
 #include "engine.hpp"
 
+#include <cstring>
+
 #include "wire.hpp"
 
 namespace ccoll::coll {
@@ -35,6 +37,28 @@ bool Engine::decode(const std::byte* in, std::size_t bytes, std::size_t count, v
   }
   cx_.counters.decode_seconds += since(t0);
   return true;
+}
+
+std::size_t Engine::add(const std::byte* a, std::size_t a_bytes, const std::byte* own,
+                        std::size_t own_bytes, std::size_t count, std::byte* out) {
+  const auto t0 = Clock::now();
+  std::size_t n = 0;
+  if (a_bytes == 0 || wire::is_poisoned(a, a_bytes)) {
+    poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
+  } else {
+    try {
+      n = cx_.codec.add_encoded(a, a_bytes, own, own_bytes, count, out);
+    } catch (const Error& err) {
+      poison(err.code(), err.what());
+    }
+  }
+  if (poisoned_) {
+    if (out != own) std::memcpy(out, own, own_bytes);
+    n = own_bytes;
+    wire::set_poisoned(out);
+  }
+  cx_.counters.decode_seconds += since(t0);
+  return n;
 }
 
 Request Engine::send(const std::byte* buf, std::size_t bytes, int peer, int tag) {

@@ -28,7 +28,9 @@ class Engine {
       : cx_(cx),
         es_(codec::dtype_size(cx.codec.dtype())),
         rank_(cx.transport.rank()),
-        size_(cx.transport.size()) {}
+        size_(cx.transport.size()) {
+    cx.codec.begin_call(size_);  // payload capacities depend on the rank count
+  }
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -45,6 +47,12 @@ class Engine {
   /// poisons this rank instead of throwing; returns false then (the output is left untouched).
   bool decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
               bool accumulate);
+
+  /// Adds two payloads in the compressed domain (summable codecs) into `out`. On a malformed
+  /// summand poisons this rank, copies `fallback` (this rank's own payload) to `out` marked
+  /// poisoned, and returns its length, so the schedule's message structure stays intact.
+  std::size_t add(const std::byte* a, std::size_t a_bytes, const std::byte* own,
+                  std::size_t own_bytes, std::size_t count, std::byte* out);
 
   Request send(const std::byte* buf, std::size_t bytes, int peer, int tag);
   Request recv(std::byte* buf, std::size_t capacity, int peer, int tag);
@@ -112,8 +120,12 @@ struct RingLayout {
 };
 
 /// The ring phases shared by all-reduce, reduce-scatter and all-gather.
-/// reduce_scatter_phase: on return this rank's chunk of `data` holds the full sum. Uses the slots.
-void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::byte* slots);
+/// reduce_scatter_phase: on return this rank's chunk of `data` holds the full sum; for summable
+/// codecs the sum stays encoded in this rank's slots instead (lengths in `final_sizes`) and
+/// `data` only supplies this rank's contributions. Needs the slots plus two segment capacities
+/// of scratch after them.
+void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::byte* slots,
+                          std::size_t* final_sizes);
 /// allgather_phase: this rank's chunk is already encoded in its slots (sizes[index(rank, j)]);
 /// forwards every chunk around the ring and decodes all of them, its own too, into `out`.
 void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* slots,

@@ -359,6 +359,17 @@ void run(const Call& call, Stats& stats) {
     return;
   }
 
+  // The scale pass: codecs with a shared scale get it agreed (MAX over ranks) in a second small
+  // all-reduce. It runs only after the agreement, so every rank asks for the same length.
+  if (const std::size_t nscales = plan->codec->scale_slots(call.count); nscales != 0) {
+    if (plan->scales.size() < nscales) plan->scales.resize(nscales);
+    plan->codec->local_scales(own, call.count, plan->scales.data());
+    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, plan->scales.data(), static_cast<int>(nscales),
+                                  MPI_DOUBLE, MPI_MAX, ctx.comm()));
+    plan->codec->set_scales(plan->scales.data(), nscales);
+    stats.control_bytes += nscales * sizeof(double);
+  }
+
   coll::Counters counters;
   coll::Context cx{ctx.transport(), *plan->codec, plan->workspace, counters};
   cx.segment_elems = env.segment_bytes / es;

@@ -10,6 +10,7 @@
 #include <list>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "codec.hpp"
 #include "collectives.hpp"
@@ -35,6 +36,7 @@ struct Plan {
   PlanKey key;
   std::unique_ptr<codec::Codec> codec;
   coll::Workspace workspace;
+  std::vector<double> scales;  // the scale pass's buffer
 };
 
 class CommContext {

@@ -6,24 +6,67 @@
 #include <functional>
 
 #include "cast_codecs.hpp"
+#include "quantizers.hpp"
 #include "ccoll/error.hpp"
 
 namespace ccoll {
 namespace {
 
+// One parameter of a codec: name, accepted range, default (required when it has none).
+struct Param {
+  const char* key;
+  unsigned lo;
+  unsigned hi;
+  bool has_default;
+  unsigned def;
+};
+
 struct Entry {
   const char* name;
-  std::vector<std::string> keys;  // accepted parameters
+  std::vector<Param> params;
   std::function<std::unique_ptr<codec::Codec>(const CodecSpec&, codec::DType)> make;
 };
+
+unsigned param(const CodecSpec& s, const char* key) {
+  for (const auto& kv : s.params) {
+    if (kv.first == key) return static_cast<unsigned>(std::stoul(kv.second));
+  }
+  throw Error(Status::kInternal, "codec parameter missing after validation");
+}
 
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = {
       {"none", {}, [](const CodecSpec&, codec::DType t) { return codec::make_none_codec(t); }},
       {"fp16", {}, [](const CodecSpec&, codec::DType t) { return codec::make_fp16_codec(t); }},
       {"bf16", {}, [](const CodecSpec&, codec::DType t) { return codec::make_bf16_codec(t); }},
+      {"maxnorm",
+       {{"bits", 2, 8, false, 0}},
+       [](const CodecSpec& s, codec::DType t) {
+         return codec::make_maxnorm_codec(t, param(s, "bits"));
+       }},
+      {"qsgd",
+       {{"bits", 2, 8, false, 0}, {"bucket", 1, 1u << 23, true, 512}},
+       [](const CodecSpec& s, codec::DType t) {
+         return codec::make_qsgd_codec(t, param(s, "bits"), param(s, "bucket"));
+       }},
+      {"terngrad",
+       {{"bucket", 1, 1u << 23, true, 512}},
+       [](const CodecSpec& s, codec::DType t) {
+         return codec::make_terngrad_codec(t, param(s, "bucket"));
+       }},
+      {"sign",
+       {{"bucket", 1, 1u << 23, true, 512}},
+       [](const CodecSpec& s, codec::DType t) {
+         return codec::make_sign_codec(t, param(s, "bucket"));
+       }},
   };
   return entries;
+}
+
+std::vector<std::string> keys_of(const Entry& e) {
+  std::vector<std::string> keys;
+  for (const auto& p : e.params) keys.emplace_back(p.key);
+  return keys;
 }
 
 std::string join(const std::vector<std::string>& v) {
@@ -76,9 +119,23 @@ CodecSpec parse_codec_spec(const std::string& text) {
       }
       const std::string key = trim(item.substr(0, eq));
       const std::string value = trim(item.substr(eq + 1));
-      if (std::find(it->keys.begin(), it->keys.end(), key) == it->keys.end()) {
+      const auto pit = std::find_if(it->params.begin(), it->params.end(),
+                                    [&](const Param& p) { return key == p.key; });
+      if (pit == it->params.end()) {
         bad("unknown parameter '" + key + "' for codec '" + spec.name +
-            "' (valid: " + join(it->keys) + ")");
+            "' (valid: " + join(keys_of(*it)) + ")");
+      }
+      const std::string range = std::to_string(pit->lo) + ".." + std::to_string(pit->hi);
+      if (spec.name == "maxnorm" && key == "bits" && value.find('/') != std::string::npos) {
+        throw Error(Status::kUnsupported,
+                    "codec: two-scale maxnorm (bits=B1/B2) is not supported yet (valid: bits=" +
+                        range + ")");
+      }
+      const bool digits = value.size() <= 9 &&
+                          std::all_of(value.begin(), value.end(),
+                                      [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
+      if (!digits || std::stoul(value) < pit->lo || std::stoul(value) > pit->hi) {
+        bad(spec.name + ":" + key + "=" + value + " is out of range (valid: " + range + ")");
       }
       for (const auto& kv : spec.params) {
         if (kv.first == key) bad("parameter '" + key + "' given twice in '" + s + "'");
@@ -87,6 +144,16 @@ CodecSpec parse_codec_spec(const std::string& text) {
       if (comma == std::string::npos) break;
       pos = comma + 1;
     }
+  }
+  for (const Param& p : it->params) {
+    const bool given = std::any_of(spec.params.begin(), spec.params.end(),
+                                   [&](const auto& kv) { return kv.first == p.key; });
+    if (given) continue;
+    if (!p.has_default) {
+      bad("codec '" + spec.name + "' needs " + p.key + "=" + std::to_string(p.lo) + ".." +
+          std::to_string(p.hi));
+    }
+    spec.params.emplace_back(p.key, std::to_string(p.def));
   }
   std::sort(spec.params.begin(), spec.params.end());
   spec.canonical = spec.name;

@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <algorithm>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -40,6 +42,8 @@ struct RunConfig {
   bool average = false;
   std::size_t segment_elems = 64 * 1024;
   InprocFabric::Tamper tamper;
+  /// Runs on each rank's codec before the schedule (the API's scale pass, emulated).
+  std::function<void(codec::Codec&, int)> prepare;
 };
 
 struct RankResult {
@@ -61,6 +65,7 @@ std::vector<RankResult> run_ranks(
         auto codec = make_codec(parse_codec_spec(rc.codec), dtype);
         coll::Workspace ws;
         RankResult& res = results[static_cast<std::size_t>(t.rank())];
+        if (rc.prepare) rc.prepare(*codec, t.rank());
         coll::Context cx{t, *codec, ws, res.counters};
         cx.segment_elems = rc.segment_elems;
         cx.seed = 42;
@@ -353,6 +358,79 @@ INSTANTIATE_TEST_SUITE_P(Ranks, Allgather,
                          ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree),
                                             ::testing::Values("none", "fp16"),
                                             ::testing::Range(1, 9)));
+
+// The quantizing codecs through every schedule: bit-identical on all ranks and within the
+// documented all-reduce bound p·(unit + 2^-23)·Σ_i max|x_i|, with the shared scales that the
+// API's scale pass would agree on.
+class QuantizedAllreduce
+    : public ::testing::TestWithParam<std::tuple<std::string, Algorithm, int>> {};
+
+float smooth_input(int r, std::size_t i) {
+  return std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(r)) *
+         (1.0f + 0.25f * static_cast<float>(r));
+}
+
+TEST_P(QuantizedAllreduce, IdenticalAndWithinBound) {
+  const auto [spec, algo, p] = GetParam();
+  for (const std::size_t count : {std::size_t{1}, std::size_t{3}, static_cast<std::size_t>(p - 1),
+                                  std::size_t{1000}, std::size_t{70001}}) {
+    if (count == 0) continue;
+    for (const bool average : {false, true}) {
+      SCOPED_TRACE("count " + std::to_string(count) + (average ? " average" : ""));
+      RunConfig rc;
+      rc.codec = spec;
+      rc.algorithm = algo;
+      rc.average = average;
+      rc.segment_elems = 4099;
+      rc.prepare = [&, count = count](codec::Codec& c, int) {
+        std::vector<double> shared(c.scale_slots(count), 0.0);
+        std::vector<double> mine(shared.size());
+        std::vector<float> x(count);
+        for (int r = 0; r < p; ++r) {
+          for (std::size_t i = 0; i < count; ++i) x[i] = smooth_input(r, i);
+          c.local_scales(x.data(), count, mine.data());
+          for (std::size_t b = 0; b < shared.size(); ++b) shared[b] = std::max(shared[b], mine[b]);
+        }
+        c.set_scales(shared.data(), shared.size());
+      };
+      const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+        std::vector<float> buf(count);
+        for (std::size_t i = 0; i < count; ++i) buf[i] = smooth_input(r, i);
+        if (algo == Algorithm::kTree) {
+          coll::allreduce_recursive_doubling(cx, buf.data(), count, average);
+        } else {
+          coll::allreduce_ring(cx, buf.data(), count, average);
+        }
+        return as_bytes(buf);
+      });
+      expect_identical(res);
+      const auto out = from_bytes<float>(res[0].out);
+      const double u = make_codec(parse_codec_spec(spec), DType::kFloat32)->unit_roundoff();
+      double sum_max = 0;
+      for (int r = 0; r < p; ++r) {
+        double m = 0;
+        for (std::size_t i = 0; i < count; ++i) m = std::max(m, std::fabs(double(smooth_input(r, i))));
+        sum_max += m;
+      }
+      const double bound = p * (u + 0x1p-23) * sum_max / (average ? p : 1);
+      double worst = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        double exact = 0;
+        for (int r = 0; r < p; ++r) exact += smooth_input(r, i);
+        if (average) exact /= p;
+        worst = std::max(worst, std::fabs(out[i] - exact));
+      }
+      EXPECT_LE(worst, bound);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, QuantizedAllreduce,
+    ::testing::Combine(::testing::Values("maxnorm:bits=2", "maxnorm:bits=8", "qsgd:bits=4",
+                                         "terngrad", "sign"),
+                       ::testing::Values(Algorithm::kRing, Algorithm::kTree),
+                       ::testing::Values(1, 2, 3, 4, 5, 8)));
 
 // Corrupt wire data: the rank that receives it, and every rank whose result depends on it, throw
 // kCorruptData; no rank hangs, and ranks that do not throw hold correct results.

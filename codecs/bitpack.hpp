@@ -1,0 +1,72 @@
+// Little-endian bit streams of fixed-width unsigned values (1..32 bits each), as the quantizing
+// codecs put them on the wire: value i occupies bits [i·w, (i+1)·w) of the byte stream.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ccoll::codec {
+
+/// Bytes needed for `count` values of `width` bits.
+constexpr std::size_t packed_bytes(std::size_t count, unsigned width) {
+  return (count * width + 7) / 8;
+}
+
+/// Smallest width that holds every value in [0, max_value].
+inline unsigned bits_for(std::uint64_t max_value) {
+  unsigned w = 1;
+  while (w < 64 && (max_value >> w) != 0) ++w;
+  return w;
+}
+
+class BitWriter {
+ public:
+  BitWriter(std::byte* out, unsigned width) : out_(out), width_(width) {}
+  void put(std::uint32_t v) {
+    acc_ |= static_cast<std::uint64_t>(v) << fill_;
+    fill_ += width_;
+    while (fill_ >= 8) {
+      *out_++ = static_cast<std::byte>(acc_);
+      acc_ >>= 8;
+      fill_ -= 8;
+    }
+  }
+  /// Writes the last partial byte; returns the position after it.
+  std::byte* finish() {
+    if (fill_ > 0) *out_++ = static_cast<std::byte>(acc_);
+    acc_ = 0;
+    fill_ = 0;
+    return out_;
+  }
+
+ private:
+  std::byte* out_;
+  unsigned width_;
+  std::uint64_t acc_ = 0;
+  unsigned fill_ = 0;
+};
+
+class BitReader {
+ public:
+  BitReader(const std::byte* in, unsigned width)
+      : in_(in), width_(width), mask_(width >= 32 ? 0xFFFFFFFFu : (1u << width) - 1u) {}
+  std::uint32_t get() {
+    while (fill_ < width_) {
+      acc_ |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(*in_++)) << fill_;
+      fill_ += 8;
+    }
+    const auto v = static_cast<std::uint32_t>(acc_ & mask_);
+    acc_ >>= width_;
+    fill_ -= width_;
+    return v;
+  }
+
+ private:
+  const std::byte* in_;
+  unsigned width_;
+  std::uint32_t mask_;
+  std::uint64_t acc_ = 0;
+  unsigned fill_ = 0;
+};
+
+}  // namespace ccoll::codec
