@@ -45,7 +45,8 @@ class Codec {
   virtual Capabilities capabilities() const = 0;
   virtual DType dtype() const = 0;
 
-  /// Relative error of one encode of a value in range (0 for lossless codecs).
+  /// Worst error of one encode relative to the largest magnitude of the block it encodes (the
+  /// casts also satisfy it relative to each value); 0 for lossless codecs.
   virtual double unit_roundoff() const = 0;
 
   /// Largest payload encode() can produce for `count` elements (header included).

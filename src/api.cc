@@ -446,11 +446,8 @@ CodecInfo describe_codec(const std::string& spec_text, int ranks) {
   info.lossless = codec->capabilities().lossless;
   info.summable = codec->capabilities().summable;
   info.unit_roundoff = codec->unit_roundoff();
-  // One rank: the data is copied, never encoded. Otherwise each element passes through at most
-  // `ranks` encodes and `ranks` fp32 additions/divisions, each bounded relative to Σ max|x_i|.
-  if (!info.lossless && ranks > 1) {
-    info.error_bound = ranks * (codec->unit_roundoff() + 0x1p-23);
-  }
+  // One rank: the data is copied, never encoded (bound 0).
+  info.error_bound = allreduce_error_bound(*codec, ranks);
   return info;
 }
 

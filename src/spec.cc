@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <functional>
 
 #include "cast_codecs.hpp"
@@ -168,6 +169,14 @@ std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dty
     if (spec.name == e.name) return e.make(spec, dtype);
   }
   bad("unknown codec '" + spec.name + "' (valid: " + join(codec_names()) + ")");
+}
+
+double allreduce_error_bound(const codec::Codec& codec, int ranks) {
+  if (ranks <= 1 || codec.capabilities().lossless) return 0.0;
+  const double u = codec.unit_roundoff();
+  const double p = ranks;
+  const double hops = codec.capabilities().summable ? p * u : std::pow(1.0 + u, p) - 1.0;
+  return hops + p * 0x1p-23;
 }
 
 std::size_t parse_byte_size(const std::string& text, const std::string& what) {

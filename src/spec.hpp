@@ -29,6 +29,14 @@ std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dty
 /// Names of all registered codecs, in the order the documentation lists them.
 std::vector<std::string> codec_names();
 
+/// Worst-case all-reduce error of `codec` over `ranks` ranks, relative to Σ_i max|x_i| (see
+/// ccoll::CodecInfo::error_bound). Summable codecs add p independent one-encode errors:
+/// p·u. Codecs that re-encode partial sums compound: each hop's error is part of the next
+/// hop's input, E_k <= (1+u)·E_(k-1) + u·Σ max|x_i|, so E_p <= ((1+u)^p - 1)·Σ max|x_i|.
+/// Both get p·2^-23 for the fp32 additions and the final division. 0 for one rank or a
+/// lossless codec.
+double allreduce_error_bound(const codec::Codec& codec, int ranks);
+
 /// Parses a byte size with an optional K/M/G (binary) suffix, e.g. "64K"; throws
 /// ccoll::Error(kInvalidArgument) naming `what` when malformed.
 std::size_t parse_byte_size(const std::string& text, const std::string& what);

@@ -181,23 +181,108 @@ TEST(MpiAllreduce, LossyCodecsWithinBoundAndIdentical) {
 TEST(MpiAllreduce, NonFiniteFallsBackOnEveryRank) {
   const int p = world_size();
   if (p < 2) GTEST_SKIP() << "needs 2 ranks";
-  for (const float bad : {std::nanf(""), INFINITY, 1e6f}) {
-    std::vector<float> buf(1000, 1.0f);
-    if (world_rank() == p - 1) buf[17] = bad;
-    ccoll::Options opt;
-    opt.codec = "fp16";
-    ccoll::Stats stats;
-    opt.stats = &stats;
-    ccoll::compressed_allreduce(MPI_IN_PLACE, buf.data(), buf.size(), MPI_FLOAT, MPI_SUM,
-                                MPI_COMM_WORLD, opt);
-    EXPECT_TRUE(stats.fell_back);
-    EXPECT_EQ(stats.algorithm, "mpi");
-    if (std::isnan(bad)) {
-      EXPECT_TRUE(std::isnan(buf[17]));
-    } else {
-      EXPECT_EQ(buf[17], bad + static_cast<float>(p - 1));
+  for (const char* codec : {"fp16", "maxnorm:bits=4", "qsgd:bits=4"}) {
+    for (const float bad : {std::nanf(""), INFINITY, 1e6f}) {
+      if (bad == 1e6f && std::string(codec) != "fp16") continue;  // only fp16 overflows there
+      SCOPED_TRACE(std::string(codec) + " " + std::to_string(bad));
+      std::vector<float> buf(1000, 1.0f);
+      if (world_rank() == p - 1) buf[17] = bad;
+      ccoll::Options opt;
+      opt.codec = codec;
+      ccoll::Stats stats;
+      opt.stats = &stats;
+      ccoll::compressed_allreduce(MPI_IN_PLACE, buf.data(), buf.size(), MPI_FLOAT, MPI_SUM,
+                                  MPI_COMM_WORLD, opt);
+      EXPECT_TRUE(stats.fell_back);
+      EXPECT_EQ(stats.algorithm, "mpi");
+      if (std::isnan(bad)) {
+        EXPECT_TRUE(std::isnan(buf[17]));
+      } else {
+        EXPECT_EQ(buf[17], bad + static_cast<float>(p - 1));
+      }
+      EXPECT_EQ(buf[16], static_cast<float>(p));
     }
-    EXPECT_EQ(buf[16], static_cast<float>(p));
+  }
+}
+
+// Every quantizing codec end to end: within its documented bound against the exact result,
+// bit-identical on every rank, in place and not, odd sizes and fewer elements than ranks.
+TEST(MpiAllreduce, EveryCodecWithinBound) {
+  const int p = world_size();
+  const int r = world_rank();
+  for (const char* codec : {"maxnorm:bits=2", "maxnorm:bits=4", "maxnorm:bits=8", "qsgd:bits=4",
+                            "qsgd:bits=2,bucket=64", "terngrad", "sign"}) {
+    for (const char* algo : {"ring", "tree"}) {
+      for (std::size_t count :
+           {std::size_t{1}, std::size_t{4}, std::size_t{1001}, std::size_t{100003}}) {
+        if (count == 4) count = static_cast<std::size_t>(p > 1 ? p - 1 : 1);
+        for (const bool in_place : {false, true}) {
+          SCOPED_TRACE(std::string(codec) + " " + algo + " " + std::to_string(count));
+          std::vector<float> send(count);
+          double local_max = 0;
+          for (std::size_t i = 0; i < count; ++i) {
+            send[i] = std::cos(0.013f * static_cast<float>(i) * static_cast<float>(r + 1)) *
+                      static_cast<float>(1 + r);
+            local_max = std::max(local_max, std::fabs(static_cast<double>(send[i])));
+          }
+          std::vector<double> exact(count);
+          std::vector<double> mine(send.begin(), send.end());
+          MPI_Allreduce(mine.data(), exact.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM,
+                        MPI_COMM_WORLD);
+          double sum_max = 0;
+          MPI_Allreduce(&local_max, &sum_max, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+          std::vector<float> recv = in_place ? send : std::vector<float>(count, 0.0f);
+          ccoll::Options opt;
+          opt.codec = codec;
+          opt.algorithm = algo;
+          opt.average = true;
+          opt.seed = 99;
+          ccoll::Stats stats;
+          opt.stats = &stats;
+          ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : send.data(), recv.data(), count,
+                                      MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, opt);
+          const double bound = ccoll::describe_codec(codec, p).error_bound * sum_max / p;
+          double worst = 0;
+          for (std::size_t i = 0; i < count; ++i) {
+            worst = std::max(worst, std::fabs(recv[i] - exact[i] / p));
+          }
+          EXPECT_LE(worst, bound + 1e-6);
+          EXPECT_TRUE(identical_on_all_ranks(recv.data(), count * sizeof(float), MPI_COMM_WORLD));
+          if (p > 1) {
+            EXPECT_EQ(stats.algorithm, algo);
+            EXPECT_FALSE(stats.fell_back);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MpiAllgather, EveryCodecWithinBound) {
+  const int p = world_size();
+  for (const char* codec : {"maxnorm:bits=4", "qsgd:bits=4", "terngrad", "sign"}) {
+    for (const char* algo : {"ring", "tree"}) {
+      const std::size_t count = 5003;
+      std::vector<float> send(count);
+      for (std::size_t i = 0; i < count; ++i) {
+        send[i] = std::sin(0.1f * static_cast<float>(i) + static_cast<float>(world_rank()));
+      }
+      std::vector<float> recv(count * static_cast<std::size_t>(p));
+      ccoll::Options opt;
+      opt.codec = codec;
+      opt.algorithm = algo;
+      ccoll::compressed_allgather(send.data(), count, recv.data(), MPI_FLOAT, MPI_COMM_WORLD, opt);
+      const double bound = ccoll::describe_codec(codec, p).unit_roundoff * 1.0;  // max|x| <= 1
+      double worst = 0;
+      for (int rr = 0; rr < p; ++rr) {
+        for (std::size_t i = 0; i < count; ++i) {
+          const double x = std::sin(0.1f * static_cast<float>(i) + static_cast<float>(rr));
+          worst = std::max(worst, std::fabs(recv[static_cast<std::size_t>(rr) * count + i] - x));
+        }
+      }
+      EXPECT_LE(worst, bound + 1e-6) << codec << " " << algo;
+      EXPECT_TRUE(identical_on_all_ranks(recv.data(), recv.size() * sizeof(float), MPI_COMM_WORLD));
+    }
   }
 }
 

@@ -91,10 +91,13 @@ struct CodecInfo {
   /// normal range (fp16: magnitudes 2^-14 to 65504 / ranks; outside it the call falls back or,
   /// for tiny values, adds at most ranks × 2^-25 absolute error):
   /// |result - exact sum| <= error_bound × Σ_i max_k |x_i[k]| (for the average, divide both sides
-  /// by the rank count). 0 for lossless codecs.
+  /// by the rank count). 0 for lossless codecs and for one rank. Summable codecs: p·u;
+  /// codecs that re-encode partial sums per hop: (1+u)^p - 1, since each hop's error feeds the
+  /// next hop's scale; both plus p·2^-23 (u = unit_roundoff).
   double error_bound = 0;
-  /// Relative error of one encode of a value in the codec's range (0 for lossless codecs); an
-  /// all-gather's output differs from the input by at most this times |input|.
+  /// Worst error of one encode relative to the largest magnitude in the encoded block (for
+  /// fp16/bf16 also relative to each value); 0 for lossless codecs. An all-gather's output
+  /// differs from the input by at most this times max|input|.
   double unit_roundoff = 0;
 };
 
