@@ -29,11 +29,18 @@ struct Capabilities {
 /// rounding draws from a counter-based stream keyed by these fields, so that every rank that
 /// encodes the same values with the same context produces the same bytes).
 struct BlockContext {
+  /// What is being encoded; error feedback keeps a residual for kOwn and kHop encodes.
+  enum class Role : std::uint8_t {
+    kOwn,     ///< this rank's own contribution, alone
+    kHop,     ///< a partial sum this rank re-encodes (recode schedules), or an owner's result
+    kShared,  ///< data several ranks encode identically (tree groups): no per-rank state
+  };
   std::uint64_t seed = 0;  ///< Options::seed, equal on all ranks.
-  std::uint64_t call = 0;  ///< Per-plan call counter, equal on all ranks.
-  std::uint64_t stream =
-      0;  ///< Who encodes: a rank, or a group id shared by ranks holding equal data.
+  std::uint64_t call = 0;  ///< Per-communicator call counter, equal on all ranks.
+  /// Who encodes: a rank, or a group id shared by ranks holding equal data (32 bits are used).
+  std::uint64_t stream = 0;
   std::uint64_t offset = 0;  ///< Element offset of the block in the tensor.
+  Role role = Role::kOwn;
 };
 
 class Codec {
@@ -69,6 +76,9 @@ class Codec {
   /// As decode(), but adds the decoded values to `acc` in the element type.
   virtual void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
                                  void* acc) = 0;
+
+  /// Forgets state kept between calls (error-feedback residuals); stateless codecs: no-op.
+  virtual void reset_state() {}
 
   // ---- per-call set-up -------------------------------------------------------------------------
 

@@ -124,7 +124,10 @@ void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, boo
       const int partner_new = newrank ^ mask;
       const int partner = partner_new < rem ? 2 * partner_new + 1 : partner_new + rem;
       const int group = newrank & ~(mask - 1);
-      const std::size_t n = e.encode(buf, count, group_stream(mask, group), 0, mine);
+      // a group of one holds its own data; larger groups encode identically: no per-rank state
+      const auto role =
+          mask == 1 ? codec::BlockContext::Role::kHop : codec::BlockContext::Role::kShared;
+      const std::size_t n = e.encode(buf, count, group_stream(mask, group), 0, mine, role);
       Request q = e.recv(theirs, cap, partner, kTagDoubling);
       Request s = e.send(mine, n, partner, kTagDoubling);
       const std::size_t got = e.wait_recv(q);
@@ -139,7 +142,8 @@ void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, boo
   // fold out: the odd ranks return the result to their even neighbours
   if (rem > 0) {
     if (newrank >= 0) {
-      const std::size_t n = e.encode(buf, count, kFinalStream, 0, mine);
+      const std::size_t n =
+          e.encode(buf, count, kFinalStream, 0, mine, codec::BlockContext::Role::kShared);
       if (!lossless) e.decode(mine, n, count, buf, /*accumulate=*/false);
       if (r < 2 * rem) {
         Request s = e.send(mine, n, r - 1, kTagFoldOut);

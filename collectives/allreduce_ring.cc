@@ -75,8 +75,8 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
       const std::size_t got = e.wait_recv(recvs[j]);
       e.decode(slot, got, cnt, data + off * es, /*accumulate=*/true);
       if (k + 2 < p) {
-        const std::size_t n =
-            e.encode(data + off * es, cnt, static_cast<std::uint64_t>(r), off, slot);
+        const std::size_t n = e.encode(data + off * es, cnt, static_cast<std::uint64_t>(r), off,
+                                       slot, codec::BlockContext::Role::kHop);
         sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
       }
     }
@@ -132,7 +132,7 @@ namespace {
 // segment's size. Codecs see element offsets in the tensor (all-reduce) or, with
 // `block_relative`, within this rank's own block (all-gather: each rank's block is its tensor).
 void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, std::byte* slots,
-                      std::size_t* sizes, bool block_relative) {
+                      std::size_t* sizes, bool block_relative, codec::BlockContext::Role role) {
   const int r = e.rank();
   const std::size_t first = L.seg_offset(r, 0);
   for (std::size_t j = 0; j < L.nseg(r); ++j) {
@@ -140,7 +140,7 @@ void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, st
     sizes[L.index(r, j)] =
         e.encode(chunk + (off - first) * e.elem_bytes(), L.seg_elems(r, j),
                  static_cast<std::uint64_t>(r), block_relative ? off - first : off,
-                 slots + L.slot(r, j));
+                 slots + L.slot(r, j), role);
   }
 }
 
@@ -180,14 +180,14 @@ void allreduce_ring(Context& cx, void* buf, std::size_t count, bool average) {
   if (cx.codec.capabilities().summable) {
     // the reduce-scatter leaves this rank's chunk as summed codes in its slots; everyone
     // decodes the same sums, then scales them the same way
-    if (p == 1) encode_own_chunk(e, L, own, slots, sizes, false);
+    if (p == 1) encode_own_chunk(e, L, own, slots, sizes, false, codec::BlockContext::Role::kOwn);
     reduce_scatter_phase(e, L, data, slots, sizes);
     allgather_phase(e, L, data, slots, sizes);
     if (average) divide_elements(data, count, cx.codec.dtype(), p);
   } else {
     reduce_scatter_phase(e, L, data, slots, nullptr);
     if (average) divide_elements(own, L.chunk_elems(r), cx.codec.dtype(), p);
-    encode_own_chunk(e, L, own, slots, sizes, false);
+    encode_own_chunk(e, L, own, slots, sizes, false, codec::BlockContext::Role::kHop);
     allgather_phase(e, L, data, slots, sizes);
   }
   e.finish();
@@ -201,7 +201,8 @@ void allgather_ring(Context& cx, const void* send, std::size_t count, void* recv
   std::byte* slots = cx.workspace.bytes(L.slot_bytes());
   std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
   // Chunks are equal (count each), so chunk r of `recv` is rank r's block.
-  encode_own_chunk(e, L, static_cast<const std::byte*>(send), slots, sizes, true);
+  encode_own_chunk(e, L, static_cast<const std::byte*>(send), slots, sizes, true,
+                   codec::BlockContext::Role::kOwn);
   allgather_phase(e, L, static_cast<std::byte*>(recv), slots, sizes);
   e.finish();
 }

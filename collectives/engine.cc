@@ -8,9 +8,10 @@
 namespace ccoll::coll {
 
 std::size_t Engine::encode(const void* in, std::size_t count, std::uint64_t stream,
-                           std::uint64_t offset, std::byte* out) {
+                           std::uint64_t offset, std::byte* out, codec::BlockContext::Role role) {
   const auto t0 = Clock::now();
-  const std::size_t n = cx_.codec.encode(in, count, {cx_.seed, cx_.call, stream, offset}, out);
+  const std::size_t n =
+      cx_.codec.encode(in, count, {cx_.seed, cx_.call, stream, offset, role}, out);
   if (poisoned_) wire::set_poisoned(out);
   cx_.counters.encode_seconds += since(t0);
   return n;

@@ -42,7 +42,8 @@ class Engine {
 
   /// Encodes with the shared seed and call counter; marks the payload poisoned when this rank is.
   std::size_t encode(const void* in, std::size_t count, std::uint64_t stream, std::uint64_t offset,
-                     std::byte* out);
+                     std::byte* out,
+                     codec::BlockContext::Role role = codec::BlockContext::Role::kOwn);
   /// Decodes (or decode-accumulates) a received payload. A poisoned, empty or malformed payload
   /// poisons this rank instead of throwing; returns false then (the output is left untouched).
   bool decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,

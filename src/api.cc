@@ -273,6 +273,12 @@ void run(const Call& call, Stats& stats) {
       key.count = call.count;
       key.dtype = dtype;
       key.codec = spec.canonical;
+      // Stateful codecs keep state per tensor: Options::key, or the receive buffer and count.
+      if (spec.ef) {
+        key.tensor_key = opt.key != 0 ? opt.key
+                                      : (reinterpret_cast<std::uintptr_t>(call.recvbuf) * 31 +
+                                         call.count) | 1;
+      }
       plan = &ctx.plan(key, spec.canonical);
       if (!plan->codec->capabilities().lossless) {
         const void* input = in_place

@@ -7,6 +7,7 @@
 #include <functional>
 
 #include "cast_codecs.hpp"
+#include "error_feedback.hpp"
 #include "quantizers.hpp"
 #include "ccoll/error.hpp"
 
@@ -107,6 +108,7 @@ CodecSpec parse_codec_spec(const std::string& text) {
   if (it == registry().end()) {
     bad("unknown codec '" + spec.name + "' in '" + s + "' (valid: " + join(codec_names()) + ")");
   }
+  bool saw_ef = false;
   if (sep != std::string::npos) {
     const std::string rest = s.substr(sep + 1);
     std::size_t pos = 0;
@@ -120,11 +122,20 @@ CodecSpec parse_codec_spec(const std::string& text) {
       }
       const std::string key = trim(item.substr(0, eq));
       const std::string value = trim(item.substr(eq + 1));
+      if (key == "ef") {
+        if (value != "0" && value != "1") bad("ef=" + value + " (valid: 0, 1)");
+        if (saw_ef) bad("parameter 'ef' given twice in '" + s + "'");
+        saw_ef = true;
+        spec.ef = value == "1";
+        if (comma == std::string::npos) break;
+        pos = comma + 1;
+        continue;
+      }
       const auto pit = std::find_if(it->params.begin(), it->params.end(),
                                     [&](const Param& p) { return key == p.key; });
       if (pit == it->params.end()) {
         bad("unknown parameter '" + key + "' for codec '" + spec.name +
-            "' (valid: " + join(keys_of(*it)) + ")");
+            "' (valid: " + join(keys_of(*it)) + (it->params.empty() ? "" : ", ") + "ef)");
       }
       const std::string range = std::to_string(pit->lo) + ".." + std::to_string(pit->hi);
       if (spec.name == "maxnorm" && key == "bits" && value.find('/') != std::string::npos) {
@@ -161,12 +172,16 @@ CodecSpec parse_codec_spec(const std::string& text) {
   for (std::size_t i = 0; i < spec.params.size(); ++i) {
     spec.canonical += (i == 0 ? ":" : ",") + spec.params[i].first + "=" + spec.params[i].second;
   }
+  if (spec.ef) spec.canonical += spec.params.empty() ? ":ef=1" : ",ef=1";
   return spec;
 }
 
 std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dtype) {
   for (const auto& e : registry()) {
-    if (spec.name == e.name) return e.make(spec, dtype);
+    if (spec.name == e.name) {
+      auto c = e.make(spec, dtype);
+      return spec.ef ? codec::make_error_feedback_codec(std::move(c)) : std::move(c);
+    }
   }
   bad("unknown codec '" + spec.name + "' (valid: " + join(codec_names()) + ")");
 }

@@ -16,7 +16,8 @@ namespace ccoll {
 struct CodecSpec {
   std::string name;
   std::vector<std::pair<std::string, std::string>> params;  ///< Sorted by key.
-  std::string canonical;                                    ///< name[:k=v,...] with sorted keys.
+  bool ef = false;        ///< The ef=1 modifier (error feedback), accepted by every codec.
+  std::string canonical;  ///< name[:k=v,...] with sorted keys (defaults filled in), then ef=1.
 };
 
 /// Parses and validates `text` against the registry; throws ccoll::Error(kInvalidArgument)

@@ -24,9 +24,8 @@ TEST(Philox, KnownAnswerVectors) {
   const Philox4x32 b = philox4x32_10({{~0u, ~0u, ~0u, ~0u}}, ~0u, ~0u);
   EXPECT_EQ(b.v[0], 0x408f276du);
   EXPECT_EQ(b.v[3], 0x6d5451fdu);
-  const Philox4x32 c =
-      philox4x32_10({{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}}, 0xa4093822u,
-                    0x299f31d0u);
+  const Philox4x32 c = philox4x32_10({{0x243f6a88u, 0x85a308d3u, 0x13198a2eu, 0x03707344u}},
+                                     0xa4093822u, 0x299f31d0u);
   EXPECT_EQ(c.v[0], 0xd16cfe09u);
   EXPECT_EQ(c.v[1], 0x94fdccebu);
   EXPECT_EQ(c.v[2], 0x5001e420u);
@@ -70,9 +69,13 @@ std::unique_ptr<Codec> make(const std::string& spec, const std::vector<float>& x
   return c;
 }
 
-const std::vector<std::string> kQuantizers = {"maxnorm:bits=2", "maxnorm:bits=4",
-                                              "maxnorm:bits=8", "qsgd:bits=2",
-                                              "qsgd:bits=4,bucket=128", "terngrad", "sign"};
+const std::vector<std::string> kQuantizers = {"maxnorm:bits=2",
+                                              "maxnorm:bits=4",
+                                              "maxnorm:bits=8",
+                                              "qsgd:bits=2",
+                                              "qsgd:bits=4,bucket=128",
+                                              "terngrad",
+                                              "sign"};
 
 class Quantizer : public ::testing::TestWithParam<std::string> {};
 
@@ -88,7 +91,8 @@ TEST_P(Quantizer, RoundTripWithinBound) {
   float m = 0;
   for (const float v : x) m = std::max(m, std::fabs(v));
   double worst = 0;
-  for (std::size_t i = 0; i < x.size(); ++i) worst = std::max(worst, std::fabs(double(y[i]) - x[i]));
+  for (std::size_t i = 0; i < x.size(); ++i)
+    worst = std::max(worst, std::fabs(double(y[i]) - x[i]));
   EXPECT_LE(worst, c->unit_roundoff() * m * (1 + 1e-6)) << GetParam();
   // the payload really is compressed: fewer bits per element than fp32
   EXPECT_LT(n * 8.0 / x.size(), 8.6) << GetParam();
@@ -104,8 +108,8 @@ TEST_P(Quantizer, UnbiasedWhenItSaysSo) {
   std::vector<std::byte> enc(c->max_encoded_bytes(x.size()));
   std::vector<float> y(x.size());
   for (int t = 0; t < trials; ++t) {
-    const std::size_t n = c->encode(x.data(), x.size(), {77, static_cast<std::uint64_t>(t), 0, 0},
-                                    enc.data());
+    const std::size_t n =
+        c->encode(x.data(), x.size(), {77, static_cast<std::uint64_t>(t), 0, 0}, enc.data());
     c->decode(enc.data(), n, x.size(), y.data());
     for (std::size_t i = 0; i < x.size(); ++i) mean[i] += y[i];
   }
@@ -217,8 +221,8 @@ TEST(MaxNorm, CompressedSumsAreExact) {
     std::vector<float> y(n);
     std::size_t acc_n = 0;
     for (int r = 0; r < p; ++r) {
-      const std::size_t k = c->encode(x[r].data(), n, {1, 1, static_cast<std::uint64_t>(r), 0},
-                                      one.data());
+      const std::size_t k =
+          c->encode(x[r].data(), n, {1, 1, static_cast<std::uint64_t>(r), 0}, one.data());
       c->decode(one.data(), k, n, y.data());
       for (std::size_t i = 0; i < n; ++i) sum_of_decodes[i] += y[i];
       if (r == 0) {
@@ -244,6 +248,90 @@ TEST(MaxNorm, CompressedSumsAreExact) {
     const std::size_t ko = c->encode(x[0].data(), n - 1, {}, other.data());
     EXPECT_THROW(c->add_encoded(acc.data(), acc_n, other.data(), ko, n, tmp.data()), Error);
   }
+}
+
+}  // namespace
+}  // namespace ccoll::codec
+
+namespace ccoll::codec {
+namespace {
+
+// ef=1 is exactly EF-SGD around the inner codec: the bytes it sends equal those of the inner
+// codec encoding p_t = x_t + e_(t-1), and Σ_t D(c_t) + e_T = Σ_t x_t, with e_T the last step's
+// quantization error (bounded, not growing with T).
+TEST(ErrorFeedback, IsEfSgdAroundTheInnerCodec) {
+  for (const std::string inner_spec :
+       {"sign", "maxnorm:bits=2", "qsgd:bits=2", "terngrad", "fp16"}) {
+    SCOPED_TRACE(inner_spec);
+    const std::size_t n = 3001;
+    auto ef = make_codec(parse_codec_spec(inner_spec + ",ef=1"), DType::kFloat32);
+    auto inner = make_codec(parse_codec_spec(inner_spec), DType::kFloat32);
+    EXPECT_TRUE(ef->capabilities().stateful);
+    EXPECT_EQ(ef->spec(),
+              inner->spec() + (inner->spec().find(':') == std::string::npos ? ":ef=1" : ",ef=1"));
+    ef->begin_call(1);
+    inner->begin_call(1);
+    std::vector<float> residual(n, 0.0f);
+    std::vector<double> sum_x(n, 0.0);
+    std::vector<double> sum_d(n, 0.0);
+    std::vector<std::byte> a(ef->max_encoded_bytes(n));
+    std::vector<std::byte> b(a.size());
+    std::vector<float> p(n);
+    std::vector<float> d(n);
+    double last_max_p = 0;
+    double max_p_seen = 0;
+    const int steps = 60;
+    for (int t = 0; t < steps; ++t) {
+      const auto x = gradient_like(n, 100 + static_cast<unsigned>(t));
+      for (std::size_t i = 0; i < n; ++i) p[i] = x[i] + residual[i];
+      std::vector<double> scales(ef->scale_slots(n));
+      ef->local_scales(x.data(), n, scales.data());
+      ef->set_scales(scales.data(), scales.size());
+      inner->set_scales(scales.data(), scales.size());
+      const BlockContext ctx{3, static_cast<std::uint64_t>(t), 1, 0};
+      const std::size_t na = ef->encode(x.data(), n, ctx, a.data());
+      const std::size_t nb = inner->encode(p.data(), n, ctx, b.data());
+      ASSERT_EQ(na, nb);
+      ASSERT_EQ(0, std::memcmp(a.data(), b.data(), na)) << "step " << t;
+      inner->decode(b.data(), nb, n, d.data());
+      last_max_p = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        residual[i] = p[i] - d[i];
+        sum_x[i] += x[i];
+        sum_d[i] += d[i];
+        last_max_p = std::max(last_max_p, std::fabs(static_cast<double>(p[i])));
+      }
+      max_p_seen = std::max(max_p_seen, last_max_p);
+    }
+    // the identity, with e_T bounded by one encode's error
+    double worst = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      worst = std::max(worst, std::fabs(sum_d[i] + residual[i] - sum_x[i]));
+      ASSERT_LE(std::fabs(residual[i]), inner->unit_roundoff() * last_max_p * 1.0001 + 1e-6);
+    }
+    // fp32 rounding: each step rounds p_t and d_t once, relative to the largest |p| seen (EF
+    // around a non-contractive compressor such as 2-bit qsgd lets the residual grow)
+    EXPECT_LE(worst, steps * 0x1p-22 * max_p_seen + 1e-6);
+    // reset_state() forgets the residual
+    ef->reset_state();
+    const auto x = gradient_like(n, 999);
+    std::vector<double> scales(ef->scale_slots(n));
+    ef->local_scales(x.data(), n, scales.data());
+    ef->set_scales(scales.data(), scales.size());
+    inner->set_scales(scales.data(), scales.size());
+    const std::size_t na = ef->encode(x.data(), n, {1, 1, 1, 0}, a.data());
+    const std::size_t nb = inner->encode(x.data(), n, {1, 1, 1, 0}, b.data());
+    ASSERT_EQ(na, nb);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), na));
+  }
+}
+
+TEST(ErrorFeedback, SpecStrings) {
+  EXPECT_EQ(parse_codec_spec("sign,ef=1").canonical, "sign:bucket=512,ef=1");
+  EXPECT_EQ(parse_codec_spec("maxnorm:ef=1,bits=4").canonical, "maxnorm:bits=4,ef=1");
+  EXPECT_EQ(parse_codec_spec("fp16:ef=0").canonical, "fp16");
+  EXPECT_THROW(parse_codec_spec("fp16:ef=2"), Error);
+  EXPECT_THROW(parse_codec_spec("fp16:ef=1,ef=1"), Error);
 }
 
 }  // namespace

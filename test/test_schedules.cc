@@ -3,8 +3,8 @@
 // segment pipelining, and corrupt wire data turned into errors rather than hangs or bad results.
 #include <gtest/gtest.h>
 
-#include <cmath>
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <functional>
 #include <mutex>
@@ -407,12 +407,13 @@ TEST_P(QuantizedAllreduce, IdenticalAndWithinBound) {
       const auto out = from_bytes<float>(res[0].out);
       // one rank through a schedule still makes one encode (the API would not encode at all)
       const auto probe = make_codec(parse_codec_spec(spec), DType::kFloat32);
-      const double bound_factor = p == 1 ? probe->unit_roundoff() + 0x1p-23
-                                         : allreduce_error_bound(*probe, p);
+      const double bound_factor =
+          p == 1 ? probe->unit_roundoff() + 0x1p-23 : allreduce_error_bound(*probe, p);
       double sum_max = 0;
       for (int r = 0; r < p; ++r) {
         double m = 0;
-        for (std::size_t i = 0; i < count; ++i) m = std::max(m, std::fabs(double(smooth_input(r, i))));
+        for (std::size_t i = 0; i < count; ++i)
+          m = std::max(m, std::fabs(double(smooth_input(r, i))));
         sum_max += m;
       }
       const double bound = bound_factor * sum_max / (average ? p : 1);
@@ -428,12 +429,13 @@ TEST_P(QuantizedAllreduce, IdenticalAndWithinBound) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Codecs, QuantizedAllreduce,
-    ::testing::Combine(::testing::Values("maxnorm:bits=2", "maxnorm:bits=8", "qsgd:bits=4",
-                                         "terngrad", "sign"),
-                       ::testing::Values(Algorithm::kRing, Algorithm::kTree),
-                       ::testing::Values(1, 2, 3, 4, 5, 8)));
+INSTANTIATE_TEST_SUITE_P(Codecs, QuantizedAllreduce,
+                         ::testing::Combine(::testing::Values("maxnorm:bits=2", "maxnorm:bits=8",
+                                                              "qsgd:bits=4", "terngrad", "sign",
+                                                              "maxnorm:bits=3,ef=1",
+                                                              "qsgd:bits=2,ef=1"),
+                                            ::testing::Values(Algorithm::kRing, Algorithm::kTree),
+                                            ::testing::Values(1, 2, 3, 4, 5, 8)));
 
 // Corrupt wire data: the rank that receives it, and every rank whose result depends on it, throw
 // kCorruptData; no rank hangs, and ranks that do not throw hold correct results.
