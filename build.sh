@@ -2,16 +2,18 @@
 # ccoll's two commands, from a fresh clone:
 #   ./build.sh run    install what is missing, build, run compressed all-reduce on 4 MPI ranks
 #   ./build.sh test   install what is missing, build, run the whole CTest suite (unit, MPI,
-#                     package consumer), then the unit tests again under ASan+UBSan
+#                     package consumer), the unit tests again under ASan+UBSan, and every
+#                     decoder under libFuzzer for a few seconds (when clang is installed)
 # Environment: JOBS (parallel build jobs, default 2), BUILD_DIR (default build),
-#   CCOLL_SKIP_SANITIZER=1 (test: skip the sanitizer pass), CI=true (warnings are errors).
+#   CCOLL_SKIP_SANITIZER=1 / CCOLL_SKIP_FUZZ=1 (test: skip those passes), CI=true (warnings
+#   are errors).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 cmd=${1:-}
 JOBS=${JOBS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
 
-usage() { sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
 
 install_missing() {
   local missing=()
@@ -71,6 +73,17 @@ case "$cmd" in
       cmake --build "$BUILD_DIR-sanitize" -j "$JOBS" --target ccoll_unit_tests
       ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         ctest --test-dir "$BUILD_DIR-sanitize" -L unit --output-on-failure -j "$JOBS"
+    fi
+    if [ "${CCOLL_SKIP_FUZZ:-0}" != "1" ]; then
+      if command -v clang++ >/dev/null; then
+        # every decoder under libFuzzer (+ASan/UBSan) for CCOLL_FUZZ_SECONDS each
+        CC=clang CXX=clang++ cmake -S . -B "$BUILD_DIR-fuzz" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+          -DCCOLL_BUILD_FUZZERS=ON -DCCOLL_ENABLE_CUDA=OFF -DCCOLL_BUILD_BENCH=OFF
+        cmake --build "$BUILD_DIR-fuzz" -j "$JOBS" --target ccoll_fuzzers
+        ctest --test-dir "$BUILD_DIR-fuzz" -L fuzz --output-on-failure
+      else
+        echo "build.sh: clang++ not found; skipping the decoder fuzz targets"
+      fi
     fi
     ;;
   *)
