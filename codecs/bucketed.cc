@@ -88,8 +88,7 @@ class BucketedCodec final : public Codec {
     std::byte* scales = out + wire::kHeaderBytes;
     const std::size_t nb = buckets(count);
     BitWriter w(scales + 4 * nb, width_);
-    std::uint64_t quad = ~std::uint64_t{0};
-    Philox4x32 rnd{};
+    UniformStream uniforms(ctx.seed, ctx.call, ctx.stream);
     for (std::size_t b = 0; b < nb; ++b) {
       const std::size_t begin = b * bucket_;
       const std::size_t end = std::min<std::size_t>(count, begin + bucket_);
@@ -116,17 +115,7 @@ class BucketedCodec final : public Codec {
       }
       const double inv = sf > 0 ? static_cast<double>(s_) / static_cast<double>(sf) : 0.0;
       for (std::size_t i = begin; i < end; ++i) {
-        const std::uint64_t g = ctx.offset + i;
-        if ((g >> 2) != quad) {
-          quad = g >> 2;
-          rnd = philox_block(ctx.seed, ctx.call, static_cast<std::uint32_t>(ctx.stream), quad);
-        }
-        const double r = std::fabs(static_cast<double>(x[i])) * inv;
-        const double fl = std::floor(r);
-        std::uint32_t q = static_cast<std::uint32_t>(fl) +
-                          (static_cast<double>(uniform01(rnd.v[g & 3])) < r - fl ? 1u : 0u);
-        q = std::min(q, s_);
-        w.put(x[i] < 0 ? s_ - q : s_ + q);
+        w.put(stochastic_code(static_cast<double>(x[i]), inv, uniforms.at(ctx.offset + i), s_));
       }
     }
     return static_cast<std::size_t>(w.finish() - out);

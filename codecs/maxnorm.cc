@@ -118,26 +118,13 @@ class MaxNormCodec final : public Codec {
     p += 4 * nb;
     BitWriter w(p, width(1));
     const auto s = static_cast<T>(s_);
-    std::uint64_t quad = ~std::uint64_t{0};
-    Philox4x32 rnd{};
+    UniformStream uniforms(ctx.seed, ctx.call, ctx.stream);
     std::size_t i = 0;
     for (std::size_t b = 0; b < nb; ++b) {
       const float m = scales_[first + b];
       const T inv = m > 0 ? s / static_cast<T>(m) : T(0);
       const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * kBlock - ctx.offset);
-      for (; i < end; ++i) {
-        const std::uint64_t g = ctx.offset + i;
-        if ((g >> 2) != quad) {
-          quad = g >> 2;
-          rnd = philox_block(ctx.seed, ctx.call, static_cast<std::uint32_t>(ctx.stream), quad);
-        }
-        const T r = std::fabs(x[i]) * inv;
-        const T fl = std::floor(r);
-        std::uint32_t q = static_cast<std::uint32_t>(fl) +
-                          (static_cast<T>(uniform01(rnd.v[g & 3])) < r - fl ? 1u : 0u);
-        q = std::min(q, s_);
-        w.put(x[i] < 0 ? s_ - q : s_ + q);
-      }
+      for (; i < end; ++i) w.put(stochastic_code(x[i], inv, uniforms.at(ctx.offset + i), s_));
     }
     return static_cast<std::size_t>(w.finish() - out);
   }

@@ -51,4 +51,38 @@ CCOLL_HOST_DEVICE inline float uniform01(std::uint32_t bits) {
   return static_cast<float>(bits >> 8) * 0x1p-24f;
 }
 
+/// The uniforms of one encode, element by element: one Philox call serves 4 elements.
+class UniformStream {
+ public:
+  CCOLL_HOST_DEVICE UniformStream(std::uint64_t seed, std::uint64_t call, std::uint64_t stream)
+      : seed_(seed), call_(call), stream_(static_cast<std::uint32_t>(stream)) {}
+  /// Uniform in [0, 1) of tensor element `element`.
+  CCOLL_HOST_DEVICE float at(std::uint64_t element) {
+    if ((element >> 2) != quad_) {
+      quad_ = element >> 2;
+      rnd_ = philox_block(seed_, call_, stream_, quad_);
+    }
+    return uniform01(rnd_.v[element & 3]);
+  }
+
+ private:
+  std::uint64_t seed_;
+  std::uint64_t call_;
+  std::uint32_t stream_;
+  std::uint64_t quad_ = ~std::uint64_t{0};
+  Philox4x32 rnd_{};
+};
+
+/// Stochastic rounding shared by the quantizers: r = |x|·inv (inv = levels / scale), level
+/// q = floor(r) + Bernoulli(r - floor(r)) drawn with uniform `u`, clamped to `s`, returned as
+/// the offset code s ± q (sign of x) in [0, 2s]. Unbiased: E[q] = r for r <= s.
+template <class R>
+CCOLL_HOST_DEVICE inline std::uint32_t stochastic_code(R x, R inv, float u, std::uint32_t s) {
+  const R r = (x < 0 ? -x : x) * inv;
+  const R fl = static_cast<R>(static_cast<std::uint32_t>(r));  // r >= 0: truncation is floor
+  std::uint32_t q = static_cast<std::uint32_t>(fl) + (static_cast<R>(u) < r - fl ? 1u : 0u);
+  q = q < s ? q : s;
+  return x < 0 ? s - q : s + q;
+}
+
 }  // namespace ccoll::codec
