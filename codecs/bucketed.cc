@@ -12,11 +12,13 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
 #include "philox.hpp"
 #include "quantizers.hpp"
+#include "uniforms.hpp"
 #include "wire.hpp"
 
 namespace ccoll::codec {
@@ -88,7 +90,6 @@ class BucketedCodec final : public Codec {
     std::byte* scales = out + wire::kHeaderBytes;
     const std::size_t nb = buckets(count);
     BitWriter w(scales + 4 * nb, width_);
-    UniformStream uniforms(ctx.seed, ctx.call, ctx.stream);
     for (std::size_t b = 0; b < nb; ++b) {
       const std::size_t begin = b * bucket_;
       const std::size_t end = std::min<std::size_t>(count, begin + bucket_);
@@ -107,15 +108,21 @@ class BucketedCodec final : public Codec {
                      : kind_ == Kind::kSign ? acc / static_cast<double>(end - begin)
                                             : acc;
       auto sf = static_cast<float>(scale);
-      if (kind_ != Kind::kSign && static_cast<double>(sf) < scale) sf = std::nextafter(sf, INFINITY);
+      if (kind_ != Kind::kSign && static_cast<double>(sf) < scale)
+        sf = std::nextafter(sf, INFINITY);
       std::memcpy(scales + 4 * b, &sf, 4);
       if (kind_ == Kind::kSign) {
         for (std::size_t i = begin; i < end; ++i) w.put(x[i] < 0 ? 0u : 1u);
         continue;
       }
       const double inv = sf > 0 ? static_cast<double>(s_) / static_cast<double>(sf) : 0.0;
-      for (std::size_t i = begin; i < end; ++i) {
-        w.put(stochastic_code(static_cast<double>(x[i]), inv, uniforms.at(ctx.offset + i), s_));
+      for (std::size_t i = begin; i < end;) {
+        const std::size_t n = std::min(kUniformBatch, end - i);
+        const float* u =
+            uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n, uniforms_.data());
+        for (std::size_t k = 0; k < n; ++k, ++i) {
+          w.put(stochastic_code(static_cast<double>(x[i]), inv, u[k], s_));
+        }
       }
     }
     return static_cast<std::size_t>(w.finish() - out);
@@ -153,8 +160,8 @@ class BucketedCodec final : public Codec {
           value = u != 0 ? static_cast<T>(sf) : -static_cast<T>(sf);
         } else {
           if (u > 2 * s_) corrupt(name_, "code out of range");
-          value = static_cast<T>(static_cast<std::int64_t>(u) - static_cast<std::int64_t>(s_)) *
-                  step;
+          value =
+              static_cast<T>(static_cast<std::int64_t>(u) - static_cast<std::int64_t>(s_)) * step;
         }
         if constexpr (kAccumulate) {
           out[i] += value;
@@ -173,6 +180,7 @@ class BucketedCodec final : public Codec {
   wire::CodecId id_ = wire::CodecId::kQsgd;
   const char* name_ = "qsgd";
   std::string spec_;
+  std::vector<float> uniforms_ = std::vector<float>(kUniformBatch + 8);
 };
 
 template <class... A>

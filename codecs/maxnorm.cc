@@ -15,12 +15,14 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
 #include "philox.hpp"
 #include "quantizers.hpp"
+#include "uniforms.hpp"
 #include "wire.hpp"
 
 namespace ccoll::codec {
@@ -68,9 +70,7 @@ class MaxNormCodec final : public Codec {
   DType dtype() const override { return kType; }
   double unit_roundoff() const override { return 1.0 / s_; }
 
-  void begin_call(int ranks) override {
-    ranks_ = static_cast<std::uint32_t>(std::max(1, ranks));
-  }
+  void begin_call(int ranks) override { ranks_ = static_cast<std::uint32_t>(std::max(1, ranks)); }
   std::size_t max_encoded_bytes(std::size_t count) const override {
     return wire::kHeaderBytes + 8 + 4 * (count / kBlock + 2) + packed_bytes(count, width(ranks_));
   }
@@ -118,14 +118,35 @@ class MaxNormCodec final : public Codec {
     p += 4 * nb;
     BitWriter w(p, width(1));
     const auto s = static_cast<T>(s_);
-    UniformStream uniforms(ctx.seed, ctx.call, ctx.stream);
+    const bool bytes = width(1) == 8;  // bits=8: one byte per code, no bit packing
+    std::byte* dst = p;
     std::size_t i = 0;
     for (std::size_t b = 0; b < nb; ++b) {
       const float m = scales_[first + b];
       const T inv = m > 0 ? s / static_cast<T>(m) : T(0);
       const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * kBlock - ctx.offset);
-      for (; i < end; ++i) w.put(stochastic_code(x[i], inv, uniforms.at(ctx.offset + i), s_));
+      while (i < end) {
+        const std::size_t n = std::min(kUniformBatch, end - i);
+        const float* u =
+            uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n, uniforms_.data());
+        if constexpr (std::is_same_v<T, float>) {
+          if (bytes) {
+            stochastic_bytes(x + i, u, n, inv, s_, dst + i);
+            i += n;
+            continue;
+          }
+        }
+        if (bytes) {
+          for (std::size_t k = 0; k < n; ++k) {
+            dst[i + k] = static_cast<std::byte>(stochastic_code(x[i + k], inv, u[k], s_));
+          }
+        } else {
+          for (std::size_t k = 0; k < n; ++k) w.put(stochastic_code(x[i + k], inv, u[k], s_));
+        }
+        i += n;
+      }
     }
+    if (bytes) return static_cast<std::size_t>(dst + count - out);
     return static_cast<std::size_t>(w.finish() - out);
   }
 
@@ -170,9 +191,7 @@ class MaxNormCodec final : public Codec {
   static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
 
   std::uint32_t param(std::uint32_t contributions) const { return bits_ | (contributions << 8); }
-  unsigned width(std::uint32_t contributions) const {
-    return bits_for(2ull * contributions * s_);
-  }
+  unsigned width(std::uint32_t contributions) const { return bits_for(2ull * contributions * s_); }
 
   View parse(const std::byte* in, std::size_t bytes, std::size_t count) const {
     const wire::Header h = wire::read_header(in, bytes);
@@ -184,10 +203,9 @@ class MaxNormCodec final : public Codec {
     View v;
     v.bits = h.param & 0xFF;
     v.contributions = h.param >> 8;
-    if (v.bits != bits_) corrupt("bits " + std::to_string(v.bits) + ", expected " +
-                                 std::to_string(bits_));
-    if (v.contributions == 0 || v.contributions > ranks_ ||
-        v.contributions > kMaxContributions) {
+    if (v.bits != bits_)
+      corrupt("bits " + std::to_string(v.bits) + ", expected " + std::to_string(bits_));
+    if (v.contributions == 0 || v.contributions > ranks_ || v.contributions > kMaxContributions) {
       corrupt("contribution count " + std::to_string(v.contributions));
     }
     if (bytes < wire::kHeaderBytes + 8) corrupt("truncated before the element offset");
@@ -237,6 +255,7 @@ class MaxNormCodec final : public Codec {
   std::string spec_;
   std::uint32_t ranks_ = 1;
   std::vector<float> scales_;
+  std::vector<float> uniforms_ = std::vector<float>(kUniformBatch + 8);
 };
 
 }  // namespace

@@ -78,11 +78,15 @@ class UniformStream {
 /// the offset code s ± q (sign of x) in [0, 2s]. Unbiased: E[q] = r for r <= s.
 template <class R>
 CCOLL_HOST_DEVICE inline std::uint32_t stochastic_code(R x, R inv, float u, std::uint32_t s) {
-  const R r = (x < 0 ? -x : x) * inv;
-  const R fl = static_cast<R>(static_cast<std::uint32_t>(r));  // r >= 0: truncation is floor
-  std::uint32_t q = static_cast<std::uint32_t>(fl) + (static_cast<R>(u) < r - fl ? 1u : 0u);
-  q = q < s ? q : s;
-  return x < 0 ? s - q : s + q;
+  // Branch-free int32 arithmetic (levels are < 2^23), which compilers vectorize.
+  const std::int32_t neg = x < 0;
+  const R r = (x - 2 * static_cast<R>(neg) * x) * inv;  // |x|·inv
+  const auto fl = static_cast<std::int32_t>(r);         // r >= 0: truncation is floor
+  const std::int32_t up = static_cast<R>(u) < r - static_cast<R>(fl);
+  const auto si = static_cast<std::int32_t>(s);
+  std::int32_t q = fl + up;
+  q -= (q - si) * (q > si);  // min(q, s)
+  return static_cast<std::uint32_t>(si + q - 2 * neg * q);
 }
 
 }  // namespace ccoll::codec

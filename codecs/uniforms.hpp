@@ -1,0 +1,25 @@
+// Batched Philox uniforms for the CPU encoders: the same numbers UniformStream gives element by
+// element, generated in a loop the compiler vectorizes (run-time dispatch to AVX2 where the
+// CPU has it, through GCC/Clang target_clones).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ccoll::codec {
+
+/// Largest `count` uniforms_for() accepts in one call.
+inline constexpr std::size_t kUniformBatch = 1024;
+
+/// Uniforms of elements [first, first + count) (count <= kUniformBatch) of the stream
+/// (seed, call, stream). `scratch` must hold kUniformBatch + 8 floats; returns the pointer to
+/// the uniform of element `first` inside it.
+const float* uniforms_for(std::uint64_t seed, std::uint64_t call, std::uint64_t stream,
+                          std::uint64_t first, std::size_t count, float* scratch);
+
+/// Stochastic codes of `n` floats as bytes (levels s <= 127): out[k] = stochastic_code(x[k],
+/// inv, u[k], s). The byte-lane fast path of maxnorm:bits=8.
+void stochastic_bytes(const float* x, const float* u, std::size_t n, float inv, std::uint32_t s,
+                      std::byte* out);
+
+}  // namespace ccoll::codec
