@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 namespace ccoll::codec {
 
@@ -68,5 +69,33 @@ class BitReader {
   std::uint64_t acc_ = 0;
   unsigned fill_ = 0;
 };
+
+/// Calls f(i, value) for values [first, first + n) of a packed stream of `width`-bit values
+/// (width <= 32) occupying `data_bytes` bytes. Branch-free 8-byte loads where they stay inside
+/// the stream, byte-wise reads for the last few values: never reads past `data_bytes`.
+template <class F>
+inline void for_each_packed(const std::byte* data, std::size_t data_bytes, unsigned width,
+                            std::size_t first, std::size_t n, F&& f) {
+  const std::uint64_t mask = (std::uint64_t{1} << width) - 1;
+  const std::size_t end = first + n;
+  // value i can use an 8-byte load when (i·width)/8 + 8 <= data_bytes
+  std::size_t fast_end = data_bytes >= 8 ? ((data_bytes - 8) * 8) / width + 1 : 0;
+  if (fast_end > end) fast_end = end;
+  std::size_t i = first;
+  for (; i < fast_end; ++i) {
+    const std::size_t bit = i * width;
+    std::uint64_t word;
+    std::memcpy(&word, data + bit / 8, 8);
+    f(i, static_cast<std::uint32_t>((word >> (bit % 8)) & mask));
+  }
+  for (; i < end; ++i) {
+    const std::size_t bit = i * width;
+    std::uint64_t word = 0;
+    const std::size_t byte = bit / 8;
+    const std::size_t avail = data_bytes - byte < 8 ? data_bytes - byte : 8;
+    std::memcpy(&word, data + byte, avail);
+    f(i, static_cast<std::uint32_t>((word >> (bit % 8)) & mask));
+  }
+}
 
 }  // namespace ccoll::codec
