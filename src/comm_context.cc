@@ -75,6 +75,28 @@ CommContext::~CommContext() {
   if (dup_ != MPI_COMM_NULL) MPI_Comm_free(&dup_);
 }
 
+void CommContext::evict() {
+  std::size_t stateless = 0;
+  std::size_t stateful = 0;
+  for (const Plan& q : plans_) ++(q.key.tensor_key != 0 ? stateful : stateless);
+  // walk from the least recently used end
+  for (auto it = plans_.end(); it != plans_.begin();) {
+    --it;
+    const bool is_stateful = it->key.tensor_key != 0;
+    if (!is_stateful && stateless > kMaxStatelessPlans) {
+      it = plans_.erase(it);
+      --stateless;
+    } else if (is_stateful && stateful > kMaxStatefulPlans) {
+      log(LogLevel::kWarn, rank(),
+          "more than " + std::to_string(kMaxStatefulPlans) +
+              " stateful tensors on one communicator: dropping the state of the least recently "
+              "used one (codec " + it->key.codec + ")");
+      it = plans_.erase(it);
+      --stateful;
+    }
+  }
+}
+
 Plan& CommContext::plan(const PlanKey& key, const std::string& codec_spec) {
   for (auto it = plans_.begin(); it != plans_.end(); ++it) {
     if (it->key == key) {
@@ -86,7 +108,7 @@ Plan& CommContext::plan(const PlanKey& key, const std::string& codec_spec) {
   p.key = key;
   p.codec = make_codec(parse_codec_spec(codec_spec), key.dtype);
   plans_.push_front(std::move(p));
-  if (plans_.size() > kMaxPlans) plans_.pop_back();
+  evict();
   log(LogLevel::kInfo, rank(),
       "new plan: " + std::string(key.kind == 0 ? "allreduce" : "allgather") +
           " count=" + std::to_string(key.count) + " codec=" + key.codec);

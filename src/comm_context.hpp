@@ -51,10 +51,14 @@ class CommContext {
   MpiTransport& transport() { return *transport_; }
   /// Counts every collective call on this communicator; equal on all ranks.
   std::uint64_t next_call() { return calls_++; }
-  /// Finds or creates the plan for `key` (least recently used plans beyond kMaxPlans are freed).
+  /// Finds or creates the plan for `key`. Beyond kMaxStatelessPlans the least recently used
+  /// stateless plan is freed (it only holds workspace). Plans of stateful codecs (ef=1) hold a
+  /// tensor's residual, so they are kept up to kMaxStatefulPlans per communicator; beyond that
+  /// the least recently used one is freed with a warning (its tensor restarts from zero state).
   Plan& plan(const PlanKey& key, const std::string& codec_spec);
 
-  static constexpr std::size_t kMaxPlans = 32;
+  static constexpr std::size_t kMaxStatelessPlans = 32;
+  static constexpr std::size_t kMaxStatefulPlans = 4096;
 
   explicit CommContext(MPI_Comm user);
   ~CommContext();
@@ -62,6 +66,8 @@ class CommContext {
   CommContext& operator=(const CommContext&) = delete;
 
  private:
+  void evict();
+
   MPI_Comm user_;
   MPI_Comm dup_ = MPI_COMM_NULL;
   std::unique_ptr<MpiTransport> transport_;

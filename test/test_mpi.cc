@@ -304,6 +304,33 @@ TEST(MpiAllreduce, ErrorFeedbackRemovesTheBias) {
   EXPECT_LT(ef_400, plain_400 / 10) << "plain " << plain_400 << " ef " << ef_400;
 }
 
+// Error-feedback state survives for every tensor of a model with more tensors than the
+// stateless plan cache holds: the second call on each key must see its residual (with sign and
+// constant input, a fresh state would repeat the first call's output exactly).
+TEST(MpiAllreduce, ErrorFeedbackStateKeptForManyTensors) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::size_t count = 257;
+  const int tensors = 40;
+  std::vector<float> x(count);
+  for (std::size_t i = 0; i < count; ++i) x[i] = 0.1f + 0.01f * static_cast<float>(i % 13);
+  std::vector<std::vector<float>> first(tensors, std::vector<float>(count));
+  for (int round = 0; round < 2; ++round) {
+    for (int t = 0; t < tensors; ++t) {
+      ccoll::Options opt;
+      opt.codec = "sign:bucket=256,ef=1";
+      opt.key = 1000 + static_cast<std::uint64_t>(t);
+      std::vector<float> out(count);
+      ccoll::compressed_allreduce(x.data(), out.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                                  opt);
+      if (round == 0) {
+        first[t] = out;
+      } else {
+        EXPECT_NE(first[t], out) << "tensor " << t << " lost its residual";
+      }
+    }
+  }
+}
+
 TEST(MpiAllgather, EveryCodecWithinBound) {
   const int p = world_size();
   for (const char* codec : {"maxnorm:bits=4", "qsgd:bits=4", "terngrad", "sign"}) {
