@@ -57,7 +57,7 @@ case "$cmd" in
     configure
     cmake --build "$BUILD_DIR" -j "$JOBS" --target ccoll_osu_allreduce
     mpi_env
-    mpiexec -n 4 "$BUILD_DIR/bench/ccoll_osu_allreduce" -m 4K:4M --codec none,fp16,bf16 \
+    mpiexec -n 4 "$BUILD_DIR/bench/ccoll_osu_allreduce" -m 4K:4M --codec none,fp16,maxnorm:bits=8,maxnorm:bits=4 \
       --baseline mpi -c
     ;;
   test)
