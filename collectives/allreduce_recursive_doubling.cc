@@ -30,6 +30,27 @@ constexpr std::uint64_t kFinalStream = 0xFFFFFFFFull;
 
 namespace {
 
+// Rank arithmetic of recursive doubling over p = pof2 + rem ranks: ranks below 2·rem pair up,
+// the even one of each pair folds into the odd one (new rank r/2); the others get r - rem.
+struct Doubling {
+  explicit Doubling(int p) {
+    while (pof2 * 2 <= p) pof2 *= 2;
+    rem = p - pof2;
+  }
+  /// New rank in the power-of-two group, or -1 for a rank that folds its data away.
+  int newrank(int r) const {
+    if (r >= 2 * rem) return r - rem;
+    return r % 2 == 0 ? -1 : r / 2;
+  }
+  /// Real rank of the partner at distance `mask`.
+  int partner(int newrank, int mask) const {
+    const int n = newrank ^ mask;
+    return n < rem ? 2 * n + 1 : n + rem;
+  }
+  int pof2 = 1;
+  int rem = 0;
+};
+
 // Summable codecs: every rank encodes its own data once; the exchanges add codes in integers,
 // which is exact and commutative, so every rank ends with the same final codes and decodes them.
 void doubling_summable(Engine& e, Context& cx, void* buf, std::size_t count, bool average) {
@@ -39,14 +60,13 @@ void doubling_summable(Engine& e, Context& cx, void* buf, std::size_t count, boo
   std::byte* mine = cx.workspace.bytes(3 * cap);
   std::byte* theirs = mine + cap;
   std::byte* sum = theirs + cap;
-  int pof2 = 1;
-  while (pof2 * 2 <= p) pof2 *= 2;
-  const int rem = p - pof2;
+  const Doubling d(p);
+  const int rem = d.rem;
+  const int newrank = d.newrank(r);
 
   std::size_t n = e.encode(buf, count, static_cast<std::uint64_t>(r), 0, mine);
-  int newrank = -1;
   if (r < 2 * rem) {
-    if (r % 2 == 0) {
+    if (newrank < 0) {
       Request s = e.send(mine, n, r + 1, kTagFoldIn);
       e.wait_send(s);
     } else {
@@ -54,15 +74,11 @@ void doubling_summable(Engine& e, Context& cx, void* buf, std::size_t count, boo
       const std::size_t got = e.wait_recv(q);
       n = e.add(theirs, got, mine, n, count, sum);
       std::swap(mine, sum);
-      newrank = r / 2;
     }
-  } else {
-    newrank = r - rem;
   }
   if (newrank >= 0) {
-    for (int mask = 1; mask < pof2; mask <<= 1) {
-      const int partner_new = newrank ^ mask;
-      const int partner = partner_new < rem ? 2 * partner_new + 1 : partner_new + rem;
+    for (int mask = 1; mask < d.pof2; mask <<= 1) {
+      const int partner = d.partner(newrank, mask);
       Request q = e.recv(theirs, cap, partner, kTagDoubling);
       Request s = e.send(mine, n, partner, kTagDoubling);
       const std::size_t got = e.wait_recv(q);
@@ -98,14 +114,13 @@ void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, boo
   std::byte* mine = cx.workspace.bytes(2 * cap);
   std::byte* theirs = mine + cap;
 
-  int pof2 = 1;
-  while (pof2 * 2 <= p) pof2 *= 2;
-  const int rem = p - pof2;
+  const Doubling d(p);
+  const int rem = d.rem;
+  const int newrank = d.newrank(r);
 
   // fold in: even ranks below 2·rem hand their data to their odd neighbour
-  int newrank = -1;
   if (r < 2 * rem) {
-    if (r % 2 == 0) {
+    if (newrank < 0) {
       const std::size_t n = e.encode(buf, count, static_cast<std::uint64_t>(r), 0, mine);
       Request s = e.send(mine, n, r + 1, kTagFoldIn);
       e.wait_send(s);
@@ -113,16 +128,12 @@ void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, boo
       Request q = e.recv(theirs, cap, r - 1, kTagFoldIn);
       const std::size_t got = e.wait_recv(q);
       e.decode(theirs, got, count, buf, /*accumulate=*/true);
-      newrank = r / 2;
     }
-  } else {
-    newrank = r - rem;
   }
 
   if (newrank >= 0) {
-    for (int mask = 1; mask < pof2; mask <<= 1) {
-      const int partner_new = newrank ^ mask;
-      const int partner = partner_new < rem ? 2 * partner_new + 1 : partner_new + rem;
+    for (int mask = 1; mask < d.pof2; mask <<= 1) {
+      const int partner = d.partner(newrank, mask);
       const int group = newrank & ~(mask - 1);
       // a group of one holds its own data; larger groups encode identically: no per-rank state
       const auto role =
