@@ -11,6 +11,7 @@
 #include "ccoll/error.hpp"
 #include "philox.hpp"
 #include "spec.hpp"
+#include "uniforms.hpp"
 #include "wire.hpp"
 
 namespace ccoll::codec {
@@ -30,6 +31,19 @@ TEST(Philox, KnownAnswerVectors) {
   EXPECT_EQ(c.v[1], 0x94fdccebu);
   EXPECT_EQ(c.v[2], 0x5001e420u);
   EXPECT_EQ(c.v[3], 0x24126ea1u);
+}
+
+// The batched generator the encoders use gives exactly the element-wise reference stream (the
+// one the GPU kernels compute), for any start element and length.
+TEST(Philox, BatchedUniformsMatchTheReference) {
+  std::vector<float> scratch(kUniformBatch + 8);
+  for (const std::uint64_t first : {0ull, 1ull, 2ull, 3ull, 5ull, 1021ull, (1ull << 33) + 3}) {
+    for (const std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{17}, kUniformBatch}) {
+      const float* u = uniforms_for(42, 7, 5, first, n, scratch.data());
+      UniformStream ref(42, 7, 5);
+      for (std::size_t k = 0; k < n; ++k) ASSERT_EQ(u[k], ref.at(first + k)) << first << "+" << k;
+    }
+  }
 }
 
 TEST(Philox, UniformIsUniform) {
