@@ -31,7 +31,9 @@ enum class Kind { kQsgd, kTernGrad, kSign };
 }
 
 template <class T>
-class BucketedCodec final : public Codec {
+class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
+  friend class ApplyingCodec<BucketedCodec<T>, T>;
+
  public:
   BucketedCodec(Kind kind, unsigned bits, std::uint32_t bucket)
       : kind_(kind), bits_(bits), bucket_(bucket) {
@@ -126,14 +128,6 @@ class BucketedCodec final : public Codec {
       }
     }
     return static_cast<std::size_t>(w.finish() - out);
-  }
-
-  void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
-    apply<false>(in, bytes, count, static_cast<T*>(out));
-  }
-  void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
-                         void* acc) override {
-    apply<true>(in, bytes, count, static_cast<T*>(acc));
   }
 
  private:

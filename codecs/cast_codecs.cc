@@ -17,7 +17,7 @@ namespace ccoll::codec {
 const char* dtype_name(DType t) { return t == DType::kFloat64 ? "MPI_DOUBLE" : "MPI_FLOAT"; }
 
 std::size_t Codec::add_encoded(const std::byte*, std::size_t, const std::byte*, std::size_t,
-                               std::size_t, std::byte*) {
+                               std::size_t, const BlockContext&, std::byte*) {
   throw Error(Status::kInternal, "codec '" + spec() + "' is not summable");
 }
 

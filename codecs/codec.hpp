@@ -23,6 +23,12 @@ struct Capabilities {
   bool summable = false;  ///< Payloads of different ranks can be added without decoding.
   bool stateful = false;  ///< Keeps state between calls (per tensor key).
   bool unbiased = true;   ///< E[decode(encode(x))] == x.
+  /// Summable codecs whose compressed-domain add re-quantizes (maxnorm:sum=requant): the add is
+  /// unbiased but not exact, and each hop adds error.
+  bool lossy_add = false;
+  /// Sparse codecs whose payloads lose little by travelling whole (topk): "auto" reduces them by
+  /// an all-gather of every rank's payload instead of a ring that would re-sparsify partial sums.
+  bool gather_reduce = false;
 };
 
 /// Where a block sits, for codecs whose output depends on more than the values (stochastic
@@ -86,6 +92,14 @@ class Codec {
   /// the number of summed contributions size max_encoded_bytes() for `ranks` contributions.
   virtual void begin_call(int ranks) { (void)ranks; }
 
+  /// Called before every collective call (before the scale pass) with the shared seed and the
+  /// call counter, equal on all ranks. Codecs whose decoders need them (randk's coordinate
+  /// selection) keep them; the encoders get them again in every BlockContext.
+  virtual void set_call(std::uint64_t seed, std::uint64_t call) {
+    (void)seed;
+    (void)call;
+  }
+
   /// Number of scale values this codec needs agreed across ranks (all-reduced with MAX) for a
   /// tensor of `count` elements; 0 when it needs none.
   virtual std::size_t scale_slots(std::size_t count) const {
@@ -104,14 +118,36 @@ class Codec {
     (void)n;
   }
 
+  /// Bytes of a per-element bit mask this codec needs agreed across ranks (bitwise AND) after
+  /// the scales are set; 0 when it needs none (maxnorm:bits=B1/B2: "fine" coordinates).
+  virtual std::size_t mask_bytes(std::size_t count) const {
+    (void)count;
+    return 0;
+  }
+  /// Writes this rank's mask_bytes(count) bytes for `count` elements at `data` (bit i of byte
+  /// i/8 for element i); called after set_scales().
+  virtual void local_mask(const void* data, std::size_t count, std::uint8_t* out) const {
+    (void)data;
+    (void)count;
+    (void)out;
+  }
+  /// Installs the agreed (AND over ranks) mask for the coming encodes and decodes.
+  virtual void set_mask(const std::uint8_t* shared, std::size_t bytes) {
+    (void)shared;
+    (void)bytes;
+  }
+
   // ---- summable codecs only --------------------------------------------------------------------
 
   /// Adds two payloads of the same block (same count, offset and scales) in the compressed
   /// domain and writes the sum to `out` (capacity max_encoded_bytes(count)); returns its length.
-  /// The sum decodes to exactly decode(a) + decode(b) computed in integers. Throws
+  /// The sum decodes to exactly decode(a) + decode(b) computed in integers, unless the codec
+  /// says lossy_add (then it is an unbiased re-quantization drawing uniforms from `ctx`, and
+  /// ranks that add the same payloads with the same ctx get the same bytes). Throws
   /// ccoll::Error(kCorruptData) when either payload is malformed or they do not match.
   virtual std::size_t add_encoded(const std::byte* a, std::size_t a_bytes, const std::byte* b,
-                                  std::size_t b_bytes, std::size_t count, std::byte* out);
+                                  std::size_t b_bytes, std::size_t count, const BlockContext& ctx,
+                                  std::byte* out);
 };
 
 }  // namespace ccoll::codec

@@ -39,11 +39,7 @@ class ErrorFeedbackCodec final : public Codec {
       inner_->local_scales(data, count, out);
       return;
     }
-    std::vector<T>& p = scratch_;
-    p.resize(count);
-    const T* x = static_cast<const T*>(data);
-    for (std::size_t i = 0; i < count; ++i) p[i] = x[i] + own_[i];
-    inner_->local_scales(p.data(), count, out);
+    inner_->local_scales(with_residual(data, count), count, out);
   }
   void set_scales(const double* shared, std::size_t n) override { inner_->set_scales(shared, n); }
 
@@ -70,11 +66,33 @@ class ErrorFeedbackCodec final : public Codec {
     inner_->decode_accumulate(in, bytes, count, acc);
   }
   std::size_t add_encoded(const std::byte* a, std::size_t a_bytes, const std::byte* b,
-                          std::size_t b_bytes, std::size_t count, std::byte* out) override {
-    return inner_->add_encoded(a, a_bytes, b, b_bytes, count, out);
+                          std::size_t b_bytes, std::size_t count, const BlockContext& ctx,
+                          std::byte* out) override {
+    return inner_->add_encoded(a, a_bytes, b, b_bytes, count, ctx, out);
+  }
+  void set_call(std::uint64_t seed, std::uint64_t call) override { inner_->set_call(seed, call); }
+  std::size_t mask_bytes(std::size_t count) const override { return inner_->mask_bytes(count); }
+  // Like the scales, the mask must describe what is really encoded: x + e_own.
+  void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override {
+    if (own_.size() < count) {
+      inner_->local_mask(data, count, out);
+      return;
+    }
+    inner_->local_mask(with_residual(data, count), count, out);
+  }
+  void set_mask(const std::uint8_t* shared, std::size_t bytes) override {
+    inner_->set_mask(shared, bytes);
   }
 
  private:
+  // x + e_own, computed exactly as encode() computes it.
+  const T* with_residual(const void* data, std::size_t count) const {
+    std::vector<T>& p = scratch_;
+    p.resize(count);
+    const T* x = static_cast<const T*>(data);
+    for (std::size_t i = 0; i < count; ++i) p[i] = x[i] + own_[i];
+    return p.data();
+  }
   static std::string with_ef(const std::string& spec) {
     return spec + (spec.find(':') == std::string::npos ? ":ef=1" : ",ef=1");
   }

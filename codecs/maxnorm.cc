@@ -1,16 +1,30 @@
-// maxnorm:bits=B — all-reduce-compatible shared-scale quantization (ALGORITHMS.md section 2).
+// The maxnorm family — all-reduce-compatible shared-scale quantization (ALGORITHMS.md section 2).
 //
-// Scale: M_b = max over ranks of max|x| in block b (kBlock elements of the tensor), agreed in the
-// call's agreement all-reduce. Levels s = 2^(B-1) - 1 per sign; q = sgn(x)·(floor(r) +
-// Bernoulli(r - floor(r))), r = |x|·s/M_b, with Philox uniforms keyed by (seed, call, stream,
-// element): unbiased, error below M_b/s per contribution.
+// Scale: M_b = max over ranks of max|x| in block b (kBlock elements of the tensor), agreed in a
+// small MAX all-reduce before the data moves. Levels s = 2^(B-1) - 1 per sign; q = sgn(x)·
+// (floor(r) + Bernoulli(r - floor(r))), r = |x|·s/M_b, with Philox uniforms keyed by (seed,
+// call, stream, element): unbiased, error below M_b/s per contribution.
+//
 // Summable: payloads of the same block add in integers. A payload holding the sum of j
 // contributions stores each code offset by j·s in exactly bits_for(2·j·s) bits
 // (<= B + ceil(log2 j)), so a ring hop widens lanes only as far as the sum needs.
 //
-// Payload: header (param = B | j << 8) · u64 element offset · f32 scale of every block the
-// payload touches · packed codes.
+// Variants, all in this class because they share the scales, the payload and the adds:
+// - sum=requant: an add re-quantizes the sum to B bits again. A lane then holds c in [-s, s]
+//   standing for c·j·M_b/s; the sum of a (j_a) and b (j_b) becomes the stochastic rounding of
+//   (c_a·j_a + c_b·j_b)/j, unbiased, with uniforms of a separate stream.
+// - bits=B1/B2 (two-scale): a coordinate whose magnitude is at most s1·M_b/s2 on every rank
+//   (a bit mask agreed with one AND all-reduce) is coded with the fine step M_b/s2, the others
+//   with the coarse step M_b/s1; both fit in B1-bit codes, so payloads still add in integers.
+// - randk:ratio=R: only the coordinates a shared stratified draw selects are coded. The tensor
+//   is cut into strata [floor(j/R), floor((j+1)/R)) and stratum j keeps one coordinate drawn
+//   from Philox(seed ^ kSelectKeyMix, call, j), so every rank (and every decoder) derives the
+//   same coordinates without index traffic; the others decode to zero.
+//
+// Payload: header (param = B | B2 << 4 | j << 8 | requant << 31) · u64 element offset · f32
+// scale of every block the payload touches · packed codes (one per kept coordinate).
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -29,25 +43,13 @@ namespace ccoll::codec {
 namespace {
 
 constexpr std::size_t kBlock = 65536;
-constexpr std::uint32_t kMaxContributions = 1u << 23;
-
-[[noreturn]] void corrupt(const std::string& what) {
-  throw Error(Status::kCorruptData, "received maxnorm payload rejected: " + what);
-}
+constexpr std::uint32_t kMaxContributions = (1u << 23) - 1;
+constexpr std::uint32_t kRequantFlag = 1u << 31;
+constexpr std::uint32_t kSelectStream = 0x5E1EC7u;
 
 std::size_t blocks_spanned(std::uint64_t offset, std::size_t count) {
   return count == 0 ? 0 : (offset + count - 1) / kBlock - offset / kBlock + 1;
 }
-
-struct View {
-  unsigned bits = 0;
-  std::uint32_t contributions = 0;
-  std::uint64_t offset = 0;
-  std::size_t nblocks = 0;
-  const std::byte* scales = nullptr;  // f32 each
-  const std::byte* codes = nullptr;
-  unsigned width = 0;
-};
 
 float load_f32(const std::byte* p, std::size_t i) {
   float f;
@@ -55,30 +57,120 @@ float load_f32(const std::byte* p, std::size_t i) {
   return f;
 }
 
-template <class T>
-class MaxNormCodec final : public Codec {
+bool mask_bit(const std::vector<std::uint8_t>& mask, std::uint64_t i) {
+  return ((mask[i >> 3] >> (i & 7)) & 1) != 0;
+}
+
+// randk's coordinates: stratum j = [floor(j·L), floor((j+1)·L)), L = 1/ratio, keeps the
+// coordinate start + floor(u32 · len / 2^32) for its Philox word u32.
+class Selection {
  public:
-  explicit MaxNormCodec(unsigned bits)
-      : bits_(bits), s_((1u << (bits - 1)) - 1), spec_("maxnorm:bits=" + std::to_string(bits)) {}
+  explicit Selection(double ratio)
+      : len_(1.0 / ratio), min_len_(static_cast<std::uint64_t>(std::floor(1.0 / ratio))) {}
+
+  std::uint64_t start(std::uint64_t j) const {
+    return static_cast<std::uint64_t>(static_cast<double>(j) * len_);
+  }
+
+  /// The kept coordinates in [offset, offset + count), increasing, into `out`.
+  void select(std::uint64_t seed, std::uint64_t call, std::uint64_t offset, std::size_t count,
+              std::vector<std::uint64_t>& out) const {
+    out.clear();
+    if (count == 0) return;
+    const std::uint64_t end = offset + count;
+    auto j = static_cast<std::uint64_t>(static_cast<double>(offset) / len_);
+    while (start(j + 1) <= offset) ++j;
+    while (j > 0 && start(j) > offset) --j;
+    std::uint64_t quad = ~std::uint64_t{0};
+    Philox4x32 rnd{};
+    for (;; ++j) {
+      const std::uint64_t s = start(j);
+      if (s >= end) break;
+      const std::uint64_t len = start(j + 1) - s;
+      if (len == 0) continue;  // rounding of j·L at huge j: an empty stratum keeps nothing
+      if ((j >> 2) != quad) {
+        quad = j >> 2;
+        rnd = philox_block(seed ^ kSelectKeyMix, call, kSelectStream, quad);
+      }
+      const std::uint64_t idx = s + ((static_cast<std::uint64_t>(rnd.v[j & 3]) * len) >> 32);
+      if (idx >= offset && idx < end) out.push_back(idx);
+    }
+  }
+
+  /// Most coordinates select() can keep in `count` consecutive elements.
+  std::size_t max_selected(std::size_t count) const {
+    return std::min<std::size_t>(count, count / min_len_ + 2);
+  }
+
+ private:
+  double len_;
+  std::uint64_t min_len_;
+};
+
+std::string format_ratio(double r) {
+  char buf[40];
+  const auto res = std::to_chars(buf, buf + sizeof buf, r);
+  return std::string(buf, res.ptr);
+}
+
+std::string spec_of(const MaxNormParams& p) {
+  if (p.ratio > 0) {
+    return "randk:bits=" + std::to_string(p.bits) + ",ratio=" + format_ratio(p.ratio);
+  }
+  std::string s = "maxnorm:bits=" + std::to_string(p.bits);
+  if (p.fine_bits != 0) s += "/" + std::to_string(p.fine_bits);
+  if (p.requant) s += ",sum=requant";
+  return s;
+}
+
+struct View {
+  std::uint32_t contributions = 0;
+  std::uint64_t offset = 0;
+  std::size_t nblocks = 0;
+  const std::byte* scales = nullptr;  // f32 each
+  const std::byte* codes = nullptr;
+  std::size_t ncodes = 0;
+  unsigned width = 0;
+};
+
+template <class T>
+class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
+  friend class ApplyingCodec<MaxNormCodec<T>, T>;
+
+ public:
+  explicit MaxNormCodec(const MaxNormParams& p)
+      : bits_(p.bits),
+        fine_bits_(p.fine_bits),
+        requant_(p.requant),
+        sparse_(p.ratio > 0),
+        s_((1u << (p.bits - 1)) - 1),
+        s2_(p.fine_bits != 0 ? (1u << (p.fine_bits - 1)) - 1 : 0),
+        selection_(p.ratio > 0 ? p.ratio : 1.0),
+        spec_(spec_of(p)) {}
 
   const std::string& spec() const override { return spec_; }
   Capabilities capabilities() const override {
     Capabilities c;
     c.summable = true;
+    c.unbiased = !sparse_;  // randk drops coordinates (meant for ef=1)
+    c.lossy_add = requant_;
     return c;
   }
   DType dtype() const override { return kType; }
-  double unit_roundoff() const override { return 1.0 / s_; }
+  // randk: a coordinate that is not kept loses all of its value (up to M).
+  double unit_roundoff() const override { return sparse_ ? 1.0 : 1.0 / s_; }
 
   void begin_call(int ranks) override { ranks_ = static_cast<std::uint32_t>(std::max(1, ranks)); }
+  void set_call(std::uint64_t seed, std::uint64_t call) override {
+    seed_ = seed;
+    call_ = call;
+  }
   std::size_t max_encoded_bytes(std::size_t count) const override {
-    return wire::kHeaderBytes + 8 + 4 * (count / kBlock + 2) + packed_bytes(count, width(ranks_));
+    return wire::kHeaderBytes + 8 + 4 * (count / kBlock + 2) +
+           packed_bytes(max_codes(count), width(ranks_));
   }
   bool needs_fallback(const void* data, std::size_t count, int) const override {
-    const T* x = static_cast<const T*>(data);
-    bool bad = false;
-    for (std::size_t i = 0; i < count; ++i) bad |= !std::isfinite(x[i]);
-    return bad;
+    return this->any_non_finite(data, count);
   }
 
   std::size_t scale_slots(std::size_t count) const override {
@@ -86,6 +178,14 @@ class MaxNormCodec final : public Codec {
   }
   void local_scales(const void* data, std::size_t count, double* out) const override {
     const T* x = static_cast<const T*>(data);
+    if (sparse_) {  // the scale only has to cover the coordinates that are sent
+      std::fill(out, out + scale_slots(count), 0.0);
+      selection_.select(seed_, call_, 0, count, sel_);
+      for (const std::uint64_t i : sel_) {
+        out[i / kBlock] = std::max(out[i / kBlock], static_cast<double>(std::fabs(x[i])));
+      }
+      return;
+    }
     for (std::size_t b = 0; b * kBlock < count; ++b) {
       const std::size_t end = std::min(count, (b + 1) * kBlock);
       T m = 0;
@@ -102,6 +202,29 @@ class MaxNormCodec final : public Codec {
     }
   }
 
+  std::size_t mask_bytes(std::size_t count) const override {
+    return fine_bits_ != 0 ? (count + 7) / 8 : 0;
+  }
+  // Fine where the fine code cannot exceed s1: |x|·s2/M <= s1, computed as encode() computes r.
+  void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override {
+    if (fine_bits_ == 0) return;
+    if (scales_.size() < scale_slots(count)) {
+      throw Error(Status::kInternal, "maxnorm: mask asked for before the scales were set");
+    }
+    const T* x = static_cast<const T*>(data);
+    std::fill(out, out + mask_bytes(count), std::uint8_t{0});
+    const auto s1 = static_cast<T>(s_);
+    for (std::size_t i = 0; i < count; ++i) {
+      const float m = scales_[i / kBlock];
+      const T inv2 = m > 0 ? static_cast<T>(s2_) / static_cast<T>(m) : T(0);
+      const T r = std::fabs(x[i]) * inv2;
+      out[i >> 3] |= static_cast<std::uint8_t>((r <= s1 ? 1u : 0u) << (i & 7));
+    }
+  }
+  void set_mask(const std::uint8_t* shared, std::size_t bytes) override {
+    mask_.assign(shared, shared + bytes);
+  }
+
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {
     const T* x = static_cast<const T*>(in);
@@ -110,12 +233,16 @@ class MaxNormCodec final : public Codec {
     if (count != 0 && first + nb > scales_.size()) {
       throw Error(Status::kInternal, "maxnorm: encode outside the agreed scales");
     }
-    wire::write_header(out, {wire::CodecId::kMaxnorm, 0, param(1), count});
+    if (fine_bits_ != 0 && count != 0 && ctx.offset + count > mask_.size() * 8) {
+      throw Error(Status::kInternal, "maxnorm: encode outside the agreed mask");
+    }
+    wire::write_header(out, {id(), 0, param(1), count});
     std::byte* p = out + wire::kHeaderBytes;
     std::memcpy(p, &ctx.offset, 8);
     p += 8;
     if (nb != 0) std::memcpy(p, scales_.data() + first, 4 * nb);
     p += 4 * nb;
+    if (sparse_) return static_cast<std::size_t>(encode_sparse(x, count, ctx, p) - out);
     BitWriter w(p, width(1));
     const auto s = static_cast<T>(s_);
     const bool bytes = width(1) == 8;  // bits=8: one byte per code, no bit packing
@@ -124,11 +251,20 @@ class MaxNormCodec final : public Codec {
     for (std::size_t b = 0; b < nb; ++b) {
       const float m = scales_[first + b];
       const T inv = m > 0 ? s / static_cast<T>(m) : T(0);
+      const T inv2 = m > 0 ? static_cast<T>(s2_) / static_cast<T>(m) : T(0);
       const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * kBlock - ctx.offset);
       while (i < end) {
         const std::size_t n = std::min(kUniformBatch, end - i);
         const float* u =
             uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n, uniforms_.data());
+        if (fine_bits_ != 0) {
+          for (std::size_t k = 0; k < n; ++k) {
+            const bool fine = mask_bit(mask_, ctx.offset + i + k);
+            w.put(stochastic_code(x[i + k], fine ? inv2 : inv, u[k], s_));
+          }
+          i += n;
+          continue;
+        }
         if constexpr (std::is_same_v<T, float>) {
           if (bytes) {
             stochastic_bytes(x + i, u, n, inv, s_, dst + i);
@@ -146,20 +282,13 @@ class MaxNormCodec final : public Codec {
         i += n;
       }
     }
-    if (bytes) return static_cast<std::size_t>(dst + count - out);
+    if (bytes && fine_bits_ == 0) return static_cast<std::size_t>(dst + count - out);
     return static_cast<std::size_t>(w.finish() - out);
   }
 
-  void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
-    apply<false>(in, bytes, count, static_cast<T*>(out));
-  }
-  void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
-                         void* acc) override {
-    apply<true>(in, bytes, count, static_cast<T*>(acc));
-  }
-
   std::size_t add_encoded(const std::byte* a, std::size_t a_bytes, const std::byte* b,
-                          std::size_t b_bytes, std::size_t count, std::byte* out) override {
+                          std::size_t b_bytes, std::size_t count, const BlockContext& ctx,
+                          std::byte* out) override {
     const View va = parse(a, a_bytes, count);
     const View vb = parse(b, b_bytes, count);
     if (va.offset != vb.offset) corrupt("summands cover different elements");
@@ -168,21 +297,43 @@ class MaxNormCodec final : public Codec {
     }
     const std::uint32_t j = va.contributions + vb.contributions;
     if (j > ranks_) corrupt("more contributions than ranks");
-    wire::write_header(out, {wire::CodecId::kMaxnorm, 0, param(j), count});
+    wire::write_header(out, {id(), 0, param(j), count});
     std::byte* p = out + wire::kHeaderBytes;
     std::memcpy(p, a + wire::kHeaderBytes, 8 + 4 * va.nblocks);  // offset and scales
     p += 8 + 4 * va.nblocks;
     BitReader ra(va.codes, va.width);
     BitReader rb(vb.codes, vb.width);
     BitWriter w(p, width(j));
-    const std::int64_t ba = static_cast<std::int64_t>(va.contributions) * s_;
-    const std::int64_t bb = static_cast<std::int64_t>(vb.contributions) * s_;
-    const std::int64_t bj = static_cast<std::int64_t>(j) * s_;
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::int64_t qa = static_cast<std::int64_t>(ra.get()) - ba;
-      const std::int64_t qb = static_cast<std::int64_t>(rb.get()) - bb;
-      if (qa < -ba || qa > ba || qb < -bb || qb > bb) corrupt("code out of range");
-      w.put(static_cast<std::uint32_t>(qa + qb + bj));
+    const std::int64_t ba = bias(va.contributions);
+    const std::int64_t bb = bias(vb.contributions);
+    if (!requant_) {
+      const std::int64_t bj = bias(j);
+      for (std::size_t i = 0; i < va.ncodes; ++i) {
+        const std::int64_t qa = static_cast<std::int64_t>(ra.get()) - ba;
+        const std::int64_t qb = static_cast<std::int64_t>(rb.get()) - bb;
+        if (qa < -ba || qa > ba || qb < -bb || qb > bb) corrupt("code out of range");
+        w.put(static_cast<std::uint32_t>(qa + qb + bj));
+      }
+      return static_cast<std::size_t>(w.finish() - out);
+    }
+    // requant: lane c stands for c·j·M/s; round (c_a·j_a + c_b·j_b)/j stochastically to an
+    // integer, unbiased: floor(t/j) + Bernoulli((t mod j)/j) for t = |c_a·j_a + c_b·j_b|
+    UniformStream us(ctx.seed ^ kRequantKeyMix, ctx.call, ctx.stream);
+    const std::int64_t s = s_;
+    const auto ja = static_cast<std::int64_t>(va.contributions);
+    const auto jb = static_cast<std::int64_t>(vb.contributions);
+    const auto jj = static_cast<std::int64_t>(j);
+    for (std::size_t i = 0; i < va.ncodes; ++i) {
+      const std::int64_t qa = static_cast<std::int64_t>(ra.get()) - s;
+      const std::int64_t qb = static_cast<std::int64_t>(rb.get()) - s;
+      if (qa < -s || qa > s || qb < -s || qb > s) corrupt("code out of range");
+      const std::int64_t t = qa * ja + qb * jb;
+      const std::int64_t mag = t < 0 ? -t : t;
+      const std::uint64_t element = sparse_ ? sel_[i] : va.offset + i;
+      const double u = static_cast<double>(us.at(element));
+      const std::int64_t q =
+          mag / jj + (u * static_cast<double>(jj) < static_cast<double>(mag % jj) ? 1 : 0);
+      w.put(static_cast<std::uint32_t>((t < 0 ? -q : q) + s));
     }
     return static_cast<std::size_t>(w.finish() - out);
   }
@@ -190,31 +341,79 @@ class MaxNormCodec final : public Codec {
  private:
   static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
 
-  std::uint32_t param(std::uint32_t contributions) const { return bits_ | (contributions << 8); }
-  unsigned width(std::uint32_t contributions) const { return bits_for(2ull * contributions * s_); }
+  [[noreturn]] void corrupt(const std::string& what) const {
+    throw Error(Status::kCorruptData, "received " + std::string(sparse_ ? "randk" : "maxnorm") +
+                                          " payload rejected: " + what);
+  }
+  wire::CodecId id() const { return sparse_ ? wire::CodecId::kRandk : wire::CodecId::kMaxnorm; }
+  std::uint32_t bits_param() const { return bits_ | (fine_bits_ << 4); }
+  std::uint32_t param(std::uint32_t contributions) const {
+    return bits_param() | (contributions << 8) | (requant_ ? kRequantFlag : 0u);
+  }
+  // Lane offset of a payload of j contributions: codes are stored as code + bias >= 0.
+  std::int64_t bias(std::uint32_t contributions) const {
+    return requant_ ? static_cast<std::int64_t>(s_) : static_cast<std::int64_t>(contributions) * s_;
+  }
+  unsigned width(std::uint32_t contributions) const {
+    return bits_for(2ull * static_cast<std::uint64_t>(bias(contributions)));
+  }
+  std::size_t max_codes(std::size_t count) const {
+    return sparse_ ? selection_.max_selected(count) : count;
+  }
+
+  std::byte* encode_sparse(const T* x, std::size_t count, const BlockContext& ctx, std::byte* p) {
+    selection_.select(seed_, call_, ctx.offset, count, sel_);
+    UniformStream us(ctx.seed, ctx.call, ctx.stream);
+    BitWriter w(p, width(1));
+    std::size_t block = ~std::size_t{0};
+    T inv = 0;
+    for (const std::uint64_t idx : sel_) {
+      if (idx / kBlock != block) {
+        block = idx / kBlock;
+        const float m = scales_[block];
+        inv = m > 0 ? static_cast<T>(s_) / static_cast<T>(m) : T(0);
+      }
+      w.put(stochastic_code(x[idx - ctx.offset], inv, us.at(idx), s_));
+    }
+    return w.finish();
+  }
 
   View parse(const std::byte* in, std::size_t bytes, std::size_t count) const {
     const wire::Header h = wire::read_header(in, bytes);
     if ((h.flags & wire::kFlagPoisoned) != 0) corrupt("payload is marked poisoned");
-    if (h.codec != wire::CodecId::kMaxnorm) corrupt("not a maxnorm payload");
+    if (h.codec != id())
+      corrupt(std::string("not a ") + (sparse_ ? "randk" : "maxnorm") + " payload");
     if (h.count != count) {
       corrupt("element count " + std::to_string(h.count) + ", expected " + std::to_string(count));
     }
     View v;
-    v.bits = h.param & 0xFF;
-    v.contributions = h.param >> 8;
-    if (v.bits != bits_)
-      corrupt("bits " + std::to_string(v.bits) + ", expected " + std::to_string(bits_));
-    if (v.contributions == 0 || v.contributions > ranks_ || v.contributions > kMaxContributions) {
+    if ((h.param & 0xFF) != bits_param()) {
+      corrupt("bits field " + std::to_string(h.param & 0xFF) + ", expected " +
+              std::to_string(bits_param()));
+    }
+    if (((h.param & kRequantFlag) != 0) != requant_) corrupt("summation mode differs");
+    v.contributions = (h.param >> 8) & kMaxContributions;
+    if (v.contributions == 0 || v.contributions > ranks_) {
       corrupt("contribution count " + std::to_string(v.contributions));
     }
     if (bytes < wire::kHeaderBytes + 8) corrupt("truncated before the element offset");
     std::memcpy(&v.offset, in + wire::kHeaderBytes, 8);
     if (v.offset > (std::uint64_t{1} << 60)) corrupt("element offset out of range");
+    if (fine_bits_ != 0 && count != 0 && v.offset + count > mask_.size() * 8) {
+      corrupt("elements outside the agreed two-scale mask");
+    }
     v.nblocks = blocks_spanned(v.offset, count);
+    if (sparse_) {
+      // never trust a count from the wire: derive the kept coordinates as the encoder did
+      if (v.nblocks != 0 && count > (std::uint64_t{1} << 40)) corrupt("element count too large");
+      selection_.select(seed_, call_, v.offset, count, sel_);
+      v.ncodes = sel_.size();
+    } else {
+      v.ncodes = count;
+    }
     v.width = width(v.contributions);
     const std::size_t expect =
-        wire::kHeaderBytes + 8 + 4 * v.nblocks + packed_bytes(count, v.width);
+        wire::kHeaderBytes + 8 + 4 * v.nblocks + packed_bytes(v.ncodes, v.width);
     if (bytes != expect) {
       corrupt("length " + std::to_string(bytes) + " bytes, expected " + std::to_string(expect));
     }
@@ -230,43 +429,92 @@ class MaxNormCodec final : public Codec {
   template <bool kAccumulate>
   void apply(const std::byte* in, std::size_t bytes, std::size_t count, T* out) const {
     const View v = parse(in, bytes, count);
-    const std::size_t code_bytes = packed_bytes(count, v.width);
-    const std::int64_t bias = static_cast<std::int64_t>(v.contributions) * s_;
-    const auto limit = static_cast<std::uint32_t>(2 * bias);
+    const std::size_t code_bytes = packed_bytes(v.ncodes, v.width);
+    const std::int64_t bias_j = bias(v.contributions);
+    // a lane of a requantized sum stands for j times its code
+    const T mult = requant_ ? static_cast<T>(v.contributions) : T(1);
+    const auto limit = static_cast<std::uint32_t>(2 * bias_j);
     std::uint32_t worst = 0;  // checked once after the loop: no branch per element
+    const std::size_t first = v.offset / kBlock;
+    if (sparse_) {
+      if constexpr (!kAccumulate) std::fill(out, out + count, T(0));
+      std::size_t block = ~std::size_t{0};
+      T step = 0;
+      for_each_packed(
+          v.codes, code_bytes, v.width, 0, v.ncodes, [&](std::size_t k, std::uint32_t u) {
+            const std::uint64_t idx = sel_[k];
+            if (idx / kBlock != block) {
+              block = idx / kBlock;
+              step = static_cast<T>(load_f32(v.scales, block - first)) / static_cast<T>(s_) * mult;
+            }
+            worst = std::max(worst, u);
+            const T value = static_cast<T>(static_cast<std::int64_t>(u) - bias_j) * step;
+            if constexpr (kAccumulate) {
+              out[idx - v.offset] += value;
+            } else {
+              out[idx - v.offset] = value;
+            }
+          });
+      if (worst > limit) corrupt("code out of range");
+      return;
+    }
     std::size_t i = 0;
     for (std::size_t b = 0; b < v.nblocks; ++b) {
-      const T step = static_cast<T>(load_f32(v.scales, b)) / static_cast<T>(s_);
-      const std::size_t end =
-          std::min<std::size_t>(count, (v.offset / kBlock + b + 1) * kBlock - v.offset);
-      for_each_packed(v.codes, code_bytes, v.width, i, end - i,
-                      [&](std::size_t k, std::uint32_t u) {
-                        worst = std::max(worst, u);
-                        const T value = static_cast<T>(static_cast<std::int64_t>(u) - bias) * step;
-                        if constexpr (kAccumulate) {
-                          out[k] += value;
-                        } else {
-                          out[k] = value;
-                        }
-                      });
+      const T m = static_cast<T>(load_f32(v.scales, b));
+      const T step = m / static_cast<T>(s_) * mult;
+      const T step2 = fine_bits_ != 0 ? m / static_cast<T>(s2_) * mult : step;
+      const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * kBlock - v.offset);
+      if (fine_bits_ != 0) {
+        for_each_packed(
+            v.codes, code_bytes, v.width, i, end - i, [&](std::size_t k, std::uint32_t u) {
+              worst = std::max(worst, u);
+              const T st = mask_bit(mask_, v.offset + k) ? step2 : step;
+              const T value = static_cast<T>(static_cast<std::int64_t>(u) - bias_j) * st;
+              if constexpr (kAccumulate) {
+                out[k] += value;
+              } else {
+                out[k] = value;
+              }
+            });
+      } else {
+        for_each_packed(
+            v.codes, code_bytes, v.width, i, end - i, [&](std::size_t k, std::uint32_t u) {
+              worst = std::max(worst, u);
+              const T value = static_cast<T>(static_cast<std::int64_t>(u) - bias_j) * step;
+              if constexpr (kAccumulate) {
+                out[k] += value;
+              } else {
+                out[k] = value;
+              }
+            });
+      }
       i = end;
     }
     if (worst > limit) corrupt("code out of range");
   }
 
   unsigned bits_;
+  unsigned fine_bits_;
+  bool requant_;
+  bool sparse_;
   std::uint32_t s_;
+  std::uint32_t s2_;
+  Selection selection_;
   std::string spec_;
   std::uint32_t ranks_ = 1;
+  std::uint64_t seed_ = 0;
+  std::uint64_t call_ = 0;
   std::vector<float> scales_;
+  std::vector<std::uint8_t> mask_;
+  mutable std::vector<std::uint64_t> sel_;
   std::vector<float> uniforms_ = std::vector<float>(kUniformBatch + 8);
 };
 
 }  // namespace
 
-std::unique_ptr<Codec> make_maxnorm_codec(DType dtype, unsigned bits) {
-  if (dtype == DType::kFloat64) return std::make_unique<MaxNormCodec<double>>(bits);
-  return std::make_unique<MaxNormCodec<float>>(bits);
+std::unique_ptr<Codec> make_maxnorm_codec(DType dtype, const MaxNormParams& params) {
+  if (dtype == DType::kFloat64) return std::make_unique<MaxNormCodec<double>>(params);
+  return std::make_unique<MaxNormCodec<float>>(params);
 }
 
 }  // namespace ccoll::codec

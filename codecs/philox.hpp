@@ -46,6 +46,11 @@ CCOLL_HOST_DEVICE inline Philox4x32 philox_block(std::uint64_t seed, std::uint64
                        static_cast<std::uint32_t>(seed >> 32));
 }
 
+/// Seeds of the streams that are not rounding draws of an encode: XORed into the caller's seed
+/// (a different Philox key gives an unrelated stream, whatever the counters).
+inline constexpr std::uint64_t kSelectKeyMix = 0x5E1EC7C0DEC0FFEEull;   ///< randk coordinates
+inline constexpr std::uint64_t kRequantKeyMix = 0x2E9A4D5B1C3F6A87ull;  ///< sum=requant adds
+
 /// Uniform in [0, 1) with 24 random bits (exact in float).
 CCOLL_HOST_DEVICE inline float uniform01(std::uint32_t bits) {
   return static_cast<float>(bits >> 8) * 0x1p-24f;

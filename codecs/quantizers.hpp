@@ -1,14 +1,50 @@
 // Factories of the quantizing codecs (ALGORITHMS.md sections 2-4).
 #pragma once
 
+#include <cmath>
+#include <cstddef>
 #include <memory>
 
 #include "codec.hpp"
 
 namespace ccoll::codec {
 
-/// maxnorm:bits=B, B in 2..8: shared per-block max-norm scale, stochastic rounding, summable.
-std::unique_ptr<Codec> make_maxnorm_codec(DType dtype, unsigned bits);
+/// Base of the quantizers whose decode and decode-accumulate differ only in `=` versus `+=`:
+/// Derived provides `template <bool kAccumulate> void apply(in, bytes, count, T* out) const`.
+template <class Derived, class T>
+class ApplyingCodec : public Codec {
+ public:
+  void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
+    static_cast<const Derived*>(this)->template apply<false>(in, bytes, count,
+                                                             static_cast<T*>(out));
+  }
+  void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
+                         void* acc) override {
+    static_cast<const Derived*>(this)->template apply<true>(in, bytes, count, static_cast<T*>(acc));
+  }
+
+  /// True when any of the `count` values is NaN or infinite (the input is then sent uncompressed).
+  static bool any_non_finite(const void* data, std::size_t count) {
+    const T* x = static_cast<const T*>(data);
+    bool bad = false;
+    for (std::size_t i = 0; i < count; ++i) bad |= !std::isfinite(x[i]);
+    return bad;
+  }
+};
+
+/// Parameters of the maxnorm family (ALGORITHMS.md section 2).
+struct MaxNormParams {
+  unsigned bits = 8;       ///< B: 2^(B-1) - 1 levels per sign (the coarse ones when two-scale)
+  unsigned fine_bits = 0;  ///< B2 of bits=B1/B2 (two-scale); 0: single scale
+  bool requant = false;    ///< sum=requant: re-quantize partial sums to B bits at every hop
+  double ratio = 0;        ///< randk: keep one coordinate per 1/ratio (stratified); 0: all
+};
+
+/// maxnorm:bits=B[,sum=exact|requant], maxnorm:bits=B1/B2 and randk:ratio=R[,bits=B]: shared
+/// per-block max-norm scale, stochastic rounding, summable.
+std::unique_ptr<Codec> make_maxnorm_codec(DType dtype, const MaxNormParams& params);
+/// topk:ratio=R: the ceil(R·count) largest magnitudes of each block with their indices.
+std::unique_ptr<Codec> make_topk_codec(DType dtype, double ratio);
 /// qsgd:bits=B[,bucket=N]: per-bucket L2 scale, 2^(B-1)-1 levels per sign, stochastic.
 std::unique_ptr<Codec> make_qsgd_codec(DType dtype, unsigned bits, std::uint32_t bucket);
 /// terngrad[:bucket=N]: per-bucket max scale, codes in {-1, 0, 1}, stochastic.

@@ -28,6 +28,8 @@ enum class CodecId : std::uint8_t {
   kQsgd = 5,
   kTernGrad = 6,
   kSign = 7,
+  kRandk = 8,
+  kTopk = 9,
 };
 
 struct Header {

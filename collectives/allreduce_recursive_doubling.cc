@@ -72,7 +72,7 @@ void doubling_summable(Engine& e, Context& cx, void* buf, std::size_t count, boo
     } else {
       Request q = e.recv(theirs, cap, r - 1, kTagFoldIn);
       const std::size_t got = e.wait_recv(q);
-      n = e.add(theirs, got, mine, n, count, sum);
+      n = e.add(theirs, got, mine, n, count, static_cast<std::uint64_t>(r), 0, sum);
       std::swap(mine, sum);
     }
   }
@@ -83,7 +83,10 @@ void doubling_summable(Engine& e, Context& cx, void* buf, std::size_t count, boo
       Request s = e.send(mine, n, partner, kTagDoubling);
       const std::size_t got = e.wait_recv(q);
       e.wait_send(s);
-      n = e.add(theirs, got, mine, n, count, sum);
+      // both partners add the same two payloads; a re-quantizing add draws from the stream of
+      // the group they now form, so they still get the same bytes
+      const int merged = newrank & ~(2 * mask - 1);
+      n = e.add(theirs, got, mine, n, count, group_stream(2 * mask, merged), 0, sum);
       std::swap(mine, sum);
     }
     if (r < 2 * rem) {

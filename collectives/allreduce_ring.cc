@@ -58,9 +58,10 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
         const std::size_t off = L.seg_offset(recv_chunk, j);
         const std::size_t cnt = L.seg_elems(recv_chunk, j);
         const std::size_t got = e.wait_recv(recvs[j]);
-        const std::size_t own_n = e.encode(data + off * es, cnt, static_cast<std::uint64_t>(r),
-                                           off, own);
-        const std::size_t n = e.add(slot, got, own, own_n, cnt, sum);
+        const std::size_t own_n =
+            e.encode(data + off * es, cnt, static_cast<std::uint64_t>(r), off, own);
+        const std::size_t n =
+            e.add(slot, got, own, own_n, cnt, static_cast<std::uint64_t>(r), off, sum);
         std::memcpy(slot, sum, n);
         if (final_sizes != nullptr && k + 2 == p) final_sizes[L.index(recv_chunk, j)] = n;
         if (k + 2 < p) sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
@@ -137,10 +138,9 @@ void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, st
   const std::size_t first = L.seg_offset(r, 0);
   for (std::size_t j = 0; j < L.nseg(r); ++j) {
     const std::size_t off = L.seg_offset(r, j);
-    sizes[L.index(r, j)] =
-        e.encode(chunk + (off - first) * e.elem_bytes(), L.seg_elems(r, j),
-                 static_cast<std::uint64_t>(r), block_relative ? off - first : off,
-                 slots + L.slot(r, j), role);
+    sizes[L.index(r, j)] = e.encode(chunk + (off - first) * e.elem_bytes(), L.seg_elems(r, j),
+                                    static_cast<std::uint64_t>(r),
+                                    block_relative ? off - first : off, slots + L.slot(r, j), role);
   }
 }
 
@@ -157,8 +157,9 @@ void reduce_scatter_ring(Context& cx, void* buf, std::size_t count) {
     const int r = e.rank();
     for (std::size_t j = 0; j < L.nseg(r); ++j) {
       if (e.size() == 1) {
-        sizes[L.index(r, j)] = e.encode(static_cast<std::byte*>(buf) + L.seg_offset(r, j) * e.elem_bytes(),
-                                        L.seg_elems(r, j), 0, L.seg_offset(r, j), slots + L.slot(r, j));
+        sizes[L.index(r, j)] =
+            e.encode(static_cast<std::byte*>(buf) + L.seg_offset(r, j) * e.elem_bytes(),
+                     L.seg_elems(r, j), 0, L.seg_offset(r, j), slots + L.slot(r, j));
       }
       e.decode(slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
                static_cast<std::byte*>(buf) + L.seg_offset(r, j) * e.elem_bytes(), false);

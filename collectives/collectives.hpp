@@ -64,9 +64,9 @@ struct Context {
   std::uint64_t call = 0;                 ///< Per-plan call counter, equal on all ranks.
 };
 
-enum class Algorithm { kAuto, kRing, kTree };
+enum class Algorithm { kAuto, kRing, kTree, kAllgather };
 
-/// "auto", "ring", "tree".
+/// "auto", "ring", "tree", "allgather".
 const char* algorithm_name(Algorithm a);
 /// Parses an algorithm name; throws ccoll::Error(kInvalidArgument) listing the valid names.
 Algorithm parse_algorithm(const std::string& name);
@@ -76,8 +76,9 @@ inline constexpr std::size_t kTreeAllreduceMaxBytes = 64 * 1024;
 /// Total output size at or below which "auto" picks the tree (Bruck) all-gather.
 inline constexpr std::size_t kTreeAllgatherMaxBytes = 256 * 1024;
 
+/// `gather_reduce`: the codec asks for the all-gather reduction (codec::Capabilities).
 Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,
-                           int ranks);
+                           int ranks, bool gather_reduce = false);
 Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t elem_bytes,
                            int ranks);
 
@@ -88,6 +89,12 @@ void allreduce_ring(Context& cx, void* buf, std::size_t count, bool average);
 /// Recursive doubling all-reduce for small messages; non-powers of two fold the extra ranks in
 /// and out around it.
 void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, bool average);
+
+/// All-reduce by all-gather: every rank encodes its whole input once, the payloads travel
+/// around a ring unchanged, and every rank decodes all p of them in rank order into `buf`, so all
+/// ranks add the same values in the same order. Per-rank traffic (p-1) × one payload: the
+/// schedule of sparse codecs (topk), whose partial sums would have to be re-sparsified.
+void allreduce_allgather(Context& cx, void* buf, std::size_t count, bool average);
 
 /// Ring reduce-scatter of `count` elements at `buf`, split in `size()` balanced chunks (chunk c
 /// has count/p elements, plus one when c < count % p). On return this rank's chunk (index

@@ -41,14 +41,17 @@ bool Engine::decode(const std::byte* in, std::size_t bytes, std::size_t count, v
 }
 
 std::size_t Engine::add(const std::byte* a, std::size_t a_bytes, const std::byte* own,
-                        std::size_t own_bytes, std::size_t count, std::byte* out) {
+                        std::size_t own_bytes, std::size_t count, std::uint64_t stream,
+                        std::uint64_t offset, std::byte* out) {
   const auto t0 = Clock::now();
   std::size_t n = 0;
   if (a_bytes == 0 || wire::is_poisoned(a, a_bytes)) {
     poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
   } else {
     try {
-      n = cx_.codec.add_encoded(a, a_bytes, own, own_bytes, count, out);
+      n = cx_.codec.add_encoded(
+          a, a_bytes, own, own_bytes, count,
+          {cx_.seed, cx_.call, stream, offset, codec::BlockContext::Role::kHop}, out);
     } catch (const Error& err) {
       poison(err.code(), err.what());
     }

@@ -30,6 +30,7 @@ class Engine {
         rank_(cx.transport.rank()),
         size_(cx.transport.size()) {
     cx.codec.begin_call(size_);  // payload capacities depend on the rank count
+    cx.codec.set_call(cx.seed, cx.call);
   }
 
   int rank() const { return rank_; }
@@ -52,8 +53,11 @@ class Engine {
   /// Adds two payloads in the compressed domain (summable codecs) into `out`. On a malformed
   /// summand poisons this rank, copies `fallback` (this rank's own payload) to `out` marked
   /// poisoned, and returns its length, so the schedule's message structure stays intact.
+  /// `stream` and `offset` key the uniforms of codecs whose add re-quantizes: ranks that must
+  /// produce the same sum pass the same values.
   std::size_t add(const std::byte* a, std::size_t a_bytes, const std::byte* own,
-                  std::size_t own_bytes, std::size_t count, std::byte* out);
+                  std::size_t own_bytes, std::size_t count, std::uint64_t stream,
+                  std::uint64_t offset, std::byte* out);
 
   Request send(const std::byte* buf, std::size_t bytes, int peer, int tag);
   Request recv(std::byte* buf, std::size_t capacity, int peer, int tag);

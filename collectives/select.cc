@@ -16,6 +16,8 @@ const char* algorithm_name(Algorithm a) {
       return "ring";
     case Algorithm::kTree:
       return "tree";
+    case Algorithm::kAllgather:
+      return "allgather";
   }
   return "auto";
 }
@@ -24,13 +26,15 @@ Algorithm parse_algorithm(const std::string& name) {
   if (name.empty() || name == "auto") return Algorithm::kAuto;
   if (name == "ring") return Algorithm::kRing;
   if (name == "tree") return Algorithm::kTree;
+  if (name == "allgather") return Algorithm::kAllgather;
   throw Error(Status::kInvalidArgument,
-              "algorithm: unknown algorithm '" + name + "' (valid: auto, ring, tree)");
+              "algorithm: unknown algorithm '" + name + "' (valid: auto, ring, tree, allgather)");
 }
 
 Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,
-                           int ranks) {
+                           int ranks, bool gather_reduce) {
   if (requested != Algorithm::kAuto) return requested;
+  if (gather_reduce) return Algorithm::kAllgather;
   if (count * elem_bytes <= kTreeAllreduceMaxBytes || count < static_cast<std::size_t>(ranks)) {
     return Algorithm::kTree;
   }

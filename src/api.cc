@@ -8,6 +8,7 @@
 // by all ranks or none.
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <cmath>
@@ -260,6 +261,11 @@ void run(const Call& call, Stats& stats) {
   } catch (const Error& e) {
     bad.set(kArgAlgorithm, e.code(), e.what() + 7);
   }
+  if (!allreduce && algo == coll::Algorithm::kAllgather) {
+    bad.set(kArgAlgorithm, Status::kInvalidArgument,
+            "algorithm: 'allgather' is an all-reduce schedule (valid for compressed_allgather: "
+            "auto, ring, tree)");
+  }
 
   // The codec decides whether it can carry this rank's input; only asked when all is well.
   Plan* plan = nullptr;
@@ -275,9 +281,9 @@ void run(const Call& call, Stats& stats) {
       key.codec = spec.canonical;
       // Stateful codecs keep state per tensor: Options::key, or the receive buffer and count.
       if (spec.ef) {
-        key.tensor_key = opt.key != 0 ? opt.key
-                                      : (reinterpret_cast<std::uintptr_t>(call.recvbuf) * 31 +
-                                         call.count) | 1;
+        key.tensor_key =
+            opt.key != 0 ? opt.key
+                         : (reinterpret_cast<std::uintptr_t>(call.recvbuf) * 31 + call.count) | 1;
       }
       plan = &ctx.plan(key, spec.canonical);
       if (!plan->codec->capabilities().lossless) {
@@ -367,6 +373,7 @@ void run(const Call& call, Stats& stats) {
 
   // The scale pass: codecs with a shared scale get it agreed (MAX over ranks) in a second small
   // all-reduce. It runs only after the agreement, so every rank asks for the same length.
+  plan->codec->set_call(opt.seed, call_no);
   if (const std::size_t nscales = plan->codec->scale_slots(call.count); nscales != 0) {
     if (plan->scales.size() < nscales) plan->scales.resize(nscales);
     plan->codec->local_scales(own, call.count, plan->scales.data());
@@ -374,6 +381,18 @@ void run(const Call& call, Stats& stats) {
                                   MPI_DOUBLE, MPI_MAX, ctx.comm()));
     plan->codec->set_scales(plan->scales.data(), nscales);
     stats.control_bytes += nscales * sizeof(double);
+  }
+  // The mask pass (two-scale maxnorm): one bit per element, agreed with a bitwise AND.
+  if (const std::size_t nmask = plan->codec->mask_bytes(call.count); nmask != 0) {
+    if (plan->mask.size() < nmask) plan->mask.resize(nmask);
+    plan->codec->local_mask(own, call.count, plan->mask.data());
+    for (std::size_t done = 0; done < nmask; done += std::size_t{1} << 30) {
+      const std::size_t n = std::min(nmask - done, std::size_t{1} << 30);
+      CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, plan->mask.data() + done, static_cast<int>(n),
+                                    MPI_UNSIGNED_CHAR, MPI_BAND, ctx.comm()));
+    }
+    plan->codec->set_mask(plan->mask.data(), nmask);
+    stats.control_bytes += nmask;
   }
 
   coll::Counters counters;
@@ -393,10 +412,13 @@ void run(const Call& call, Stats& stats) {
     }
   } copy{stats, counters};
   if (allreduce) {
-    algo = coll::select_allreduce(algo, call.count, es, p);
+    algo =
+        coll::select_allreduce(algo, call.count, es, p, plan->codec->capabilities().gather_reduce);
     stats.algorithm = coll::algorithm_name(algo);
     if (algo == coll::Algorithm::kTree) {
       coll::allreduce_recursive_doubling(cx, recv, call.count, opt.average);
+    } else if (algo == coll::Algorithm::kAllgather) {
+      coll::allreduce_allgather(cx, recv, call.count, opt.average);
     } else {
       coll::allreduce_ring(cx, recv, call.count, opt.average);
     }

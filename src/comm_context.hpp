@@ -37,6 +37,7 @@ struct Plan {
   std::unique_ptr<codec::Codec> codec;
   coll::Workspace workspace;
   std::vector<double> scales;  // the scale pass's buffer
+  std::vector<std::uint8_t> mask;  // the mask pass's buffer
 };
 
 class CommContext {

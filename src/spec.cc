@@ -3,25 +3,90 @@
 
 #include <algorithm>
 #include <cctype>
+#include <charconv>
 #include <cmath>
+#include <cstdlib>
 #include <functional>
 
 #include "cast_codecs.hpp"
+#include "ccoll/error.hpp"
 #include "error_feedback.hpp"
 #include "quantizers.hpp"
-#include "ccoll/error.hpp"
 
 namespace ccoll {
 namespace {
 
-// One parameter of a codec: name, accepted range, default (required when it has none).
+// One parameter of a codec: name, the valid values as the error message lists them, a check
+// that turns a given value into its canonical text, and its default (required when it has
+// none). Defaults are spelled out in the canonical spec unless `hide_default`.
 struct Param {
   const char* key;
-  unsigned lo;
-  unsigned hi;
-  bool has_default;
-  unsigned def;
+  std::string valid;
+  std::function<bool(const std::string&, std::string&)> canon;
+  const char* def = nullptr;
+  bool hide_default = false;
 };
+
+bool all_digits(const std::string& v) {
+  return !v.empty() && v.size() <= 9 && std::all_of(v.begin(), v.end(), [](char c) {
+    return std::isdigit(static_cast<unsigned char>(c));
+  });
+}
+
+Param uint_param(const char* key, unsigned lo, unsigned hi, const char* def = nullptr) {
+  return {key, std::to_string(lo) + ".." + std::to_string(hi),
+          [lo, hi](const std::string& v, std::string& out) {
+            if (!all_digits(v)) return false;
+            const unsigned long x = std::stoul(v);
+            if (x < lo || x > hi) return false;
+            out = std::to_string(x);
+            return true;
+          },
+          def};
+}
+
+// A fraction in [1e-6, 1], written back in its shortest round-trip form.
+Param ratio_param(const char* key) {
+  return {key, "a number in [1e-6, 1], e.g. 0.01", [](const std::string& v, std::string& out) {
+            if (v.empty() || v.size() > 32) return false;
+            const char* b = v.c_str();
+            char* e = nullptr;
+            const double x = std::strtod(b, &e);
+            if (e != b + v.size() || !(x >= 1e-6) || x > 1.0) return false;
+            char buf[40];
+            const auto r = std::to_chars(buf, buf + sizeof buf, x);
+            out.assign(buf, r.ptr);
+            return true;
+          }};
+}
+
+Param choice_param(const char* key, std::vector<std::string> choices, const char* def) {
+  std::string valid;
+  for (const auto& c : choices) valid += (valid.empty() ? "" : ", ") + c;
+  return {key, valid,
+          [choices](const std::string& v, std::string& out) {
+            if (std::find(choices.begin(), choices.end(), v) == choices.end()) return false;
+            out = v;
+            return true;
+          },
+          def, true};
+}
+
+// maxnorm's bits: B (2..8), or B1/B2 (2 <= B1 < B2 <= 8) for the two-scale variant.
+Param maxnorm_bits_param() {
+  return {"bits", "2..8, or B1/B2 with 2 <= B1 < B2 <= 8 (two-scale)",
+          [](const std::string& v, std::string& out) {
+            const std::size_t slash = v.find('/');
+            const std::string a = v.substr(0, slash);
+            if (!all_digits(a) || std::stoul(a) < 2 || std::stoul(a) > 8) return false;
+            out = std::to_string(std::stoul(a));
+            if (slash == std::string::npos) return true;
+            const std::string b = v.substr(slash + 1);
+            if (!all_digits(b) || std::stoul(b) <= std::stoul(a) || std::stoul(b) > 8) return false;
+            out += "/" + std::to_string(std::stoul(b));
+            return true;
+          }};
+}
 
 struct Entry {
   const char* name;
@@ -29,11 +94,28 @@ struct Entry {
   std::function<std::unique_ptr<codec::Codec>(const CodecSpec&, codec::DType)> make;
 };
 
-unsigned param(const CodecSpec& s, const char* key) {
+const std::string& value_of(const CodecSpec& s, const char* key) {
   for (const auto& kv : s.params) {
-    if (kv.first == key) return static_cast<unsigned>(std::stoul(kv.second));
+    if (kv.first == key) return kv.second;
   }
   throw Error(Status::kInternal, "codec parameter missing after validation");
+}
+
+unsigned param(const CodecSpec& s, const char* key) {
+  return static_cast<unsigned>(std::stoul(value_of(s, key)));
+}
+
+double real_param(const CodecSpec& s, const char* key) { return std::stod(value_of(s, key)); }
+
+codec::MaxNormParams maxnorm_params(const CodecSpec& s) {
+  codec::MaxNormParams m;
+  const std::string& bits = value_of(s, "bits");
+  const std::size_t slash = bits.find('/');
+  m.bits = static_cast<unsigned>(std::stoul(bits.substr(0, slash)));
+  if (slash != std::string::npos)
+    m.fine_bits = static_cast<unsigned>(std::stoul(bits.substr(slash + 1)));
+  m.requant = value_of(s, "sum") == "requant";
+  return m;
 }
 
 const std::vector<Entry>& registry() {
@@ -42,24 +124,37 @@ const std::vector<Entry>& registry() {
       {"fp16", {}, [](const CodecSpec&, codec::DType t) { return codec::make_fp16_codec(t); }},
       {"bf16", {}, [](const CodecSpec&, codec::DType t) { return codec::make_bf16_codec(t); }},
       {"maxnorm",
-       {{"bits", 2, 8, false, 0}},
+       {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact")},
        [](const CodecSpec& s, codec::DType t) {
-         return codec::make_maxnorm_codec(t, param(s, "bits"));
+         return codec::make_maxnorm_codec(t, maxnorm_params(s));
+       }},
+      {"randk",
+       {ratio_param("ratio"), uint_param("bits", 2, 8, "8")},
+       [](const CodecSpec& s, codec::DType t) {
+         codec::MaxNormParams m;
+         m.bits = param(s, "bits");
+         m.ratio = real_param(s, "ratio");
+         return codec::make_maxnorm_codec(t, m);
        }},
       {"qsgd",
-       {{"bits", 2, 8, false, 0}, {"bucket", 1, 1u << 23, true, 512}},
+       {uint_param("bits", 2, 8), uint_param("bucket", 1, 1u << 23, "512")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_qsgd_codec(t, param(s, "bits"), param(s, "bucket"));
        }},
       {"terngrad",
-       {{"bucket", 1, 1u << 23, true, 512}},
+       {uint_param("bucket", 1, 1u << 23, "512")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_terngrad_codec(t, param(s, "bucket"));
        }},
       {"sign",
-       {{"bucket", 1, 1u << 23, true, 512}},
+       {uint_param("bucket", 1, 1u << 23, "512")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_sign_codec(t, param(s, "bucket"));
+       }},
+      {"topk",
+       {ratio_param("ratio")},
+       [](const CodecSpec& s, codec::DType t) {
+         return codec::make_topk_codec(t, real_param(s, "ratio"));
        }},
   };
   return entries;
@@ -137,22 +232,14 @@ CodecSpec parse_codec_spec(const std::string& text) {
         bad("unknown parameter '" + key + "' for codec '" + spec.name +
             "' (valid: " + join(keys_of(*it)) + (it->params.empty() ? "" : ", ") + "ef)");
       }
-      const std::string range = std::to_string(pit->lo) + ".." + std::to_string(pit->hi);
-      if (spec.name == "maxnorm" && key == "bits" && value.find('/') != std::string::npos) {
-        throw Error(Status::kUnsupported,
-                    "codec: two-scale maxnorm (bits=B1/B2) is not supported yet (valid: bits=" +
-                        range + ")");
-      }
-      const bool digits = value.size() <= 9 &&
-                          std::all_of(value.begin(), value.end(),
-                                      [](char c) { return std::isdigit(static_cast<unsigned char>(c)); });
-      if (!digits || std::stoul(value) < pit->lo || std::stoul(value) > pit->hi) {
-        bad(spec.name + ":" + key + "=" + value + " is out of range (valid: " + range + ")");
+      std::string canon;
+      if (!pit->canon(value, canon)) {
+        bad(spec.name + ":" + key + "=" + value + " is out of range (valid: " + pit->valid + ")");
       }
       for (const auto& kv : spec.params) {
         if (kv.first == key) bad("parameter '" + key + "' given twice in '" + s + "'");
       }
-      spec.params.emplace_back(key, value);
+      spec.params.emplace_back(key, canon);
       if (comma == std::string::npos) break;
       pos = comma + 1;
     }
@@ -161,18 +248,20 @@ CodecSpec parse_codec_spec(const std::string& text) {
     const bool given = std::any_of(spec.params.begin(), spec.params.end(),
                                    [&](const auto& kv) { return kv.first == p.key; });
     if (given) continue;
-    if (!p.has_default) {
-      bad("codec '" + spec.name + "' needs " + p.key + "=" + std::to_string(p.lo) + ".." +
-          std::to_string(p.hi));
-    }
-    spec.params.emplace_back(p.key, std::to_string(p.def));
+    if (p.def == nullptr) bad("codec '" + spec.name + "' needs " + p.key + "=" + p.valid);
+    spec.params.emplace_back(p.key, p.def);
   }
   std::sort(spec.params.begin(), spec.params.end());
   spec.canonical = spec.name;
-  for (std::size_t i = 0; i < spec.params.size(); ++i) {
-    spec.canonical += (i == 0 ? ":" : ",") + spec.params[i].first + "=" + spec.params[i].second;
+  char sep_char = ':';
+  for (const auto& [key, value] : spec.params) {
+    const auto pit = std::find_if(it->params.begin(), it->params.end(),
+                                  [&](const Param& p) { return key == p.key; });
+    if (pit->hide_default && value == pit->def) continue;
+    spec.canonical += sep_char + key + "=" + value;
+    sep_char = ',';
   }
-  if (spec.ef) spec.canonical += spec.params.empty() ? ":ef=1" : ",ef=1";
+  if (spec.ef) spec.canonical += sep_char + std::string("ef=1");
   return spec;
 }
 
@@ -190,7 +279,10 @@ double allreduce_error_bound(const codec::Codec& codec, int ranks) {
   if (ranks <= 1 || codec.capabilities().lossless) return 0.0;
   const double u = codec.unit_roundoff();
   const double p = ranks;
-  const double hops = codec.capabilities().summable ? p * u : std::pow(1.0 + u, p) - 1.0;
+  double hops = codec.capabilities().summable ? p * u : std::pow(1.0 + u, p) - 1.0;
+  // sum=requant: re-quantizing a sum of j contributions errs by up to j·u·M more; a ring adds
+  // j = 2..p (a tree's merges add up to less: p·log2 p)
+  if (codec.capabilities().lossy_add) hops += u * (p * (p + 1) / 2 - 1);
   return hops + p * 0x1p-23;
 }
 

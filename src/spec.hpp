@@ -34,7 +34,8 @@ std::vector<std::string> codec_names();
 /// ccoll::CodecInfo::error_bound). Summable codecs add p independent one-encode errors:
 /// p·u. Codecs that re-encode partial sums compound: each hop's error is part of the next
 /// hop's input, E_k <= (1+u)·E_(k-1) + u·Σ max|x_i|, so E_p <= ((1+u)^p - 1)·Σ max|x_i|.
-/// Both get p·2^-23 for the fp32 additions and the final division. 0 for one rank or a
+/// A summable codec whose add re-quantizes (lossy_add) adds u·Σ_(j=2..p) j for the re-roundings
+/// of j-contribution sums. All get p·2^-23 for the fp32 additions and the final division. 0 for one rank or a
 /// lossless codec.
 double allreduce_error_bound(const codec::Codec& codec, int ranks);
 

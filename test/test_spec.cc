@@ -47,6 +47,36 @@ TEST(Spec, MalformedParameters) {
   }
 }
 
+TEST(Spec, MaxnormFamily) {
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=4").canonical, "maxnorm:bits=4");
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,sum=exact").canonical, "maxnorm:bits=4");
+  EXPECT_EQ(parse_codec_spec("maxnorm:sum=requant,bits=4").canonical, "maxnorm:bits=4,sum=requant");
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=2/6").canonical, "maxnorm:bits=2/6");
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=02/6,ef=1").canonical, "maxnorm:bits=2/6,ef=1");
+  for (const std::string bad :
+       {"maxnorm:bits=6/2", "maxnorm:bits=4/4", "maxnorm:bits=2/9", "maxnorm:bits=1/4",
+        "maxnorm:bits=2/", "maxnorm:bits=/6", "maxnorm:bits=2/6/8", "maxnorm:bits=4,sum=float"}) {
+    const std::string msg = error_of(bad);
+    EXPECT_NE(msg.find("valid: "), std::string::npos) << bad << ": " << msg;
+  }
+  EXPECT_NE(error_of("maxnorm:bits=4,sum=float").find("exact, requant"), std::string::npos);
+  EXPECT_NE(error_of("maxnorm:bits=9").find("B1/B2"), std::string::npos);
+}
+
+TEST(Spec, RatioParameters) {
+  EXPECT_EQ(parse_codec_spec("randk:ratio=0.01").canonical, "randk:bits=8,ratio=0.01");
+  EXPECT_EQ(parse_codec_spec("randk:ratio=.010,bits=4").canonical, "randk:bits=4,ratio=0.01");
+  EXPECT_EQ(parse_codec_spec("topk:ratio=1e-3,ef=1").canonical, "topk:ratio=0.001,ef=1");
+  EXPECT_EQ(parse_codec_spec("topk:ratio=1").canonical, "topk:ratio=1");
+  for (const std::string bad :
+       {"topk:ratio=0", "topk:ratio=-0.1", "topk:ratio=1.5", "topk:ratio=nan", "topk:ratio=inf",
+        "topk:ratio=0.1x", "topk:ratio=1e-7", "randk:ratio=0.1,bits=1"}) {
+    const std::string msg = error_of(bad);
+    EXPECT_NE(msg.find("valid: "), std::string::npos) << bad << ": " << msg;
+  }
+  EXPECT_NE(error_of("topk").find("needs ratio="), std::string::npos) << error_of("topk");
+}
+
 TEST(Spec, ByteSizes) {
   EXPECT_EQ(parse_byte_size("4096", "X"), 4096u);
   EXPECT_EQ(parse_byte_size("64K", "X"), 65536u);
@@ -67,12 +97,13 @@ TEST(Spec, Algorithms) {
   EXPECT_EQ(coll::parse_algorithm(""), coll::Algorithm::kAuto);
   EXPECT_EQ(coll::parse_algorithm("ring"), coll::Algorithm::kRing);
   EXPECT_EQ(coll::parse_algorithm("tree"), coll::Algorithm::kTree);
+  EXPECT_EQ(coll::parse_algorithm("allgather"), coll::Algorithm::kAllgather);
   try {
     coll::parse_algorithm("butterfly");
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("algorithm: unknown algorithm 'butterfly' (valid: auto, "
-                                         "ring, tree)"),
+                                         "ring, tree, allgather)"),
               std::string::npos)
         << e.what();
   }
@@ -84,6 +115,10 @@ TEST(Spec, AutoSelection) {
   EXPECT_EQ(coll::select_allreduce(Algorithm::kAuto, 1 << 20, 4, 4), Algorithm::kRing);
   EXPECT_EQ(coll::select_allreduce(Algorithm::kRing, 1, 4, 4), Algorithm::kRing);
   EXPECT_EQ(coll::select_allreduce(Algorithm::kTree, 1 << 20, 4, 4), Algorithm::kTree);
+  // sparse codecs (topk) ask for the all-gather reduction at every size, unless overridden
+  EXPECT_EQ(coll::select_allreduce(Algorithm::kAuto, 16, 4, 4, true), Algorithm::kAllgather);
+  EXPECT_EQ(coll::select_allreduce(Algorithm::kAuto, 1 << 20, 4, 4, true), Algorithm::kAllgather);
+  EXPECT_EQ(coll::select_allreduce(Algorithm::kRing, 1 << 20, 4, 4, true), Algorithm::kRing);
   EXPECT_EQ(coll::select_allgather(Algorithm::kAuto, 16, 4, 4), Algorithm::kTree);
   EXPECT_EQ(coll::select_allgather(Algorithm::kAuto, 1 << 20, 4, 4), Algorithm::kRing);
 }

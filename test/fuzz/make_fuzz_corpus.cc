@@ -1,5 +1,6 @@
 // Writes valid payloads of one codec (in the fuzz targets' input format) as a seed corpus.
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -13,6 +14,12 @@ int main(int argc, char** argv) {
   }
   auto c = ccoll::make_codec(ccoll::parse_codec_spec(argv[1]), ccoll::codec::DType::kFloat32);
   c->begin_call(4);
+  c->set_call(11, 3);  // as fuzz_decode.cc sets them
+  if (const std::size_t n = c->mask_bytes(1u << 17); n != 0) {
+    std::vector<std::uint8_t> mask(n);
+    for (std::size_t i = 0; i < n; ++i) mask[i] = static_cast<std::uint8_t>((i % 3) * 0x5A);
+    c->set_mask(mask.data(), n);
+  }
   int file = 0;
   for (const std::size_t count : {0, 1, 5, 17, 100, 700}) {
     std::vector<float> x(count);
