@@ -65,7 +65,7 @@ void usage() {
       "  --codec SPEC                  ccoll codec spec (repeatable; a comma list of plain\n"
       "                                names works too). Default: none\n"
       "  --baseline mpi                also time plain MPI_%s as the baseline\n"
-      "  --algorithm auto|ring|tree    ccoll schedule (default auto)\n"
+      "  --algorithm auto|ring|tree|allgather  ccoll schedule (default auto)\n"
       "  -h, --help                    this help\n",
       kProgram, kAllgather ? "Allgather" : "Allreduce");
 }

@@ -211,9 +211,11 @@ TEST(MpiAllreduce, EveryCodecWithinBound) {
   const int p = world_size();
   const int r = world_rank();
   for (const char* codec :
-       {"maxnorm:bits=2", "maxnorm:bits=4", "maxnorm:bits=8", "qsgd:bits=4",
-        "qsgd:bits=2,bucket=64", "terngrad", "sign", "maxnorm:bits=4,ef=1", "terngrad,ef=1"}) {
-    for (const char* algo : {"ring", "tree"}) {
+       {"maxnorm:bits=2", "maxnorm:bits=4", "maxnorm:bits=8", "maxnorm:bits=2/6",
+        "maxnorm:bits=4,sum=requant", "randk:ratio=0.1", "qsgd:bits=4", "qsgd:bits=2,bucket=64",
+        "terngrad", "sign", "topk:ratio=0.1", "maxnorm:bits=4,ef=1", "terngrad,ef=1",
+        "topk:ratio=0.01,ef=1"}) {
+    for (const char* algo : {"ring", "tree", "allgather"}) {
       for (std::size_t count :
            {std::size_t{1}, std::size_t{4}, std::size_t{1001}, std::size_t{100003}}) {
         if (count == 4) count = static_cast<std::size_t>(p > 1 ? p - 1 : 1);
@@ -333,7 +335,8 @@ TEST(MpiAllreduce, ErrorFeedbackStateKeptForManyTensors) {
 
 TEST(MpiAllgather, EveryCodecWithinBound) {
   const int p = world_size();
-  for (const char* codec : {"maxnorm:bits=4", "qsgd:bits=4", "terngrad", "sign"}) {
+  for (const char* codec : {"maxnorm:bits=4", "maxnorm:bits=2/6", "randk:ratio=0.5", "qsgd:bits=4",
+                            "terngrad", "sign", "topk:ratio=0.3"}) {
     for (const char* algo : {"ring", "tree"}) {
       const std::size_t count = 5003;
       std::vector<float> send(count);
@@ -419,6 +422,68 @@ TEST(MpiErrors, UnsupportedOpAndDatatypeRaiseOnEveryRank) {
   EXPECT_NE(msg.find("datatype"), std::string::npos) << msg;
 }
 
+// The sparse codecs through the API: topk takes the all-gather reduction by itself and equals
+// the rank-ordered sum of every rank's kept values; randk is zero outside the coordinates all
+// ranks keep, and the ratio of input to wire bytes is what the ratio promises.
+TEST(MpiAllreduce, SparseCodecs) {
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::size_t count = 200003;
+  auto input_of = [](int r, std::size_t i) {
+    return std::sin(0.001f * static_cast<float>(i * static_cast<std::size_t>(r + 2))) +
+           0.01f * static_cast<float>(r);
+  };
+  std::vector<float> x(count);
+  for (std::size_t i = 0; i < count; ++i) x[i] = input_of(world_rank(), i);
+  // topk: the reference is the rank-ordered sum of every rank's top 1%
+  std::vector<float> ref(count, 0.0f);
+  for (int r = 0; r < p; ++r) {
+    std::vector<float> v(count);
+    for (std::size_t i = 0; i < count; ++i) v[i] = input_of(r, i);
+    std::vector<std::size_t> order(count);
+    for (std::size_t i = 0; i < count; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return std::fabs(v[a]) > std::fabs(v[b]);
+    });
+    for (std::size_t i = 0; i < 2001; ++i) ref[order[i]] += v[order[i]];  // ceil(0.01·count)
+  }
+  std::vector<float> out(count);
+  ccoll::Options opt;
+  ccoll::Stats stats;
+  opt.stats = &stats;
+  opt.codec = "topk:ratio=0.01";
+  ccoll::compressed_allreduce(x.data(), out.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, opt);
+  EXPECT_EQ(stats.algorithm, "allgather");
+  EXPECT_EQ(out, ref);
+  EXPECT_EQ(stats.wire_bytes_sent, static_cast<std::size_t>(p - 1) * (16 + 2001 * 8));
+  // randk: 1% of the coordinates, 8 bits each, through the ring
+  opt.codec = "randk:ratio=0.01";
+  opt.average = true;
+  ccoll::compressed_allreduce(x.data(), out.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, opt);
+  EXPECT_EQ(stats.algorithm, "ring");
+  EXPECT_TRUE(identical_on_all_ranks(out.data(), count * sizeof(float), MPI_COMM_WORLD));
+  std::size_t nonzero = 0;
+  for (const float v : out) nonzero += v != 0.0f;
+  EXPECT_LE(nonzero, count / 100 + 1);
+  EXPECT_GE(nonzero, count / 100 * 9 / 10);  // a kept coordinate can round to zero
+  const double ratio = static_cast<double>(count * 4) * 2 * (p - 1) / p / stats.wire_bytes_sent;
+  // 1% of the coordinates at 8 bits would be 400x; summed codes widen to 8 + ceil(log2 j) bits
+  // and every segment carries a header, offset and scale: above 250x up to 8 ranks
+  EXPECT_GT(ratio, 250) << "ring traffic should be about 2(p-1)/p of 1% of the input";
+}
+
+TEST(MpiErrors, AllgatherScheduleIsForAllreduceOnly) {
+  std::vector<float> f(10 * static_cast<std::size_t>(world_size()), 1.0f);
+  ccoll::Options opt;
+  opt.algorithm = "allgather";
+  const std::string msg = expect_error_everywhere(
+      [&] {
+        ccoll::compressed_allgather(MPI_IN_PLACE, 10, f.data(), MPI_FLOAT, MPI_COMM_WORLD, opt);
+      },
+      ccoll::Status::kInvalidArgument);
+  EXPECT_NE(msg.find("valid for compressed_allgather: auto, ring, tree"), std::string::npos) << msg;
+}
+
 TEST(MpiErrors, BadArgumentOnOneRankRaisesOnEveryRank) {
   const int p = world_size();
   const int last = p - 1;
@@ -457,8 +522,9 @@ TEST(MpiErrors, BadArgumentOnOneRankRaisesOnEveryRank) {
                                     opt);
       },
       ccoll::Status::kInvalidArgument);
-  EXPECT_NE(msg.find("algorithm: unknown algorithm 'butterfly' (valid: auto, ring, tree)"),
-            std::string::npos)
+  EXPECT_NE(
+      msg.find("algorithm: unknown algorithm 'butterfly' (valid: auto, ring, tree, allgather)"),
+      std::string::npos)
       << msg;
   msg = expect_error_everywhere(
       [&] {

@@ -383,21 +383,34 @@ TEST_P(QuantizedAllreduce, IdenticalAndWithinBound) {
       rc.average = average;
       rc.segment_elems = 4099;
       rc.prepare = [&, count = count](codec::Codec& c, int) {
+        c.set_call(42, 7);  // the seed and call run_ranks gives the schedule
+        std::vector<std::vector<float>> xs(static_cast<std::size_t>(p), std::vector<float>(count));
+        for (int r = 0; r < p; ++r) {
+          for (std::size_t i = 0; i < count; ++i) xs[r][i] = smooth_input(r, i);
+        }
         std::vector<double> shared(c.scale_slots(count), 0.0);
         std::vector<double> mine(shared.size());
-        std::vector<float> x(count);
-        for (int r = 0; r < p; ++r) {
-          for (std::size_t i = 0; i < count; ++i) x[i] = smooth_input(r, i);
+        for (const auto& x : xs) {
           c.local_scales(x.data(), count, mine.data());
           for (std::size_t b = 0; b < shared.size(); ++b) shared[b] = std::max(shared[b], mine[b]);
         }
         c.set_scales(shared.data(), shared.size());
+        std::vector<std::uint8_t> mask(c.mask_bytes(count), 0xFF);
+        std::vector<std::uint8_t> m(mask.size());
+        for (const auto& x : xs) {
+          if (mask.empty()) break;
+          c.local_mask(x.data(), count, m.data());
+          for (std::size_t i = 0; i < mask.size(); ++i) mask[i] &= m[i];
+        }
+        if (!mask.empty()) c.set_mask(mask.data(), mask.size());
       };
       const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
         std::vector<float> buf(count);
         for (std::size_t i = 0; i < count; ++i) buf[i] = smooth_input(r, i);
         if (algo == Algorithm::kTree) {
           coll::allreduce_recursive_doubling(cx, buf.data(), count, average);
+        } else if (algo == Algorithm::kAllgather) {
+          coll::allreduce_allgather(cx, buf.data(), count, average);
         } else {
           coll::allreduce_ring(cx, buf.data(), count, average);
         }
@@ -429,13 +442,106 @@ TEST_P(QuantizedAllreduce, IdenticalAndWithinBound) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, QuantizedAllreduce,
-                         ::testing::Combine(::testing::Values("maxnorm:bits=2", "maxnorm:bits=8",
-                                                              "qsgd:bits=4", "terngrad", "sign",
-                                                              "maxnorm:bits=3,ef=1",
-                                                              "qsgd:bits=2,ef=1"),
-                                            ::testing::Values(Algorithm::kRing, Algorithm::kTree),
-                                            ::testing::Values(1, 2, 3, 4, 5, 8)));
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, QuantizedAllreduce,
+    ::testing::Combine(::testing::Values("maxnorm:bits=2", "maxnorm:bits=8", "maxnorm:bits=2/6",
+                                         "maxnorm:bits=4,sum=requant", "randk:ratio=0.1,bits=4",
+                                         "qsgd:bits=4", "terngrad", "sign", "topk:ratio=0.1",
+                                         "maxnorm:bits=3,ef=1", "qsgd:bits=2,ef=1"),
+                       ::testing::Values(Algorithm::kRing, Algorithm::kTree, Algorithm::kAllgather),
+                       ::testing::Values(1, 2, 3, 4, 5, 8)));
+
+// topk through the all-gather reduction: exactly the sum of every rank's kept values, added in
+// rank order, on every rank.
+TEST(SparseAllreduce, TopkSumsEveryRanksKeptValuesInRankOrder) {
+  const std::size_t count = 10007;
+  for (const int p : {2, 3, 5, 8}) {
+    SCOPED_TRACE(p);
+    auto ref_codec = make_codec(parse_codec_spec("topk:ratio=0.02"), DType::kFloat32);
+    std::vector<float> ref(count);
+    std::vector<std::byte> enc(ref_codec->max_encoded_bytes(count));
+    for (int r = 0; r < p; ++r) {
+      std::vector<float> x(count);
+      for (std::size_t i = 0; i < count; ++i) x[i] = smooth_input(r, i);
+      const std::size_t n = ref_codec->encode(x.data(), count, {}, enc.data());
+      if (r == 0) {
+        ref_codec->decode(enc.data(), n, count, ref.data());
+      } else {
+        ref_codec->decode_accumulate(enc.data(), n, count, ref.data());
+      }
+    }
+    RunConfig rc;
+    rc.codec = "topk:ratio=0.02";
+    const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+      std::vector<float> buf(count);
+      for (std::size_t i = 0; i < count; ++i) buf[i] = smooth_input(r, i);
+      coll::allreduce_allgather(cx, buf.data(), count, false);
+      return as_bytes(buf);
+    });
+    expect_identical(res);
+    EXPECT_TRUE(res[0].out == as_bytes(ref));
+    // each rank sends its payload to p-1 peers: (p-1) × (header + k·(index + value))
+    EXPECT_EQ(res[0].counters.bytes_sent, static_cast<std::size_t>(p - 1) * (16 + 201 * 8));
+  }
+}
+
+// randk: every rank keeps the same coordinates, so the sum is exactly zero elsewhere and
+// within p maxnorm steps of the exact sum where kept.
+TEST(SparseAllreduce, RandkIsZeroOutsideTheSharedSelection) {
+  const std::size_t count = 20011;
+  const int p = 4;
+  const std::string spec = "randk:ratio=0.05,bits=8";
+  auto probe = make_codec(parse_codec_spec(spec), DType::kFloat32);  // which ones are kept
+  probe->begin_call(1);
+  probe->set_call(42, 7);
+  const std::vector<float> ones(count, 1.0f);
+  std::vector<double> one_scale(probe->scale_slots(count), 1.0);
+  probe->set_scales(one_scale.data(), one_scale.size());
+  std::vector<std::byte> enc(probe->max_encoded_bytes(count));
+  const std::size_t n = probe->encode(ones.data(), count, {42, 7, 0, 0}, enc.data());
+  std::vector<float> kept(count);
+  probe->decode(enc.data(), n, count, kept.data());
+  for (const Algorithm algo : {Algorithm::kRing, Algorithm::kTree}) {
+    RunConfig rc;
+    rc.codec = spec;
+    rc.segment_elems = 3001;
+    double m = 0;  // the agreed scale bounds every kept input
+    for (int r = 0; r < p; ++r) {
+      for (std::size_t i = 0; i < count; ++i)
+        m = std::max(m, std::fabs(double(smooth_input(r, i))));
+    }
+    rc.prepare = [&](codec::Codec& c, int) {
+      c.set_call(42, 7);
+      std::vector<double> s(c.scale_slots(count), m);
+      c.set_scales(s.data(), s.size());
+    };
+    const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+      std::vector<float> buf(count);
+      for (std::size_t i = 0; i < count; ++i) buf[i] = smooth_input(r, i);
+      if (algo == Algorithm::kTree) {
+        coll::allreduce_recursive_doubling(cx, buf.data(), count, false);
+      } else {
+        coll::allreduce_ring(cx, buf.data(), count, false);
+      }
+      return as_bytes(buf);
+    });
+    expect_identical(res);
+    const auto out = from_bytes<float>(res[0].out);
+    std::size_t nkept = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      if (kept[i] == 0.0f) {
+        ASSERT_EQ(out[i], 0.0f) << i;
+        continue;
+      }
+      ++nkept;
+      double exact = 0;
+      for (int r = 0; r < p; ++r) exact += smooth_input(r, i);
+      ASSERT_LE(std::fabs(out[i] - exact), p * m / 127 * (1 + 1e-5)) << i;
+    }
+    EXPECT_GE(nkept, count / 20);  // one per full stratum of 20, perhaps one in the partial one
+    EXPECT_LE(nkept, count / 20 + 1);
+  }
+}
 
 // Corrupt wire data: the rank that receives it, and every rank whose result depends on it, throw
 // kCorruptData; no rank hangs, and ranks that do not throw hold correct results.
