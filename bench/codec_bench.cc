@@ -16,9 +16,18 @@
 
 namespace {
 
-const std::vector<std::string> kCodecs = {"fp16",          "bf16",          "maxnorm:bits=8",
-                                          "maxnorm:bits=4", "maxnorm:bits=2", "qsgd:bits=4",
-                                          "terngrad",      "sign"};
+const std::vector<std::string> kCodecs = {"fp16",
+                                          "bf16",
+                                          "maxnorm:bits=8",
+                                          "maxnorm:bits=4",
+                                          "maxnorm:bits=2",
+                                          "maxnorm:bits=2/6",
+                                          "maxnorm:bits=4,sum=requant",
+                                          "randk:ratio=0.01",
+                                          "qsgd:bits=4",
+                                          "terngrad",
+                                          "sign",
+                                          "topk:ratio=0.01"};
 
 std::vector<float> input(std::size_t n) {
   std::mt19937 gen(1);
@@ -40,19 +49,28 @@ void bm_memcpy(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
 }
 
-enum class Op { kEncode, kDecode, kDecodeAccumulate };
+// kAdd: the compressed-domain add of two one-contribution payloads (summable codecs), what a
+// ring hop does instead of decode + add + encode.
+enum class Op { kEncode, kDecode, kDecodeAccumulate, kAdd };
 
 void bm_codec(benchmark::State& state, const std::string& spec, Op op) {
   const std::size_t bytes = static_cast<std::size_t>(state.range(0));
   const std::size_t n = bytes / sizeof(float);
   auto codec = ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
-  codec->begin_call(1);
+  codec->begin_call(2);
+  codec->set_call(1, 0);
   const auto x = input(n);
   std::vector<double> scales(codec->scale_slots(n));
   codec->local_scales(x.data(), n, scales.data());
   codec->set_scales(scales.data(), scales.size());
+  std::vector<std::uint8_t> mask(codec->mask_bytes(n));
+  codec->local_mask(x.data(), n, mask.data());
+  codec->set_mask(mask.data(), mask.size());
   std::vector<std::byte> enc(codec->max_encoded_bytes(n));
   std::size_t len = codec->encode(x.data(), n, {1, 0, 0, 0}, enc.data());
+  std::vector<std::byte> other(enc.size());
+  const std::size_t other_len = codec->encode(x.data(), n, {1, 0, 1, 0}, other.data());
+  std::vector<std::byte> sum(enc.size());
   std::vector<float> out(n, 0.0f);
   std::uint64_t call = 0;
   for (auto _ : state) {
@@ -65,6 +83,10 @@ void bm_codec(benchmark::State& state, const std::string& spec, Op op) {
         break;
       case Op::kDecodeAccumulate:
         codec->decode_accumulate(enc.data(), len, n, out.data());
+        break;
+      case Op::kAdd:
+        codec->add_encoded(enc.data(), len, other.data(), other_len, n, {1, ++call, 0, 0},
+                           sum.data());
         break;
     }
     benchmark::DoNotOptimize(enc.data());
@@ -81,8 +103,15 @@ int main(int argc, char** argv) {
   const std::vector<int64_t> sizes = {1 << 20, 16 << 20, 64 << 20};
   for (const auto s : sizes) benchmark::RegisterBenchmark("memcpy", bm_memcpy)->Arg(s);
   for (const auto& spec : kCodecs) {
-    for (const auto& [name, op] : {std::pair{"encode", Op::kEncode}, std::pair{"decode", Op::kDecode},
-                                   std::pair{"decode_accumulate", Op::kDecodeAccumulate}}) {
+    for (const auto& [name, op] :
+         {std::pair{"encode", Op::kEncode}, std::pair{"decode", Op::kDecode},
+          std::pair{"decode_accumulate", Op::kDecodeAccumulate}, std::pair{"add", Op::kAdd}}) {
+      if (op == Op::kAdd &&
+          !ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32)
+               ->capabilities()
+               .summable) {
+        continue;
+      }
       auto* b = benchmark::RegisterBenchmark((spec + "/" + name).c_str(), bm_codec, spec, op);
       for (const auto s : sizes) b->Arg(s);
       b->Unit(benchmark::kMillisecond)->MinTime(0.2);

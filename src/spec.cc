@@ -254,9 +254,11 @@ CodecSpec parse_codec_spec(const std::string& text) {
   std::sort(spec.params.begin(), spec.params.end());
   spec.canonical = spec.name;
   char sep_char = ':';
-  for (const auto& [key, value] : spec.params) {
+  for (const auto& kv : spec.params) {
+    const std::string& key = kv.first;
+    const std::string& value = kv.second;
     const auto pit = std::find_if(it->params.begin(), it->params.end(),
-                                  [&](const Param& p) { return key == p.key; });
+                                  [&key](const Param& p) { return key == p.key; });
     if (pit->hide_default && value == pit->def) continue;
     spec.canonical += sep_char + key + "=" + value;
     sep_char = ',';
