@@ -7,7 +7,8 @@
 // Timing: each iteration is preceded by a barrier and covers only the collective call; each rank
 // averages its iterations; rank 0 prints min/avg/max of those averages across ranks.
 // Columns: speedup = MPI time / this row's time; ratio = bytes ccoll's "none" codec puts on the
-// wire with the same schedule / bytes this codec puts there (summed over ranks, measured);
+// wire with the same schedule / bytes this codec puts there, plus the bytes it passes to its
+// own small all-reduces (agreement, scales, two-scale's mask) (summed over ranks, measured);
 // max relative error = max|result - exact| / max|exact|; busbw from uncompressed bytes
 // (nccl-tests: all-reduce algbw·2(p-1)/p, all-gather algbw·(p-1)/p).
 #include <getopt.h>
@@ -215,7 +216,8 @@ std::size_t wire_bytes(const std::string& codec, const std::string& algorithm,
     ccoll::compressed_allreduce(send.data(), recv.data(), send.size(), MPI_FLOAT, MPI_SUM,
                                 MPI_COMM_WORLD, opt);
   }
-  unsigned long long mine = s.wire_bytes_sent;
+  // what the codec's own all-reduces carry counts too (agreement, scales, two-scale's mask)
+  unsigned long long mine = s.wire_bytes_sent + s.control_bytes;
   unsigned long long all = 0;
   MPI_Allreduce(&mine, &all, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM, MPI_COMM_WORLD);
   return static_cast<std::size_t>(all);
@@ -239,7 +241,7 @@ int main(int argc, char** argv) {
   if (rank_ == 0) {
     std::printf("# %s (ccoll %s: %d ranks, MPI_FLOAT, %s)\n", kTitle, ccoll::version(), size_,
                 kAllgather ? "bytes per rank" : "MPI_SUM");
-    std::printf("# %-10s %-16s %15s", "Size", "Codec", "Avg Latency(us)");
+    std::printf("# %-10s %-26s %15s", "Size", "Codec", "Avg Latency(us)");
     if (args.full)
       std::printf(" %15s %15s %10s", "Min Latency(us)", "Max Latency(us)", "Iterations");
     std::printf(" %14s %8s %13s %12s\n", "Speedup vs MPI", "Ratio", "Max Rel Err", "Busbw(GB/s)");
@@ -299,7 +301,7 @@ int main(int argc, char** argv) {
     auto print_row = [&](const char* name, const Timing& t, const std::string& speedup,
                          const std::string& ratio, double rel_err) {
       if (rank_ != 0) return;
-      std::printf("%-12zu %-16s %15.2f", count * sizeof(float), name, t.avg_us);
+      std::printf("%-12zu %-26s %15.2f", count * sizeof(float), name, t.avg_us);
       if (args.full) std::printf(" %15.2f %15.2f %10d", t.min_us, t.max_us, iters);
       std::printf(" %14s %8s %13.2e %12.3f\n", speedup.c_str(), ratio.c_str(), rel_err,
                   busbw_gbps(count * sizeof(float), t.avg_us));

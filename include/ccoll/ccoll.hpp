@@ -38,15 +38,16 @@ struct Stats {
   bool fell_back = false;
   std::string codec;  ///< Canonical spec of the codec used ("none" when uncompressed).
   std::string
-      algorithm;  ///< Schedule used: "ring", "tree", "local" (1 rank), "mpi" (passed to MPI).
+      algorithm;  ///< Schedule used: "ring", "tree", "allgather", "local" (1 rank), "mpi".
 };
 
 /// Per-call options. Defaults give an uncompressed ring/tree all-reduce unless CCOLL_CODEC is set.
 struct Options {
-  /// Codec spec string, e.g. "none", "fp16", "bf16" (see docs/design.md for the grammar).
-  /// Empty: the CCOLL_CODEC environment variable, or "none" when it is unset.
+  /// Codec spec string, e.g. "none", "fp16", "maxnorm:bits=4", "topk:ratio=0.01,ef=1" (the
+  /// README lists every codec). Empty: the CCOLL_CODEC environment variable, or "none".
   std::string codec;
-  /// "auto" (default; CCOLL_ALGO when set), "ring" or "tree".
+  /// "auto" (default; CCOLL_ALGO when set), "ring", "tree", or "allgather" (all-reduce only:
+  /// every rank's payload gathered whole and reduced in rank order; auto's choice for topk).
   std::string algorithm = "auto";
   /// Per-tensor key for codecs that keep state between calls; 0 derives it from (recvbuf, count).
   std::uint64_t key = 0;
