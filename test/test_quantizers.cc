@@ -417,8 +417,9 @@ TEST(MaxNorm, TwoScaleUsesTheFineStepWhereEveryRankFits) {
   std::size_t fine = 0;
   double sq_two = 0;
   double sq_one = 0;
+  const float block_scale[2] = {agreed_scale(xs, 0), agreed_scale(xs, 1)};
   for (std::size_t i = 0; i < n; ++i) {
-    const float m = agreed_scale(xs, i / 65536);
+    const float m = block_scale[i / 65536];
     bool fits = true;
     for (const auto& x : xs) fits = fits && std::fabs(x[i]) * (31.0f / m) <= 1.0f;
     fine += fits;
