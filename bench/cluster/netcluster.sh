@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# netcluster.sh — a rate-limited multi-host test network on one machine, for benchmarks.
+#
+# Creates HOSTS network namespaces (ccoll-h0 ... ccoll-h<N-1>), each with its own TCP stack and
+# one veth link to a bridge that lives in a switch namespace (ccoll-sw), so the machine's own
+# namespace gets no new interface. Every link is limited with `tc tbf` at RATE in both
+# directions (or not at all with `unlimited`). Then it runs COMMAND inside ccoll-h0 with
+# CCOLL_MPIEXEC set to an Open MPI launch prefix that places ranks on the namespaces over TCP,
+# and always tears everything down afterwards: on success, failure, Ctrl-C or TERM.
+#
+# Usage (as root):
+#   bench/cluster/netcluster.sh [-n HOSTS] [-r RATE] [-k] -- COMMAND [ARGS...]
+#     -n HOSTS  number of hosts (namespaces), 2..64 (default 4)
+#     -r RATE   link rate per host: a tc rate such as 1gbit, 10gbit, 500mbit, or unlimited
+#               (default 1gbit)
+#     -k        keep going on a stale ccoll-* namespace set from an earlier crash: remove it
+#               first (without -k the script refuses to touch namespaces it did not create)
+#   COMMAND runs in ccoll-h0 with these in its environment:
+#     CCOLL_MPIEXEC   e.g. `$CCOLL_MPIEXEC -n 8 ./build/bench/ccoll_osu_allreduce -m 64M:64M`;
+#                     ranks are spread round-robin over the hosts (--map-by node)
+#     CCOLL_CLUSTER_HOSTS, CCOLL_CLUSTER_RATE
+#
+# Example:
+#   sudo bench/cluster/netcluster.sh -n 4 -r 1gbit -- \
+#     sh -c '$CCOLL_MPIEXEC -n 4 ./build/bench/ccoll_osu_allreduce -m 1M:64M --codec maxnorm:bits=4 --baseline mpi -c'
+set -euo pipefail
+
+HOSTS=4
+RATE=1gbit
+CLEAN_STALE=0
+PREFIX=ccoll
+SUBNET=10.77.0
+usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "netcluster: $*" >&2; exit 2; }
+
+while getopts "n:r:kh" opt; do
+  case "$opt" in
+    n) HOSTS=$OPTARG ;;
+    r) RATE=$OPTARG ;;
+    k) CLEAN_STALE=1 ;;
+    h) usage; exit 0 ;;
+    *) usage >&2; exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[ "${1:-}" = "--" ] && shift
+[ $# -gt 0 ] || { usage >&2; die "no COMMAND given"; }
+[[ "$HOSTS" =~ ^[0-9]+$ ]] && [ "$HOSTS" -ge 2 ] && [ "$HOSTS" -le 64 ] ||
+  die "-n $HOSTS: the host count must be 2..64"
+[[ "$RATE" = unlimited || "$RATE" =~ ^[0-9]+(bit|kbit|mbit|gbit)$ ]] ||
+  die "-r $RATE: valid rates are unlimited or a number with bit, kbit, mbit or gbit (e.g. 1gbit)"
+[ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces and tc need CAP_NET_ADMIN)"
+for tool in ip tc mpiexec; do
+  command -v "$tool" >/dev/null || die "'$tool' not found (Debian: iproute2 for ip and tc, openmpi-bin for mpiexec)"
+done
+
+namespaces() { ip netns list | awk '{print $1}' | grep -E "^${PREFIX}-(sw|h[0-9]+)$" || true; }
+if [ -n "$(namespaces)" ]; then
+  [ "$CLEAN_STALE" -eq 1 ] ||
+    die "namespaces from an earlier run exist ($(namespaces | tr '\n' ' ')); rerun with -k to remove them"
+  for ns in $(namespaces); do ip netns del "$ns"; done
+fi
+
+WORK=$(mktemp -d /tmp/ccoll-netcluster.XXXXXX)
+teardown() {
+  local rc=$?
+  trap - EXIT INT TERM
+  for ns in $(namespaces); do ip netns del "$ns" 2>/dev/null || true; done
+  rm -rf "$WORK"
+  exit "$rc"
+}
+trap teardown EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# tbf on a device: burst of 10 ms at the rate (at least 64 KiB), queue of up to 50 ms
+shape() {
+  local ns=$1 dev=$2
+  [ "$RATE" = unlimited ] && return 0
+  local bits
+  bits=$(echo "$RATE" | awk '{n=$0+0; u=$0; sub(/^[0-9]+/,"",u);
+    m=(u=="gbit")?1e9:(u=="mbit")?1e6:(u=="kbit")?1e3:1; printf "%d", n*m}')
+  local burst=$((bits / 8 / 100))
+  [ "$burst" -lt 65536 ] && burst=65536
+  ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$RATE" burst "$burst" latency 50ms
+}
+
+ip netns add "$PREFIX-sw"
+ip -n "$PREFIX-sw" link add br0 type bridge
+ip -n "$PREFIX-sw" link set br0 up
+ip -n "$PREFIX-sw" link set lo up
+hosts=()
+for ((i = 0; i < HOSTS; i++)); do
+  ns="$PREFIX-h$i"
+  addr="$SUBNET.$((i + 1))"
+  ip netns add "$ns"
+  ip -n "$ns" link set lo up
+  ip link add "ccv$i" netns "$ns" type veth peer name "p$i" netns "$PREFIX-sw"
+  ip -n "$ns" link set "ccv$i" name eth0
+  ip -n "$ns" addr add "$addr/24" dev eth0
+  ip -n "$ns" link set eth0 up
+  ip -n "$PREFIX-sw" link set "p$i" master br0 up
+  shape "$ns" eth0             # host -> switch
+  shape "$PREFIX-sw" "p$i"     # switch -> host
+  mkdir -p "$WORK/h$i"
+  hosts+=("$addr")
+done
+
+# Open MPI's remote-shell agent: "agent [options] HOST COMMAND...": run COMMAND in HOST's
+# namespace, with that namespace's own session directory.
+cat > "$WORK/agent" <<AGENT
+#!/bin/sh
+while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
+host=\$1; shift
+i=\${host##*.}; i=\$((i - 1))
+exec ip netns exec $PREFIX-h\$i env OMPI_MCA_orte_tmpdir_base=$WORK/h\$i PMIX_MCA_gds=hash sh -c "\$*"
+AGENT
+chmod +x "$WORK/agent"
+
+host_list=$(IFS=,; echo "${hosts[*]/%/:64}")
+export CCOLL_MPIEXEC="mpiexec --allow-run-as-root --oversubscribe --host $host_list --map-by node \
+--mca plm_rsh_agent $WORK/agent --mca pml ob1 --mca btl tcp,self \
+--mca btl_tcp_if_include $SUBNET.0/24 --mca oob_tcp_if_include $SUBNET.0/24"
+export CCOLL_CLUSTER_HOSTS=$HOSTS CCOLL_CLUSTER_RATE=$RATE
+echo "netcluster: $HOSTS hosts on $SUBNET.0/24, links $RATE; running: $*" >&2
+ip netns exec "$PREFIX-h0" env OMPI_MCA_orte_tmpdir_base="$WORK/h0" PMIX_MCA_gds=hash \
+  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$@"
