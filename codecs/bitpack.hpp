@@ -24,19 +24,25 @@ class BitWriter {
  public:
   BitWriter(std::byte* out, unsigned width) : out_(out), width_(width) {}
   void put(std::uint32_t v) {
+    // fill_ < 32 before, so the value fits the 64-bit accumulator; flush 32 bits at a time
     acc_ |= static_cast<std::uint64_t>(v) << fill_;
     fill_ += width_;
-    while (fill_ >= 8) {
-      *out_++ = static_cast<std::byte>(acc_);
-      acc_ >>= 8;
-      fill_ -= 8;
+    if (fill_ >= 32) {
+      const auto lo = static_cast<std::uint32_t>(acc_);
+      std::memcpy(out_, &lo, 4);  // little-endian, as the wire format
+      out_ += 4;
+      acc_ >>= 32;
+      fill_ -= 32;
     }
   }
-  /// Writes the last partial byte; returns the position after it.
+  /// Writes the last partial bytes; returns the position after them.
   std::byte* finish() {
-    if (fill_ > 0) *out_++ = static_cast<std::byte>(acc_);
+    while (fill_ > 0) {
+      *out_++ = static_cast<std::byte>(acc_);
+      acc_ >>= 8;
+      fill_ = fill_ > 8 ? fill_ - 8 : 0;
+    }
     acc_ = 0;
-    fill_ = 0;
     return out_;
   }
 
@@ -69,6 +75,23 @@ class BitReader {
   std::uint64_t acc_ = 0;
   unsigned fill_ = 0;
 };
+
+/// Value i of a packed stream of `width`-bit values (width <= 32) occupying `data_bytes` bytes:
+/// one 8-byte load where it stays inside the stream, byte-wise reads at its end.
+inline std::uint32_t packed_at(const std::byte* data, std::size_t data_bytes, unsigned width,
+                               std::size_t i) {
+  const std::size_t bit = i * width;
+  const std::size_t byte = bit / 8;
+  std::uint64_t word = 0;
+  if (byte + 8 <= data_bytes) {
+    std::memcpy(&word, data + byte, 8);  // a fixed-size load: one instruction
+  } else {
+    for (std::size_t k = 0; byte + k < data_bytes; ++k) {
+      word |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(data[byte + k])) << (8 * k);
+    }
+  }
+  return static_cast<std::uint32_t>((word >> (bit % 8)) & ((std::uint64_t{1} << width) - 1));
+}
 
 /// Calls f(i, value) for values [first, first + n) of a packed stream of `width`-bit values
 /// (width <= 32) occupying `data_bytes` bytes. Branch-free 8-byte loads where they stay inside

@@ -301,19 +301,23 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     std::byte* p = out + wire::kHeaderBytes;
     std::memcpy(p, a + wire::kHeaderBytes, 8 + 4 * va.nblocks);  // offset and scales
     p += 8 + 4 * va.nblocks;
-    BitReader ra(va.codes, va.width);
-    BitReader rb(vb.codes, vb.width);
+    const std::size_t a_code_bytes = packed_bytes(va.ncodes, va.width);
+    const std::size_t b_code_bytes = packed_bytes(vb.ncodes, vb.width);
+    auto code_a = [&](std::size_t i) { return packed_at(va.codes, a_code_bytes, va.width, i); };
+    auto code_b = [&](std::size_t i) { return packed_at(vb.codes, b_code_bytes, vb.width, i); };
     BitWriter w(p, width(j));
     const std::int64_t ba = bias(va.contributions);
     const std::int64_t bb = bias(vb.contributions);
     if (!requant_) {
       const std::int64_t bj = bias(j);
+      bool bad = false;
       for (std::size_t i = 0; i < va.ncodes; ++i) {
-        const std::int64_t qa = static_cast<std::int64_t>(ra.get()) - ba;
-        const std::int64_t qb = static_cast<std::int64_t>(rb.get()) - bb;
-        if (qa < -ba || qa > ba || qb < -bb || qb > bb) corrupt("code out of range");
+        const std::int64_t qa = static_cast<std::int64_t>(code_a(i)) - ba;
+        const std::int64_t qb = static_cast<std::int64_t>(code_b(i)) - bb;
+        bad |= qa > ba || qb > bb;  // codes are >= -bias by construction (unsigned lanes)
         w.put(static_cast<std::uint32_t>(qa + qb + bj));
       }
+      if (bad) corrupt("code out of range");
       return static_cast<std::size_t>(w.finish() - out);
     }
     // requant: lane c stands for c·j·M/s; round (c_a·j_a + c_b·j_b)/j stochastically to an
@@ -324,8 +328,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     const auto jb = static_cast<std::int64_t>(vb.contributions);
     const auto jj = static_cast<std::int64_t>(j);
     for (std::size_t i = 0; i < va.ncodes; ++i) {
-      const std::int64_t qa = static_cast<std::int64_t>(ra.get()) - s;
-      const std::int64_t qb = static_cast<std::int64_t>(rb.get()) - s;
+      const std::int64_t qa = static_cast<std::int64_t>(code_a(i)) - s;
+      const std::int64_t qb = static_cast<std::int64_t>(code_b(i)) - s;
       if (qa < -s || qa > s || qb < -s || qb > s) corrupt("code out of range");
       const std::int64_t t = qa * ja + qb * jb;
       const std::int64_t mag = t < 0 ? -t : t;
