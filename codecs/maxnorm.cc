@@ -24,7 +24,6 @@
 // Payload: header (param = B | B2 << 4 | j << 8 | requant << 31) · u64 element offset · f32
 // scale of every block the payload touches · packed codes (one per kept coordinate).
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -107,15 +106,9 @@ class Selection {
   std::uint64_t min_len_;
 };
 
-std::string format_ratio(double r) {
-  char buf[40];
-  const auto res = std::to_chars(buf, buf + sizeof buf, r);
-  return std::string(buf, res.ptr);
-}
-
 std::string spec_of(const MaxNormParams& p) {
   if (p.ratio > 0) {
-    return "randk:bits=" + std::to_string(p.bits) + ",ratio=" + format_ratio(p.ratio);
+    return "randk:bits=" + std::to_string(p.bits) + ",ratio=" + format_real(p.ratio);
   }
   std::string s = "maxnorm:bits=" + std::to_string(p.bits);
   if (p.fine_bits != 0) s += "/" + std::to_string(p.fine_bits);

@@ -1,9 +1,11 @@
 // Factories of the quantizing codecs (ALGORITHMS.md sections 2-4).
 #pragma once
 
+#include <charconv>
 #include <cmath>
 #include <cstddef>
 #include <memory>
+#include <string>
 
 #include "codec.hpp"
 
@@ -31,6 +33,13 @@ class ApplyingCodec : public Codec {
     return bad;
   }
 };
+
+/// A real parameter as spec strings spell it: the shortest text that parses back to `x`.
+inline std::string format_real(double x) {
+  char buf[40];
+  const auto r = std::to_chars(buf, buf + sizeof buf, x);
+  return std::string(buf, r.ptr);
+}
 
 /// Parameters of the maxnorm family (ALGORITHMS.md section 2).
 struct MaxNormParams {

@@ -11,7 +11,6 @@
 // Each rank picks different coordinates, so payloads are not summable: the "auto" schedule
 // all-gathers every rank's payload and sums them in rank order (Capabilities::gather_reduce).
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -38,11 +37,7 @@ class TopKCodec final : public ApplyingCodec<TopKCodec<T>, T> {
   static constexpr int kDigitBits = 16;
 
  public:
-  explicit TopKCodec(double ratio) : ratio_(ratio) {
-    char buf[40];
-    const auto r = std::to_chars(buf, buf + sizeof buf, ratio);
-    spec_ = "topk:ratio=" + std::string(buf, r.ptr);
-  }
+  explicit TopKCodec(double ratio) : ratio_(ratio), spec_("topk:ratio=" + format_real(ratio)) {}
 
   const std::string& spec() const override { return spec_; }
   Capabilities capabilities() const override {

@@ -3,7 +3,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <charconv>
 #include <cmath>
 #include <cstdlib>
 #include <functional>
@@ -53,9 +52,7 @@ Param ratio_param(const char* key) {
             char* e = nullptr;
             const double x = std::strtod(b, &e);
             if (e != b + v.size() || !(x >= 1e-6) || x > 1.0) return false;
-            char buf[40];
-            const auto r = std::to_chars(buf, buf + sizeof buf, x);
-            out.assign(buf, r.ptr);
+            out = codec::format_real(x);
             return true;
           }};
 }
