@@ -24,6 +24,7 @@ install_missing() {
   command -v mpiexec >/dev/null || missing+=(openmpi-bin)
   command -v mpicxx >/dev/null || missing+=(libopenmpi-dev)
   [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+  [ -f /usr/include/hwy/highway.h ] || missing+=(libhwy-dev)
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "build.sh: installing ${missing[*]}"
   local sudo=()

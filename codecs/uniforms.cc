@@ -1,6 +1,7 @@
-// uniforms_for(): Philox-4x32-10 over consecutive counters, written so that each iteration is
-// independent and the rounds unroll, which lets the compiler vectorize the 32x32->64-bit
-// multiplies. Bit-identical to philox_block() (tested).
+// uniforms_for(): Philox-4x32-10 over consecutive counters. With Highway (CCOLL_HAVE_HWY) the
+// explicit-SIMD kernel of philox_hwy.cc; without it a loop written so that each iteration is
+// independent and the rounds unroll, which the compiler vectorizes. Both bit-identical to
+// philox_block() (tested).
 #include "uniforms.hpp"
 
 #include "philox.hpp"
@@ -20,6 +21,7 @@ namespace {
 #define CCOLL_TARGET_CLONES
 #endif
 
+#if !CCOLL_HAVE_HWY
 CCOLL_TARGET_CLONES
 void philox_quads(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
                   std::uint64_t first_quad, std::size_t quads, float* out) {
@@ -53,6 +55,8 @@ void philox_quads(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
   }
 }
 
+#endif
+
 }  // namespace
 
 CCOLL_TARGET_CLONES
@@ -67,8 +71,13 @@ const float* uniforms_for(std::uint64_t seed, std::uint64_t call, std::uint64_t 
                           std::uint64_t first, std::size_t count, float* scratch) {
   const std::uint64_t q0 = first >> 2;
   const std::uint64_t q1 = (first + count + 3) >> 2;
+#if CCOLL_HAVE_HWY
+  philox_quads_hwy(seed, static_cast<std::uint32_t>(call), static_cast<std::uint32_t>(stream), q0,
+                   static_cast<std::size_t>(q1 - q0), scratch);
+#else
   philox_quads(seed, static_cast<std::uint32_t>(call), static_cast<std::uint32_t>(stream), q0,
                static_cast<std::size_t>(q1 - q0), scratch);
+#endif
   return scratch + (first & 3);
 }
 

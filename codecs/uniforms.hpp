@@ -17,6 +17,13 @@ inline constexpr std::size_t kUniformBatch = 1024;
 const float* uniforms_for(std::uint64_t seed, std::uint64_t call, std::uint64_t stream,
                           std::uint64_t first, std::size_t count, float* scratch);
 
+#if CCOLL_HAVE_HWY
+/// philox_hwy.cc: uniform01() of the 4 words of quads [first_quad, first_quad + quads) into
+/// out[4·q + k], vectorized with Highway (run-time dispatch).
+void philox_quads_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
+                      std::uint64_t first_quad, std::size_t quads, float* out);
+#endif
+
 /// Stochastic codes of `n` floats as bytes (levels s <= 127): out[k] = stochastic_code(x[k],
 /// inv, u[k], s). The byte-lane fast path of maxnorm:bits=8.
 void stochastic_bytes(const float* x, const float* u, std::size_t n, float inv, std::uint32_t s,
