@@ -38,7 +38,9 @@ TEST(Philox, KnownAnswerVectors) {
 // one the GPU kernels compute), for any start element and length.
 TEST(Philox, BatchedUniformsMatchTheReference) {
   std::vector<float> scratch(kUniformBatch + 8);
-  for (const std::uint64_t first : {0ull, 1ull, 2ull, 3ull, 5ull, 1021ull, (1ull << 33) + 3}) {
+  // the last start makes a batch cross 2^32 quads, where the counter's low word wraps
+  for (const std::uint64_t first :
+       {0ull, 1ull, 2ull, 3ull, 5ull, 1021ull, (1ull << 33) + 3, (1ull << 34) - 64 - 2}) {
     for (const std::size_t n : {std::size_t{1}, std::size_t{3}, std::size_t{17}, kUniformBatch}) {
       const float* u = uniforms_for(42, 7, 5, first, n, scratch.data());
       UniformStream ref(42, 7, 5);
