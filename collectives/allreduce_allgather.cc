@@ -1,8 +1,6 @@
 // All-reduce by all-gather (see collectives.hpp): for codecs whose payloads cannot be added or
 // re-encoded without losing what makes them small (topk keeps different coordinates on every
 // rank), each rank's payload travels whole and every rank reduces all of them itself.
-#include <cstring>
-
 #include "collectives.hpp"
 #include "engine.hpp"
 #include "wire.hpp"

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "agree.hpp"
 #include "ccoll/error.hpp"
 #include "philox.hpp"
 #include "spec.hpp"
@@ -77,28 +78,7 @@ std::vector<float> gradient_like(std::size_t n, unsigned seed) {
   return v;
 }
 
-// The API's scale and mask passes over the inputs of every rank: MAX of the scales, AND of
-// the two-scale masks.
-template <class T>
-void agree(Codec& c, const std::vector<std::vector<T>>& xs) {
-  const std::size_t n = xs[0].size();
-  std::vector<double> scales(c.scale_slots(n), 0.0);
-  std::vector<double> mine(scales.size());
-  for (const auto& x : xs) {
-    c.local_scales(x.data(), n, mine.data());
-    for (std::size_t b = 0; b < scales.size(); ++b) scales[b] = std::max(scales[b], mine[b]);
-  }
-  c.set_scales(scales.data(), scales.size());
-  const std::size_t nm = c.mask_bytes(n);
-  if (nm == 0) return;
-  std::vector<std::uint8_t> mask(nm, 0xFF);
-  std::vector<std::uint8_t> m(nm);
-  for (const auto& x : xs) {
-    c.local_mask(x.data(), n, m.data());
-    for (std::size_t i = 0; i < nm; ++i) mask[i] &= m[i];
-  }
-  c.set_mask(mask.data(), nm);
-}
+using testing_support::agree;
 
 std::unique_ptr<Codec> make(const std::string& spec, const std::vector<float>& x, int ranks = 1) {
   auto c = make_codec(parse_codec_spec(spec), DType::kFloat32);

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "agree.hpp"
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
 #include "engine.hpp"
@@ -388,21 +389,7 @@ TEST_P(QuantizedAllreduce, IdenticalAndWithinBound) {
         for (int r = 0; r < p; ++r) {
           for (std::size_t i = 0; i < count; ++i) xs[r][i] = smooth_input(r, i);
         }
-        std::vector<double> shared(c.scale_slots(count), 0.0);
-        std::vector<double> mine(shared.size());
-        for (const auto& x : xs) {
-          c.local_scales(x.data(), count, mine.data());
-          for (std::size_t b = 0; b < shared.size(); ++b) shared[b] = std::max(shared[b], mine[b]);
-        }
-        c.set_scales(shared.data(), shared.size());
-        std::vector<std::uint8_t> mask(c.mask_bytes(count), 0xFF);
-        std::vector<std::uint8_t> m(mask.size());
-        for (const auto& x : xs) {
-          if (mask.empty()) break;
-          c.local_mask(x.data(), count, m.data());
-          for (std::size_t i = 0; i < mask.size(); ++i) mask[i] &= m[i];
-        }
-        if (!mask.empty()) c.set_mask(mask.data(), mask.size());
+        testing_support::agree(c, xs);
       };
       const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
         std::vector<float> buf(count);
