@@ -1,5 +1,9 @@
 // OSU-style latency driver for ccoll's all-reduce (and, built with CCOLL_BENCH_ALLGATHER, its
-// all-gather), with plain MPI measured in the same run as the baseline.
+// all-gather), with plain MPI measured in the same run as the baseline. Built with
+// CCOLL_BENCH_GLOO it is the peer driver ccoll_gloo_allreduce: the same options, timing,
+// validation and output, with Gloo's all-reduce algorithms over its TCP transport in place of
+// ccoll's codecs (--codec ring,ring_chunked,halving_doubling); MPI only launches the ranks,
+// shares the rendezvous directory, and computes the reference.
 //
 // Options follow OSU Micro-Benchmarks: -m [MIN:]MAX sizes in bytes (doubling), -i iterations,
 // -x warm-up iterations, -f full statistics, -c validation, -h help. ccoll adds --codec SPEC
@@ -24,14 +28,35 @@
 
 #include "ccoll/ccoll.hpp"
 
+#ifdef CCOLL_BENCH_GLOO
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/config.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <memory>
+#endif
+
 namespace {
 
-#ifdef CCOLL_BENCH_ALLGATHER
+#if defined(CCOLL_BENCH_GLOO)
+constexpr bool kAllgather = false;
+constexpr bool kGloo = true;
+constexpr const char* kTitle = "OSU Gloo Allreduce Latency Test";
+constexpr const char* kProgram = "ccoll_gloo_allreduce";
+#elif defined(CCOLL_BENCH_ALLGATHER)
 constexpr bool kAllgather = true;
+constexpr bool kGloo = false;
 constexpr const char* kTitle = "OSU MPI Allgather Latency Test";
 constexpr const char* kProgram = "ccoll_osu_allgather";
 #else
 constexpr bool kAllgather = false;
+constexpr bool kGloo = false;
 constexpr const char* kTitle = "OSU MPI Allreduce Latency Test";
 constexpr const char* kProgram = "ccoll_osu_allreduce";
 #endif
@@ -44,6 +69,8 @@ struct Args {
   bool full = false;
   bool validate = false;
   bool baseline_mpi = false;
+  bool baseline_only = false;
+  std::string iface;  // Gloo: the interface its TCP device binds to
   std::string algorithm = "auto";
   std::vector<std::string> codecs;
 };
@@ -63,12 +90,20 @@ void usage() {
       "  -c, --validation              check results against an exact reference; exit 1 when\n"
       "                                an error exceeds the codec's documented bound (ef=1\n"
       "                                codecs: error reported, not judged per call)\n"
-      "  --codec SPEC                  ccoll codec spec (repeatable; a comma list of plain\n"
-      "                                names works too). Default: none\n"
+      "%s"
       "  --baseline mpi                also time plain MPI_%s as the baseline\n"
-      "  --algorithm auto|ring|tree|allgather  ccoll schedule (default auto)\n"
+      "  --baseline-only               time only the baseline (e.g. once per Open MPI\n"
+      "                                algorithm chosen with --mca coll_tuned_*)\n"
       "  -h, --help                    this help\n",
-      kProgram, kAllgather ? "Allgather" : "Allreduce");
+      kProgram,
+      kGloo ? "  --codec ALG                   Gloo all-reduce: ring, ring_chunked, halving_doubling\n"
+              "                                (repeatable or a comma list). Default: ring\n"
+              "  --iface NAME                  interface of Gloo's TCP device (default:\n"
+              "                                $CCOLL_CLUSTER_IFACE, else lo)\n"
+            : "  --codec SPEC                  ccoll codec spec (repeatable; a comma list of plain\n"
+              "                                names works too). Default: none\n"
+              "  --algorithm auto|ring|tree|allgather  ccoll schedule (default auto)\n",
+      kAllgather ? "Allgather" : "Allreduce");
 }
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -87,6 +122,16 @@ std::size_t parse_size(const std::string& s) {
   if (suffix == "G" || suffix == "g") return v << 30;
   if (!suffix.empty()) fail("bad size '" + s + "'");
   return v;
+}
+
+int parse_count(const char* text, const char* opt, int min) {
+  char* end = nullptr;
+  const long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || v < min || v > 100000000) {
+    fail(std::string(opt) + ": '" + text + "' (valid: an integer, " + std::to_string(min) +
+         " or more)");
+  }
+  return static_cast<int>(v);
 }
 
 // Splits "none,fp16,qsgd:bits=4,bucket=512" into specs: a piece with '=' continues the previous.
@@ -108,7 +153,7 @@ void add_codecs(std::vector<std::string>& out, const std::string& list) {
 
 Args parse(int argc, char** argv) {
   Args a;
-  enum { kCodec = 1000, kBaseline, kAlgorithm };
+  enum { kCodec = 1000, kBaseline, kAlgorithm, kBaselineOnly, kIface };
   const option longopts[] = {{"message-size", required_argument, nullptr, 'm'},
                              {"iterations", required_argument, nullptr, 'i'},
                              {"warmup", required_argument, nullptr, 'x'},
@@ -118,6 +163,8 @@ Args parse(int argc, char** argv) {
                              {"codec", required_argument, nullptr, kCodec},
                              {"baseline", required_argument, nullptr, kBaseline},
                              {"algorithm", required_argument, nullptr, kAlgorithm},
+                             {"baseline-only", no_argument, nullptr, kBaselineOnly},
+                             {"iface", required_argument, nullptr, kIface},
                              {nullptr, 0, nullptr, 0}};
   opterr = rank_ == 0 ? 1 : 0;
   int c;
@@ -135,10 +182,10 @@ Args parse(int argc, char** argv) {
         break;
       }
       case 'i':
-        a.iterations = std::atoi(optarg);
+        a.iterations = parse_count(optarg, "-i", 1);
         break;
       case 'x':
-        a.warmup = std::atoi(optarg);
+        a.warmup = parse_count(optarg, "-x", 0);
         break;
       case 'f':
         a.full = true;
@@ -161,6 +208,12 @@ Args parse(int argc, char** argv) {
       case kAlgorithm:
         a.algorithm = optarg;
         break;
+      case kBaselineOnly:
+        a.baseline_only = true;
+        break;
+      case kIface:
+        a.iface = optarg;
+        break;
       default:
         usage();
         fail("unknown option");
@@ -168,7 +221,13 @@ Args parse(int argc, char** argv) {
   }
   if (a.min_bytes == 0) a.min_bytes = 4;
   if (a.min_bytes > a.max_bytes) fail("-m: MIN is larger than MAX");
-  if (a.codecs.empty()) a.codecs.push_back("none");
+  if (a.baseline_only && !a.baseline_mpi) fail("--baseline-only needs --baseline mpi");
+  if (a.baseline_only && !a.codecs.empty()) fail("--baseline-only takes no --codec");
+  if (a.codecs.empty() && !a.baseline_only) a.codecs.push_back(kGloo ? "ring" : "none");
+  if (a.iface.empty()) {
+    const char* env = std::getenv("CCOLL_CLUSTER_IFACE");
+    a.iface = env != nullptr && *env != '\0' ? env : "lo";
+  }
   return a;
 }
 
@@ -231,16 +290,54 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   const Args args = parse(argc, argv);
   for (const auto& c : args.codecs) {
+    if (kGloo) {
+      if (c != "ring" && c != "ring_chunked" && c != "halving_doubling") {
+        fail("--codec: '" + c + "' is not a Gloo all-reduce (valid: ring, ring_chunked, "
+             "halving_doubling)");
+      }
+      continue;
+    }
     try {
       ccoll::describe_codec(c, size_);
     } catch (const ccoll::Error& e) {
       fail(std::string("--codec: ") + e.what());
     }
   }
+#ifdef CCOLL_BENCH_GLOO
+  // Rendezvous through a directory every rank sees (namespaces share the file system), full
+  // mesh of TCP pairs on the given interface.
+  char store_dir[256] = "/tmp/ccoll-gloo-XXXXXX";
+  if (rank_ == 0 && mkdtemp(store_dir) == nullptr) store_dir[0] = '\0';
+  MPI_Bcast(store_dir, sizeof store_dir, MPI_CHAR, 0, MPI_COMM_WORLD);
+  if (store_dir[0] == '\0') fail("cannot create a rendezvous directory under /tmp");
+  std::shared_ptr<gloo::rendezvous::Context> gloo_ctx;
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.iface = args.iface;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    gloo::rendezvous::FileStore store(store_dir);
+    gloo_ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
+    gloo_ctx->connectFullMesh(store, device);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: rank %d: Gloo setup on interface '%s' failed: %s\n", kProgram,
+                 rank_, args.iface.c_str(), e.what());
+    MPI_Abort(MPI_COMM_WORLD, 2);
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank_ == 0) std::filesystem::remove_all(store_dir);
+#endif
 
   if (rank_ == 0) {
-    std::printf("# %s (ccoll %s: %d ranks, MPI_FLOAT, %s)\n", kTitle, ccoll::version(), size_,
-                kAllgather ? "bytes per rank" : "MPI_SUM");
+#ifdef CCOLL_BENCH_GLOO
+    std::printf("# %s (gloo %d.%d.%d TCP on %s: %d ranks, float, sum)\n", kTitle,
+                GLOO_VERSION_MAJOR, GLOO_VERSION_MINOR, GLOO_VERSION_PATCH, args.iface.c_str(),
+                size_);
+#else
+    {
+      std::printf("# %s (ccoll %s: %d ranks, MPI_FLOAT, %s)\n", kTitle, ccoll::version(), size_,
+                  kAllgather ? "bytes per rank" : "MPI_SUM");
+    }
+#endif
     std::printf("# %-10s %-26s %15s", "Size", "Codec", "Avg Latency(us)");
     if (args.full)
       std::printf(" %15s %15s %10s", "Min Latency(us)", "Max Latency(us)", "Iterations");
@@ -313,8 +410,46 @@ int main(int argc, char** argv) {
       mpi_call();
       print_row("MPI", t, "1.00", "1.00", max_err() / (exact_max > 0 ? exact_max : 1));
     }
-    const std::size_t none_wire = wire_bytes("none", args.algorithm, send, recv);
+    const std::size_t none_wire =
+        kGloo || args.codecs.empty() ? 0 : wire_bytes("none", args.algorithm, send, recv);
     for (const auto& codec : args.codecs) {
+#ifdef CCOLL_BENCH_GLOO
+      {
+        // Gloo's algorithms reduce in place in buffers they register once: the timed call
+        // copies the input in (as MPI does for a separate receive buffer) and runs.
+        std::unique_ptr<gloo::Algorithm> algo;
+        const std::vector<float*> ptrs{recv.data()};
+        const int n = static_cast<int>(count);
+        if (codec == "ring") {
+          algo = std::make_unique<gloo::AllreduceRing<float>>(gloo_ctx, ptrs, n);
+        } else if (codec == "ring_chunked") {
+          algo = std::make_unique<gloo::AllreduceRingChunked<float>>(gloo_ctx, ptrs, n);
+        } else {
+          algo = std::make_unique<gloo::AllreduceHalvingDoubling<float>>(gloo_ctx, ptrs, n);
+        }
+        auto call = [&] {
+          std::copy(send.begin(), send.end(), recv.begin());
+          algo->run();
+        };
+        const Timing t = time_op(iters, warm, call);
+        call();
+        const double err = max_err();
+        char speedup[32] = "-";
+        if (args.baseline_mpi) std::snprintf(speedup, sizeof speedup, "%.2f", mpi_us / t.avg_us);
+        const std::string name = "gloo:" + codec;
+        print_row(name.c_str(), t, speedup, "1.00", err / (exact_max > 0 ? exact_max : 1));
+        const double bound = ccoll::describe_codec("none", size_).error_bound * sum_max +
+                             1e-6 * (exact_max > 0 ? exact_max : 1);
+        if (args.validate && err > bound) {
+          all_valid = false;
+          if (rank_ == 0) {
+            std::fprintf(stderr, "VALIDATION FAILED: %s at %zu bytes: max error %.3e > %.3e\n",
+                         name.c_str(), count * sizeof(float), err, bound);
+          }
+        }
+        continue;
+      }
+#endif
       ccoll::Options opt;
       opt.codec = codec;
       opt.algorithm = args.algorithm;

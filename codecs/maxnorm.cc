@@ -258,6 +258,20 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
           i += n;
           continue;
         }
+#if CCOLL_HAVE_HWY
+        if constexpr (std::is_same_v<T, float>) {
+          // whole quads of the Philox stream: one fused pass (Philox + rounding + store)
+          const std::uint64_t e = ctx.offset + i;
+          if (bytes && (e & 3) == 0 && end - i >= 4) {
+            const std::size_t quads = (end - i) / 4;
+            maxnorm_bytes_hwy(ctx.seed, static_cast<std::uint32_t>(ctx.call),
+                              static_cast<std::uint32_t>(ctx.stream), e >> 2, x + i, quads, inv,
+                              s_, reinterpret_cast<std::uint8_t*>(dst + i));
+            i += 4 * quads;
+            continue;
+          }
+        }
+#endif
         if constexpr (std::is_same_v<T, float>) {
           if (bytes) {
             stochastic_bytes(x + i, u, n, inv, s_, dst + i);
@@ -461,6 +475,18 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       const T step = m / static_cast<T>(s_) * mult;
       const T step2 = fine_bits_ != 0 ? m / static_cast<T>(s2_) * mult : step;
       const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * kBlock - v.offset);
+#if CCOLL_HAVE_HWY
+      if constexpr (std::is_same_v<T, float>) {
+        if (fine_bits_ == 0 && v.width == 8) {  // byte lanes: one vector pass
+          const std::uint32_t top = apply_bytes_hwy(
+              reinterpret_cast<const std::uint8_t*>(v.codes) + i, end - i, step,
+              static_cast<std::int32_t>(bias_j), kAccumulate, out + i);
+          worst = std::max(worst, top);
+          i = end;
+          continue;
+        }
+      }
+#endif
       if (fine_bits_ != 0) {
         for_each_packed(
             v.codes, code_bytes, v.width, i, end - i, [&](std::size_t k, std::uint32_t u) {

@@ -22,6 +22,15 @@ const float* uniforms_for(std::uint64_t seed, std::uint64_t call, std::uint64_t 
 /// out[4·q + k], vectorized with Highway (run-time dispatch).
 void philox_quads_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
                       std::uint64_t first_quad, std::size_t quads, float* out);
+/// philox_hwy.cc: the byte codes of maxnorm:bits=8 for the whole quads [first_quad,
+/// first_quad + quads): out[k] = stochastic_code(x[k], inv, uniform of element 4·first_quad + k,
+/// s), with Philox and the rounding fused in one pass (bit-identical to the scalar path).
+void maxnorm_bytes_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
+                       std::uint64_t first_quad, const float* x, std::size_t quads, float inv,
+                       std::uint32_t s, std::uint8_t* out);
+/// philox_hwy.cc: out[k] = (or +=) (codes[k] - bias)·step for k < n; returns the largest code.
+std::uint32_t apply_bytes_hwy(const std::uint8_t* codes, std::size_t n, float step,
+                              std::int32_t bias, bool accumulate, float* out);
 #endif
 
 /// Stochastic codes of `n` floats as bytes (levels s <= 127): out[k] = stochastic_code(x[k],
