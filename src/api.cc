@@ -436,11 +436,124 @@ void run(const Call& call, Stats& stats) {
           " algorithm=" + stats.algorithm + " sent=" + std::to_string(counters.bytes_sent));
 }
 
+// codec=auto below this many bytes is plain MPI without tuning: ccoll's extra small
+// all-reduces (agreement, scales) cost more than compression can save at latency-bound sizes.
+constexpr std::size_t kAutoMinBytes = 64 * 1024;
+
+// The MPI path of codec=auto: the caller's arguments are used as MPI_Allreduce/MPI_Allgather
+// would use them (checked locally, no agreement round), so that small messages and fast links
+// cost what plain MPI costs.
+void run_mpi_direct(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
+                    CommContext& ctx) {
+  const bool allreduce = call.kind == Kind::kAllreduce;
+  const int p = ctx.size();
+  auto* recv = static_cast<std::byte*>(call.recvbuf);
+  std::byte* own =
+      allreduce ? recv : recv + static_cast<std::size_t>(ctx.rank()) * call.count * es;
+  if (call.sendbuf != MPI_IN_PLACE) std::memcpy(own, call.sendbuf, call.count * es);
+  stats.input_bytes = call.count * es;
+  stats.codec = "none";
+  stats.algorithm = "mpi";
+  const auto t0 = Clock::now();
+  if (allreduce) {
+    mpi_allreduce_sum(recv, call.count, call.datatype, es, ctx.comm());
+    if (call.options.average) coll::divide_elements(recv, call.count, dtype, p);
+  } else {
+    CCOLL_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv,
+                                  static_cast<int>(call.count), call.datatype, ctx.comm()));
+  }
+  stats.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// codec=auto: true when it handled the call. Anything unusual (bad arguments, one rank, no
+// data) returns false and goes through run(), whose agreement reports it on every rank.
+bool run_auto(const Call& call, Stats& stats) {
+  std::string text = call.options.codec;
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized == 0 || finalized != 0 || call.comm == MPI_COMM_NULL) return false;
+  try {
+    if (text.empty()) text = env_config().codec;
+    if (text.rfind("auto", 0) != 0) return false;
+    const CodecSpec spec = parse_codec_spec(text);
+    if (spec.name != "auto") return false;
+    const bool allreduce = call.kind == Kind::kAllreduce;
+    codec::DType dtype;
+    if (call.datatype == MPI_FLOAT) {
+      dtype = codec::DType::kFloat32;
+    } else if (call.datatype == MPI_DOUBLE) {
+      dtype = codec::DType::kFloat64;
+    } else {
+      return false;
+    }
+    if ((allreduce && call.op != MPI_SUM) || (!allreduce && call.options.average)) return false;
+    if (call.count == 0 || call.recvbuf == nullptr || call.count > INT_MAX) return false;
+    if (call.sendbuf == nullptr) return false;
+    int inter = 0;
+    CCOLL_MPI_CHECK(MPI_Comm_test_inter(call.comm, &inter));
+    if (inter != 0) return false;
+    CommContext& ctx = CommContext::get(call.comm);
+    if (ctx.size() == 1) return false;
+    const std::size_t es = codec::dtype_size(dtype);
+    const std::size_t bytes = call.count * es;
+    if (bytes < kAutoMinBytes) {
+      run_mpi_direct(call, stats, dtype, es, ctx);
+      return true;
+    }
+    unsigned size_class = 0;
+    while ((bytes >> (size_class + 1)) != 0) ++size_class;
+    AutoChoice& a = ctx.auto_choice(allreduce ? 0 : 1, es, size_class);
+    const int candidate = a.choice >= 0 ? a.choice : a.calls % AutoChoice::kCandidates;
+    Options opt = call.options;
+    opt.codec = candidate == AutoChoice::kCodec ? spec.canonical : "none";
+    const Call inner{call.kind, call.fn,  call.sendbuf, call.recvbuf, call.count,
+                     call.datatype, call.op, call.comm,  opt};
+    const auto t0 = Clock::now();
+    if (candidate == AutoChoice::kMpi) {
+      run_mpi_direct(call, stats, dtype, es, ctx);
+    } else {
+      run(inner, stats);
+    }
+    if (a.choice >= 0) return true;
+    if (a.calls >= AutoChoice::kCandidates) {  // the timed rounds
+      a.seconds[candidate] = std::min(a.seconds[candidate],
+                                      std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    if (++a.calls == AutoChoice::kTuningCalls) {
+      // the slowest rank's time is the collective's time
+      CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a.seconds, AutoChoice::kCandidates, MPI_DOUBLE,
+                                    MPI_MAX, ctx.comm()));
+      int best = AutoChoice::kMpi;  // plain MPI unless a candidate is clearly faster
+      double best_s = a.seconds[AutoChoice::kMpi] * AutoChoice::kMargin;
+      for (const int c : {AutoChoice::kNone, AutoChoice::kCodec}) {
+        if (a.seconds[c] < best_s) {
+          best = c;
+          best_s = a.seconds[c];
+        }
+      }
+      a.choice = best;
+      static const char* const kNames[] = {"codec", "none", "mpi"};
+      log(LogLevel::kInfo, ctx.rank(),
+          std::string(call.fn) + " codec=" + spec.canonical + ": " + std::to_string(bytes) +
+              "-byte class chooses " + kNames[best] + " (codec " +
+              std::to_string(a.seconds[0] * 1e3) + " ms, none " +
+              std::to_string(a.seconds[1] * 1e3) + " ms, mpi " +
+              std::to_string(a.seconds[2] * 1e3) + " ms)");
+    }
+    return true;
+  } catch (const Error&) {
+    if (stats.codec.empty()) return false;  // nothing ran yet: run() reports it everywhere
+    throw;
+  }
+}
+
 void run_and_report(const Call& call) {
   const auto t0 = Clock::now();
   Stats stats;
   try {
-    run(call, stats);
+    if (!run_auto(call, stats)) run(call, stats);
   } catch (...) {
     fill_stats(call.options.stats, stats, t0);
     throw;

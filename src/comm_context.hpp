@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <list>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -40,6 +41,23 @@ struct Plan {
   std::vector<std::uint8_t> mask;  // the mask pass's buffer
 };
 
+/// codec=auto's choice for one size class (kind, element size, floor(log2 bytes)): the
+/// candidates are tried round-robin in a fixed order on every rank (one warm-up round, then
+/// timed rounds keeping each candidate's best time), and the choice is agreed with one MAX
+/// all-reduce of the times, so every rank holds the same decision.
+struct AutoChoice {
+  enum Candidate : int { kCodec = 0, kNone = 1, kMpi = 2 };
+  static constexpr int kCandidates = 3;
+  static constexpr int kTimedRounds = 2;
+  static constexpr int kTuningCalls = (1 + kTimedRounds) * kCandidates;
+  /// A candidate replaces plain MPI only when it is this much faster (a wrong switch costs
+  /// more than a missed one: codec=auto promises never to be slower than MPI).
+  static constexpr double kMargin = 0.95;
+  int calls = 0;
+  double seconds[kCandidates] = {1e300, 1e300, 1e300};
+  int choice = -1;  // a Candidate once tuned
+};
+
 class CommContext {
  public:
   /// The context of `user`, created on the first call (collective: MPI_Comm_dup).
@@ -57,6 +75,10 @@ class CommContext {
   /// tensor's residual, so they are kept up to kMaxStatefulPlans per communicator; beyond that
   /// the least recently used one is freed with a warning (its tensor restarts from zero state).
   Plan& plan(const PlanKey& key, const std::string& codec_spec);
+  /// codec=auto's state for a size class; created untuned on first use.
+  AutoChoice& auto_choice(int kind, std::size_t elem_bytes, unsigned size_class) {
+    return auto_[(static_cast<std::uint64_t>(kind) << 40) | (elem_bytes << 8) | size_class];
+  }
 
   static constexpr std::size_t kMaxStatelessPlans = 32;
   static constexpr std::size_t kMaxStatefulPlans = 4096;
@@ -74,6 +96,7 @@ class CommContext {
   std::unique_ptr<MpiTransport> transport_;
   std::uint64_t calls_ = 0;
   std::list<Plan> plans_;  // most recently used first
+  std::map<std::uint64_t, AutoChoice> auto_;
 };
 
 }  // namespace ccoll

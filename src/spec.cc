@@ -148,6 +148,15 @@ const std::vector<Entry>& registry() {
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_sign_codec(t, param(s, "bucket"));
        }},
+      // auto: per size class, the fastest of plain MPI, ccoll's own schedules uncompressed,
+      // and maxnorm at these bits (api.cc); the codec it may use is maxnorm:bits=B.
+      {"auto",
+       {uint_param("bits", 2, 8, "8")},
+       [](const CodecSpec& s, codec::DType t) {
+         codec::MaxNormParams m;
+         m.bits = param(s, "bits");
+         return codec::make_maxnorm_codec(t, m);
+       }},
       {"topk",
        {ratio_param("ratio")},
        [](const CodecSpec& s, codec::DType t) {

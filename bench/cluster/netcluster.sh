@@ -18,7 +18,7 @@
 #   COMMAND runs in ccoll-h0 with these in its environment:
 #     CCOLL_MPIEXEC   e.g. `$CCOLL_MPIEXEC -n 8 ./build/bench/ccoll_osu_allreduce -m 64M:64M`;
 #                     ranks are spread round-robin over the hosts (--map-by node)
-#     CCOLL_CLUSTER_HOSTS, CCOLL_CLUSTER_RATE
+#     CCOLL_CLUSTER_HOSTS, CCOLL_CLUSTER_RATE, CCOLL_CLUSTER_IFACE (eth0: the hosts' link)
 #
 # Example:
 #   sudo bench/cluster/netcluster.sh -n 4 -r 1gbit -- \
@@ -120,8 +120,9 @@ chmod +x "$WORK/agent"
 host_list=$(IFS=,; echo "${hosts[*]/%/:64}")
 export CCOLL_MPIEXEC="mpiexec --allow-run-as-root --oversubscribe --host $host_list --map-by node \
 --mca plm_rsh_agent $WORK/agent --mca pml ob1 --mca btl tcp,self \
---mca btl_tcp_if_include $SUBNET.0/24 --mca oob_tcp_if_include $SUBNET.0/24"
-export CCOLL_CLUSTER_HOSTS=$HOSTS CCOLL_CLUSTER_RATE=$RATE
+--mca btl_tcp_if_include $SUBNET.0/24 --mca oob_tcp_if_include $SUBNET.0/24 \
+--mca rtc_hwloc_vmhole none --mca mpi_yield_when_idle 1"
+export CCOLL_CLUSTER_HOSTS=$HOSTS CCOLL_CLUSTER_RATE=$RATE CCOLL_CLUSTER_IFACE=eth0
 echo "netcluster: $HOSTS hosts on $SUBNET.0/24, links $RATE; running: $*" >&2
 ip netns exec "$PREFIX-h0" env OMPI_MCA_orte_tmpdir_base="$WORK/h0" PMIX_MCA_gds=hash \
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$@"
