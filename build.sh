@@ -25,6 +25,7 @@ install_missing() {
   command -v mpicxx >/dev/null || missing+=(libopenmpi-dev)
   [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
   [ -f /usr/include/hwy/highway.h ] || missing+=(libhwy-dev)
+  [ -f /usr/include/gloo/allreduce_ring.h ] || missing+=(libgloo-dev)  # the Gloo peer driver
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "build.sh: installing ${missing[*]}"
   local sudo=()

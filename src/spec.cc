@@ -148,6 +148,11 @@ const std::vector<Entry>& registry() {
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_sign_codec(t, param(s, "bucket"));
        }},
+      {"topk",
+       {ratio_param("ratio")},
+       [](const CodecSpec& s, codec::DType t) {
+         return codec::make_topk_codec(t, real_param(s, "ratio"));
+       }},
       // auto: per size class, the fastest of plain MPI, ccoll's own schedules uncompressed,
       // and maxnorm at these bits (api.cc); the codec it may use is maxnorm:bits=B.
       {"auto",
@@ -156,11 +161,6 @@ const std::vector<Entry>& registry() {
          codec::MaxNormParams m;
          m.bits = param(s, "bits");
          return codec::make_maxnorm_codec(t, m);
-       }},
-      {"topk",
-       {ratio_param("ratio")},
-       [](const CodecSpec& s, codec::DType t) {
-         return codec::make_topk_codec(t, real_param(s, "ratio"));
        }},
   };
   return entries;

@@ -422,6 +422,82 @@ TEST(MpiErrors, UnsupportedOpAndDatatypeRaiseOnEveryRank) {
   EXPECT_NE(msg.find("datatype"), std::string::npos) << msg;
 }
 
+// codec=auto: below 64 KiB it is MPI_Allreduce itself (same result bits, no agreement round);
+// above, its tuning calls and every call after them stay within maxnorm:bits=8's bound, end
+// bit-identical on every rank, and every rank settles on the same candidate.
+TEST(MpiAllreduce, AutoIsMpiWhenSmallAndOneAgreedChoiceWhenLarge) {
+  const int p = world_size();
+  for (const std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{16383}}) {
+    SCOPED_TRACE(count);
+    std::vector<float> mine(count);
+    for (std::size_t i = 0; i < count; ++i) mine[i] = std::sin(0.37f * i + world_rank());
+    std::vector<float> want(count);
+    MPI_Allreduce(mine.data(), want.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
+                  MPI_COMM_WORLD);
+    std::vector<float> got(count);
+    ccoll::Options opt;
+    opt.codec = "auto";
+    ccoll::Stats stats;
+    opt.stats = &stats;
+    ccoll::compressed_allreduce(mine.data(), got.data(), count, MPI_FLOAT, MPI_SUM,
+                                MPI_COMM_WORLD, opt);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), count * sizeof(float)));
+    if (p > 1) {
+      EXPECT_EQ(stats.algorithm, "mpi");
+      EXPECT_EQ(stats.control_bytes, 0u);  // no agreement round
+    }
+  }
+  const std::size_t count = (1u << 17) + 5;  // 512 KiB: tuned
+  std::vector<float> x(count);
+  double max_abs = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    x[i] = std::cos(0.001f * i * (world_rank() + 1));
+    max_abs = std::max(max_abs, std::fabs(static_cast<double>(x[i])));
+  }
+  std::vector<double> exact(count);
+  std::vector<double> xd(x.begin(), x.end());
+  MPI_Allreduce(xd.data(), exact.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM,
+                MPI_COMM_WORLD);
+  double sum_max = 0;
+  MPI_Allreduce(&max_abs, &sum_max, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+  const double bound = ccoll::describe_codec("auto", p).error_bound * sum_max;
+  EXPECT_EQ(ccoll::describe_codec("auto", p).error_bound,
+            ccoll::describe_codec("maxnorm:bits=8", p).error_bound);
+  std::string last;
+  for (int call = 0; call < 12; ++call) {
+    SCOPED_TRACE(call);
+    std::vector<float> buf = x;
+    ccoll::Options opt;
+    opt.codec = "auto:bits=8";
+    ccoll::Stats stats;
+    opt.stats = &stats;
+    ccoll::compressed_allreduce(MPI_IN_PLACE, buf.data(), count, MPI_FLOAT, MPI_SUM,
+                                MPI_COMM_WORLD, opt);
+    double worst = 0;
+    for (std::size_t i = 0; i < count; ++i) worst = std::max(worst, std::fabs(buf[i] - exact[i]));
+    EXPECT_LE(worst, bound);
+    EXPECT_TRUE(identical_on_all_ranks(buf.data(), count * sizeof(float), MPI_COMM_WORLD));
+    last = stats.codec + "/" + stats.algorithm;
+    if (p > 1 && call < 9) {  // the tuning rounds try codec, none, mpi in turn
+      const char* const kTried[] = {"auto:bits=8", "none", "none"};
+      EXPECT_EQ(stats.codec, kTried[call % 3]);
+    }
+  }
+  // after tuning every rank runs the same candidate
+  EXPECT_TRUE(identical_on_all_ranks(last.data(), last.size(), MPI_COMM_WORLD)) << last;
+  // a bad auto spec is rejected on every rank, naming the valid bits
+  std::vector<float> buf = x;
+  const std::string msg = expect_error_everywhere(
+      [&] {
+        ccoll::Options opt;
+        opt.codec = "auto:bits=9";
+        ccoll::compressed_allreduce(MPI_IN_PLACE, buf.data(), count, MPI_FLOAT, MPI_SUM,
+                                    MPI_COMM_WORLD, opt);
+      },
+      ccoll::Status::kInvalidArgument);
+  EXPECT_NE(msg.find("bits"), std::string::npos) << msg;
+}
+
 // The sparse codecs through the API: topk takes the all-gather reduction by itself and equals
 // the rank-ordered sum of every rank's kept values; randk is zero outside the coordinates all
 // ranks keep, and the ratio of input to wire bytes is what the ratio promises.
