@@ -102,12 +102,14 @@ for ((i = 0; i < HOSTS; i++)); do
   ip -n "$PREFIX-sw" link set "p$i" master br0 up
   shape "$ns" eth0             # host -> switch
   shape "$PREFIX-sw" "p$i"     # switch -> host
-  mkdir -p "$WORK/h$i"
+  mkdir -p "$WORK/h$i" "$WORK/launcher"
   hosts+=("$addr")
 done
 
 # Open MPI's remote-shell agent: "agent [options] HOST COMMAND...": run COMMAND in HOST's
 # namespace, with that namespace's own session directory.
+# The launcher (mpiexec in ccoll-h0) has a directory of its own: sharing h0's with the daemon
+# it starts there races on the job-family directory ("File exists").
 cat > "$WORK/agent" <<AGENT
 #!/bin/sh
 while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
@@ -124,5 +126,5 @@ export CCOLL_MPIEXEC="mpiexec --allow-run-as-root --oversubscribe --host $host_l
 --mca rtc_hwloc_vmhole none --mca mpi_yield_when_idle 1"
 export CCOLL_CLUSTER_HOSTS=$HOSTS CCOLL_CLUSTER_RATE=$RATE CCOLL_CLUSTER_IFACE=eth0
 echo "netcluster: $HOSTS hosts on $SUBNET.0/24, links $RATE; running: $*" >&2
-ip netns exec "$PREFIX-h0" env OMPI_MCA_orte_tmpdir_base="$WORK/h0" PMIX_MCA_gds=hash \
+ip netns exec "$PREFIX-h0" env OMPI_MCA_orte_tmpdir_base="$WORK/launcher" PMIX_MCA_gds=hash \
   OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$@"

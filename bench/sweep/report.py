@@ -120,6 +120,8 @@ def main():
         # plots
         fig, axes = plt.subplots(1, 3, figsize=(18, 5.5))
         series = [a for a in MPI_ALGS if a in data] + order
+        for ax in axes:  # 15 series: a cycle of 20 distinct colours
+            ax.set_prop_cycle(color=plt.cm.tab20.colors)
         for s in series:
             pts = sorted(data[s].items())
             xs = [k for k, _ in pts]

@@ -81,7 +81,14 @@ for rate in $RATES; do
 #!/bin/sh
 # runs inside the test network (netcluster.sh exports CCOLL_MPIEXEC)
 set -u
-run() { name=\$1; shift; echo "== \$name" >&2; "\$@" < /dev/null > "$log/\$name.txt" 2> "$log/\$name.err" || echo "run_sweep: \$name failed (see $log/\$name.err)" >&2; }
+# one retry: a launch can fail when Open MPI's session directory of the previous job is still
+# being removed
+run() {
+  name=\$1; shift; echo "== \$name" >&2
+  "\$@" < /dev/null > "$log/\$name.txt" 2> "$log/\$name.err" && return 0
+  sleep 2
+  "\$@" < /dev/null > "$log/\$name.txt" 2> "$log/\$name.err" || echo "run_sweep: \$name failed (see $log/\$name.err)" >&2
+}
 bands_file=$OUT/raw/bands.txt
 while read lo hi it wu; do
   m="-m \$lo:\$hi -i \$it -x \$wu -c"

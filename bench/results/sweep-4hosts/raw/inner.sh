@@ -1,7 +1,7 @@
 #!/bin/sh
 # runs inside the test network (netcluster.sh exports CCOLL_MPIEXEC)
 set -u
-run() { name=$1; shift; echo "== $name" >&2; "$@" < /dev/null > "bench/results/sweep-4hosts/raw/1gbit/$name.txt" 2> "bench/results/sweep-4hosts/raw/1gbit/$name.err" || echo "run_sweep: $name failed (see bench/results/sweep-4hosts/raw/1gbit/$name.err)" >&2; }
+run() { name=$1; shift; echo "== $name" >&2; "$@" < /dev/null > "bench/results/sweep-4hosts/raw/unlimited/$name.txt" 2> "bench/results/sweep-4hosts/raw/unlimited/$name.err" || echo "run_sweep: $name failed (see bench/results/sweep-4hosts/raw/unlimited/$name.err)" >&2; }
 bands_file=bench/results/sweep-4hosts/raw/bands.txt
 while read lo hi it wu; do
   m="-m $lo:$hi -i $it -x $wu -c"
