@@ -498,6 +498,10 @@ bool run_auto(const Call& call, Stats& stats) {
     if (ctx.size() == 1) return false;
     const std::size_t es = codec::dtype_size(dtype);
     const std::size_t bytes = call.count * es;
+    const std::size_t out_bytes = allreduce ? bytes : bytes * static_cast<std::size_t>(ctx.size());
+    if (call.sendbuf != MPI_IN_PLACE && overlaps(call.sendbuf, bytes, call.recvbuf, out_bytes)) {
+      return false;  // run() reports it on every rank
+    }
     if (bytes < kAutoMinBytes) {
       run_mpi_direct(call, stats, dtype, es, ctx);
       return true;
