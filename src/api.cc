@@ -170,6 +170,40 @@ void mpi_allreduce_sum(void* buf, std::size_t count, MPI_Datatype t, std::size_t
   }
 }
 
+// The uncompressed path, on a receive buffer that already holds this rank's input: MPI itself.
+void run_mpi_uncompressed(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
+                          CommContext& ctx) {
+  auto* recv = static_cast<std::byte*>(call.recvbuf);
+  stats.codec = "none";
+  stats.algorithm = "mpi";
+  const auto t0 = Clock::now();
+  if (call.kind == Kind::kAllreduce) {
+    mpi_allreduce_sum(recv, call.count, call.datatype, es, ctx.comm());
+    if (call.options.average) coll::divide_elements(recv, call.count, dtype, ctx.size());
+  } else {
+    if (call.count > static_cast<std::size_t>(INT_MAX)) {
+      throw Error(Status::kUnsupported, std::string(call.fn) +
+                                            ": uncompressed fallback of more than INT_MAX "
+                                            "elements per rank");
+    }
+    CCOLL_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv,
+                                  static_cast<int>(call.count), call.datatype, ctx.comm()));
+  }
+  stats.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+/// The codec element type of an MPI datatype; false when ccoll does not support it.
+bool codec_dtype(MPI_Datatype t, codec::DType& out) {
+  if (t == MPI_FLOAT) {
+    out = codec::DType::kFloat32;
+  } else if (t == MPI_DOUBLE) {
+    out = codec::DType::kFloat64;
+  } else {
+    return false;
+  }
+  return true;
+}
+
 void run(const Call& call, Stats& stats) {
   const Options& opt = call.options;
   const bool allreduce = call.kind == Kind::kAllreduce;
@@ -206,11 +240,7 @@ void run(const Call& call, Stats& stats) {
     bad.set(kArgEnvironment, e.code(), e.what() + 7);
   }
   codec::DType dtype = codec::DType::kFloat32;
-  if (call.datatype == MPI_FLOAT) {
-    dtype = codec::DType::kFloat32;
-  } else if (call.datatype == MPI_DOUBLE) {
-    dtype = codec::DType::kFloat64;
-  } else {
+  if (!codec_dtype(call.datatype, dtype)) {
     bad.set(kArgDatatype, Status::kUnsupported,
             "datatype: " + datatype_name(call.datatype) +
                 " is not supported (valid: MPI_FLOAT, MPI_DOUBLE)");
@@ -351,23 +381,8 @@ void run(const Call& call, Stats& stats) {
     return;
   }
   if (!compress || fallback) {
-    stats.codec = "none";
-    stats.algorithm = "mpi";
+    run_mpi_uncompressed(call, stats, dtype, es, ctx);
     stats.fell_back = fallback;
-    const auto t0 = Clock::now();
-    if (allreduce) {
-      mpi_allreduce_sum(recv, call.count, call.datatype, es, ctx.comm());
-      if (opt.average) coll::divide_elements(recv, call.count, dtype, p);
-    } else {
-      if (call.count > static_cast<std::size_t>(INT_MAX)) {
-        throw Error(Status::kUnsupported, std::string(call.fn) +
-                                              ": uncompressed fallback of more than INT_MAX "
-                                              "elements per rank");
-      }
-      CCOLL_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv,
-                                    static_cast<int>(call.count), call.datatype, ctx.comm()));
-    }
-    stats.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     return;
   }
 
@@ -445,24 +460,13 @@ constexpr std::size_t kAutoMinBytes = 64 * 1024;
 // cost what plain MPI costs.
 void run_mpi_direct(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
                     CommContext& ctx) {
-  const bool allreduce = call.kind == Kind::kAllreduce;
-  const int p = ctx.size();
   auto* recv = static_cast<std::byte*>(call.recvbuf);
-  std::byte* own =
-      allreduce ? recv : recv + static_cast<std::size_t>(ctx.rank()) * call.count * es;
+  std::byte* own = call.kind == Kind::kAllreduce
+                       ? recv
+                       : recv + static_cast<std::size_t>(ctx.rank()) * call.count * es;
   if (call.sendbuf != MPI_IN_PLACE) std::memcpy(own, call.sendbuf, call.count * es);
   stats.input_bytes = call.count * es;
-  stats.codec = "none";
-  stats.algorithm = "mpi";
-  const auto t0 = Clock::now();
-  if (allreduce) {
-    mpi_allreduce_sum(recv, call.count, call.datatype, es, ctx.comm());
-    if (call.options.average) coll::divide_elements(recv, call.count, dtype, p);
-  } else {
-    CCOLL_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv,
-                                  static_cast<int>(call.count), call.datatype, ctx.comm()));
-  }
-  stats.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  run_mpi_uncompressed(call, stats, dtype, es, ctx);
 }
 
 // codec=auto: true when it handled the call. Anything unusual (bad arguments, one rank, no
@@ -480,14 +484,8 @@ bool run_auto(const Call& call, Stats& stats) {
     const CodecSpec spec = parse_codec_spec(text);
     if (spec.name != "auto") return false;
     const bool allreduce = call.kind == Kind::kAllreduce;
-    codec::DType dtype;
-    if (call.datatype == MPI_FLOAT) {
-      dtype = codec::DType::kFloat32;
-    } else if (call.datatype == MPI_DOUBLE) {
-      dtype = codec::DType::kFloat64;
-    } else {
-      return false;
-    }
+    codec::DType dtype = codec::DType::kFloat32;
+    if (!codec_dtype(call.datatype, dtype)) return false;
     if ((allreduce && call.op != MPI_SUM) || (!allreduce && call.options.average)) return false;
     if (call.count == 0 || call.recvbuf == nullptr || call.count > INT_MAX) return false;
     if (call.sendbuf == nullptr) return false;
