@@ -77,12 +77,9 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
   }
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
     // partial sums of a ring reach ranks × max|x|; keep them finite in the element type
-    const T* x = static_cast<const T*>(data);
-    const double limit = static_cast<double>(std::numeric_limits<float>::max()) /
-                         static_cast<double>(std::max(1, ranks));
-    bool bad = false;
-    for (std::size_t i = 0; i < count; ++i) bad |= !(std::fabs(static_cast<double>(x[i])) <= limit);
-    return bad;
+    return any_beyond<T>(data, count,
+                         static_cast<double>(std::numeric_limits<float>::max()) /
+                             static_cast<double>(std::max(1, ranks)));
   }
 
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,

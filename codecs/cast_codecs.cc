@@ -102,13 +102,7 @@ class CastCodec final : public Codec {
 
   // Partial sums of a ring reach ranks × max|x|; they must stay below the format's maximum.
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
-    const T* x = static_cast<const T*>(data);
-    const double limit = F::kMax / static_cast<double>(ranks > 0 ? ranks : 1);
-    bool bad = false;
-    for (std::size_t i = 0; i < count; ++i) {
-      bad |= !(std::fabs(static_cast<double>(x[i])) <= limit);  // NaN compares false
-    }
-    return bad;
+    return any_beyond<T>(data, count, F::kMax / static_cast<double>(ranks > 0 ? ranks : 1));
   }
 
   std::size_t encode(const void* in, std::size_t count, const BlockContext&,

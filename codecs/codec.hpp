@@ -5,11 +5,24 @@
 // plan that owns a codec instance also owns its workspace and per-tensor state.
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
 namespace ccoll::codec {
+
+/// True when any of the `count` values is NaN or beyond ±limit: the fallback test of codecs
+/// whose partial sums must stay finite (a ring's partial sum reaches ranks × max|x|).
+template <class T>
+bool any_beyond(const void* data, std::size_t count, double limit) {
+  const T* x = static_cast<const T*>(data);
+  bool bad = false;
+  for (std::size_t i = 0; i < count; ++i) {
+    bad |= !(std::fabs(static_cast<double>(x[i])) <= limit);  // NaN compares false
+  }
+  return bad;
+}
 
 /// Element type of the caller's buffers.
 enum class DType : std::uint8_t { kFloat32 = 1, kFloat64 = 2 };

@@ -42,6 +42,11 @@ namespace ccoll::codec {
 namespace {
 
 constexpr std::size_t kBlock = 65536;
+// Relative margins of the overflow rules: the encoder's fallback is stricter than the decoder's
+// check by more than the scale's upward rounding (2^-23), and the decoder's covers the float
+// rounding of step and product.
+constexpr double kFallbackMargin = 1e-5;
+constexpr double kDecodeMargin = 1e-6;
 constexpr std::uint32_t kMaxContributions = (1u << 23) - 1;
 constexpr std::uint32_t kRequantFlag = 1u << 31;
 constexpr std::uint32_t kSelectStream = 0x5E1EC7u;
@@ -162,8 +167,13 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     return wire::kHeaderBytes + 8 + 4 * (count / kBlock + 2) +
            packed_bytes(max_codes(count), width(ranks_));
   }
-  bool needs_fallback(const void* data, std::size_t count, int) const override {
-    return this->any_non_finite(data, count);
+  // A sum of j contributions decodes to at most j·M (M: the float scale, rounded up): input
+  // whose sum over `ranks` could leave the float range goes to MPI, so that every payload a
+  // correct encoder writes passes parse()'s scale check (whose margin is smaller).
+  bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
+    return any_beyond<T>(data, count,
+                         static_cast<double>(std::numeric_limits<float>::max()) /
+                             (static_cast<double>(std::max(1, ranks)) * (1 + kFallbackMargin)));
   }
 
   std::size_t scale_slots(std::size_t count) const override {
@@ -433,6 +443,11 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     for (std::size_t b = 0; b < v.nblocks; ++b) {
       const float m = load_f32(v.scales, b);
       if (!(m >= 0) || !std::isfinite(m)) corrupt("invalid scale");
+      // codes of j contributions reach ±j·M: their decode must stay finite
+      if (static_cast<double>(m) * v.contributions * (1 + kDecodeMargin) >
+          static_cast<double>(std::numeric_limits<float>::max())) {
+        corrupt("scale too large for " + std::to_string(v.contributions) + " contributions");
+      }
     }
     return v;
   }

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -272,6 +273,33 @@ TEST(MaxNorm, CompressedSumsAreExact) {
     std::vector<std::byte> other(cap);
     const std::size_t ko = c->encode(x[0].data(), n - 1, {}, other.data());
     EXPECT_THROW(c->add_encoded(acc.data(), acc_n, other.data(), ko, n, {}, tmp.data()), Error);
+  }
+}
+
+// A finite scale whose j-fold sum leaves the float range: the encoder sends such input to MPI
+// (needs_fallback), and the decoder rejects a payload that claims it (found by libFuzzer: a
+// 1.7e38 scale with 3 contributions decoded to -inf).
+TEST(MaxNorm, ScalesWhoseSumsOverflowFallBackAndAreRejected) {
+  const float big = std::numeric_limits<float>::max() / 3;
+  const std::vector<float> x = {1.0f, -big, 0.5f};
+  auto c = make_codec(parse_codec_spec("maxnorm:bits=4"), DType::kFloat32);
+  EXPECT_FALSE(c->needs_fallback(x.data(), x.size(), 2));
+  EXPECT_TRUE(c->needs_fallback(x.data(), x.size(), 3));
+  EXPECT_TRUE(c->needs_fallback(x.data(), x.size(), 4));
+  // header (maxnorm, bits=4, 3 contributions, count 1), offset 0, scale 0x7f000000, code 0
+  const unsigned char crash[] = {0xcc, 0x01, 0x04, 0x00, 0x04, 0x03, 0x00, 0x00, 0x01, 0x00,
+                                 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
+                                 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x7f, 0x00};
+  c->begin_call(4);
+  float out = 0;
+  try {
+    c->decode(reinterpret_cast<const std::byte*>(crash), sizeof crash, 1, &out);
+    ADD_FAILURE() << "accepted, decoded to " << out;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Status::kCorruptData);
+    EXPECT_NE(std::string(e.what()).find("scale too large for 3 contributions"),
+              std::string::npos)
+        << e.what();
   }
 }
 
