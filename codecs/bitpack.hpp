@@ -35,6 +35,41 @@ class BitWriter {
       fill_ -= 32;
     }
   }
+  /// put() of n values of at most 8 bits each. Once the stream is 32-bit aligned, 8 values at a
+  /// time go out as one group of `width` bytes (same bytes as put(), far fewer instructions).
+  void put_bytes(const std::uint8_t* v, std::size_t n) {
+    std::size_t k = 0;
+    for (; k < n && fill_ != 0; ++k) put(v[k]);
+    switch (width_) {
+      case 1:
+        k = put_groups<1>(v, k, n);
+        break;
+      case 2:
+        k = put_groups<2>(v, k, n);
+        break;
+      case 3:
+        k = put_groups<3>(v, k, n);
+        break;
+      case 4:
+        k = put_groups<4>(v, k, n);
+        break;
+      case 5:
+        k = put_groups<5>(v, k, n);
+        break;
+      case 6:
+        k = put_groups<6>(v, k, n);
+        break;
+      case 7:
+        k = put_groups<7>(v, k, n);
+        break;
+      case 8:
+        k = put_groups<8>(v, k, n);
+        break;
+      default:
+        break;
+    }
+    for (; k < n; ++k) put(v[k]);
+  }
   /// Writes the last partial bytes; returns the position after them.
   std::byte* finish() {
     while (fill_ > 0) {
@@ -47,6 +82,19 @@ class BitWriter {
   }
 
  private:
+  // Groups of 8 values of W bits from v[k..n) while the accumulator is empty; returns the new k.
+  template <unsigned W>
+  std::size_t put_groups(const std::uint8_t* v, std::size_t k, std::size_t n) {
+    if (fill_ != 0) return k;
+    for (; k + 8 <= n; k += 8) {
+      std::uint64_t g = 0;
+      for (unsigned j = 0; j < 8; ++j) g |= static_cast<std::uint64_t>(v[k + j]) << (W * j);
+      std::memcpy(out_, &g, W);  // little-endian: the low W bytes are the group's bits
+      out_ += W;
+    }
+    return k;
+  }
+
   std::byte* out_;
   unsigned width_;
   std::uint64_t acc_ = 0;

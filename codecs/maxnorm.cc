@@ -257,9 +257,32 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       const T inv2 = m > 0 ? static_cast<T>(s2_) / static_cast<T>(m) : T(0);
       const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * kBlock - ctx.offset);
       while (i < end) {
-        const std::size_t n = std::min(kUniformBatch, end - i);
-        const float* u =
-            uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n, uniforms_.data());
+        const std::uint64_t e = ctx.offset + i;
+#if CCOLL_HAVE_HWY
+        if constexpr (std::is_same_v<T, float>) {
+          // whole quads of the Philox stream: one fused pass (Philox + rounding + byte codes)
+          if (fine_bits_ == 0 && (e & 3) == 0 && end - i >= 4) {
+            const std::uint32_t call = static_cast<std::uint32_t>(ctx.call);
+            const std::uint32_t stream = static_cast<std::uint32_t>(ctx.stream);
+            if (bytes) {  // bits=8: the byte codes are the wire lanes
+              const std::size_t quads = (end - i) / 4;
+              maxnorm_bytes_hwy(ctx.seed, call, stream, e >> 2, x + i, quads, inv, s_,
+                                reinterpret_cast<std::uint8_t*>(dst + i));
+              i += 4 * quads;
+            } else {  // narrower lanes: byte codes packed 8 at a time
+              const std::size_t quads = std::min(kUniformBatch, end - i) / 4;
+              maxnorm_bytes_hwy(ctx.seed, call, stream, e >> 2, x + i, quads, inv, s_,
+                                codes_.data());
+              w.put_bytes(codes_.data(), 4 * quads);
+              i += 4 * quads;
+            }
+            continue;
+          }
+        }
+#endif
+        // up to the next quad boundary first, so that the fused kernels can take the rest
+        const std::size_t n = std::min((e & 3) != 0 ? 4 - (e & 3) : kUniformBatch, end - i);
+        const float* u = uniforms_for(ctx.seed, ctx.call, ctx.stream, e, n, uniforms_.data());
         if (fine_bits_ != 0) {
           for (std::size_t k = 0; k < n; ++k) {
             const bool fine = mask_bit(mask_, ctx.offset + i + k);
@@ -268,20 +291,6 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
           i += n;
           continue;
         }
-#if CCOLL_HAVE_HWY
-        if constexpr (std::is_same_v<T, float>) {
-          // whole quads of the Philox stream: one fused pass (Philox + rounding + store)
-          const std::uint64_t e = ctx.offset + i;
-          if (bytes && (e & 3) == 0 && end - i >= 4) {
-            const std::size_t quads = (end - i) / 4;
-            maxnorm_bytes_hwy(ctx.seed, static_cast<std::uint32_t>(ctx.call),
-                              static_cast<std::uint32_t>(ctx.stream), e >> 2, x + i, quads, inv,
-                              s_, reinterpret_cast<std::uint8_t*>(dst + i));
-            i += 4 * quads;
-            continue;
-          }
-        }
-#endif
         if constexpr (std::is_same_v<T, float>) {
           if (bytes) {
             stochastic_bytes(x + i, u, n, inv, s_, dst + i);
@@ -546,6 +555,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   std::vector<std::uint8_t> mask_;
   mutable std::vector<std::uint64_t> sel_;
   std::vector<float> uniforms_ = std::vector<float>(kUniformBatch + 8);
+  std::vector<std::uint8_t> codes_ = std::vector<std::uint8_t>(kUniformBatch);  // byte codes
 };
 
 }  // namespace

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "agree.hpp"
+#include "bitpack.hpp"
 #include "ccoll/error.hpp"
 #include "philox.hpp"
 #include "spec.hpp"
@@ -343,6 +344,61 @@ TEST(MaxNorm, ByteLanesMatchTheScalarReference) {
       std::vector<std::byte> bad(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(bytes));
       bad[bytes - 1 - (count - 1) / 2] = std::byte{255};
       EXPECT_THROW(c->decode(bad.data(), bytes, count, got.data()), Error);
+    }
+  }
+}
+
+// bits=2..7 take byte codes from the fused kernel and pack them 8 at a time: the same bytes as
+// the reference, one stochastic_code() and one BitWriter::put() per element.
+TEST(MaxNorm, PackedLanesMatchTheScalarReference) {
+  const std::size_t n = 70011;
+  const std::vector<float> x = gradient_like(n, 78);
+  for (unsigned bits = 2; bits <= 7; ++bits) {
+    auto c = make("maxnorm:bits=" + std::to_string(bits), x);
+    const std::uint32_t s = (1u << (bits - 1)) - 1;
+    std::vector<std::byte> out(c->max_encoded_bytes(n));
+    std::vector<std::byte> want(out.size());
+    const std::pair<std::size_t, std::size_t> chunks[] = {
+        {0, n}, {1, 4099}, {2, 3}, {3, 1}, {65533, 4478}, {70000, 11}, {6, 2000}};
+    for (const auto& [off, count] : chunks) {
+      SCOPED_TRACE(::testing::Message()
+                   << "bits " << bits << " offset " << off << " count " << count);
+      const BlockContext ctx{9, 0x1234567890ull, 3, off};
+      const std::size_t bytes = c->encode(x.data() + off, count, ctx, out.data());
+      const std::size_t nb = (off + count - 1) / 65536 - off / 65536 + 1;
+      const std::size_t head = wire::kHeaderBytes + 8 + 4 * nb;
+      ASSERT_EQ(bytes, head + packed_bytes(count, bits));
+      UniformStream ref(9, 0x1234567890ull, 3);
+      BitWriter w(want.data(), bits);
+      for (std::size_t i = 0; i < count; ++i) {
+        float m;
+        std::memcpy(&m, out.data() + wire::kHeaderBytes + 8 + 4 * ((off + i) / 65536 - off / 65536),
+                    4);
+        const float inv = m > 0 ? static_cast<float>(s) / m : 0.0f;
+        w.put(stochastic_code(x[off + i], inv, ref.at(off + i), s));
+      }
+      ASSERT_EQ(static_cast<std::size_t>(w.finish() - want.data()), bytes - head);
+      ASSERT_EQ(std::memcmp(out.data() + head, want.data(), bytes - head), 0);
+    }
+  }
+}
+
+TEST(BitWriter, PutBytesEqualsPutOneByOne) {
+  std::mt19937 gen(5);
+  for (unsigned width = 1; width <= 8; ++width) {
+    for (std::size_t lead : {0u, 1u, 3u, 7u}) {  // values put one by one before the bulk call
+      SCOPED_TRACE(::testing::Message() << "width " << width << " lead " << lead);
+      std::vector<std::uint8_t> v(lead + 203);
+      for (auto& e : v) e = static_cast<std::uint8_t>(gen() & ((1u << width) - 1));
+      std::vector<std::byte> a(packed_bytes(v.size(), width) + 8);
+      std::vector<std::byte> b(a.size());
+      BitWriter wa(a.data(), width);
+      BitWriter wb(b.data(), width);
+      for (const auto e : v) wa.put(e);
+      for (std::size_t k = 0; k < lead; ++k) wb.put(v[k]);
+      wb.put_bytes(v.data() + lead, v.size() - lead);
+      ASSERT_EQ(wa.finish() - a.data(), wb.finish() - b.data());
+      EXPECT_EQ(a, b);
     }
   }
 }
