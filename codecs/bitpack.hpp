@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 namespace ccoll::codec {
 
@@ -18,6 +19,32 @@ inline unsigned bits_for(std::uint64_t max_value) {
   unsigned w = 1;
   while (w < 64 && (max_value >> w) != 0) ++w;
   return w;
+}
+
+/// f(std::integral_constant<unsigned, width>{}) for widths 1..8, where the byte-group loops
+/// are instantiated; `otherwise` for wider values.
+template <class F>
+std::size_t with_byte_width(unsigned width, std::size_t otherwise, F&& f) {
+  switch (width) {
+    case 1:
+      return f(std::integral_constant<unsigned, 1>{});
+    case 2:
+      return f(std::integral_constant<unsigned, 2>{});
+    case 3:
+      return f(std::integral_constant<unsigned, 3>{});
+    case 4:
+      return f(std::integral_constant<unsigned, 4>{});
+    case 5:
+      return f(std::integral_constant<unsigned, 5>{});
+    case 6:
+      return f(std::integral_constant<unsigned, 6>{});
+    case 7:
+      return f(std::integral_constant<unsigned, 7>{});
+    case 8:
+      return f(std::integral_constant<unsigned, 8>{});
+    default:
+      return otherwise;
+  }
 }
 
 class BitWriter {
@@ -40,34 +67,7 @@ class BitWriter {
   void put_bytes(const std::uint8_t* v, std::size_t n) {
     std::size_t k = 0;
     for (; k < n && fill_ != 0; ++k) put(v[k]);
-    switch (width_) {
-      case 1:
-        k = put_groups<1>(v, k, n);
-        break;
-      case 2:
-        k = put_groups<2>(v, k, n);
-        break;
-      case 3:
-        k = put_groups<3>(v, k, n);
-        break;
-      case 4:
-        k = put_groups<4>(v, k, n);
-        break;
-      case 5:
-        k = put_groups<5>(v, k, n);
-        break;
-      case 6:
-        k = put_groups<6>(v, k, n);
-        break;
-      case 7:
-        k = put_groups<7>(v, k, n);
-        break;
-      case 8:
-        k = put_groups<8>(v, k, n);
-        break;
-      default:
-        break;
-    }
+    k = with_byte_width(width_, k, [&](auto w) { return put_groups<decltype(w)::value>(v, k, n); });
     for (; k < n; ++k) put(v[k]);
   }
   /// Writes the last partial bytes; returns the position after them.
@@ -105,6 +105,14 @@ class BitReader {
  public:
   BitReader(const std::byte* in, unsigned width)
       : in_(in), width_(width), mask_(width >= 32 ? 0xFFFFFFFFu : (1u << width) - 1u) {}
+  /// get() of n values of at most 8 bits each into v. Once the reader is byte aligned, 8 values
+  /// at a time come from one group of `width` bytes.
+  void get_bytes(std::uint8_t* v, std::size_t n) {
+    std::size_t k = 0;
+    for (; k < n && fill_ != 0; ++k) v[k] = static_cast<std::uint8_t>(get());
+    k = with_byte_width(width_, k, [&](auto w) { return get_groups<decltype(w)::value>(v, k, n); });
+    for (; k < n; ++k) v[k] = static_cast<std::uint8_t>(get());
+  }
   std::uint32_t get() {
     while (fill_ < width_) {
       acc_ |= static_cast<std::uint64_t>(std::to_integer<std::uint8_t>(*in_++)) << fill_;
@@ -117,6 +125,18 @@ class BitReader {
   }
 
  private:
+  template <unsigned W>
+  std::size_t get_groups(std::uint8_t* v, std::size_t k, std::size_t n) {
+    if (fill_ != 0) return k;
+    for (; k + 8 <= n; k += 8) {
+      std::uint64_t g = 0;
+      std::memcpy(&g, in_, W);  // exactly the group's W bytes: never past the stream
+      in_ += W;
+      for (unsigned j = 0; j < 8; ++j) v[k + j] = static_cast<std::uint8_t>((g >> (W * j)) & mask_);
+    }
+    return k;
+  }
+
   const std::byte* in_;
   unsigned width_;
   std::uint32_t mask_;

@@ -92,17 +92,7 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
     for (std::size_t b = 0; b < nb; ++b) {
       const std::size_t begin = b * bucket_;
       const std::size_t end = std::min<std::size_t>(count, begin + bucket_);
-      double acc = 0;
-      for (std::size_t i = begin; i < end; ++i) {
-        const double a = std::fabs(static_cast<double>(x[i]));
-        if (kind_ == Kind::kQsgd) {
-          acc += a * a;
-        } else if (kind_ == Kind::kTernGrad) {
-          acc = std::max(acc, a);
-        } else {
-          acc += a;
-        }
-      }
+      const double acc = bucket_statistic(x + begin, end - begin);
       double scale = kind_ == Kind::kQsgd   ? std::sqrt(acc)
                      : kind_ == Kind::kSign ? acc / static_cast<double>(end - begin)
                                             : acc;
@@ -110,18 +100,20 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
       if (kind_ != Kind::kSign && static_cast<double>(sf) < scale)
         sf = std::nextafter(sf, INFINITY);
       std::memcpy(scales + 4 * b, &sf, 4);
-      if (kind_ == Kind::kSign) {
-        for (std::size_t i = begin; i < end; ++i) w.put(x[i] < 0 ? 0u : 1u);
-        continue;
-      }
+      // codes of a batch as bytes (a loop the compiler vectorizes), then packed 8 at a time
+      std::uint8_t* codes = codes_.data();
       const double inv = sf > 0 ? static_cast<double>(s_) / static_cast<double>(sf) : 0.0;
       for (std::size_t i = begin; i < end;) {
         const std::size_t n = std::min(kUniformBatch, end - i);
-        const float* u =
-            uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n, uniforms_.data());
-        for (std::size_t k = 0; k < n; ++k, ++i) {
-          w.put(stochastic_code(static_cast<double>(x[i]), inv, u[k], s_));
+        if (kind_ == Kind::kSign) {
+          for (std::size_t k = 0; k < n; ++k) codes[k] = x[i + k] < 0 ? 0 : 1;
+        } else {
+          const float* u =
+              uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n, uniforms_.data());
+          stochastic_bytes(x + i, u, n, inv, s_, codes);
         }
+        w.put_bytes(codes, n);
+        i += n;
       }
     }
     return static_cast<std::size_t>(w.finish() - out);
@@ -130,6 +122,33 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
  private:
   static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
   std::size_t buckets(std::size_t count) const { return (count + bucket_ - 1) / bucket_; }
+
+  // The bucket's scale statistic in double: sum of squares (qsgd), max (terngrad) or sum of
+  // magnitudes (sign). Sums run over 8 interleaved partial sums (element i into part[i mod 8]),
+  // added pairwise at the end: independent chains the compiler vectorizes, in a fixed order that
+  // a GPU kernel can reproduce.
+  double bucket_statistic(const T* x, std::size_t n) const {
+    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    auto term = [&](T v) {
+      const double a = std::fabs(static_cast<double>(v));
+      return kind_ == Kind::kQsgd ? a * a : a;
+    };
+    std::size_t i = 0;
+    if (kind_ == Kind::kTernGrad) {
+      for (; i + 8 <= n; i += 8) {
+        for (int j = 0; j < 8; ++j) part[j] = std::max(part[j], term(x[i + j]));
+      }
+      for (int j = 0; i + j < n; ++j) part[j] = std::max(part[j], term(x[i + j]));
+      return std::max(std::max(std::max(part[0], part[1]), std::max(part[2], part[3])),
+                      std::max(std::max(part[4], part[5]), std::max(part[6], part[7])));
+    }
+    for (; i + 8 <= n; i += 8) {
+      for (int j = 0; j < 8; ++j) part[j] += term(x[i + j]);
+    }
+    for (int j = 0; i + j < n; ++j) part[j] += term(x[i + j]);
+    return ((part[0] + part[1]) + (part[2] + part[3])) +
+           ((part[4] + part[5]) + (part[6] + part[7]));
+  }
   std::uint32_t param() const { return bits_ | (bucket_ << 8); }
 
   template <bool kAccumulate>
@@ -144,21 +163,28 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
       if (!(sf >= 0) || !std::isfinite(sf)) corrupt(name_, "invalid scale");
       const T step = static_cast<T>(sf) / static_cast<T>(s_);
       const std::size_t end = std::min<std::size_t>(count, (b + 1) * bucket_);
-      for (std::size_t i = b * bucket_; i < end; ++i) {
-        const std::uint32_t u = r.get();
-        T value;
-        if (kind_ == Kind::kSign) {
-          value = u != 0 ? static_cast<T>(sf) : -static_cast<T>(sf);
-        } else {
-          if (u > 2 * s_) corrupt(name_, "code out of range");
-          value =
-              static_cast<T>(static_cast<std::int64_t>(u) - static_cast<std::int64_t>(s_)) * step;
+      // value = (mul·code - bias)·vstep: qsgd and terngrad (code - s)·step, sign (2·code -
+      // 1)·|scale| (exactly ±scale); one branch-free loop the compiler vectorizes
+      const bool sign = kind_ == Kind::kSign;
+      const std::int32_t mul = sign ? 2 : 1;
+      const auto bias = static_cast<std::int32_t>(sign ? 1 : s_);
+      const T vstep = sign ? static_cast<T>(sf) : step;
+      std::uint8_t* codes = codes_.data();
+      for (std::size_t i = b * bucket_; i < end;) {
+        const std::size_t n = std::min(kUniformBatch, end - i);
+        r.get_bytes(codes, n);
+        std::uint32_t top = 0;  // the largest code, checked once per batch
+        for (std::size_t k = 0; k < n; ++k) {
+          top = std::max<std::uint32_t>(top, codes[k]);
+          const T value = static_cast<T>(mul * static_cast<std::int32_t>(codes[k]) - bias) * vstep;
+          if constexpr (kAccumulate) {
+            out[i + k] += value;
+          } else {
+            out[i + k] = value;
+          }
         }
-        if constexpr (kAccumulate) {
-          out[i] += value;
-        } else {
-          out[i] = value;
-        }
+        if (!sign && top > 2 * s_) corrupt(name_, "code out of range");
+        i += n;
       }
     }
   }
@@ -172,6 +198,8 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
   const char* name_ = "qsgd";
   std::string spec_;
   std::vector<float> uniforms_ = std::vector<float>(kUniformBatch + 8);
+  // codes of one batch as bytes; decode shares it, so mutable (a codec serves one call at a time)
+  mutable std::vector<std::uint8_t> codes_ = std::vector<std::uint8_t>(kUniformBatch);
 };
 
 template <class... A>

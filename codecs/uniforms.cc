@@ -67,6 +67,24 @@ void stochastic_bytes(const float* x, const float* u, std::size_t n, float inv, 
   }
 }
 
+template <class T>
+void stochastic_bytes_in_double(const T* x, const float* u, std::size_t n, double inv,
+                                std::uint32_t s, std::uint8_t* out) {
+  for (std::size_t k = 0; k < n; ++k) {
+    out[k] = static_cast<std::uint8_t>(stochastic_code(static_cast<double>(x[k]), inv, u[k], s));
+  }
+}
+CCOLL_TARGET_CLONES
+void stochastic_bytes(const float* x, const float* u, std::size_t n, double inv, std::uint32_t s,
+                      std::uint8_t* out) {
+  stochastic_bytes_in_double(x, u, n, inv, s, out);
+}
+CCOLL_TARGET_CLONES
+void stochastic_bytes(const double* x, const float* u, std::size_t n, double inv, std::uint32_t s,
+                      std::uint8_t* out) {
+  stochastic_bytes_in_double(x, u, n, inv, s, out);
+}
+
 const float* uniforms_for(std::uint64_t seed, std::uint64_t call, std::uint64_t stream,
                           std::uint64_t first, std::size_t count, float* scratch) {
   const std::uint64_t q0 = first >> 2;

@@ -37,5 +37,11 @@ std::uint32_t apply_bytes_hwy(const std::uint8_t* codes, std::size_t n, float st
 /// inv, u[k], s). The byte-lane fast path of maxnorm:bits=8.
 void stochastic_bytes(const float* x, const float* u, std::size_t n, float inv, std::uint32_t s,
                       std::byte* out);
+/// The same with the rounding in double (qsgd, terngrad: inv = levels / bucket scale) for
+/// levels s <= 127: out[k] = stochastic_code(double(x[k]), inv, u[k], s).
+void stochastic_bytes(const float* x, const float* u, std::size_t n, double inv, std::uint32_t s,
+                      std::uint8_t* out);
+void stochastic_bytes(const double* x, const float* u, std::size_t n, double inv, std::uint32_t s,
+                      std::uint8_t* out);
 
 }  // namespace ccoll::codec

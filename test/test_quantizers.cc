@@ -383,6 +383,25 @@ TEST(MaxNorm, PackedLanesMatchTheScalarReference) {
   }
 }
 
+TEST(BitReader, GetBytesEqualsGetOneByOne) {
+  std::mt19937 gen(6);
+  for (unsigned width = 1; width <= 8; ++width) {
+    for (std::size_t lead : {0u, 1u, 3u, 7u}) {  // values read one by one before the bulk call
+      SCOPED_TRACE(::testing::Message() << "width " << width << " lead " << lead);
+      const std::size_t n = lead + 203;
+      std::vector<std::byte> stream(packed_bytes(n, width));
+      for (auto& e : stream) e = static_cast<std::byte>(gen());
+      BitReader ra(stream.data(), width);
+      BitReader rb(stream.data(), width);
+      std::vector<std::uint8_t> a(n), b(n);
+      for (auto& e : a) e = static_cast<std::uint8_t>(ra.get());
+      for (std::size_t k = 0; k < lead; ++k) b[k] = static_cast<std::uint8_t>(rb.get());
+      rb.get_bytes(b.data() + lead, n - lead);
+      EXPECT_EQ(a, b);
+    }
+  }
+}
+
 TEST(BitWriter, PutBytesEqualsPutOneByOne) {
   std::mt19937 gen(5);
   for (unsigned width = 1; width <= 8; ++width) {
