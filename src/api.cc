@@ -446,6 +446,7 @@ void run(const Call& call, Stats& stats) {
       coll::allgather_ring(cx, own, call.count, recv);
     }
   }
+  if (!log_enabled(LogLevel::kTrace)) return;  // no message strings on the hot path
   log(LogLevel::kTrace, rank,
       std::string(call.fn) + " count=" + std::to_string(call.count) + " codec=" + stats.codec +
           " algorithm=" + stats.algorithm + " sent=" + std::to_string(counters.bytes_sent));

@@ -63,14 +63,18 @@ const EnvConfig& env_config() {
   return config;
 }
 
-void log(LogLevel level, int rank, const std::string& message) {
+bool log_enabled(LogLevel level) {
   LogLevel enabled = LogLevel::kNone;
   try {
     enabled = env_config().log_level;
   } catch (const Error&) {
     enabled = LogLevel::kWarn;
   }
-  if (static_cast<int>(level) > static_cast<int>(enabled) || level == LogLevel::kNone) return;
+  return level != LogLevel::kNone && static_cast<int>(level) <= static_cast<int>(enabled);
+}
+
+void log(LogLevel level, int rank, const std::string& message) {
+  if (!log_enabled(level)) return;
   static const char* names[] = {"", "WARN", "INFO", "TRACE"};
   std::fprintf(stderr, "ccoll %s [rank %d] %s\n", names[static_cast<int>(level)], rank,
                message.c_str());

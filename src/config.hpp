@@ -25,6 +25,9 @@ struct EnvConfig {
 /// value is malformed (and again on every later call, so no call runs with a half-read config).
 const EnvConfig& env_config();
 
+/// True when CCOLL_DEBUG enables `level` (a malformed CCOLL_DEBUG enables WARN).
+bool log_enabled(LogLevel level);
+
 /// Writes "ccoll <LEVEL> [rank r] message" to stderr when `level` is enabled.
 void log(LogLevel level, int rank, const std::string& message);
 

@@ -3,12 +3,14 @@
 
 usage: report.py OUTDIR
 
-Reads OUTDIR/raw/<rate>/*.txt. Rows named "MPI" take the name of their file (mpi-ring-..., so
+Reads OUTDIR/raw/<rate>/*.txt and, when present, OUTDIR/raw/codec_bench.json (the codec
+throughput benchmark, rendered as its own table). Rows named "MPI" take the name of their file (mpi-ring-..., so
 each Open MPI algorithm is its own series); Gloo rows are gloo:<algorithm>; ccoll rows are
 codec specs. Speedups are against the best Open MPI algorithm at each size, measured in the
 same sweep. The link-limit column says how close a codec gets to the time its wire bytes need
 on the link: (2(p-1)/p x size / ratio) / rate, divided by the measured time."""
 import glob
+import json
 import os
 import re
 import sys
@@ -60,6 +62,34 @@ def human(n):
 def best_mpi(data, size):
     cands = [(data[a][size][0], a) for a in MPI_ALGS if a in data and size in data[a]]
     return min(cands) if cands else (None, None)
+
+
+def codec_section(path):
+    """Markdown table of ccoll_codec_bench's JSON output (medians), next to memcpy."""
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        bench = json.load(f)
+    rows, memcpy = [], None
+    for b in bench["benchmarks"]:
+        if b.get("aggregate_name", "median") != "median":
+            continue
+        name = b["run_name"].split("/min_time")[0]
+        gbs = b["bytes_per_second"] / 1e9
+        if name.startswith("memcpy"):
+            memcpy = gbs
+            continue
+        parts = name.split("/")  # codec spec (may hold '/'), op, size
+        rows.append(("/".join(parts[:-2]), parts[-2], gbs, b.get("bits_per_elem", 0)))
+    ctx = bench.get("context", {})
+    md = ["## Codec throughput on one core (Google Benchmark, 16 MiB)", "",
+          f"`ccoll_codec_bench --benchmark_filter=/16777216 --benchmark_repetitions=3`, run by "
+          f"the sweep on the host ({ctx.get('num_cpus', '?')} CPUs, {ctx.get('date', '')}); "
+          f"medians, uncompressed bytes per second; memcpy {memcpy:.2f} GB/s in the same run.",
+          "", "| codec | op | GB/s | % memcpy | bits/elem |", "|---|---|---|---|---|"]
+    for codec, op, gbs, bits in rows:
+        md.append(f"| `{codec}` | {op} | {gbs:.2f} | {100 * gbs / memcpy:.0f}% | {bits:.2f} |")
+    return md + [""]
 
 
 def main():
@@ -147,6 +177,7 @@ def main():
         fig.savefig(os.path.join(out, png), dpi=90)
         plt.close(fig)
         md += [f"![{rate}]({png})", ""]
+    md += codec_section(os.path.join(out, "raw", "codec_bench.json"))
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print(f"report: wrote {out}/README.md and {len(rates)} plot(s)")

@@ -7,7 +7,8 @@
 #     doubling (3), Rabenseifner (6);
 #   - Gloo's ring and chunked-ring all-reduce over TCP (ccoll_gloo_allreduce, when built);
 #   - ccoll: none, fp16, maxnorm at 8/4/2 bits, two-scale 2/6, randk, topk, and codec=auto
-#     (auto in its own run whose warm-up covers its tuning calls).
+#     (auto in its own run whose warm-up covers its tuning calls);
+# then, once on the host, the codec throughput benchmark (ccoll_codec_bench, 16 MiB).
 # Raw OSU-format outputs go to OUTDIR/raw (default bench/results/sweep-<HOSTS>hosts), then
 # bench/sweep/report.py writes OUTDIR/README.md and PNG plots. -q: a quick pass (sizes 4K:16M,
 # fewer iterations) for checking the pipeline. Needs root (network namespaces), a Release
@@ -109,4 +110,12 @@ INNER
   echo "run_sweep: rate $rate, $HOSTS hosts, sizes $MIN:$MAX" >&2
   bench/cluster/netcluster.sh -n "$HOSTS" -r "$rate" -- "$OUT/raw/inner.sh"
 done
+# The codecs' own speed on this CPU (Google Benchmark, one core, next to memcpy in the same
+# run), so that the report can say how much of a codec's time per all-reduce is CPU.
+if [ -x build/bench/ccoll_codec_bench ]; then
+  echo "run_sweep: codec throughput (ccoll_codec_bench, 16 MiB)" >&2
+  build/bench/ccoll_codec_bench --benchmark_filter=/16777216 --benchmark_repetitions=3 \
+    --benchmark_report_aggregates_only=true --benchmark_format=json \
+    --benchmark_out="$OUT/raw/codec_bench.json" --benchmark_out_format=json > /dev/null
+fi
 "$PY" bench/sweep/report.py "$OUT"

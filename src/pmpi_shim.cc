@@ -1,0 +1,330 @@
+// libccoll_mpi: compressed collectives for unmodified MPI programs, through the MPI profiling
+// interface. Loaded with LD_PRELOAD (or linked before libmpi), it defines MPI_Allreduce,
+// MPI_Allgather and MPI_Finalize and their Fortran (mpif.h / `use mpi`) entry points.
+//
+// A call is compressed only when CCOLL_CODEC is set and ccoll can do it correctly: contiguous
+// MPI_FLOAT/MPI_DOUBLE (Fortran REAL*4/REAL*8) with MPI_SUM on an intra-communicator, at least
+// CCOLL_MIN_BYTES per rank, on a communicator whose size is not excluded. Everything else goes
+// to PMPI_* untouched. Every condition depends only on arguments MPI requires to match on all
+// ranks, so all ranks of a communicator take the same path. ccoll's own MPI traffic (agreement
+// and scale all-reduces, codec=auto's MPI path) re-enters MPI_Allreduce: a per-thread flag sends
+// those calls straight to PMPI.
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ccoll/ccoll.hpp"
+#include "config.hpp"
+#include "spec.hpp"
+
+namespace {
+
+// What the shim was asked to do, read once from the environment.
+struct ShimConfig {
+  bool compress = false;  // CCOLL_CODEC set and non-empty
+  std::string codec;
+  std::size_t min_bytes = 1024;  // CCOLL_MIN_BYTES; the shim's default keeps scalars exact
+  std::set<int> excluded_sizes;  // CCOLL_EXCLUDE_COMM_SIZE
+  bool allreduce = true;         // CCOLL_INTERCEPT
+  bool allgather = true;
+  bool stats = false;  // CCOLL_STATS=1
+  std::string error;   // a malformed variable: reported by every compressing call
+};
+
+[[noreturn]] void bad_env(const std::string& what) {
+  throw ccoll::Error(ccoll::Status::kInvalidArgument, what);
+}
+
+ShimConfig read_config() {
+  ShimConfig c;
+  try {
+    if (const char* v = std::getenv("CCOLL_CODEC"); v != nullptr && *v != '\0') {
+      c.compress = true;
+      c.codec = v;
+      ccoll::describe_codec(c.codec);  // throws, naming the bad part, when malformed
+    }
+    if (const char* v = std::getenv("CCOLL_MIN_BYTES"); v != nullptr && *v != '\0') {
+      c.min_bytes = ccoll::parse_byte_size(v, "CCOLL_MIN_BYTES");
+    }
+    if (const char* v = std::getenv("CCOLL_EXCLUDE_COMM_SIZE"); v != nullptr && *v != '\0') {
+      std::stringstream in(v);
+      for (std::string item; std::getline(in, item, ',');) {
+        char* end = nullptr;
+        const long n = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || n < 1) {
+          bad_env("CCOLL_EXCLUDE_COMM_SIZE: '" + item +
+                  "' is not a communicator size (expected a comma-separated list, e.g. 1,2,8)");
+        }
+        c.excluded_sizes.insert(static_cast<int>(n));
+      }
+    }
+    if (const char* v = std::getenv("CCOLL_INTERCEPT"); v != nullptr && *v != '\0') {
+      c.allreduce = c.allgather = false;
+      std::stringstream in(v);
+      for (std::string item; std::getline(in, item, ',');) {
+        if (item == "allreduce") {
+          c.allreduce = true;
+        } else if (item == "allgather") {
+          c.allgather = true;
+        } else {
+          bad_env("CCOLL_INTERCEPT: unknown collective '" + item +
+                  "' (valid: allreduce, allgather, comma-separated)");
+        }
+      }
+    }
+    if (const char* v = std::getenv("CCOLL_STATS"); v != nullptr && *v != '\0') {
+      const std::string s = v;
+      if (s != "0" && s != "1") bad_env("CCOLL_STATS: '" + s + "' (valid: 0, 1)");
+      c.stats = s == "1";
+    }
+  } catch (const ccoll::Error& e) {
+    c.error = e.what() + std::strlen("ccoll: ");  // rethrown later, which adds the prefix again
+  }
+  return c;
+}
+
+const ShimConfig& config() {
+  static const ShimConfig c = read_config();
+  return c;
+}
+
+// Set while the shim is inside ccoll: MPI calls made by ccoll itself go to PMPI.
+thread_local bool inside_ccoll = false;
+
+// Per-communicator totals for CCOLL_STATS.
+struct CommStats {
+  std::string name;
+  int size = 0;
+  unsigned long long compressed = 0, passed = 0, fell_back = 0;
+  unsigned long long bytes_in = 0, bytes_wire = 0;
+  double encode = 0, comm = 0, decode = 0, total = 0;
+};
+std::mutex stats_mutex;
+std::map<MPI_Comm, CommStats> comm_stats;
+
+CommStats& stats_for(MPI_Comm comm) {
+  CommStats& s = comm_stats[comm];
+  if (s.size == 0) {
+    PMPI_Comm_size(comm, &s.size);
+    char name[MPI_MAX_OBJECT_NAME] = {0};
+    int len = 0;
+    PMPI_Comm_get_name(comm, name, &len);
+    s.name = len > 0 ? std::string(name, static_cast<std::size_t>(len)) : "(unnamed)";
+  }
+  return s;
+}
+
+void count_passed(MPI_Comm comm) {
+  if (!config().stats || comm == MPI_COMM_NULL) return;
+  std::lock_guard<std::mutex> lock(stats_mutex);
+  ++stats_for(comm).passed;
+}
+
+// MPI_FLOAT or MPI_DOUBLE for a datatype ccoll can take, else MPI_DATATYPE_NULL. The Fortran
+// REAL kinds are the same bits.
+MPI_Datatype ccoll_type(MPI_Datatype t) {
+  if (t == MPI_FLOAT || t == MPI_REAL || t == MPI_REAL4) return MPI_FLOAT;
+  if (t == MPI_DOUBLE || t == MPI_DOUBLE_PRECISION || t == MPI_REAL8) return MPI_DOUBLE;
+  return MPI_DATATYPE_NULL;
+}
+
+// Whether a call on `comm` with `bytes` per rank may be compressed (same answer on every rank).
+bool eligible(MPI_Comm comm, std::size_t bytes) {
+  const ShimConfig& c = config();
+  if (!c.compress) return false;  // CCOLL_CODEC unset: pure pass-through
+  if (comm == MPI_COMM_NULL || bytes < c.min_bytes) return false;
+  int inter = 0;
+  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter != 0) return false;
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  return c.excluded_sizes.count(size) == 0;
+}
+
+// Runs one ccoll call and turns its errors into MPI's: the message on stderr, then the
+// communicator's error handler (fatal by default, as MPI's own errors are).
+template <class F>
+int run_ccoll(MPI_Comm comm, const char* fn, F&& call) {
+  const ShimConfig& c = config();
+  ccoll::Stats st;
+  ccoll::Options opt;
+  opt.codec = c.codec;
+  opt.stats = &st;
+  try {
+    if (!c.error.empty()) throw ccoll::Error(ccoll::Status::kInvalidArgument, c.error);
+    inside_ccoll = true;
+    call(opt);
+    inside_ccoll = false;
+  } catch (const ccoll::Error& e) {
+    inside_ccoll = false;
+    int rank = 0;
+    PMPI_Comm_rank(comm, &rank);
+    std::fprintf(stderr, "libccoll_mpi [rank %d] %s: %s\n", rank, fn, e.what());
+    PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
+    return MPI_ERR_OTHER;
+  }
+  if (c.stats) {
+    std::lock_guard<std::mutex> lock(stats_mutex);
+    CommStats& s = stats_for(comm);
+    ++s.compressed;
+    s.fell_back += st.fell_back ? 1 : 0;
+    s.bytes_in += st.input_bytes;
+    s.bytes_wire += st.wire_bytes_sent + st.control_bytes;
+    s.encode += st.encode_seconds;
+    s.comm += st.comm_seconds;
+    s.decode += st.decode_seconds;
+    s.total += st.total_seconds;
+  }
+  return MPI_SUCCESS;
+}
+
+void print_stats() {
+  int rank = 0, size = 1;
+  PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  PMPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::lock_guard<std::mutex> lock(stats_mutex);
+  // totals over every rank and communicator, then this rank's table for rank 0
+  double local[6] = {0, 0, 0, 0, 0, 0};
+  for (const auto& [comm, s] : comm_stats) {
+    local[0] += static_cast<double>(s.compressed);
+    local[1] += static_cast<double>(s.passed);
+    local[2] += static_cast<double>(s.bytes_in);
+    local[3] += static_cast<double>(s.bytes_wire);
+    local[4] += s.total;
+    local[5] += static_cast<double>(s.fell_back);
+  }
+  double total[6];
+  PMPI_Reduce(local, total, 6, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  if (rank != 0) return;
+  std::fprintf(stderr, "libccoll_mpi stats (codec %s; table: world rank 0, per communicator)\n",
+               config().codec.empty() ? "unset: pass-through" : config().codec.c_str());
+  std::fprintf(stderr, "%-20s %5s %10s %10s %9s %14s %14s %7s %9s %9s %9s\n", "communicator",
+               "size", "compressed", "passed", "fellback", "bytes in", "bytes wire", "ratio",
+               "encode s", "comm s", "decode s");
+  for (const auto& [comm, s] : comm_stats) {
+    std::fprintf(stderr, "%-20s %5d %10llu %10llu %9llu %14llu %14llu %7.2f %9.4f %9.4f %9.4f\n",
+                 s.name.c_str(), s.size, s.compressed, s.passed, s.fell_back, s.bytes_in,
+                 s.bytes_wire,
+                 s.bytes_wire > 0 ? static_cast<double>(s.bytes_in) / s.bytes_wire : 0.0, s.encode,
+                 s.comm, s.decode);
+  }
+  std::fprintf(stderr,
+               "libccoll_mpi totals over %d ranks: %.0f calls compressed (%.0f fell back to MPI), "
+               "%.0f passed through, %.0f bytes in, %.0f bytes on the wire (ratio %.2f), %.3f s "
+               "in compressed calls\n",
+               size, total[0], total[5], total[1], total[2], total[3],
+               total[3] > 0 ? total[2] / total[3] : 0.0, total[4]);
+}
+
+// Open MPI's Fortran MPI_IN_PLACE is the address of one of these (weak: absent elsewhere).
+extern "C" {
+extern int mpi_fortran_in_place_ __attribute__((weak));
+extern int mpi_fortran_in_place __attribute__((weak));
+extern int mpi_fortran_in_place__ __attribute__((weak));
+extern int MPI_FORTRAN_IN_PLACE __attribute__((weak));
+}
+const void* fortran_buffer(const void* p) {
+  if (p != nullptr && (p == &mpi_fortran_in_place_ || p == &mpi_fortran_in_place ||
+                       p == &mpi_fortran_in_place__ || p == &MPI_FORTRAN_IN_PLACE)) {
+    return MPI_IN_PLACE;
+  }
+  return p;
+}
+
+}  // namespace
+
+extern "C" {
+
+__attribute__((visibility("default"))) int MPI_Allreduce(const void* sendbuf, void* recvbuf,
+                                                         int count, MPI_Datatype datatype,
+                                                         MPI_Op op, MPI_Comm comm) {
+  if (inside_ccoll) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  const MPI_Datatype t = ccoll_type(datatype);
+  int type_size = 0;
+  if (t != MPI_DATATYPE_NULL) PMPI_Type_size(t, &type_size);
+  if (!config().allreduce || t == MPI_DATATYPE_NULL || op != MPI_SUM || count < 0 ||
+      !eligible(comm, static_cast<std::size_t>(count) * static_cast<std::size_t>(type_size))) {
+    count_passed(comm);
+    return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  }
+  return run_ccoll(comm, "MPI_Allreduce", [&](const ccoll::Options& opt) {
+    ccoll::compressed_allreduce(sendbuf, recvbuf, static_cast<std::size_t>(count), t, MPI_SUM, comm,
+                                opt);
+  });
+}
+
+__attribute__((visibility("default"))) int MPI_Allgather(const void* sendbuf, int sendcount,
+                                                         MPI_Datatype sendtype, void* recvbuf,
+                                                         int recvcount, MPI_Datatype recvtype,
+                                                         MPI_Comm comm) {
+  if (inside_ccoll) {
+    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  }
+  const bool in_place = sendbuf == MPI_IN_PLACE;
+  const MPI_Datatype t = ccoll_type(recvtype);
+  int type_size = 0;
+  if (t != MPI_DATATYPE_NULL) PMPI_Type_size(t, &type_size);
+  // in place, the send arguments are ignored; otherwise they must describe the same elements
+  const bool same = in_place || (ccoll_type(sendtype) == t && sendcount == recvcount);
+  if (!config().allgather || t == MPI_DATATYPE_NULL || !same || recvcount < 0 ||
+      !eligible(comm, static_cast<std::size_t>(recvcount) * static_cast<std::size_t>(type_size))) {
+    count_passed(comm);
+    return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
+  }
+  return run_ccoll(comm, "MPI_Allgather", [&](const ccoll::Options& opt) {
+    ccoll::compressed_allgather(sendbuf, static_cast<std::size_t>(recvcount), recvbuf, t, comm,
+                                opt);
+  });
+}
+
+__attribute__((visibility("default"))) int MPI_Finalize(void) {
+  if (config().stats) print_stats();
+  return PMPI_Finalize();
+}
+
+// Fortran entry points (mpif.h and `use mpi`): handles converted, MPI_IN_PLACE recognized, then
+// the C entry points above. The four spellings compilers use for external names.
+#define CCOLL_FORTRAN_ALLREDUCE(name)                                                             \
+  __attribute__((visibility("default"))) void name(void* sendbuf, void* recvbuf, MPI_Fint* count, \
+                                                   MPI_Fint* datatype, MPI_Fint* op,              \
+                                                   MPI_Fint* comm, MPI_Fint* ierr) {              \
+    const int rc = MPI_Allreduce(fortran_buffer(sendbuf), recvbuf, *count,                        \
+                                 MPI_Type_f2c(*datatype), MPI_Op_f2c(*op), MPI_Comm_f2c(*comm));  \
+    if (ierr != nullptr) *ierr = rc;                                                              \
+  }
+#define CCOLL_FORTRAN_ALLGATHER(name)                                                             \
+  __attribute__((visibility("default"))) void name(                                               \
+      void* sendbuf, MPI_Fint* sendcount, MPI_Fint* sendtype, void* recvbuf, MPI_Fint* recvcount, \
+      MPI_Fint* recvtype, MPI_Fint* comm, MPI_Fint* ierr) {                                       \
+    const int rc =                                                                                \
+        MPI_Allgather(fortran_buffer(sendbuf), *sendcount, MPI_Type_f2c(*sendtype), recvbuf,      \
+                      *recvcount, MPI_Type_f2c(*recvtype), MPI_Comm_f2c(*comm));                  \
+    if (ierr != nullptr) *ierr = rc;                                                              \
+  }
+#define CCOLL_FORTRAN_FINALIZE(name)                                 \
+  __attribute__((visibility("default"))) void name(MPI_Fint* ierr) { \
+    const int rc = MPI_Finalize();                                   \
+    if (ierr != nullptr) *ierr = rc;                                 \
+  }
+CCOLL_FORTRAN_ALLREDUCE(mpi_allreduce_)
+CCOLL_FORTRAN_ALLREDUCE(mpi_allreduce__)
+CCOLL_FORTRAN_ALLREDUCE(mpi_allreduce)
+CCOLL_FORTRAN_ALLREDUCE(MPI_ALLREDUCE)
+CCOLL_FORTRAN_ALLGATHER(mpi_allgather_)
+CCOLL_FORTRAN_ALLGATHER(mpi_allgather__)
+CCOLL_FORTRAN_ALLGATHER(mpi_allgather)
+CCOLL_FORTRAN_ALLGATHER(MPI_ALLGATHER)
+CCOLL_FORTRAN_FINALIZE(mpi_finalize_)
+CCOLL_FORTRAN_FINALIZE(mpi_finalize__)
+CCOLL_FORTRAN_FINALIZE(mpi_finalize)
+CCOLL_FORTRAN_FINALIZE(MPI_FINALIZE)
+
+}  // extern "C"

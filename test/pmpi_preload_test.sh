@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# libccoll_mpi under LD_PRELOAD, on the unmodified MPI program test/pmpi_check.c.
+#   pmpi_preload_test.sh MPIEXEC RANKS PROGRAM LIBRARY
+# 1. CCOLL_CODEC unset: every result byte-identical to the run without the preload.
+# 2. CCOLL_CODEC=maxnorm:bits=8 (CCOLL_STATS=1): float/double sums and float all-gathers of at
+#    least CCOLL_MIN_BYTES are compressed (error > 0) within maxnorm's bound; everything else
+#    (ints, MPI_MAX, a user op, small counts) byte-identical to plain MPI; all ranks agree; the
+#    statistics are printed at MPI_Finalize.
+# 3. CCOLL_EXCLUDE_COMM_SIZE=RANKS: MPI_COMM_WORLD passes through, the split halves compress.
+# 4. A malformed CCOLL_CODEC fails the run on every rank with a message naming the codecs.
+set -euo pipefail
+MPIEXEC=$1
+P=$2
+PROG=$3
+LIB=$4
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+run() {  # run NAME [VAR=VALUE ...]: stdout to $work/NAME.out, stderr to $work/NAME.err
+  local name=$1
+  shift
+  local xs=()
+  for kv in "$@"; do
+    export "${kv?}"
+    xs+=(-x "${kv%%=*}")
+  done
+  local rc=0
+  timeout 120 "$MPIEXEC" -n "$P" "${xs[@]}" "$PROG" > "$work/$name.out" 2> "$work/$name.err" ||
+    rc=$?
+  for kv in "$@"; do unset "${kv%%=*}"; done
+  [ "$rc" -ne 124 ] || fail "$name: timed out (hang)"
+  return "$rc"
+}
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$work"/*; do echo "--- $f" >&2; cat "$f" >&2; done
+  exit 1
+}
+hash_of() { awk -v c="$2" '$1 == c { print $2 }' "$work/$1.out"; }
+
+run plain || fail "plain run failed"
+[ "$(wc -l < "$work/plain.out")" -eq 14 ] || fail "plain run printed $(wc -l < "$work/plain.out") cases, expected 14"
+
+# 1. pass-through
+run unset LD_PRELOAD="$LIB" || fail "preloaded run failed"
+cmp -s "$work/plain.out" "$work/unset.out" || fail "CCOLL_CODEC unset: results differ from plain MPI"
+
+# 2. compressed
+run codec LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=8 CCOLL_STATS=1 || fail "codec run failed"
+bound=$(awk -v p="$P" 'BEGIN { printf "%.9g", p * (1 / 127 + 2 ^ -23) }')
+while read -r name hash err agree; do
+  [ "$agree" = 1 ] || fail "$name: ranks hold different results"
+  case $name in
+    lossy_*)
+      awk -v e="$err" -v b="$bound" 'BEGIN { exit !(e > 0 && e <= b) }' ||
+        fail "$name: error $err not in (0, $bound]: not compressed, or beyond maxnorm's bound"
+      ;;
+    exact_*)
+      [ "$hash" = "$(hash_of plain "$name")" ] || fail "$name: differs from plain MPI"
+      ;;
+  esac
+done < "$work/codec.out"
+[ "$(wc -l < "$work/codec.out")" -eq 14 ] || fail "codec run printed the wrong number of cases"
+grep -q "^MPI_COMM_WORLD" "$work/codec.err" || fail "no per-communicator statistics"
+awk '/libccoll_mpi totals/ { for (i = 1; i <= NF; ++i) if ($i == "calls" && $(i - 1) + 0 >= 5 * '"$P"') ok = 1 }
+     END { exit !ok }' "$work/codec.err" || fail "statistics do not count the compressed calls"
+
+# 3. a communicator size excluded
+if [ "$P" -ge 2 ]; then
+  half=$(( (P + 1) / 2 ))
+  run excl LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=8 CCOLL_EXCLUDE_COMM_SIZE="$P" ||
+    fail "run with an excluded size failed"
+  [ "$(hash_of excl lossy_float_sum)" = "$(hash_of plain lossy_float_sum)" ] ||
+    fail "CCOLL_EXCLUDE_COMM_SIZE=$P: MPI_COMM_WORLD was compressed"
+  if [ "$half" -ne "$P" ]; then
+    [ "$(hash_of excl lossy_float_sum_split)" != "$(hash_of plain lossy_float_sum_split)" ] ||
+      fail "CCOLL_EXCLUDE_COMM_SIZE=$P: the split communicator (size $half) was not compressed"
+  fi
+fi
+
+# 4. a malformed codec: an error on every rank, no hang
+if run bad LD_PRELOAD="$LIB" CCOLL_CODEC=maxnrm:bits=8; then
+  fail "a malformed CCOLL_CODEC did not fail the run"
+fi
+grep -q "maxnrm" "$work/bad.err" || fail "the error does not name the bad codec"
+grep -q "maxnorm" "$work/bad.err" || fail "the error does not list the valid codecs"
+echo "pmpi_preload_test: $P ranks passed"
