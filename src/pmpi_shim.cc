@@ -207,7 +207,7 @@ void print_stats() {
   std::fprintf(stderr, "libccoll_mpi stats (codec %s; table: world rank 0, per communicator)\n",
                config().codec.empty() ? "unset: pass-through" : config().codec.c_str());
   std::fprintf(stderr, "%-20s %5s %10s %10s %9s %14s %14s %7s %9s %9s %9s\n", "communicator",
-               "size", "compressed", "passed", "fellback", "bytes in", "bytes wire", "ratio",
+               "size", "compressed", "passed", "fellback", "bytes in", "bytes wire", "in/wire",
                "encode s", "comm s", "decode s");
   for (const auto& [comm, s] : comm_stats) {
     std::fprintf(stderr, "%-20s %5d %10llu %10llu %9llu %14llu %14llu %7.2f %9.4f %9.4f %9.4f\n",
@@ -218,7 +218,7 @@ void print_stats() {
   }
   std::fprintf(stderr,
                "libccoll_mpi totals over %d ranks: %.0f calls compressed (%.0f fell back to MPI), "
-               "%.0f passed through, %.0f bytes in, %.0f bytes on the wire (ratio %.2f), %.3f s "
+               "%.0f passed through, %.0f bytes in, %.0f bytes on the wire (in/wire %.2f), %.3f s "
                "in compressed calls\n",
                size, total[0], total[5], total[1], total[2], total[3],
                total[3] > 0 ? total[2] / total[3] : 0.0, total[4]);
