@@ -59,30 +59,30 @@ void philox_quads(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
 
 }  // namespace
 
-CCOLL_TARGET_CLONES
-void stochastic_bytes(const float* x, const float* u, std::size_t n, float inv, std::uint32_t s,
-                      std::byte* out) {
+// out[k] = stochastic_code(x[k] in R, inv, u[k], s) as one byte: the loop behind every
+// stochastic_bytes() overload, each of which is compiled per target by CCOLL_TARGET_CLONES.
+template <class R, class T, class O>
+void stochastic_bytes_in(const T* x, const float* u, std::size_t n, R inv, std::uint32_t s,
+                         O* out) {
   for (std::size_t k = 0; k < n; ++k) {
-    out[k] = static_cast<std::byte>(stochastic_code(x[k], inv, u[k], s));
+    out[k] = static_cast<O>(stochastic_code(static_cast<R>(x[k]), inv, u[k], s));
   }
 }
 
-template <class T>
-void stochastic_bytes_in_double(const T* x, const float* u, std::size_t n, double inv,
-                                std::uint32_t s, std::uint8_t* out) {
-  for (std::size_t k = 0; k < n; ++k) {
-    out[k] = static_cast<std::uint8_t>(stochastic_code(static_cast<double>(x[k]), inv, u[k], s));
-  }
+CCOLL_TARGET_CLONES
+void stochastic_bytes(const float* x, const float* u, std::size_t n, float inv, std::uint32_t s,
+                      std::byte* out) {
+  stochastic_bytes_in(x, u, n, inv, s, out);
 }
 CCOLL_TARGET_CLONES
 void stochastic_bytes(const float* x, const float* u, std::size_t n, double inv, std::uint32_t s,
                       std::uint8_t* out) {
-  stochastic_bytes_in_double(x, u, n, inv, s, out);
+  stochastic_bytes_in(x, u, n, inv, s, out);
 }
 CCOLL_TARGET_CLONES
 void stochastic_bytes(const double* x, const float* u, std::size_t n, double inv, std::uint32_t s,
                       std::uint8_t* out) {
-  stochastic_bytes_in_double(x, u, n, inv, s, out);
+  stochastic_bytes_in(x, u, n, inv, s, out);
 }
 
 const float* uniforms_for(std::uint64_t seed, std::uint64_t call, std::uint64_t stream,

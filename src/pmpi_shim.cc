@@ -137,11 +137,14 @@ MPI_Datatype ccoll_type(MPI_Datatype t) {
   return MPI_DATATYPE_NULL;
 }
 
-// Whether a call on `comm` with `bytes` per rank may be compressed (same answer on every rank).
-bool eligible(MPI_Comm comm, std::size_t bytes) {
+// Whether a call on `comm` with `count` elements of `t` (from ccoll_type()) per rank may be
+// compressed (same answer on every rank).
+bool eligible(MPI_Comm comm, int count, MPI_Datatype t) {
   const ShimConfig& c = config();
   if (!c.compress) return false;  // CCOLL_CODEC unset: pure pass-through
-  if (comm == MPI_COMM_NULL || bytes < c.min_bytes) return false;
+  if (t == MPI_DATATYPE_NULL || count < 0 || comm == MPI_COMM_NULL) return false;
+  const std::size_t bytes = static_cast<std::size_t>(count) * (t == MPI_DOUBLE ? 8 : 4);
+  if (bytes < c.min_bytes) return false;
   int inter = 0;
   if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter != 0) return false;
   int size = 0;
@@ -160,11 +163,12 @@ int run_ccoll(MPI_Comm comm, const char* fn, F&& call) {
   opt.stats = &st;
   try {
     if (!c.error.empty()) throw ccoll::Error(ccoll::Status::kInvalidArgument, c.error);
-    inside_ccoll = true;
+    struct Inside {  // set for the call, cleared however it ends
+      Inside() { inside_ccoll = true; }
+      ~Inside() { inside_ccoll = false; }
+    } inside;
     call(opt);
-    inside_ccoll = false;
   } catch (const ccoll::Error& e) {
-    inside_ccoll = false;
     int rank = 0;
     PMPI_Comm_rank(comm, &rank);
     std::fprintf(stderr, "libccoll_mpi [rank %d] %s: %s\n", rank, fn, e.what());
@@ -248,10 +252,7 @@ __attribute__((visibility("default"))) int MPI_Allreduce(const void* sendbuf, vo
                                                          MPI_Op op, MPI_Comm comm) {
   if (inside_ccoll) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   const MPI_Datatype t = ccoll_type(datatype);
-  int type_size = 0;
-  if (t != MPI_DATATYPE_NULL) PMPI_Type_size(t, &type_size);
-  if (!config().allreduce || t == MPI_DATATYPE_NULL || op != MPI_SUM || count < 0 ||
-      !eligible(comm, static_cast<std::size_t>(count) * static_cast<std::size_t>(type_size))) {
+  if (!config().allreduce || op != MPI_SUM || !eligible(comm, count, t)) {
     count_passed(comm);
     return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
   }
@@ -270,12 +271,9 @@ __attribute__((visibility("default"))) int MPI_Allgather(const void* sendbuf, in
   }
   const bool in_place = sendbuf == MPI_IN_PLACE;
   const MPI_Datatype t = ccoll_type(recvtype);
-  int type_size = 0;
-  if (t != MPI_DATATYPE_NULL) PMPI_Type_size(t, &type_size);
   // in place, the send arguments are ignored; otherwise they must describe the same elements
   const bool same = in_place || (ccoll_type(sendtype) == t && sendcount == recvcount);
-  if (!config().allgather || t == MPI_DATATYPE_NULL || !same || recvcount < 0 ||
-      !eligible(comm, static_cast<std::size_t>(recvcount) * static_cast<std::size_t>(type_size))) {
+  if (!config().allgather || !same || !eligible(comm, recvcount, t)) {
     count_passed(comm);
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   }
