@@ -70,6 +70,7 @@ struct Args {
   bool validate = false;
   bool baseline_mpi = false;
   bool baseline_only = false;
+  bool profile = false;
   std::string iface;  // Gloo: the interface its TCP device binds to
   std::string algorithm = "auto";
   std::vector<std::string> codecs;
@@ -94,6 +95,9 @@ void usage() {
       "  --baseline mpi                also time plain MPI_%s as the baseline\n"
       "  --baseline-only               time only the baseline (e.g. once per Open MPI\n"
       "                                algorithm chosen with --mca coll_tuned_*)\n"
+      "  --profile                     after each ccoll row, a '# profile' line: per call, the\n"
+      "                                mean over ranks of ms in encode, in transport waits,\n"
+      "                                in decode, and the rest (agreement, copies, scales)\n"
       "  -h, --help                    this help\n",
       kProgram,
       kGloo ? "  --codec ALG                   Gloo all-reduce: ring, ring_chunked, halving_doubling\n"
@@ -153,7 +157,7 @@ void add_codecs(std::vector<std::string>& out, const std::string& list) {
 
 Args parse(int argc, char** argv) {
   Args a;
-  enum { kCodec = 1000, kBaseline, kAlgorithm, kBaselineOnly, kIface };
+  enum { kCodec = 1000, kBaseline, kAlgorithm, kBaselineOnly, kIface, kProfile };
   const option longopts[] = {{"message-size", required_argument, nullptr, 'm'},
                              {"iterations", required_argument, nullptr, 'i'},
                              {"warmup", required_argument, nullptr, 'x'},
@@ -165,6 +169,7 @@ Args parse(int argc, char** argv) {
                              {"algorithm", required_argument, nullptr, kAlgorithm},
                              {"baseline-only", no_argument, nullptr, kBaselineOnly},
                              {"iface", required_argument, nullptr, kIface},
+                             {"profile", no_argument, nullptr, kProfile},
                              {nullptr, 0, nullptr, 0}};
   opterr = rank_ == 0 ? 1 : 0;
   int c;
@@ -214,6 +219,9 @@ Args parse(int argc, char** argv) {
       case kIface:
         a.iface = optarg;
         break;
+      case kProfile:
+        a.profile = true;
+        break;
       default:
         usage();
         fail("unknown option");
@@ -223,6 +231,7 @@ Args parse(int argc, char** argv) {
   if (a.min_bytes > a.max_bytes) fail("-m: MIN is larger than MAX");
   if (a.baseline_only && !a.baseline_mpi) fail("--baseline-only needs --baseline mpi");
   if (a.baseline_only && !a.codecs.empty()) fail("--baseline-only takes no --codec");
+  if (a.profile && kGloo) fail("--profile: Gloo reports no phases (valid only for ccoll drivers)");
   if (a.codecs.empty() && !a.baseline_only) a.codecs.push_back(kGloo ? "ring" : "none");
   if (a.iface.empty()) {
     const char* env = std::getenv("CCOLL_CLUSTER_IFACE");
@@ -458,6 +467,11 @@ int main(int argc, char** argv) {
       ccoll::Options opt;
       opt.codec = codec;
       opt.algorithm = args.algorithm;
+      // --profile: phase times of the timed calls (warm-up included: same code, same sizes)
+      ccoll::Stats call_stats;
+      double phase[4] = {0, 0, 0, 0};  // encode, comm, decode, total
+      int profiled = 0;
+      if (args.profile) opt.stats = &call_stats;
       auto call = [&] {
         if (kAllgather) {
           ccoll::compressed_allgather(send.data(), count, recv.data(), MPI_FLOAT, MPI_COMM_WORLD,
@@ -466,8 +480,16 @@ int main(int argc, char** argv) {
           ccoll::compressed_allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM,
                                       MPI_COMM_WORLD, opt);
         }
+        if (args.profile) {
+          phase[0] += call_stats.encode_seconds;
+          phase[1] += call_stats.comm_seconds;
+          phase[2] += call_stats.decode_seconds;
+          phase[3] += call_stats.total_seconds;
+          ++profiled;
+        }
       };
       const Timing t = time_op(iters, warm, call);
+      opt.stats = nullptr;
       const std::size_t wire = wire_bytes(codec, args.algorithm, send, recv);
       const double err = max_err();
       char ratio[32] = "-";
@@ -487,6 +509,17 @@ int main(int argc, char** argv) {
         }
       }
       report(codec, t, ratio, err, bound);
+      if (args.profile) {
+        double mean[4];
+        for (double& v : phase) v = v / std::max(1, profiled) * 1e3 / size_;
+        MPI_Reduce(phase, mean, 4, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+        if (rank_ == 0) {
+          std::printf("# profile %zu %s encode_ms %.3f comm_ms %.3f decode_ms %.3f other_ms %.3f "
+                      "total_ms %.3f\n",
+                      count * sizeof(float), codec.c_str(), mean[0], mean[1], mean[2],
+                      std::max(0.0, mean[3] - mean[0] - mean[1] - mean[2]), mean[3]);
+        }
+      }
     }
     std::fflush(stdout);
   }

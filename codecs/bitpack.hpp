@@ -189,4 +189,112 @@ inline void for_each_packed(const std::byte* data, std::size_t data_bytes, unsig
   }
 }
 
+// 128-bit word of the group pack/unpack (GCC and Clang; __extension__: no -Wpedantic note)
+__extension__ typedef unsigned __int128 GroupWord;
+
+/// f(std::integral_constant<unsigned, width>{}) for widths 1..16 (where a group of 8 values is
+/// `width` whole bytes that fit one 128-bit word); `otherwise` for wider values.
+template <class F>
+std::size_t with_group_width(unsigned width, std::size_t otherwise, F&& f) {
+  switch (width) {
+#define CCOLL_GROUP_WIDTH_CASE(W) \
+  case W:                         \
+    return f(std::integral_constant<unsigned, W>{});
+    CCOLL_GROUP_WIDTH_CASE(1)
+    CCOLL_GROUP_WIDTH_CASE(2)
+    CCOLL_GROUP_WIDTH_CASE(3)
+    CCOLL_GROUP_WIDTH_CASE(4)
+    CCOLL_GROUP_WIDTH_CASE(5)
+    CCOLL_GROUP_WIDTH_CASE(6)
+    CCOLL_GROUP_WIDTH_CASE(7)
+    CCOLL_GROUP_WIDTH_CASE(8)
+    CCOLL_GROUP_WIDTH_CASE(9)
+    CCOLL_GROUP_WIDTH_CASE(10)
+    CCOLL_GROUP_WIDTH_CASE(11)
+    CCOLL_GROUP_WIDTH_CASE(12)
+    CCOLL_GROUP_WIDTH_CASE(13)
+    CCOLL_GROUP_WIDTH_CASE(14)
+    CCOLL_GROUP_WIDTH_CASE(15)
+    CCOLL_GROUP_WIDTH_CASE(16)
+#undef CCOLL_GROUP_WIDTH_CASE
+    default:
+      return otherwise;
+  }
+}
+
+/// Values [first, first + n) of a packed stream of `width`-bit values (width <= 32) occupying
+/// `data_bytes` bytes, into out[0, n). Whole groups of 8 values (W bytes each, byte aligned)
+/// come out of one 128-bit word for widths up to 16; the rest value by value. Never reads past
+/// `data_bytes`.
+inline void unpack_range(const std::byte* data, std::size_t data_bytes, unsigned width,
+                         std::size_t first, std::size_t n, std::uint32_t* out) {
+  std::size_t i = first;
+  const std::size_t end = first + n;
+  for (; i < end && i % 8 != 0; ++i) out[i - first] = packed_at(data, data_bytes, width, i);
+  const std::size_t groups = (end - i) / 8;
+  i = with_group_width(width, i, [&](auto w) {
+    constexpr unsigned W = decltype(w)::value;
+    constexpr std::uint32_t kMask = (1u << W) - 1u;
+    const std::byte* in = data + i / 8 * W;
+    std::uint32_t* o = out + (i - first);
+    // value j of a group: one 4-byte load at byte W·j/8 (W·j%8 + W <= 23 bits), all offsets
+    // compile-time; the 4-byte loads may reach 3 bytes past the group, so groups that end
+    // within 3 bytes of the stream's end take the 128-bit path
+    const std::size_t safe_end = data_bytes >= 3 ? data_bytes - 3 : 0;
+    std::size_t g = 0;
+    for (; g < groups && static_cast<std::size_t>(in + W - data) <= safe_end;
+         ++g, in += W, o += 8) {
+      for (unsigned j = 0; j < 8; ++j) {
+        std::uint32_t word;
+        std::memcpy(&word, in + (W * j) / 8, 4);
+        o[j] = (word >> ((W * j) % 8)) & kMask;
+      }
+    }
+    for (; g < groups; ++g, in += W, o += 8) {
+      GroupWord v = 0;
+      std::memcpy(&v, in, W);  // exactly the group's W bytes (little-endian)
+      for (unsigned j = 0; j < 8; ++j) o[j] = static_cast<std::uint32_t>(v >> (W * j)) & kMask;
+    }
+    return i + groups * 8;
+  });
+  for (; i < end; ++i) out[i - first] = packed_at(data, data_bytes, width, i);
+}
+
+/// Packs v[0, n) as `width`-bit values (each < 2^width) starting at a byte-aligned position
+/// `out`: groups of 8 as W whole bytes for widths up to 16, then the remainder bit by bit.
+/// Returns the position after the last byte written (a partial last byte is zero-padded).
+/// The bytes equal BitWriter's for the same values.
+inline std::byte* pack_aligned(const std::uint32_t* v, std::size_t n, unsigned width,
+                               std::byte* out) {
+  const std::size_t groups = n / 8;
+  const std::size_t done = with_group_width(width, 0, [&](auto w) {
+    constexpr unsigned W = decltype(w)::value;
+    for (std::size_t g = 0; g < groups; ++g, out += W) {
+      // two 64-bit halves with compile-time shifts (no 128-bit shift sequences)
+      std::uint64_t lo = 0;
+      std::uint64_t hi = 0;
+      for (unsigned j = 0; j < 8; ++j) {
+        const std::uint64_t x = v[8 * g + j];
+        const unsigned pos = W * j;
+        if (pos < 64) {
+          lo |= x << pos;
+          if (pos + W > 64) hi |= x >> (64 - pos);
+        } else {
+          hi |= x << (pos - 64);
+        }
+      }
+      if constexpr (W >= 8) {
+        std::memcpy(out, &lo, 8);
+        std::memcpy(out + 8, &hi, W - 8);
+      } else {
+        std::memcpy(out, &lo, W);
+      }
+    }
+    return groups * 8;
+  });
+  BitWriter wr(out, width);
+  for (std::size_t k = done; k < n; ++k) wr.put(v[k]);
+  return wr.finish();
+}
+
 }  // namespace ccoll::codec

@@ -83,6 +83,16 @@ class Codec {
   /// falls back to uncompressed MPI for the whole call on every rank.
   virtual bool needs_fallback(const void* data, std::size_t count, int ranks) const = 0;
 
+  /// needs_fallback() and, where the codec can, local_scales() in the same pass over the input
+  /// (`scales`: room for scale_slots(count) values, or null). Returns true when it wrote the
+  /// scales; false when the caller must still call local_scales() (after set_call()).
+  virtual bool scan(const void* data, std::size_t count, int ranks, double* scales,
+                    bool& fallback) const {
+    (void)scales;
+    fallback = needs_fallback(data, count, ranks);
+    return false;
+  }
+
   /// Encodes `count` elements into `out` (capacity max_encoded_bytes(count)); returns the bytes
   /// written.
   virtual std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,

@@ -191,10 +191,33 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     }
     for (std::size_t b = 0; b * kBlock < count; ++b) {
       const std::size_t end = std::min(count, (b + 1) * kBlock);
-      T m = 0;
-      for (std::size_t i = b * kBlock; i < end; ++i) m = std::max(m, std::fabs(x[i]));
+      T m = abs_max(x + b * kBlock, end - b * kBlock);
+      if (std::isnan(m)) {  // the largest non-NaN magnitude, as before (the scan falls back)
+        m = 0;
+        for (std::size_t i = b * kBlock; i < end; ++i) m = std::max(m, std::fabs(x[i]));
+      }
       out[b] = static_cast<double>(m);
     }
+  }
+  // One pass for both: the block maxima are the scales, and the fallback test (NaN, or beyond
+  // the limit) is a test of the block maxima (abs_max() is NaN when a block holds a NaN).
+  bool scan(const void* data, std::size_t count, int ranks, double* scales,
+            bool& fallback) const override {
+    if (sparse_ || scales == nullptr) {  // randk's scales depend on the call's selection
+      fallback = needs_fallback(data, count, ranks);
+      return false;
+    }
+    const double limit = static_cast<double>(std::numeric_limits<float>::max()) /
+                         (static_cast<double>(std::max(1, ranks)) * (1 + kFallbackMargin));
+    const T* x = static_cast<const T*>(data);
+    fallback = false;
+    for (std::size_t b = 0; b * kBlock < count; ++b) {
+      const std::size_t end = std::min(count, (b + 1) * kBlock);
+      const double m = static_cast<double>(abs_max(x + b * kBlock, end - b * kBlock));
+      fallback |= !(m <= limit);  // NaN compares false
+      scales[b] = m;
+    }
+    return true;
   }
   void set_scales(const double* shared, std::size_t n) override {
     scales_.resize(n);
@@ -331,21 +354,37 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     const std::size_t b_code_bytes = packed_bytes(vb.ncodes, vb.width);
     auto code_a = [&](std::size_t i) { return packed_at(va.codes, a_code_bytes, va.width, i); };
     auto code_b = [&](std::size_t i) { return packed_at(vb.codes, b_code_bytes, vb.width, i); };
-    BitWriter w(p, width(j));
     const std::int64_t ba = bias(va.contributions);
     const std::int64_t bb = bias(vb.contributions);
     if (!requant_) {
-      const std::int64_t bj = bias(j);
-      bool bad = false;
-      for (std::size_t i = 0; i < va.ncodes; ++i) {
-        const std::int64_t qa = static_cast<std::int64_t>(code_a(i)) - ba;
-        const std::int64_t qb = static_cast<std::int64_t>(code_b(i)) - bb;
-        bad |= qa > ba || qb > bb;  // codes are >= -bias by construction (unsigned lanes)
-        w.put(static_cast<std::uint32_t>(qa + qb + bj));
+      // lanes (code_a - ba) + (code_b - bb) + bj, in batches: unpack both streams, add with
+      // one range check per batch, pack (whole byte groups; see unpack_range/pack_aligned)
+      const auto bj = static_cast<std::uint32_t>(bias(j));
+      const auto la = static_cast<std::uint32_t>(2 * ba);
+      const auto lb = static_cast<std::uint32_t>(2 * bb);
+      const auto shift = static_cast<std::uint32_t>(ba + bb) - bj;  // bj <= ba + bb
+      lanes_.resize(2 * kLaneBatch);
+      std::uint32_t* ua = lanes_.data();
+      std::uint32_t* ub = ua + kLaneBatch;
+      std::uint32_t worst_a = 0;
+      std::uint32_t worst_b = 0;
+      const unsigned wj = width(j);
+      for (std::size_t i = 0; i < va.ncodes; i += kLaneBatch) {
+        const std::size_t n = std::min(kLaneBatch, va.ncodes - i);
+        unpack_range(va.codes, a_code_bytes, va.width, i, n, ua);
+        unpack_range(vb.codes, b_code_bytes, vb.width, i, n, ub);
+        for (std::size_t k = 0; k < n; ++k) {
+          worst_a = std::max(worst_a, ua[k]);
+          worst_b = std::max(worst_b, ub[k]);
+          ua[k] = ua[k] + ub[k] - shift;  // in range once both checks pass
+        }
+        // kLaneBatch is a multiple of 8: every batch but the last ends on a byte boundary
+        p = pack_aligned(ua, n, wj, p);
       }
-      if (bad) corrupt("code out of range");
-      return static_cast<std::size_t>(w.finish() - out);
+      if (worst_a > la || worst_b > lb) corrupt("code out of range");
+      return static_cast<std::size_t>(p - out);
     }
+    BitWriter w(p, width(j));
     // requant: lane c stands for c·j·M/s; round (c_a·j_a + c_b·j_b)/j stochastically to an
     // integer, unbiased: floor(t/j) + Bernoulli((t mod j)/j) for t = |c_a·j_a + c_b·j_b|
     UniformStream us(ctx.seed ^ kRequantKeyMix, ctx.call, ctx.stream);
@@ -524,16 +563,23 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
               }
             });
       } else {
-        for_each_packed(
-            v.codes, code_bytes, v.width, i, end - i, [&](std::size_t k, std::uint32_t u) {
-              worst = std::max(worst, u);
-              const T value = static_cast<T>(static_cast<std::int64_t>(u) - bias_j) * step;
-              if constexpr (kAccumulate) {
-                out[k] += value;
-              } else {
-                out[k] = value;
-              }
-            });
+        // unpacked in batches, then one branch-free (vectorizable) pass per batch
+        lanes_.resize(kLaneBatch);
+        std::uint32_t* u = lanes_.data();
+        for (std::size_t k0 = i; k0 < end; k0 += kLaneBatch) {
+          const std::size_t n = std::min(kLaneBatch, end - k0);
+          unpack_range(v.codes, code_bytes, v.width, k0, n, u);
+          T* o = out + k0;
+          for (std::size_t k = 0; k < n; ++k) {
+            worst = std::max(worst, u[k]);
+            const T value = static_cast<T>(static_cast<std::int64_t>(u[k]) - bias_j) * step;
+            if constexpr (kAccumulate) {
+              o[k] += value;
+            } else {
+              o[k] = value;
+            }
+          }
+        }
       }
       i = end;
     }
@@ -554,6 +600,9 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   std::vector<float> scales_;
   std::vector<std::uint8_t> mask_;
   mutable std::vector<std::uint64_t> sel_;
+  // unpacked lanes of decode and of the compressed-domain add (kLaneBatch per stream)
+  static constexpr std::size_t kLaneBatch = 2048;
+  mutable std::vector<std::uint32_t> lanes_;
   std::vector<float> uniforms_ = std::vector<float>(kUniformBatch + 8);
   std::vector<std::uint8_t> codes_ = std::vector<std::uint8_t>(kUniformBatch);  // byte codes
 };

@@ -4,6 +4,8 @@
 // philox_block() (tested).
 #include "uniforms.hpp"
 
+#include <cstring>
+
 #include "philox.hpp"
 
 namespace ccoll::codec {
@@ -98,5 +100,30 @@ const float* uniforms_for(std::uint64_t seed, std::uint64_t call, std::uint64_t 
 #endif
   return scratch + (first & 3);
 }
+
+namespace {
+
+template <class T, class U>
+T abs_max_in(const T* x, std::size_t n) {
+  constexpr U kAbs = ~(U{1} << (8 * sizeof(U) - 1));
+  U m = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    U b;
+    std::memcpy(&b, x + k, sizeof b);
+    b &= kAbs;
+    m = b > m ? b : m;
+  }
+  T r;
+  std::memcpy(&r, &m, sizeof r);
+  return r;
+}
+
+}  // namespace
+
+CCOLL_TARGET_CLONES
+float abs_max(const float* x, std::size_t n) { return abs_max_in<float, std::uint32_t>(x, n); }
+
+CCOLL_TARGET_CLONES
+double abs_max(const double* x, std::size_t n) { return abs_max_in<double, std::uint64_t>(x, n); }
 
 }  // namespace ccoll::codec

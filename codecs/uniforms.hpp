@@ -44,4 +44,10 @@ void stochastic_bytes(const float* x, const float* u, std::size_t n, double inv,
 void stochastic_bytes(const double* x, const float* u, std::size_t n, double inv, std::uint32_t s,
                       std::uint8_t* out);
 
+/// max |x[k]| over k < n (0 for n = 0), as an integer max of the sign-cleared bit patterns: for
+/// non-negative IEEE values the integer order is the numeric order and every NaN lies above
+/// +inf, so the result is NaN exactly when some x[k] is NaN. One vectorized pass.
+float abs_max(const float* x, std::size_t n);
+double abs_max(const double* x, std::size_t n);
+
 }  // namespace ccoll::codec

@@ -168,24 +168,31 @@ void reduce_scatter_ring(Context& cx, void* buf, std::size_t count) {
   e.finish();
 }
 
-void allreduce_ring(Context& cx, void* buf, std::size_t count, bool average) {
+void allreduce_ring(Context& cx, const void* in, void* out, std::size_t count, bool average) {
   Engine e(cx);
   const int p = e.size();
   const int r = e.rank();
   const RingLayout L(count, p, cx.segment_elems, cx.codec);
   std::byte* slots = cx.workspace.bytes(L.slot_bytes() + 2 * L.seg_capacity());
   std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
-  auto* data = static_cast<std::byte*>(buf);
+  auto* data = static_cast<std::byte*>(out);
+  // the reduce-scatter of summable codecs only reads its input (the sums stay codes), so a
+  // separate input is used where it is, with no copy
+  auto* input = const_cast<std::byte*>(static_cast<const std::byte*>(in));
 
-  std::byte* own = data + chunk_offset(count, p, r) * e.elem_bytes();
   if (cx.codec.capabilities().summable) {
     // the reduce-scatter leaves this rank's chunk as summed codes in its slots; everyone
     // decodes the same sums, then scales them the same way
-    if (p == 1) encode_own_chunk(e, L, own, slots, sizes, false, codec::BlockContext::Role::kOwn);
-    reduce_scatter_phase(e, L, data, slots, sizes);
+    if (p == 1) {
+      encode_own_chunk(e, L, input + chunk_offset(count, p, r) * e.elem_bytes(), slots, sizes,
+                       false, codec::BlockContext::Role::kOwn);
+    }
+    reduce_scatter_phase(e, L, input, slots, sizes);
     allgather_phase(e, L, data, slots, sizes);
     if (average) divide_elements(data, count, cx.codec.dtype(), p);
   } else {
+    if (input != data && count != 0) std::memcpy(data, input, count * e.elem_bytes());
+    std::byte* own = data + chunk_offset(count, p, r) * e.elem_bytes();
     reduce_scatter_phase(e, L, data, slots, nullptr);
     if (average) divide_elements(own, L.chunk_elems(r), cx.codec.dtype(), p);
     encode_own_chunk(e, L, own, slots, sizes, false, codec::BlockContext::Role::kHop);

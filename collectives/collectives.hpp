@@ -82,9 +82,14 @@ Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t e
 Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t elem_bytes,
                            int ranks);
 
-/// In-place all-reduce (sum, or mean when `average`) of `count` elements at `buf`:
-/// ring reduce-scatter + ring all-gather, pipelined in segments.
-void allreduce_ring(Context& cx, void* buf, std::size_t count, bool average);
+/// All-reduce (sum, or mean when `average`) of the `count` elements at `in` into `out`
+/// (`in` == `out`: in place; otherwise they must not overlap and `in` is only read):
+/// ring reduce-scatter + ring all-gather, pipelined in segments. Summable codecs read `in`
+/// directly; the others first copy it to `out`, where the reduce-scatter accumulates.
+void allreduce_ring(Context& cx, const void* in, void* out, std::size_t count, bool average);
+inline void allreduce_ring(Context& cx, void* buf, std::size_t count, bool average) {
+  allreduce_ring(cx, buf, buf, count, average);
+}
 
 /// Recursive doubling all-reduce for small messages; non-powers of two fold the extra ranks in
 /// and out around it.

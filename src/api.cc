@@ -300,6 +300,7 @@ void run(const Call& call, Stats& stats) {
   // The codec decides whether it can carry this rank's input; only asked when all is well.
   Plan* plan = nullptr;
   bool fallback = false;
+  bool scanned = false;  // the codec's scan() already wrote this rank's scales
   const bool compress =
       bad.arg == kArgNone && call.count > 0 && p > 1 && call.count * es >= env.min_bytes;
   if (compress) {
@@ -322,7 +323,11 @@ void run(const Call& call, Stats& stats) {
                                              : static_cast<const std::byte*>(call.recvbuf) +
                                                    static_cast<std::size_t>(rank) * call.count * es)
                                 : call.sendbuf;
-        fallback = plan->codec->needs_fallback(input, call.count, allreduce ? p : 1);
+        // the fallback test and, for most codecs, the scale pass: one read of the input
+        const std::size_t nscales = plan->codec->scale_slots(call.count);
+        if (plan->scales.size() < nscales) plan->scales.resize(nscales);
+        scanned = plan->codec->scan(input, call.count, allreduce ? p : 1,
+                                    nscales != 0 ? plan->scales.data() : nullptr, fallback);
       }
     } catch (const Error& e) {
       bad.set(kArgCodec, e.code(), e.what() + 7);
@@ -375,12 +380,19 @@ void run(const Call& call, Stats& stats) {
 
   auto* recv = static_cast<std::byte*>(call.recvbuf);
   std::byte* own = allreduce ? recv : recv + static_cast<std::size_t>(rank) * call.count * es;
-  if (!in_place) std::memcpy(own, call.sendbuf, call.count * es);
+  // this rank's input: read where it is (a summable codec's ring all-reduce needs no copy
+  // into recvbuf; every other path copies it there before its schedule)
+  const std::byte* input = in_place ? own : static_cast<const std::byte*>(call.sendbuf);
+  auto copy_input = [&] {
+    if (!in_place) std::memcpy(own, call.sendbuf, call.count * es);
+  };
   if (p == 1) {
+    copy_input();
     stats.algorithm = "local";
     return;
   }
   if (!compress || fallback) {
+    copy_input();
     run_mpi_uncompressed(call, stats, dtype, es, ctx);
     stats.fell_back = fallback;
     return;
@@ -391,7 +403,7 @@ void run(const Call& call, Stats& stats) {
   plan->codec->set_call(opt.seed, call_no);
   if (const std::size_t nscales = plan->codec->scale_slots(call.count); nscales != 0) {
     if (plan->scales.size() < nscales) plan->scales.resize(nscales);
-    plan->codec->local_scales(own, call.count, plan->scales.data());
+    if (!scanned) plan->codec->local_scales(input, call.count, plan->scales.data());
     CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, plan->scales.data(), static_cast<int>(nscales),
                                   MPI_DOUBLE, MPI_MAX, ctx.comm()));
     plan->codec->set_scales(plan->scales.data(), nscales);
@@ -400,7 +412,7 @@ void run(const Call& call, Stats& stats) {
   // The mask pass (two-scale maxnorm): one bit per element, agreed with a bitwise AND.
   if (const std::size_t nmask = plan->codec->mask_bytes(call.count); nmask != 0) {
     if (plan->mask.size() < nmask) plan->mask.resize(nmask);
-    plan->codec->local_mask(own, call.count, plan->mask.data());
+    plan->codec->local_mask(input, call.count, plan->mask.data());
     for (std::size_t done = 0; done < nmask; done += std::size_t{1} << 30) {
       const std::size_t n = std::min(nmask - done, std::size_t{1} << 30);
       CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, plan->mask.data() + done, static_cast<int>(n),
@@ -431,13 +443,16 @@ void run(const Call& call, Stats& stats) {
         coll::select_allreduce(algo, call.count, es, p, plan->codec->capabilities().gather_reduce);
     stats.algorithm = coll::algorithm_name(algo);
     if (algo == coll::Algorithm::kTree) {
+      copy_input();
       coll::allreduce_recursive_doubling(cx, recv, call.count, opt.average);
     } else if (algo == coll::Algorithm::kAllgather) {
+      copy_input();
       coll::allreduce_allgather(cx, recv, call.count, opt.average);
     } else {
-      coll::allreduce_ring(cx, recv, call.count, opt.average);
+      coll::allreduce_ring(cx, input, recv, call.count, opt.average);
     }
   } else {
+    copy_input();
     algo = coll::select_allgather(algo, call.count, es, p);
     stats.algorithm = coll::algorithm_name(algo);
     if (algo == coll::Algorithm::kTree) {

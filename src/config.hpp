@@ -2,7 +2,7 @@
 //   CCOLL_CODEC          codec spec used when Options::codec is empty (default "none")
 //   CCOLL_ALGO           algorithm used when Options::algorithm is "auto" (auto|ring|tree|allgather)
 //   CCOLL_MIN_BYTES      per-rank inputs below this many bytes go to plain MPI (default 0)
-//   CCOLL_SEGMENT_BYTES  ring pipelining segment, uncompressed bytes (default 256K)
+//   CCOLL_SEGMENT_BYTES  ring pipelining segment, uncompressed bytes (default 192K)
 //   CCOLL_DEBUG          WARN, INFO or TRACE: log to stderr
 #pragma once
 
@@ -17,7 +17,7 @@ struct EnvConfig {
   std::string codec;
   std::string algorithm;
   std::size_t min_bytes = 0;
-  std::size_t segment_bytes = 256 * 1024;
+  std::size_t segment_bytes = 192 * 1024;
   LogLevel log_level = LogLevel::kNone;
 };
 

@@ -277,6 +277,47 @@ TEST(MaxNorm, CompressedSumsAreExact) {
   }
 }
 
+// scan() is needs_fallback() and local_scales() in one pass: same answers, for float and
+// double, across block boundaries, with NaN, ±inf, -0 and values at the fallback limit.
+TEST(MaxNorm, ScanEqualsNeedsFallbackAndLocalScales) {
+  std::mt19937 gen(8);
+  std::normal_distribution<double> nd(0.0, 3.0);
+  const double big = std::numeric_limits<float>::max() / 3;
+  const std::vector<std::pair<std::size_t, double>> specials = {
+      {0, 0.0},       {5, -0.0},       {65535, 7.5},   {65536, -9.25},
+      {70000, big},   {70001, -big},   {130000, NAN},  {130001, INFINITY},
+      {131071, -INFINITY}};
+  for (const char* spec : {"maxnorm:bits=8", "maxnorm:bits=4,ef=1", "maxnorm:bits=2/6"}) {
+    for (const DType t : {DType::kFloat32, DType::kFloat64}) {
+      auto c = make_codec(parse_codec_spec(spec), t);
+      for (std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{140000}}) {
+        for (std::size_t with = 0; with <= specials.size(); ++with) {  // specials[0, with)
+          std::vector<double> xd(n);
+          for (auto& v : xd) v = nd(gen);
+          for (std::size_t k = 0; k < with; ++k) {
+            if (specials[k].first < n) xd[specials[k].first] = specials[k].second;
+          }
+          std::vector<float> xf(xd.begin(), xd.end());
+          const void* x = t == DType::kFloat32 ? static_cast<const void*>(xf.data()) : xd.data();
+          SCOPED_TRACE(::testing::Message() << spec << " " << dtype_name(t) << " n " << n
+                                            << " specials " << with);
+          for (int ranks : {1, 2, 3, 4}) {
+            const std::size_t ns = c->scale_slots(n);
+            std::vector<double> scanned(ns, -1.0);
+            std::vector<double> expect(ns, -1.0);
+            bool fallback = false;
+            const bool wrote = c->scan(x, n, ranks, ns ? scanned.data() : nullptr, fallback);
+            EXPECT_EQ(fallback, c->needs_fallback(x, n, ranks)) << ranks;
+            if (!wrote || fallback) continue;  // scales of fallback input are never used
+            c->local_scales(x, n, expect.data());
+            EXPECT_EQ(scanned, expect) << ranks;
+          }
+        }
+      }
+    }
+  }
+}
+
 // A finite scale whose j-fold sum leaves the float range: the encoder sends such input to MPI
 // (needs_fallback), and the decoder rejects a payload that claims it (found by libFuzzer: a
 // 1.7e38 scale with 3 contributions decoded to -inf).
@@ -418,6 +459,52 @@ TEST(BitWriter, PutBytesEqualsPutOneByOne) {
       wb.put_bytes(v.data() + lead, v.size() - lead);
       ASSERT_EQ(wa.finish() - a.data(), wb.finish() - b.data());
       EXPECT_EQ(a, b);
+    }
+  }
+}
+
+TEST(BitPack, PackAlignedEqualsBitWriter) {
+  std::mt19937 gen(6);
+  for (unsigned width = 1; width <= 20; ++width) {
+    for (std::size_t n : {0u, 1u, 7u, 8u, 9u, 64u, 203u}) {
+      SCOPED_TRACE(::testing::Message() << "width " << width << " n " << n);
+      std::vector<std::uint32_t> v(n);
+      for (auto& e : v) e = static_cast<std::uint32_t>(gen() & ((1u << width) - 1));
+      std::vector<std::byte> a(packed_bytes(n, width));
+      std::vector<std::byte> b(a.size());
+      BitWriter wa(a.data(), width);
+      for (const auto e : v) wa.put(e);
+      ASSERT_EQ(wa.finish() - a.data(), static_cast<std::ptrdiff_t>(a.size()));
+      ASSERT_EQ(pack_aligned(v.data(), n, width, b.data()) - b.data(),
+                static_cast<std::ptrdiff_t>(b.size()));
+      EXPECT_EQ(a, b);
+    }
+  }
+}
+
+TEST(BitPack, UnpackRangeEqualsPackedAt) {
+  std::mt19937 gen(7);
+  for (unsigned width = 1; width <= 20; ++width) {
+    const std::size_t total = 213;
+    // exactly the stream's bytes in their own allocation: an over-read trips ASan
+    std::vector<std::byte> data(packed_bytes(total, width));
+    for (auto& e : data) e = static_cast<std::byte>(gen());
+    for (std::size_t first : {0u, 1u, 5u, 8u, 13u, 200u}) {
+      for (std::size_t n : {0u, 1u, 8u, 13u}) {
+        const std::size_t len = first + n <= total ? n : total - first;
+        SCOPED_TRACE(::testing::Message() << "width " << width << " first " << first);
+        std::vector<std::uint32_t> got(len + 1, 0xDEADBEEFu);
+        unpack_range(data.data(), data.size(), width, first, len, got.data());
+        for (std::size_t k = 0; k < len; ++k) {
+          ASSERT_EQ(got[k], packed_at(data.data(), data.size(), width, first + k)) << k;
+        }
+        EXPECT_EQ(got[len], 0xDEADBEEFu);  // nothing written past n
+      }
+    }
+    std::vector<std::uint32_t> all(total);
+    unpack_range(data.data(), data.size(), width, 0, total, all.data());
+    for (std::size_t k = 0; k < total; ++k) {
+      ASSERT_EQ(all[k], packed_at(data.data(), data.size(), width, k)) << width << " " << k;
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -104,6 +105,18 @@ std::vector<RankResult> allreduce(int p, std::size_t count, const RunConfig& rc)
     for (std::size_t i = 0; i < count; ++i) buf[i] = input<T>(r, i);
     if (rc.algorithm == Algorithm::kTree) {
       coll::allreduce_recursive_doubling(cx, buf.data(), count, rc.average);
+    } else if (r % 2 == 1) {
+      // odd ranks: a separate input that must stay unread-only, and an output that starts as
+      // garbage (NaN): nothing of it may leak into the result
+      const std::vector<T> in = buf;
+      std::fill(buf.begin(), buf.end(), std::numeric_limits<T>::quiet_NaN());
+      coll::allreduce_ring(cx, in.data(), buf.data(), count, rc.average);
+      for (std::size_t i = 0; i < count; ++i) {
+        if (!(in[i] == input<T>(r, i))) {
+          ADD_FAILURE() << "rank " << r << ": the ring wrote to its input at " << i;
+          break;
+        }
+      }
     } else {
       coll::allreduce_ring(cx, buf.data(), count, rc.average);
     }
