@@ -467,8 +467,9 @@ void run(const Call& call, Stats& stats) {
           " algorithm=" + stats.algorithm + " sent=" + std::to_string(counters.bytes_sent));
 }
 
-// codec=auto below this many bytes is plain MPI without tuning: ccoll's extra small
-// all-reduces (agreement, scales) cost more than compression can save at latency-bound sizes.
+// codec=auto below this many bytes never compresses: ccoll's extra small all-reduces
+// (agreement, scales) cost more than compression can save at latency-bound sizes. It chooses
+// between plain MPI and ccoll's uncompressed tree there (AutoChoice::init).
 constexpr std::size_t kAutoMinBytes = 64 * 1024;
 
 // The MPI path of codec=auto: the caller's arguments are used as MPI_Allreduce/MPI_Allgather
@@ -483,6 +484,43 @@ void run_mpi_direct(const Call& call, Stats& stats, codec::DType dtype, std::siz
   if (call.sendbuf != MPI_IN_PLACE) std::memcpy(own, call.sendbuf, call.count * es);
   stats.input_bytes = call.count * es;
   run_mpi_uncompressed(call, stats, dtype, es, ctx);
+}
+
+// The tree candidate of codec=auto below kAutoMinBytes: ccoll's own uncompressed recursive
+// doubling (all-reduce) or Bruck (all-gather) schedule on the caller's arguments, without the
+// agreement round (checked locally, as run_mpi_direct). Open MPI's default choice at these
+// sizes is not always its fastest algorithm (over TCP on 4 hosts at 8-32 KiB it took twice
+// the time of its own recursive doubling), and a program cannot pick Open MPI's algorithm per
+// call; this gives auto a latency-optimal schedule to choose when it measures faster.
+void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
+                     CommContext& ctx) {
+  const bool allreduce = call.kind == Kind::kAllreduce;
+  auto* recv = static_cast<std::byte*>(call.recvbuf);
+  std::byte* own =
+      allreduce ? recv : recv + static_cast<std::size_t>(ctx.rank()) * call.count * es;
+  if (call.sendbuf != MPI_IN_PLACE) std::memcpy(own, call.sendbuf, call.count * es);
+  PlanKey key;
+  key.kind = allreduce ? 0 : 1;
+  key.count = call.count;
+  key.dtype = dtype;
+  key.codec = "none";
+  Plan& plan = ctx.plan(key, key.codec);
+  coll::Counters counters;
+  coll::Context cx{ctx.transport(), *plan.codec, plan.workspace, counters};
+  cx.call = ctx.next_call();  // every rank takes the same candidate on the same call
+  stats.codec = "none";
+  stats.algorithm = "tree";
+  stats.input_bytes = call.count * es;
+  if (allreduce) {
+    coll::allreduce_recursive_doubling(cx, recv, call.count, call.options.average);
+  } else {
+    coll::allgather_bruck(cx, own, call.count, recv);
+  }
+  stats.wire_bytes_sent = counters.bytes_sent;
+  stats.wire_bytes_received = counters.bytes_received;
+  stats.encode_seconds = counters.encode_seconds;
+  stats.comm_seconds = counters.comm_seconds;
+  stats.decode_seconds = counters.decode_seconds;
 }
 
 // codec=auto: true when it handled the call. Anything unusual (bad arguments, one rank, no
@@ -516,49 +554,53 @@ bool run_auto(const Call& call, Stats& stats) {
     if (call.sendbuf != MPI_IN_PLACE && overlaps(call.sendbuf, bytes, call.recvbuf, out_bytes)) {
       return false;  // run() reports it on every rank
     }
-    if (bytes < kAutoMinBytes) {
-      run_mpi_direct(call, stats, dtype, es, ctx);
-      return true;
-    }
     unsigned size_class = 0;
     while ((bytes >> (size_class + 1)) != 0) ++size_class;
     AutoChoice& a = ctx.auto_choice(allreduce ? 0 : 1, es, size_class);
-    const int candidate = a.choice >= 0 ? a.choice : a.calls % AutoChoice::kCandidates;
-    Options opt = call.options;
-    opt.codec = candidate == AutoChoice::kCodec ? spec.canonical : "none";
-    const Call inner{call.kind, call.fn,  call.sendbuf, call.recvbuf, call.count,
-                     call.datatype, call.op, call.comm,  opt};
+    if (a.ncandidates == 0) a.init(bytes < kAutoMinBytes);
+    const int candidate = a.choice >= 0 ? a.choice : a.list[a.calls % a.ncandidates];
     const auto t0 = Clock::now();
     if (candidate == AutoChoice::kMpi) {
       run_mpi_direct(call, stats, dtype, es, ctx);
+    } else if (candidate == AutoChoice::kTree) {
+      run_tree_direct(call, stats, dtype, es, ctx);
     } else {
+      Options opt = call.options;
+      opt.codec = candidate == AutoChoice::kCodec ? spec.canonical : "none";
+      const Call inner{call.kind, call.fn,  call.sendbuf, call.recvbuf, call.count,
+                       call.datatype, call.op, call.comm,  opt};
       run(inner, stats);
     }
     if (a.choice >= 0) return true;
-    if (a.calls >= AutoChoice::kCandidates) {  // the timed rounds
+    if (a.calls >= a.ncandidates) {  // the timed rounds
       a.seconds[candidate] = std::min(a.seconds[candidate],
                                       std::chrono::duration<double>(Clock::now() - t0).count());
     }
-    if (++a.calls == AutoChoice::kTuningCalls) {
+    if (++a.calls == a.tuning_calls()) {
       // the slowest rank's time is the collective's time
-      CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a.seconds, AutoChoice::kCandidates, MPI_DOUBLE,
-                                    MPI_MAX, ctx.comm()));
+      CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a.seconds, AutoChoice::kMaxCandidates,
+                                    MPI_DOUBLE, MPI_MAX, ctx.comm()));
       int best = AutoChoice::kMpi;  // plain MPI unless a candidate is clearly faster
       double best_s = a.seconds[AutoChoice::kMpi] * AutoChoice::kMargin;
-      for (const int c : {AutoChoice::kNone, AutoChoice::kCodec}) {
-        if (a.seconds[c] < best_s) {
+      for (int k = 0; k < a.ncandidates; ++k) {
+        const int c = a.list[k];
+        if (c != AutoChoice::kMpi && a.seconds[c] < best_s) {
           best = c;
           best_s = a.seconds[c];
         }
       }
       a.choice = best;
-      static const char* const kNames[] = {"codec", "none", "mpi"};
-      log(LogLevel::kInfo, ctx.rank(),
-          std::string(call.fn) + " codec=" + spec.canonical + ": " + std::to_string(bytes) +
-              "-byte class chooses " + kNames[best] + " (codec " +
-              std::to_string(a.seconds[0] * 1e3) + " ms, none " +
-              std::to_string(a.seconds[1] * 1e3) + " ms, mpi " +
-              std::to_string(a.seconds[2] * 1e3) + " ms)");
+      if (log_enabled(LogLevel::kInfo)) {
+        static const char* const kNames[] = {"codec", "none", "mpi", "tree"};
+        std::string times;
+        for (int k = 0; k < a.ncandidates; ++k) {
+          times += std::string(k == 0 ? "" : ", ") + kNames[a.list[k]] + " " +
+                   std::to_string(a.seconds[a.list[k]] * 1e3) + " ms";
+        }
+        log(LogLevel::kInfo, ctx.rank(),
+            std::string(call.fn) + " codec=" + spec.canonical + ": " + std::to_string(bytes) +
+                "-byte class chooses " + kNames[best] + " (" + times + ")");
+      }
     }
     return true;
   } catch (const Error&) {

@@ -46,15 +46,34 @@ struct Plan {
 /// timed rounds keeping each candidate's best time), and the choice is agreed with one MAX
 /// all-reduce of the times, so every rank holds the same decision.
 struct AutoChoice {
-  enum Candidate : int { kCodec = 0, kNone = 1, kMpi = 2 };
-  static constexpr int kCandidates = 3;
-  static constexpr int kTimedRounds = 2;
-  static constexpr int kTuningCalls = (1 + kTimedRounds) * kCandidates;
+  enum Candidate : int { kCodec = 0, kNone = 1, kMpi = 2, kTree = 3 };
+  static constexpr int kMaxCandidates = 4;
   /// A candidate replaces plain MPI only when it is this much faster (a wrong switch costs
   /// more than a missed one: codec=auto promises never to be slower than MPI).
   static constexpr double kMargin = 0.95;
+  /// Latency-bound size classes compare plain MPI with ccoll's uncompressed tree (recursive
+  /// doubling / Bruck) over more rounds (a call is ~100 us, so one timing is noisy); larger
+  /// ones compare the codec, ccoll uncompressed, and plain MPI.
+  void init(bool small) {
+    if (small) {
+      ncandidates = 2;
+      list[0] = kMpi;
+      list[1] = kTree;
+      timed_rounds = 8;
+    } else {
+      ncandidates = 3;
+      list[0] = kCodec;
+      list[1] = kNone;
+      list[2] = kMpi;
+      timed_rounds = 2;
+    }
+  }
+  int tuning_calls() const { return (1 + timed_rounds) * ncandidates; }
+  int ncandidates = 0;  // 0: not initialized yet
+  int list[kMaxCandidates] = {};
+  int timed_rounds = 0;
   int calls = 0;
-  double seconds[kCandidates] = {1e300, 1e300, 1e300};
+  double seconds[kMaxCandidates] = {1e300, 1e300, 1e300, 1e300};
   int choice = -1;  // a Candidate once tuned
 };
 

@@ -422,30 +422,61 @@ TEST(MpiErrors, UnsupportedOpAndDatatypeRaiseOnEveryRank) {
   EXPECT_NE(msg.find("datatype"), std::string::npos) << msg;
 }
 
-// codec=auto: below 64 KiB it is MPI_Allreduce itself (same result bits, no agreement round);
+// codec=auto: below 64 KiB it never compresses and has no agreement round: its tuning calls
+// alternate MPI_Allreduce itself (same result bits) and ccoll's uncompressed tree (exact up to
+// summation order, bit-identical on every rank), then every rank settles on the same one;
 // above, its tuning calls and every call after them stay within maxnorm:bits=8's bound, end
 // bit-identical on every rank, and every rank settles on the same candidate.
-TEST(MpiAllreduce, AutoIsMpiWhenSmallAndOneAgreedChoiceWhenLarge) {
+TEST(MpiAllreduce, AutoIsMpiOrTreeWhenSmallAndOneAgreedChoiceWhenLarge) {
   const int p = world_size();
   for (const std::size_t count : {std::size_t{1}, std::size_t{1000}, std::size_t{16383}}) {
     SCOPED_TRACE(count);
     std::vector<float> mine(count);
-    for (std::size_t i = 0; i < count; ++i) mine[i] = std::sin(0.37f * i + world_rank());
+    double local_max = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      mine[i] = std::sin(0.37f * i + world_rank());
+      local_max = std::max(local_max, std::fabs(static_cast<double>(mine[i])));
+    }
     std::vector<float> want(count);
     MPI_Allreduce(mine.data(), want.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                   MPI_COMM_WORLD);
-    std::vector<float> got(count);
-    ccoll::Options opt;
-    opt.codec = "auto";
-    ccoll::Stats stats;
-    opt.stats = &stats;
-    ccoll::compressed_allreduce(mine.data(), got.data(), count, MPI_FLOAT, MPI_SUM,
-                                MPI_COMM_WORLD, opt);
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), count * sizeof(float)));
-    if (p > 1) {
-      EXPECT_EQ(stats.algorithm, "mpi");
+    double sum_max = 0;
+    MPI_Allreduce(&local_max, &sum_max, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    // a float sum of p values in any order is within (p-1)·u·Σ|x| of the exact sum (u = 2^-24),
+    // so two orders differ by at most twice that
+    const double tol = 2.0 * (p - 1) * std::ldexp(1.0, -24) * sum_max;
+    std::string last;
+    for (int call = 0; call < 20; ++call) {  // 18 tuning calls (2 candidates x 9), then tuned
+      SCOPED_TRACE(call);
+      std::vector<float> got(count);
+      ccoll::Options opt;
+      opt.codec = "auto";
+      ccoll::Stats stats;
+      opt.stats = &stats;
+      ccoll::compressed_allreduce(mine.data(), got.data(), count, MPI_FLOAT, MPI_SUM,
+                                  MPI_COMM_WORLD, opt);
+      EXPECT_TRUE(identical_on_all_ranks(got.data(), count * sizeof(float), MPI_COMM_WORLD));
+      if (p == 1) {
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), count * sizeof(float)));
+        continue;
+      }
       EXPECT_EQ(stats.control_bytes, 0u);  // no agreement round
+      if (call < 18) {
+        EXPECT_EQ(stats.algorithm, call % 2 == 0 ? "mpi" : "tree");
+      }
+      if (stats.algorithm == "mpi") {
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), count * sizeof(float)));
+      } else {
+        ASSERT_EQ(stats.algorithm, "tree");
+        EXPECT_EQ(stats.codec, "none");
+        for (std::size_t i = 0; i < count; ++i) {
+          ASSERT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), tol)
+              << i << ": " << got[i] << " vs " << want[i];
+        }
+      }
+      last = stats.algorithm;
     }
+    EXPECT_TRUE(identical_on_all_ranks(last.data(), last.size(), MPI_COMM_WORLD)) << last;
   }
   const std::size_t count = (1u << 17) + 5;  // 512 KiB: tuned
   std::vector<float> x(count);

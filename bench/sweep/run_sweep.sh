@@ -6,8 +6,8 @@
 #   - Open MPI's MPI_Allreduce once per tuned algorithm: default choice, ring (4), recursive
 #     doubling (3), Rabenseifner (6);
 #   - Gloo's ring and chunked-ring all-reduce over TCP (ccoll_gloo_allreduce, when built);
-#   - ccoll: none, fp16, maxnorm at 8/4/2 bits, two-scale 2/6, randk, topk, and codec=auto
-#     (auto in its own run whose warm-up covers its tuning calls);
+#   - ccoll: none, fp16, maxnorm at 8/4/2 bits, two-scale 2/6, randk, topk (with --profile:
+#     per-phase times), and codec=auto (in its own run whose warm-up covers its tuning calls);
 # then, once on the host, the codec throughput benchmark (ccoll_codec_bench, 16 MiB).
 # Raw OSU-format outputs go to OUTDIR/raw (default bench/results/sweep-<HOSTS>hosts), then
 # bench/sweep/report.py writes OUTDIR/README.md and PNG plots. -q: a quick pass (sizes 4K:16M,
@@ -101,8 +101,8 @@ while read lo hi it wu; do
   if [ -x ./build/bench/ccoll_gloo_allreduce ]; then
     run "gloo-\$tag" \$CCOLL_MPIEXEC -n $HOSTS ./build/bench/ccoll_gloo_allreduce --iface eth0 \$m --codec ring,ring_chunked
   fi
-  run "ccoll-\$tag" \$CCOLL_MPIEXEC -n $HOSTS ./build/bench/ccoll_osu_allreduce \$m --codec $CODECS
-  run "auto-\$tag" \$CCOLL_MPIEXEC -n $HOSTS ./build/bench/ccoll_osu_allreduce -m \$lo:\$hi -i \$it -x 9 -c --codec auto
+  run "ccoll-\$tag" \$CCOLL_MPIEXEC -n $HOSTS ./build/bench/ccoll_osu_allreduce \$m --profile --codec $CODECS
+  run "auto-\$tag" \$CCOLL_MPIEXEC -n $HOSTS ./build/bench/ccoll_osu_allreduce -m \$lo:\$hi -i \$it -x 18 -c --codec auto
 done < \$bands_file
 INNER
   chmod +x "$OUT/raw/inner.sh"
