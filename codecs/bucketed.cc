@@ -67,6 +67,7 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
     return c;
   }
   DType dtype() const override { return kType; }
+  unsigned bits_used() const override { return kind_ == Kind::kSign ? 1 : width_; }
   // Worst error of one encode relative to the bucket's largest magnitude.
   double unit_roundoff() const override {
     if (kind_ == Kind::kQsgd) return std::sqrt(static_cast<double>(bucket_)) / s_;

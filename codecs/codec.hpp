@@ -42,6 +42,8 @@ struct Capabilities {
   /// Sparse codecs whose payloads lose little by travelling whole (topk): "auto" reduces them by
   /// an all-gather of every rank's payload instead of a ring that would re-sparsify partial sums.
   bool gather_reduce = false;
+  /// The codec transforms an all-reduce's output (finish_allreduce): no all-gather (temporal).
+  bool allreduce_only = false;
 };
 
 /// Where a block sits, for codecs whose output depends on more than the values (stochastic
@@ -106,8 +108,43 @@ class Codec {
   virtual void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
                                  void* acc) = 0;
 
-  /// Forgets state kept between calls (error-feedback residuals); stateless codecs: no-op.
+  /// Forgets state kept between calls (error-feedback residuals, temporal predictions);
+  /// stateless codecs: no-op.
   virtual void reset_state() {}
+
+  /// Bits per element of the codes this call sends (dq: the width it chose for the call; the
+  /// fixed-width quantizers: their width); 0 where it does not apply (casts, sparse codecs).
+  virtual unsigned bits_used() const { return 0; }
+
+  /// The call went to uncompressed MPI instead (fallback): codecs whose state tracks the outputs
+  /// restart it. Default: nothing.
+  virtual void uncompressed_call() {}
+
+  /// All-reduce only, after the schedule: turns what the schedule produced (the decoded sum of
+  /// the payloads, divided for the mean) into the call's output, in place. temporal: adds
+  /// beta times the previous output. Called with the same values on every rank, so outputs stay
+  /// bit-identical. Default: nothing.
+  virtual void finish_allreduce(void* out, std::size_t count) {
+    (void)out;
+    (void)count;
+  }
+
+  /// Number of values this codec needs summed across ranks (MPI_SUM) before the scale pass;
+  /// 0 when it needs none (dq: the squared norm of the input).
+  virtual std::size_t sum_slots() const { return 0; }
+  /// Writes this rank's sum_slots() values for `count` elements at `data`.
+  virtual void local_sums(const void* data, std::size_t count, double* out) const {
+    (void)data;
+    (void)count;
+    (void)out;
+  }
+  /// Installs the summed values (equal on every rank) for this call; `lr` is the caller's
+  /// learning-rate hint (Options::lr, agreed across ranks; 0 when not given).
+  virtual void set_sums(const double* summed, std::size_t n, double lr) {
+    (void)summed;
+    (void)n;
+    (void)lr;
+  }
 
   // ---- per-call set-up -------------------------------------------------------------------------
 

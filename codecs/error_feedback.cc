@@ -4,14 +4,18 @@
 #include <algorithm>
 #include <vector>
 
+#include "forwarding.hpp"
+
 namespace ccoll::codec {
 namespace {
 
 template <class T>
-class ErrorFeedbackCodec final : public Codec {
+class ErrorFeedbackCodec final : public ForwardingCodec {
  public:
   explicit ErrorFeedbackCodec(std::unique_ptr<Codec> inner)
-      : inner_(std::move(inner)), spec_(with_ef(inner_->spec())) {}
+      : inner_(std::move(inner)), spec_(with_ef(inner_->spec())) {
+    set_target(inner_.get());
+  }
 
   const std::string& spec() const override { return spec_; }
   Capabilities capabilities() const override {
@@ -19,20 +23,11 @@ class ErrorFeedbackCodec final : public Codec {
     c.stateful = true;
     return c;
   }
-  DType dtype() const override { return inner_->dtype(); }
-  double unit_roundoff() const override { return inner_->unit_roundoff(); }
-  std::size_t max_encoded_bytes(std::size_t count) const override {
-    return inner_->max_encoded_bytes(count);
-  }
-  bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
-    return inner_->needs_fallback(data, count, ranks);
-  }
   void reset_state() override {
     std::fill(own_.begin(), own_.end(), T(0));
     std::fill(hop_.begin(), hop_.end(), T(0));
+    inner_->reset_state();
   }
-  void begin_call(int ranks) override { inner_->begin_call(ranks); }
-  std::size_t scale_slots(std::size_t count) const override { return inner_->scale_slots(count); }
   // The scales must cover what is really encoded: x + e_own.
   void local_scales(const void* data, std::size_t count, double* out) const override {
     if (own_.size() < count) {
@@ -41,7 +36,6 @@ class ErrorFeedbackCodec final : public Codec {
     }
     inner_->local_scales(with_residual(data, count), count, out);
   }
-  void set_scales(const double* shared, std::size_t n) override { inner_->set_scales(shared, n); }
 
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {
@@ -58,20 +52,6 @@ class ErrorFeedbackCodec final : public Codec {
     for (std::size_t i = 0; i < count; ++i) r[i] = p_[i] - d_[i];
     return n;
   }
-  void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
-    inner_->decode(in, bytes, count, out);
-  }
-  void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
-                         void* acc) override {
-    inner_->decode_accumulate(in, bytes, count, acc);
-  }
-  std::size_t add_encoded(const std::byte* a, std::size_t a_bytes, const std::byte* b,
-                          std::size_t b_bytes, std::size_t count, const BlockContext& ctx,
-                          std::byte* out) override {
-    return inner_->add_encoded(a, a_bytes, b, b_bytes, count, ctx, out);
-  }
-  void set_call(std::uint64_t seed, std::uint64_t call) override { inner_->set_call(seed, call); }
-  std::size_t mask_bytes(std::size_t count) const override { return inner_->mask_bytes(count); }
   // Like the scales, the mask must describe what is really encoded: x + e_own.
   void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override {
     if (own_.size() < count) {
@@ -79,9 +59,6 @@ class ErrorFeedbackCodec final : public Codec {
       return;
     }
     inner_->local_mask(with_residual(data, count), count, out);
-  }
-  void set_mask(const std::uint8_t* shared, std::size_t bytes) override {
-    inner_->set_mask(shared, bytes);
   }
 
  private:

@@ -176,6 +176,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
                              (static_cast<double>(std::max(1, ranks)) * (1 + kFallbackMargin)));
   }
 
+  unsigned bits_used() const override { return fine_bits_ != 0 ? 0 : bits_; }
   std::size_t scale_slots(std::size_t count) const override {
     return (count + kBlock - 1) / kBlock;
   }

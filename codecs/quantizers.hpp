@@ -60,5 +60,14 @@ std::unique_ptr<Codec> make_qsgd_codec(DType dtype, unsigned bits, std::uint32_t
 std::unique_ptr<Codec> make_terngrad_codec(DType dtype, std::uint32_t bucket);
 /// sign[:bucket=N]: per-bucket mean |x| times the sign, one bit per element (biased).
 std::unique_ptr<Codec> make_sign_codec(DType dtype, std::uint32_t bucket);
+/// sketch:bits=B[,clusters=K]: per-block level table from a quantile sketch and 1-D k-means,
+/// stochastic rounding between adjacent levels (sketch.cc).
+std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned clusters);
+/// temporal:bits=B[,beta=b][,ef=1]: closed-loop momentum-difference coding over maxnorm:bits=B,
+/// stateful, all-reduce only (temporal.cc). Takes ef itself (not the generic wrapper).
+std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double beta, bool ef);
+/// dq:min=B1,max=B2[,kappa=k]: maxnorm at a width chosen per call from the global norm (dq.cc).
+std::unique_ptr<Codec> make_dq_codec(DType dtype, unsigned min_bits, unsigned max_bits,
+                                     double kappa);
 
 }  // namespace ccoll::codec

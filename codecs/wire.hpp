@@ -30,6 +30,7 @@ enum class CodecId : std::uint8_t {
   kSign = 7,
   kRandk = 8,
   kTopk = 9,
+  kSketch = 10,
 };
 
 struct Header {

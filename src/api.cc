@@ -44,6 +44,7 @@ enum ArgId : int {
   kArgAverage,
   kArgSeed,
   kArgEnvironment,
+  kArgLr,
   kArgCount_,
 };
 
@@ -58,7 +59,8 @@ const char* arg_name(int id) {
                                 "algorithm",
                                 "average",
                                 "seed",
-                                "environment (CCOLL_*)"};
+                                "environment (CCOLL_*)",
+                                "lr"};
   return id > 0 && id < kArgCount_ ? names[id] : "argument";
 }
 
@@ -118,7 +120,8 @@ enum Slot : int {
   kAvg = kAlgo + 2,
   kSeed = kAvg + 2,
   kMinBytes = kSeed + 2,
-  kFallback = kMinBytes + 2,
+  kLr = kMinBytes + 2,
+  kFallback = kLr + 2,
   kSlots,
 };
 
@@ -276,6 +279,10 @@ void run(const Call& call, Stats& stats) {
               "sendbuf: overlaps recvbuf (pass MPI_IN_PLACE for in-place operation)");
     }
   }
+  if (!(opt.lr >= 0) || !std::isfinite(opt.lr)) {
+    bad.set(kArgLr, Status::kInvalidArgument,
+            "lr: " + std::to_string(opt.lr) + " (valid: a finite number >= 0; 0 = no hint)");
+  }
   std::string codec_text = opt.codec.empty() ? env.codec : opt.codec;
   if (codec_text.empty()) codec_text = "none";
   CodecSpec spec;
@@ -311,12 +318,18 @@ void run(const Call& call, Stats& stats) {
       key.dtype = dtype;
       key.codec = spec.canonical;
       // Stateful codecs keep state per tensor: Options::key, or the receive buffer and count.
-      if (spec.ef) {
+      if (spec.ef || spec.name == "temporal" || spec.name == "dq") {
         key.tensor_key =
             opt.key != 0 ? opt.key
                          : (reinterpret_cast<std::uintptr_t>(call.recvbuf) * 31 + call.count) | 1;
       }
       plan = &ctx.plan(key, spec.canonical);
+      if (!allreduce && plan->codec->capabilities().allreduce_only) {
+        throw Error(Status::kUnsupported,
+                    "codec: " + spec.canonical +
+                        " transforms all-reduce outputs and has no all-gather form (valid for "
+                        "compressed_allgather: any codec but temporal)");
+      }
       if (!plan->codec->capabilities().lossless) {
         const void* input = in_place
                                 ? (allreduce ? call.recvbuf
@@ -346,6 +359,7 @@ void run(const Call& call, Stats& stats) {
   put_pair(v, kAvg, opt.average ? 1 : 0);
   put_pair(v, kSeed, static_cast<double>(opt.seed & ((1ull << 53) - 1)));
   put_pair(v, kMinBytes, static_cast<double>(env.min_bytes));
+  put_pair(v, kLr, opt.lr);
   v[kFallback] = fallback ? 1 : 0;
   CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, kSlots, MPI_DOUBLE, MPI_MAX, ctx.comm()));
   stats.control_bytes = sizeof v;
@@ -368,6 +382,7 @@ void run(const Call& call, Stats& stats) {
   check_pair(v, kAvg, call.fn, "average", show_number);
   check_pair(v, kSeed, call.fn, "seed", show_number);
   check_pair(v, kMinBytes, call.fn, "CCOLL_MIN_BYTES", show_number);
+  check_pair(v, kLr, call.fn, "lr", show_number);
   fallback = v[kFallback] != 0;
 
   const std::uint64_t call_no = ctx.next_call();
@@ -393,9 +408,21 @@ void run(const Call& call, Stats& stats) {
   }
   if (!compress || fallback) {
     copy_input();
+    if (plan != nullptr) plan->codec->uncompressed_call();
     run_mpi_uncompressed(call, stats, dtype, es, ctx);
     stats.fell_back = fallback;
     return;
+  }
+
+  // The sum pass (dq: the global squared norm), before the scales.
+  if (const std::size_t nsums = plan->codec->sum_slots(); nsums != 0) {
+    double sums[4] = {0, 0, 0, 0};
+    if (nsums > 4) throw Error(Status::kInternal, "codec asks for more than 4 summed values");
+    plan->codec->local_sums(input, call.count, sums);
+    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, static_cast<int>(nsums), MPI_DOUBLE,
+                                  MPI_SUM, ctx.comm()));
+    plan->codec->set_sums(sums, nsums, opt.lr);
+    stats.control_bytes += nsums * sizeof(double);
   }
 
   // The scale pass: codecs with a shared scale get it agreed (MAX over ranks) in a second small
@@ -438,6 +465,7 @@ void run(const Call& call, Stats& stats) {
       s.decode_seconds = c.decode_seconds;
     }
   } copy{stats, counters};
+  stats.bits = plan->codec->bits_used();
   if (allreduce) {
     algo =
         coll::select_allreduce(algo, call.count, es, p, plan->codec->capabilities().gather_reduce);
@@ -451,6 +479,7 @@ void run(const Call& call, Stats& stats) {
     } else {
       coll::allreduce_ring(cx, input, recv, call.count, opt.average);
     }
+    plan->codec->finish_allreduce(recv, call.count);  // temporal: beta·y_prev + decoded sum
   } else {
     copy_input();
     algo = coll::select_allgather(algo, call.count, es, p);
@@ -647,9 +676,21 @@ CodecInfo describe_codec(const std::string& spec_text, int ranks) {
   info.lossless = codec->capabilities().lossless;
   info.summable = codec->capabilities().summable;
   info.unit_roundoff = codec->unit_roundoff();
+  info.stateful = codec->capabilities().stateful;
   // One rank: the data is copied, never encoded (bound 0).
   info.error_bound = allreduce_error_bound(*codec, ranks);
   return info;
+}
+
+void reset_state(MPI_Comm comm, std::uint64_t key) {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized == 0 || finalized != 0) {
+    throw Error(Status::kInvalidArgument, "reset_state: MPI is not initialized (or finalized)");
+  }
+  if (CommContext* ctx = CommContext::find(comm)) ctx->reset_state(key);
 }
 
 const char* version() noexcept { return CCOLL_VERSION_STRING; }

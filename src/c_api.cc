@@ -17,6 +17,7 @@ ccoll::Options to_options(const ccoll_options_t* o) {
   opt.key = o->key;
   opt.seed = o->seed;
   opt.average = o->average != 0;
+  opt.lr = o->lr;
   return opt;
 }
 
@@ -31,6 +32,7 @@ void copy_stats(const ccoll::Stats& s, ccoll_stats_t* out) {
   out->decode_seconds = s.decode_seconds;
   out->total_seconds = s.total_seconds;
   out->fell_back = s.fell_back ? 1 : 0;
+  out->bits = s.bits;
 }
 
 template <class F>
@@ -64,6 +66,7 @@ void ccoll_options_init(ccoll_options_t* options) {
   options->key = 0;
   options->seed = 0;
   options->average = 0;
+  options->lr = 0;
   options->stats = nullptr;
 }
 

@@ -62,6 +62,20 @@ CommContext& CommContext::get(MPI_Comm user) {
   return *c;
 }
 
+CommContext* CommContext::find(MPI_Comm user) {
+  if (g_keyval == MPI_KEYVAL_INVALID || user == MPI_COMM_NULL) return nullptr;
+  void* value = nullptr;
+  int found = 0;
+  CCOLL_MPI_CHECK(MPI_Comm_get_attr(user, g_keyval, &value, &found));
+  return found != 0 ? static_cast<CommContext*>(value) : nullptr;
+}
+
+void CommContext::reset_state(std::uint64_t key) {
+  for (Plan& q : plans_) {
+    if (q.key.tensor_key != 0 && (key == 0 || q.key.tensor_key == key)) q.codec->reset_state();
+  }
+}
+
 CommContext::CommContext(MPI_Comm user) : user_(user) {
   CCOLL_MPI_CHECK(MPI_Comm_dup(user, &dup_));
   CCOLL_MPI_CHECK(MPI_Comm_set_errhandler(dup_, MPI_ERRORS_RETURN));

@@ -81,6 +81,10 @@ class CommContext {
  public:
   /// The context of `user`, created on the first call (collective: MPI_Comm_dup).
   static CommContext& get(MPI_Comm user);
+  /// The context of `user` if one exists (no communication), else null.
+  static CommContext* find(MPI_Comm user);
+  /// reset_state() of the stateful plans of tensor `key` (0: all of them).
+  void reset_state(std::uint64_t key);
 
   MPI_Comm comm() const { return dup_; }
   MPI_Comm user() const { return user_; }

@@ -57,6 +57,22 @@ Param ratio_param(const char* key) {
           }};
 }
 
+// A real in [lo, hi) (hi_open) or [lo, hi], written back in its shortest round-trip form; a
+// default equal to `def` is left out of the canonical spec.
+Param real_range_param(const char* key, double lo, double hi, bool hi_open, const char* valid,
+                       const char* def) {
+  return {key, valid,
+          [lo, hi, hi_open](const std::string& v, std::string& out) {
+            if (v.empty() || v.size() > 32) return false;
+            const char* b = v.c_str();
+            char* e = nullptr;
+            const double x = std::strtod(b, &e);
+            if (e != b + v.size() || !(x >= lo) || (hi_open ? !(x < hi) : !(x <= hi))) return false;
+            out = codec::format_real(x);
+            return true;
+          },
+          def, true};
+}
 Param choice_param(const char* key, std::vector<std::string> choices, const char* def) {
   std::string valid;
   for (const auto& c : choices) valid += (valid.empty() ? "" : ", ") + c;
@@ -89,6 +105,7 @@ struct Entry {
   const char* name;
   std::vector<Param> params;
   std::function<std::unique_ptr<codec::Codec>(const CodecSpec&, codec::DType)> make;
+  bool own_ef = false;  // make() builds ef=1 into the codec (temporal), no generic wrapper
 };
 
 const std::string& value_of(const CodecSpec& s, const char* key) {
@@ -152,6 +169,25 @@ const std::vector<Entry>& registry() {
        {ratio_param("ratio")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_topk_codec(t, real_param(s, "ratio"));
+       }},
+      {"sketch",
+       {uint_param("bits", 1, 8), uint_param("clusters", 1, 64, "4")},
+       [](const CodecSpec& s, codec::DType t) {
+         return codec::make_sketch_codec(t, param(s, "bits"), param(s, "clusters"));
+       }},
+      {"temporal",
+       {uint_param("bits", 2, 8),
+        real_range_param("beta", 0.0, 1.0, true, "a number in [0, 1), e.g. 0.9", "0.9")},
+       [](const CodecSpec& s, codec::DType t) {
+         return codec::make_temporal_codec(t, param(s, "bits"), real_param(s, "beta"), s.ef);
+       },
+       true},
+      {"dq",
+       {uint_param("min", 2, 8), uint_param("max", 2, 8),
+        real_range_param("kappa", 1e-6, 1e6, false, "a number in [1e-6, 1e6], e.g. 1", "1")},
+       [](const CodecSpec& s, codec::DType t) {
+         return codec::make_dq_codec(t, param(s, "min"), param(s, "max"),
+                                     real_param(s, "kappa"));
        }},
       // auto: per size class, the fastest of plain MPI, ccoll's own schedules uncompressed,
       // and maxnorm at these bits (api.cc); the codec it may use is maxnorm:bits=B.
@@ -258,6 +294,10 @@ CodecSpec parse_codec_spec(const std::string& text) {
     spec.params.emplace_back(p.key, p.def);
   }
   std::sort(spec.params.begin(), spec.params.end());
+  if (spec.name == "dq" && std::stoul(value_of(spec, "min")) > std::stoul(value_of(spec, "max"))) {
+    bad("dq:min=" + value_of(spec, "min") + " is larger than max=" + value_of(spec, "max") +
+        " in '" + s + "' (valid: 2 <= min <= max <= 8)");
+  }
   spec.canonical = spec.name;
   char sep_char = ':';
   for (const auto& kv : spec.params) {
@@ -277,7 +317,7 @@ std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dty
   for (const auto& e : registry()) {
     if (spec.name == e.name) {
       auto c = e.make(spec, dtype);
-      return spec.ef ? codec::make_error_feedback_codec(std::move(c)) : std::move(c);
+      return spec.ef && !e.own_ef ? codec::make_error_feedback_codec(std::move(c)) : std::move(c);
     }
   }
   bad("unknown codec '" + spec.name + "' (valid: " + join(codec_names()) + ")");

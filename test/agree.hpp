@@ -1,14 +1,28 @@
-// The API's per-call agreement passes, emulated for tests that drive codecs without MPI: the
-// scale pass (MAX of every rank's local scales) and the two-scale mask pass (AND of the masks).
+// Support for tests that drive codecs without MPI: the API's per-call agreement passes
+// emulated (the scale pass: MAX of every rank's local scales; the two-scale mask pass: AND of
+// the masks), and gradient-like test data.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
+#include <random>
 #include <vector>
 
 #include "codec.hpp"
 
 namespace ccoll::testing_support {
+
+/// Gradient-like values: a normal body (sd 0.01), a Cauchy tail every 17th element, clamped
+/// to [-1, 1].
+inline std::vector<float> gradient_like(std::size_t n, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> body(0.0f, 0.01f);
+  std::cauchy_distribution<float> tail(0.0f, 0.001f);
+  std::vector<float> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = (i % 17 == 0) ? tail(gen) : body(gen);
+  for (auto& x : v) x = std::max(-1.0f, std::min(1.0f, x));
+  return v;
+}
 
 template <class T>
 void agree(codec::Codec& c, const std::vector<std::vector<T>>& xs) {

@@ -70,17 +70,8 @@ TEST(Philox, UniformIsUniform) {
   EXPECT_NEAR(sq / (4.0 * n) - m * m, 1.0 / 12, 1e-3);
 }
 
-std::vector<float> gradient_like(std::size_t n, unsigned seed) {
-  std::mt19937 gen(seed);
-  std::normal_distribution<float> body(0.0f, 0.01f);
-  std::cauchy_distribution<float> tail(0.0f, 0.001f);
-  std::vector<float> v(n);
-  for (std::size_t i = 0; i < n; ++i) v[i] = (i % 17 == 0) ? tail(gen) : body(gen);
-  for (auto& x : v) x = std::max(-1.0f, std::min(1.0f, x));
-  return v;
-}
-
 using testing_support::agree;
+using testing_support::gradient_like;
 
 std::unique_ptr<Codec> make(const std::string& spec, const std::vector<float>& x, int ranks = 1) {
   auto c = make_codec(parse_codec_spec(spec), DType::kFloat32);
@@ -99,7 +90,9 @@ const std::vector<std::string> kQuantizers = {"maxnorm:bits=2",
                                               "qsgd:bits=4,bucket=128",
                                               "terngrad",
                                               "sign",
-                                              "topk:ratio=0.05"};
+                                              "topk:ratio=0.05",
+                                              "sketch:bits=2",
+                                              "sketch:bits=4,clusters=8"};
 
 class Quantizer : public ::testing::TestWithParam<std::string> {};
 

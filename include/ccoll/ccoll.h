@@ -44,6 +44,7 @@ typedef struct ccoll_stats {
   double decode_seconds;
   double total_seconds;
   int fell_back; /**< 1 when the call was done uncompressed by MPI (see ccoll::Stats). */
+  unsigned bits; /**< Bits per element of the codes sent (see ccoll::Stats::bits). */
 } ccoll_stats_t;
 
 /** Per-call options; initialize with ccoll_options_init(). NULL strings mean the defaults. */
@@ -54,6 +55,7 @@ typedef struct ccoll_options {
   uint64_t seed;         /**< Shared RNG seed of stochastic codecs. */
   int average;           /**< All-reduce: non-zero divides the sum by the rank count. */
   ccoll_stats_t* stats;  /**< Filled when not NULL. */
+  double lr;             /**< Learning-rate hint (dq); 0: none. */
 } ccoll_options_t;
 
 /** Sets every field of `options` to its default. */

@@ -36,6 +36,9 @@ struct Stats {
   /// input (non-finite values, or values out of the codec's range); the result is then exactly
   /// what MPI_Allreduce / MPI_Allgather gives.
   bool fell_back = false;
+  /// Bits per element of the codes this call sent: the width dq chose for the call, a
+  /// fixed-width quantizer's width; 0 for casts, sparse codecs and uncompressed calls.
+  unsigned bits = 0;
   std::string codec;  ///< Canonical spec of the codec used ("none" when uncompressed).
   std::string
       algorithm;  ///< Schedule used: "ring", "tree", "allgather", "local" (1 rank), "mpi".
@@ -55,6 +58,8 @@ struct Options {
   std::uint64_t seed = 0;
   /// All-reduce only: divide the sum by the number of ranks (needs op == MPI_SUM).
   bool average = false;
+  /// Learning-rate hint for codecs that adapt to it (dq); 0: none. Must be equal on all ranks.
+  double lr = 0;
   /// When set, filled with this call's statistics (also when the call throws, as far as it got).
   Stats* stats = nullptr;
 };
@@ -100,11 +105,20 @@ struct CodecInfo {
   /// fp16/bf16 also relative to each value); 0 for lossless codecs. An all-gather's output
   /// differs from the input by at most this times max|input|.
   double unit_roundoff = 0;
+  /// The codec keeps state between calls (ef=1, temporal, dq): one call's error is not bounded
+  /// by error_bound against that call's input alone.
+  bool stateful = false;
 };
 
 /// Parses and describes a codec spec string with the collectives' own parser, for an all-reduce
 /// over `ranks` ranks. Throws ccoll::Error (kInvalidArgument) naming what is malformed.
 CCOLL_API CodecInfo describe_codec(const std::string& spec, int ranks = 1);
+
+/// Restarts the state that stateful codecs (ef=1, temporal, dq) keep for tensor `key` on `comm`
+/// (Options::key; 0: every tensor on `comm`): the next call starts from zero state, as the
+/// first call did. Local (no communication): call it on every rank between the same two calls,
+/// or ranks disagree on the state and results differ. No-op when ccoll has no state for comm.
+CCOLL_API void reset_state(MPI_Comm comm, std::uint64_t key = 0);
 
 /// ccoll's version, e.g. "0.1.0".
 CCOLL_API const char* version() noexcept;

@@ -1,0 +1,137 @@
+// temporal:bits=B[,beta=0.9][,ef=1] — momentum-difference predictive coding in all-reduce form
+// (ALGORITHMS.md section 7), a closed-loop DPCM around the summable maxnorm:bits=B.
+//
+// State per tensor (the plan's tensor key), indexed by element:
+//   xh — this rank's reconstruction of its own input (what the receivers can attribute to it),
+//   y  — the previous output (bit-identical on every rank),
+//   e  — with ef=1, the error-feedback residual.
+// Call t, on rank i: p = x + e; r = p - beta·xh (the part the receivers cannot predict);
+// c = Q(r) with maxnorm's shared scale (scales cover r); because the scale is shared, the rank
+// decodes its own code: xh <- beta·xh + D(c); with ef=1, e <- r - D(c). The schedule sums the
+// codes of all ranks in the compressed domain and decodes D(C); finish_allreduce() then outputs
+// y <- beta·y + D(C) (the mean: D(C) arrives divided by p). By linearity sum_i xh_i = y up to
+// rounding, every prediction uses decoded quantities only, so encoders and decoders stay in sync.
+// A changed count is a new plan (fresh state); reset_state() and a call that falls back to MPI
+// restart from zero, and the first call after a restart codes x itself.
+#include <algorithm>
+#include <vector>
+
+#include "forwarding.hpp"
+#include "quantizers.hpp"
+
+namespace ccoll::codec {
+namespace {
+
+template <class T>
+class TemporalCodec final : public ForwardingCodec {
+ public:
+  TemporalCodec(std::unique_ptr<Codec> inner, unsigned bits, double beta, bool ef,
+                std::string spec)
+      : inner_(std::move(inner)),
+        bits_(bits),
+        beta_(static_cast<T>(beta)),
+        ef_(ef),
+        spec_(std::move(spec)) {
+    set_target(inner_.get());
+  }
+
+  const std::string& spec() const override { return spec_; }
+  Capabilities capabilities() const override {
+    Capabilities c = inner_->capabilities();
+    c.stateful = true;
+    c.allreduce_only = true;
+    c.unbiased = !ef_;
+    return c;
+  }
+  // The input and the residual must stay in range; a residual reaches (1 + beta)·max|x| plus
+  // past coding error, so test x against a limit that leaves that room.
+  bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
+    return inner_->needs_fallback(data, count, 4 * std::max(1, ranks));
+  }
+  unsigned bits_used() const override { return bits_; }
+
+  void reset_state() override {
+    xh_.clear();
+    y_.clear();
+    e_.clear();
+  }
+  void uncompressed_call() override { reset_state(); }
+
+  // The shared scales must cover what is coded: r = x + e - beta·xh.
+  void local_scales(const void* data, std::size_t count, double* out) const override {
+    const T* x = static_cast<const T*>(data);
+    scratch_.resize(count);
+    for (std::size_t i = 0; i < count; ++i) scratch_[i] = residual(x[i], i);
+    inner_->local_scales(scratch_.data(), count, out);
+  }
+
+  std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
+                     std::byte* out) override {
+    if (ctx.role != BlockContext::Role::kOwn) return inner_->encode(in, count, ctx, out);
+    grow(ctx.offset + count);
+    const T* x = static_cast<const T*>(in);
+    r_.resize(std::max(r_.size(), count));
+    d_.resize(std::max(d_.size(), count));
+    for (std::size_t i = 0; i < count; ++i) r_[i] = residual(x[i], ctx.offset + i);
+    const std::size_t n = inner_->encode(r_.data(), count, ctx, out);
+    inner_->decode(out, n, count, d_.data());  // the shared scale lets a rank decode its own code
+    T* xh = xh_.data() + ctx.offset;
+    for (std::size_t i = 0; i < count; ++i) xh[i] = beta_ * xh[i] + d_[i];
+    if (ef_) {
+      T* e = e_.data() + ctx.offset;
+      for (std::size_t i = 0; i < count; ++i) e[i] = r_[i] - d_[i];
+    }
+    return n;
+  }
+  void finish_allreduce(void* out, std::size_t count) override {
+    T* o = static_cast<T*>(out);
+    if (y_.size() != count) y_.assign(count, T(0));
+    for (std::size_t i = 0; i < count; ++i) {
+      o[i] = beta_ * y_[i] + o[i];
+      y_[i] = o[i];
+    }
+  }
+
+ private:
+  // r = (x + e) - beta·xh at element i; zero state before the first encode of element i
+  T residual(T x, std::size_t i) const {
+    const T e = i < e_.size() ? e_[i] : T(0);
+    const T xh = i < xh_.size() ? xh_[i] : T(0);
+    return (x + e) - beta_ * xh;
+  }
+  void grow(std::size_t n) {
+    if (xh_.size() < n) xh_.resize(n, T(0));
+    if (ef_ && e_.size() < n) e_.resize(n, T(0));
+  }
+
+  std::unique_ptr<Codec> inner_;
+  unsigned bits_;
+  T beta_;
+  bool ef_;
+  std::string spec_;
+  std::vector<T> xh_;
+  std::vector<T> y_;
+  std::vector<T> e_;
+  std::vector<T> r_;
+  std::vector<T> d_;
+  mutable std::vector<T> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double beta, bool ef) {
+  MaxNormParams m;
+  m.bits = bits;
+  // the canonical spec: parameters in name order, beta only when not the default
+  std::string spec = "temporal:";
+  if (beta != 0.9) spec += "beta=" + format_real(beta) + ",";
+  spec += "bits=" + std::to_string(bits);
+  if (ef) spec += ",ef=1";
+  auto inner = make_maxnorm_codec(dtype, m);
+  if (dtype == DType::kFloat64) {
+    return std::make_unique<TemporalCodec<double>>(std::move(inner), bits, beta, ef, spec);
+  }
+  return std::make_unique<TemporalCodec<float>>(std::move(inner), bits, beta, ef, spec);
+}
+
+}  // namespace ccoll::codec
