@@ -42,8 +42,6 @@ struct Capabilities {
   /// Sparse codecs whose payloads lose little by travelling whole (topk): "auto" reduces them by
   /// an all-gather of every rank's payload instead of a ring that would re-sparsify partial sums.
   bool gather_reduce = false;
-  /// The codec transforms an all-reduce's output (finish_allreduce): no all-gather (temporal).
-  bool allreduce_only = false;
 };
 
 /// Where a block sits, for codecs whose output depends on more than the values (stochastic
@@ -111,6 +109,13 @@ class Codec {
   /// Forgets state kept between calls (error-feedback residuals, temporal predictions);
   /// stateless codecs: no-op.
   virtual void reset_state() {}
+
+  /// A fingerprint of the state that shapes the output (temporal: the previous output; dq: its
+  /// reference norm), 0 when fresh. The API compares it across ranks and restarts everyone's
+  /// state when it differs, so a tensor whose plan history differs between ranks (derived keys
+  /// whose buffer addresses were reused differently) cannot give ranks different outputs.
+  /// Default 0 (no such state).
+  virtual std::uint64_t state_fingerprint() const { return 0; }
 
   /// Bits per element of the codes this call sends (dq: the width it chose for the call; the
   /// fixed-width quantizers: their width); 0 where it does not apply (casts, sparse codecs).

@@ -12,6 +12,7 @@
 // The payloads are maxnorm payloads of the chosen width; bits_used() reports it.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "forwarding.hpp"
@@ -46,7 +47,14 @@ class DqCodec final : public ForwardingCodec {
     return by_bits_.back()->max_encoded_bytes(count);  // the widest codes
   }
   unsigned bits_used() const override { return bits_; }
-  void reset_state() override { ref_ = 0; }
+  void reset_state() override {
+    ref_ = 0;
+  }
+  std::uint64_t state_fingerprint() const override {
+    std::uint64_t b = 0;
+    std::memcpy(&b, &ref_, sizeof b);
+    return b;
+  }
 
   std::size_t sum_slots() const override { return 1; }
   void local_sums(const void* data, std::size_t count, double* out) const override {

@@ -35,6 +35,7 @@ class ForwardingCodec : public Codec {
   }
   void reset_state() override { target_->reset_state(); }
   unsigned bits_used() const override { return target_->bits_used(); }
+  std::uint64_t state_fingerprint() const override { return target_->state_fingerprint(); }
   void uncompressed_call() override { target_->uncompressed_call(); }
   void finish_allreduce(void* out, std::size_t count) override {
     target_->finish_allreduce(out, count);

@@ -14,6 +14,7 @@
 // A changed count is a new plan (fresh state); reset_state() and a call that falls back to MPI
 // restart from zero, and the first call after a restart codes x itself.
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "forwarding.hpp"
@@ -39,7 +40,6 @@ class TemporalCodec final : public ForwardingCodec {
   Capabilities capabilities() const override {
     Capabilities c = inner_->capabilities();
     c.stateful = true;
-    c.allreduce_only = true;
     c.unbiased = !ef_;
     return c;
   }
@@ -54,7 +54,9 @@ class TemporalCodec final : public ForwardingCodec {
     xh_.clear();
     y_.clear();
     e_.clear();
+    fingerprint_ = 0;
   }
+  std::uint64_t state_fingerprint() const override { return fingerprint_; }
   void uncompressed_call() override { reset_state(); }
 
   // The shared scales must cover what is coded: r = x + e - beta·xh.
@@ -86,10 +88,17 @@ class TemporalCodec final : public ForwardingCodec {
   void finish_allreduce(void* out, std::size_t count) override {
     T* o = static_cast<T*>(out);
     if (y_.size() != count) y_.assign(count, T(0));
+    // y and, in the same pass, a position-dependent checksum of its bits (the state that must
+    // match across ranks), never 0
+    std::uint64_t sum = 0x9E3779B97F4A7C15ull;
     for (std::size_t i = 0; i < count; ++i) {
       o[i] = beta_ * y_[i] + o[i];
       y_[i] = o[i];
+      std::uint64_t b = 0;
+      std::memcpy(&b, &y_[i], sizeof(T));
+      sum += (b ^ (i * 0xD6E8FEB86659FD93ull)) * 0xFF51AFD7ED558CCDull;
     }
+    fingerprint_ = sum | 1;
   }
 
  private:
@@ -109,6 +118,7 @@ class TemporalCodec final : public ForwardingCodec {
   T beta_;
   bool ef_;
   std::string spec_;
+  std::uint64_t fingerprint_ = 0;
   std::vector<T> xh_;
   std::vector<T> y_;
   std::vector<T> e_;

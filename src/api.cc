@@ -121,7 +121,8 @@ enum Slot : int {
   kSeed = kAvg + 2,
   kMinBytes = kSeed + 2,
   kLr = kMinBytes + 2,
-  kFallback = kLr + 2,
+  kState = kLr + 2,
+  kFallback = kState + 2,
   kSlots,
 };
 
@@ -291,6 +292,12 @@ void run(const Call& call, Stats& stats) {
   } catch (const Error& e) {
     bad.set(kArgCodec, e.code(), e.what() + 7);
   }
+  if (!allreduce && bad.arg == kArgNone && spec.name == "temporal") {
+    bad.set(kArgCodec, Status::kUnsupported,
+            "codec: " + spec.canonical +
+                " transforms all-reduce outputs and has no all-gather form (valid for "
+                "compressed_allgather: any codec but temporal)");
+  }
   coll::Algorithm algo = coll::Algorithm::kAuto;
   try {
     algo = coll::parse_algorithm(opt.algorithm == "auto" && !env.algorithm.empty() ? env.algorithm
@@ -324,12 +331,6 @@ void run(const Call& call, Stats& stats) {
                          : (reinterpret_cast<std::uintptr_t>(call.recvbuf) * 31 + call.count) | 1;
       }
       plan = &ctx.plan(key, spec.canonical);
-      if (!allreduce && plan->codec->capabilities().allreduce_only) {
-        throw Error(Status::kUnsupported,
-                    "codec: " + spec.canonical +
-                        " transforms all-reduce outputs and has no all-gather form (valid for "
-                        "compressed_allgather: any codec but temporal)");
-      }
       if (!plan->codec->capabilities().lossless) {
         const void* input = in_place
                                 ? (allreduce ? call.recvbuf
@@ -360,6 +361,11 @@ void run(const Call& call, Stats& stats) {
   put_pair(v, kSeed, static_cast<double>(opt.seed & ((1ull << 53) - 1)));
   put_pair(v, kMinBytes, static_cast<double>(env.min_bytes));
   put_pair(v, kLr, opt.lr);
+  // 53 bits of the output-shaping state's fingerprint, exact as a double
+  put_pair(v, kState,
+           plan != nullptr
+               ? static_cast<double>(plan->codec->state_fingerprint() & ((1ull << 53) - 1))
+               : 0.0);
   v[kFallback] = fallback ? 1 : 0;
   CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, kSlots, MPI_DOUBLE, MPI_MAX, ctx.comm()));
   stats.control_bytes = sizeof v;
@@ -383,6 +389,14 @@ void run(const Call& call, Stats& stats) {
   check_pair(v, kSeed, call.fn, "seed", show_number);
   check_pair(v, kMinBytes, call.fn, "CCOLL_MIN_BYTES", show_number);
   check_pair(v, kLr, call.fn, "lr", show_number);
+  if (v[kState] != -v[kState + 1] && plan != nullptr) {
+    // the ranks' states of this tensor have different histories: restart them all
+    log(LogLevel::kWarn, rank,
+        std::string(call.fn) + ": " + spec.canonical +
+            " state differs across ranks; restarting it on every rank (pass Options::key to "
+            "name tensors)");
+    plan->codec->reset_state();
+  }
   fallback = v[kFallback] != 0;
 
   const std::uint64_t call_no = ctx.next_call();

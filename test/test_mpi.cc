@@ -214,7 +214,8 @@ TEST(MpiAllreduce, EveryCodecWithinBound) {
        {"maxnorm:bits=2", "maxnorm:bits=4", "maxnorm:bits=8", "maxnorm:bits=2/6",
         "maxnorm:bits=4,sum=requant", "randk:ratio=0.1", "qsgd:bits=4", "qsgd:bits=2,bucket=64",
         "terngrad", "sign", "topk:ratio=0.1", "maxnorm:bits=4,ef=1", "terngrad,ef=1",
-        "topk:ratio=0.01,ef=1"}) {
+        "topk:ratio=0.01,ef=1", "sketch:bits=3", "sketch:bits=2,clusters=2", "temporal:bits=4",
+        "temporal:bits=4,ef=1", "dq:min=2,max=8"}) {
     for (const char* algo : {"ring", "tree", "allgather"}) {
       for (std::size_t count :
            {std::size_t{1}, std::size_t{4}, std::size_t{1001}, std::size_t{100003}}) {
@@ -249,9 +250,10 @@ TEST(MpiAllreduce, EveryCodecWithinBound) {
           for (std::size_t i = 0; i < count; ++i) {
             worst = std::max(worst, std::fabs(recv[i] - exact[i] / p));
           }
-          // error feedback quantizes x + residual, so the per-call bound is about that input;
-          // its accuracy shows over many calls (ErrorFeedbackRemovesTheBias)
-          if (std::string(codec).find("ef=1") == std::string::npos) {
+          // stateful codecs (error feedback, temporal, dq) code x plus state, so the per-call
+          // bound is about that; their accuracy shows over many calls (ErrorFeedbackRemovesTheBias,
+          // TemporalAndDqState)
+          if (!ccoll::describe_codec(codec, p).stateful) {
             EXPECT_LE(worst, bound + 1e-6);
           }
           EXPECT_TRUE(identical_on_all_ranks(recv.data(), count * sizeof(float), MPI_COMM_WORLD));
@@ -333,10 +335,122 @@ TEST(MpiAllreduce, ErrorFeedbackStateKeptForManyTensors) {
   }
 }
 
+// temporal and dq through the API: state per tensor key, bit-identical outputs, restarts.
+// Restarts are checked bit for bit: temporal's first call (zero state) codes x itself, so it
+// equals maxnorm at the same bits on a communicator at the same call counter.
+TEST(MpiAllreduce, TemporalAndDqState) {
+  const int p = world_size();
+  const int r = world_rank();
+  const std::size_t n = 30011;
+  auto input_at = [&](int t, std::size_t count) {
+    std::vector<float> x(count);
+    for (std::size_t i = 0; i < count; ++i) {
+      x[i] = std::sin(0.001f * static_cast<float>(i) * static_cast<float>(r + 1) + 0.05f * t);
+    }
+    return x;
+  };
+  MPI_Comm a;
+  MPI_Comm b;
+  MPI_Comm_dup(MPI_COMM_WORLD, &a);
+  MPI_Comm_dup(MPI_COMM_WORLD, &b);
+  auto call = [&](MPI_Comm c, const char* codec, std::uint64_t key, const std::vector<float>& x,
+                  ccoll::Stats* stats = nullptr) {
+    std::vector<float> y(x.size());
+    ccoll::Options opt;
+    opt.codec = codec;
+    opt.key = key;
+    opt.seed = 5;
+    opt.stats = stats;
+    ccoll::compressed_allreduce(x.data(), y.data(), x.size(), MPI_FLOAT, MPI_SUM, c, opt);
+    EXPECT_TRUE(identical_on_all_ranks(y.data(), y.size() * sizeof(float), MPI_COMM_WORLD));
+    return y;
+  };
+  // slowly varying inputs: temporal's error shrinks below maxnorm's at the same bits
+  double err_t = 0;
+  double err_m = 0;
+  for (int t = 0; t < 12; ++t) {
+    const auto x = input_at(t, n);
+    std::vector<double> exact(n);
+    std::vector<double> xd(x.begin(), x.end());
+    MPI_Allreduce(xd.data(), exact.data(), static_cast<int>(n), MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
+    const auto yt = call(a, "temporal:bits=4", 7, x);
+    const auto ym = call(b, "maxnorm:bits=4", 0, x);
+    if (t == 0) {
+      EXPECT_EQ(yt, ym);  // zero state: the same payloads, the same output
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (t < 4) continue;
+      err_t += (yt[i] - exact[i]) * (yt[i] - exact[i]);
+      err_m += (ym[i] - exact[i]) * (ym[i] - exact[i]);
+    }
+  }
+  if (p > 1) {
+    EXPECT_LT(err_t, err_m / 2) << err_t << " vs " << err_m;
+  }
+  // reset_state(comm, key): the next call is a first call again
+  ccoll::reset_state(a, 7);
+  const auto x = input_at(20, n);
+  EXPECT_EQ(call(a, "temporal:bits=4", 7, x), call(b, "maxnorm:bits=4", 0, x));
+  // state is per key: key 7 has state again, key 9 starts fresh
+  call(a, "temporal:bits=4", 7, x);
+  call(b, "maxnorm:bits=4", 0, x);
+  EXPECT_EQ(call(a, "temporal:bits=4", 9, x), call(b, "maxnorm:bits=4", 0, x));
+  // a changed count under the same key restarts too
+  const auto x2 = input_at(21, n - 100);
+  EXPECT_EQ(call(a, "temporal:bits=4", 7, x2), call(b, "maxnorm:bits=4", 0, x2));
+  // reset_state(comm) without a key: every tensor
+  call(a, "temporal:bits=4", 9, x);
+  call(b, "maxnorm:bits=4", 0, x);
+  ccoll::reset_state(a);
+  EXPECT_EQ(call(a, "temporal:bits=4", 9, x), call(b, "maxnorm:bits=4", 0, x));
+  // a tensor whose state history differs between ranks (rank 0 named it differently last
+  // call, as reused buffer addresses can with derived keys) is restarted on every rank
+  call(a, "temporal:bits=4", r == 0 ? 50 : 60, x);
+  call(b, "maxnorm:bits=4", 0, x);
+  EXPECT_EQ(call(a, "temporal:bits=4", 60, x), call(b, "maxnorm:bits=4", 0, x));
+  // temporal has no all-gather form: refused on every rank
+  std::vector<float> g(n * static_cast<std::size_t>(p));
+  const std::string msg = expect_error_everywhere(
+      [&] {
+        ccoll::Options opt;
+        opt.codec = "temporal:bits=4";
+        ccoll::compressed_allgather(x.data(), n, g.data(), MPI_FLOAT, a, opt);
+      },
+      ccoll::Status::kUnsupported);
+  EXPECT_NE(msg.find("all-gather"), std::string::npos) << msg;
+  // dq: the first call of a key uses max bits, a 100x smaller input fewer; every rank agrees
+  if (p > 1) {
+    ccoll::Stats s1;
+    call(a, "dq:min=2,max=8", 11, x, &s1);
+    EXPECT_EQ(s1.bits, 8u);
+    std::vector<float> small = x;
+    for (auto& v : small) v *= 0.01f;
+    ccoll::Stats s2;
+    call(a, "dq:min=2,max=8", 11, small, &s2);
+    EXPECT_EQ(s2.bits, 3u);  // s = ceil(127/100) = 2 -> 3 bits
+    const unsigned bits = s2.bits;
+    EXPECT_TRUE(identical_on_all_ranks(&bits, sizeof bits, MPI_COMM_WORLD));
+    // the learning-rate hint must agree across ranks
+    const std::string lr_msg = expect_error_everywhere(
+        [&] {
+          std::vector<float> y(n);
+          ccoll::Options opt;
+          opt.codec = "dq:min=2,max=8";
+          opt.lr = r == 0 ? 0.1 : 0.2;
+          ccoll::compressed_allreduce(x.data(), y.data(), n, MPI_FLOAT, MPI_SUM, a, opt);
+        },
+        ccoll::Status::kInvalidArgument);
+    EXPECT_NE(lr_msg.find("lr"), std::string::npos) << lr_msg;
+  }
+  MPI_Comm_free(&a);
+  MPI_Comm_free(&b);
+}
+
 TEST(MpiAllgather, EveryCodecWithinBound) {
   const int p = world_size();
   for (const char* codec : {"maxnorm:bits=4", "maxnorm:bits=2/6", "randk:ratio=0.5", "qsgd:bits=4",
-                            "terngrad", "sign", "topk:ratio=0.3"}) {
+                            "terngrad", "sign", "topk:ratio=0.3", "sketch:bits=4"}) {
     for (const char* algo : {"ring", "tree"}) {
       const std::size_t count = 5003;
       std::vector<float> send(count);

@@ -288,7 +288,6 @@ TEST(Temporal, SpecAndCapabilities) {
   EXPECT_EQ(c->spec(), "temporal:bits=4,ef=1");
   EXPECT_TRUE(c->capabilities().summable);
   EXPECT_TRUE(c->capabilities().stateful);
-  EXPECT_TRUE(c->capabilities().allreduce_only);
   EXPECT_EQ(make("temporal:beta=0.5,bits=3")->spec(), "temporal:beta=0.5,bits=3");
 }
 
