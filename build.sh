@@ -26,6 +26,7 @@ install_missing() {
   [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
   [ -f /usr/include/hwy/highway.h ] || missing+=(libhwy-dev)
   [ -f /usr/include/gloo/allreduce_ring.h ] || missing+=(libgloo-dev)  # the Gloo peer driver
+  [ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)  # the convergence harness reads .gz IDX
   # the preload library's mpi4py test and example (Debian's python3, whatever is first on PATH)
   /usr/bin/python3 -c 'import mpi4py' 2>/dev/null || missing+=(python3-mpi4py)
   /usr/bin/python3 -c 'import numpy' 2>/dev/null || missing+=(python3-numpy)

@@ -529,6 +529,70 @@ void run_mpi_direct(const Call& call, Stats& stats, codec::DType dtype, std::siz
   run_mpi_uncompressed(call, stats, dtype, es, ctx);
 }
 
+// Recursive-doubling sum of `count` elements in place on the context's communicator, as lean
+// as MPI's own (one MPI_Sendrecv per level, no codec, no headers): auto's latency path. Partners
+// compute a + b and b + a, which IEEE addition makes bit-identical; non-powers of two fold the
+// first 2·rem ranks in (odd ranks add their even neighbour) and out (odd ranks send the result
+// back), so every rank ends with the same bits.
+template <class T>
+void rd_sum_typed(T* buf, std::size_t count, CommContext& ctx, Stats& stats) {
+  const int p = ctx.size();
+  const int r = ctx.rank();
+  MPI_Comm comm = ctx.comm();
+  const MPI_Datatype t = sizeof(T) == 8 ? MPI_DOUBLE : MPI_FLOAT;
+  const int n = static_cast<int>(count);
+  thread_local std::vector<T> tmp;
+  tmp.resize(count);
+  int pof2 = 1;
+  while (pof2 * 2 <= p) pof2 *= 2;
+  const int rem = p - pof2;
+  constexpr int kTag = 107;
+  const auto t0 = Clock::now();
+  int vrank = r;  // rank among the pof2 that take part in the doubling; -1: folded out
+  if (r < 2 * rem) {
+    if (r % 2 == 0) {
+      CCOLL_MPI_CHECK(MPI_Send(buf, n, t, r + 1, kTag, comm));
+      stats.wire_bytes_sent += count * sizeof(T);
+      vrank = -1;
+    } else {
+      CCOLL_MPI_CHECK(MPI_Recv(tmp.data(), n, t, r - 1, kTag, comm, MPI_STATUS_IGNORE));
+      for (std::size_t i = 0; i < count; ++i) buf[i] = tmp[i] + buf[i];
+      vrank = r / 2;
+    }
+  } else {
+    vrank = r - rem;
+  }
+  if (vrank >= 0) {
+    for (int mask = 1; mask < pof2; mask <<= 1) {
+      const int vpeer = vrank ^ mask;
+      const int peer = vpeer < rem ? vpeer * 2 + 1 : vpeer + rem;
+      CCOLL_MPI_CHECK(MPI_Sendrecv(buf, n, t, peer, kTag, tmp.data(), n, t, peer, kTag, comm,
+                                   MPI_STATUS_IGNORE));
+      stats.wire_bytes_sent += count * sizeof(T);
+      for (std::size_t i = 0; i < count; ++i) buf[i] = buf[i] + tmp[i];
+    }
+  }
+  if (r < 2 * rem) {
+    if (r % 2 == 1) {
+      CCOLL_MPI_CHECK(MPI_Send(buf, n, t, r - 1, kTag, comm));
+      stats.wire_bytes_sent += count * sizeof(T);
+    } else {
+      CCOLL_MPI_CHECK(MPI_Recv(buf, n, t, r + 1, kTag, comm, MPI_STATUS_IGNORE));
+    }
+  }
+  stats.wire_bytes_received = stats.wire_bytes_sent;
+  stats.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void rd_sum_direct(void* buf, std::size_t count, codec::DType dtype, CommContext& ctx,
+                   Stats& stats) {
+  if (dtype == codec::DType::kFloat64) {
+    rd_sum_typed(static_cast<double*>(buf), count, ctx, stats);
+  } else {
+    rd_sum_typed(static_cast<float*>(buf), count, ctx, stats);
+  }
+}
+
 // The tree candidate of codec=auto below kAutoMinBytes: ccoll's own uncompressed recursive
 // doubling (all-reduce) or Bruck (all-gather) schedule on the caller's arguments, without the
 // agreement round (checked locally, as run_mpi_direct). Open MPI's default choice at these
@@ -542,8 +606,16 @@ void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::si
   std::byte* own =
       allreduce ? recv : recv + static_cast<std::size_t>(ctx.rank()) * call.count * es;
   if (call.sendbuf != MPI_IN_PLACE) std::memcpy(own, call.sendbuf, call.count * es);
+  stats.codec = "none";
+  stats.algorithm = "tree";
+  stats.input_bytes = call.count * es;
+  if (allreduce) {
+    rd_sum_direct(recv, call.count, dtype, ctx, stats);
+    if (call.options.average) coll::divide_elements(recv, call.count, dtype, ctx.size());
+    return;
+  }
   PlanKey key;
-  key.kind = allreduce ? 0 : 1;
+  key.kind = 1;
   key.count = call.count;
   key.dtype = dtype;
   key.codec = "none";
@@ -551,14 +623,7 @@ void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::si
   coll::Counters counters;
   coll::Context cx{ctx.transport(), *plan.codec, plan.workspace, counters};
   cx.call = ctx.next_call();  // every rank takes the same candidate on the same call
-  stats.codec = "none";
-  stats.algorithm = "tree";
-  stats.input_bytes = call.count * es;
-  if (allreduce) {
-    coll::allreduce_recursive_doubling(cx, recv, call.count, call.options.average);
-  } else {
-    coll::allgather_bruck(cx, own, call.count, recv);
-  }
+  coll::allgather_bruck(cx, own, call.count, recv);
   stats.wire_bytes_sent = counters.bytes_sent;
   stats.wire_bytes_received = counters.bytes_received;
   stats.encode_seconds = counters.encode_seconds;
