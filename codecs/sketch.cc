@@ -11,9 +11,12 @@
 //     n_j^(1/3) · w_j^(2/3) (high-resolution quantization: density ∝ pdf^(1/3)), at least one
 //     each (largest remainders, ties to the lower cluster).
 //  4. Within cluster j its intervals are equal.
-//  5. A few sweeps of coordinate descent move each interior level to minimize the sketch's
-//     variance of unbiased rounding (refine_levels(); min and max stay).
-//  6. A value x in [L_k, L_k+1] is coded k + 1 with probability (x - L_k)/(L_k+1 - L_k), else k:
+//  5. When at least 1/2^B of the sample is exactly zero (and the block holds both signs), the
+//     interior level nearest 0 becomes exactly 0: gradients can hold many exact zeros (dead
+//     units, zero inputs), which then stay exact.
+//  6. A few sweeps of coordinate descent move each other interior level to minimize the
+//     sketch's variance of unbiased rounding (refine_levels(); min, max and 0 stay).
+//  7. A value x in [L_k, L_k+1] is coded k + 1 with probability (x - L_k)/(L_k+1 - L_k), else k:
 //     unbiased, error below the interval's width. Uniforms from Philox keyed by
 //     (seed, call, stream, element), as every stochastic codec.
 // Payload: header (param = B | K << 8) · 2^B levels in the element type, non-decreasing ·
@@ -216,6 +219,23 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
     }
     level_[k] = mx;
     level_[0] = mn;
+    // 5. zero is a level when at least 1/2^B of the sampled values are exactly zero: gradients
+    //    can hold many exact zeros (dead units, zero inputs), which then stay exact instead of
+    //    each drawing rounding noise (a level spent on 0 elsewhere would only cost resolution)
+    zero_level_ = 0;
+    const auto zeros = std::equal_range(sample_.begin(), sample_.end(), 0.0);
+    const auto nzero = static_cast<std::size_t>(zeros.second - zeros.first);
+    if (levels_ >= 3 && mn < T(0) && mx > T(0) && nzero * levels_ >= m) {
+      std::size_t best = 1;
+      for (std::size_t q = 2; q + 1 < levels_; ++q) {
+        if (std::fabs(static_cast<double>(level_[q])) < std::fabs(static_cast<double>(level_[best])))
+          best = q;
+      }
+      level_[best] = T(0);
+      std::sort(level_.begin(), level_.end());
+      zero_level_ = static_cast<std::size_t>(
+          std::lower_bound(level_.begin(), level_.end(), T(0)) - level_.begin());
+    }
     refine_levels();
     // rounding to T must not break the order the encoder's search relies on
     for (std::size_t q = 1; q < levels_; ++q) level_[q] = std::max(level_[q], level_[q - 1]);
@@ -240,6 +260,7 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
     lv.assign(level_.begin(), level_.end());
     for (int sweep = 0; sweep < kRefineSweeps; ++sweep) {
       for (std::size_t q = 1; q + 1 < levels_; ++q) {
+        if (q == zero_level_) continue;  // the exact zero stays
         const double a = lv[q - 1];
         const double b = lv[q + 1];
         if (!(b > a)) {
@@ -313,6 +334,7 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
   std::vector<std::size_t> count_;
   std::vector<std::size_t> alloc_;
   std::vector<double> remainder_;
+  std::size_t zero_level_ = 0;  // index of the level fixed at 0 (0: none)
   std::vector<double> prefix_;
   std::vector<double> refined_;
   std::vector<float> uniforms_ = std::vector<float>(kUniformBatch + 8);
