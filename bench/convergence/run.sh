@@ -60,6 +60,9 @@ done
 # C: Adam, and quantized Adam with error feedback (gradients and sharded weights)
 train "adam/none" --optimizer adam --codec none
 train "adam/maxnorm:bits=4,ef=1" --optimizer adam --codec maxnorm:bits=4,ef=1
+train "adam/maxnorm:bits=8,ef=1" --optimizer adam --codec maxnorm:bits=8,ef=1
+train "qadam/maxnorm:bits=8,ef=1+w:maxnorm:bits=8,ef=1" --optimizer qadam \
+  --codec maxnorm:bits=8,ef=1 --weight-codec maxnorm:bits=8,ef=1
 train "qadam/maxnorm:bits=4,ef=1+w:maxnorm:bits=8,ef=1" --optimizer qadam \
   --codec maxnorm:bits=4,ef=1 --weight-codec maxnorm:bits=8,ef=1
 train "qadam/maxnorm:bits=4,ef=1+w:maxnorm:bits=8" --optimizer qadam \
