@@ -514,6 +514,8 @@ void run(const Call& call, Stats& stats) {
 // (agreement, scales) cost more than compression can save at latency-bound sizes. It chooses
 // between plain MPI and ccoll's uncompressed tree there (AutoChoice::init).
 constexpr std::size_t kAutoMinBytes = 64 * 1024;
+// From here up to kAutoMiddleBytes auto also tries the tree (AutoChoice::init).
+constexpr std::size_t kAutoMiddleBytes = 1024 * 1024;
 
 // The MPI path of codec=auto: the caller's arguments are used as MPI_Allreduce/MPI_Allgather
 // would use them (checked locally, no agreement round), so that small messages and fast links
@@ -665,7 +667,11 @@ bool run_auto(const Call& call, Stats& stats) {
     unsigned size_class = 0;
     while ((bytes >> (size_class + 1)) != 0) ++size_class;
     AutoChoice& a = ctx.auto_choice(allreduce ? 0 : 1, es, size_class);
-    if (a.ncandidates == 0) a.init(bytes < kAutoMinBytes);
+    if (a.ncandidates == 0) {
+      a.init(bytes < kAutoMinBytes       ? AutoChoice::Band::kSmall
+             : bytes < kAutoMiddleBytes ? AutoChoice::Band::kMiddle
+                                        : AutoChoice::Band::kLarge);
+    }
     const int candidate = a.choice >= 0 ? a.choice : a.list[a.calls % a.ncandidates];
     const auto t0 = Clock::now();
     if (candidate == AutoChoice::kMpi) {

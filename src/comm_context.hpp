@@ -51,11 +51,15 @@ struct AutoChoice {
   /// A candidate replaces plain MPI only when it is this much faster (a wrong switch costs
   /// more than a missed one: codec=auto promises never to be slower than MPI).
   static constexpr double kMargin = 0.95;
-  /// Latency-bound size classes compare plain MPI with ccoll's uncompressed tree (recursive
-  /// doubling / Bruck) over more rounds (a call is ~100 us, so one timing is noisy); larger
-  /// ones compare the codec, ccoll uncompressed, and plain MPI.
-  void init(bool small) {
-    if (small) {
+  /// Latency-bound size classes (below 64 KiB) compare plain MPI with ccoll's uncompressed
+  /// tree (recursive doubling / Bruck) over 8 timed rounds (a call is ~100 us, so one timing
+  /// is noisy). Middle classes (64 KiB to 1 MiB) compare the codec, ccoll uncompressed, plain
+  /// MPI and the tree over 4 rounds (Open MPI's own best there is often recursive doubling or
+  /// Rabenseifner, which its default choice misses). Larger ones compare the codec, ccoll
+  /// uncompressed and plain MPI over 2 rounds (a call takes long enough to time well).
+  enum class Band { kSmall, kMiddle, kLarge };
+  void init(Band band) {
+    if (band == Band::kSmall) {
       ncandidates = 2;
       list[0] = kMpi;
       list[1] = kTree;
@@ -66,6 +70,11 @@ struct AutoChoice {
       list[1] = kNone;
       list[2] = kMpi;
       timed_rounds = 2;
+      if (band == Band::kMiddle) {
+        ncandidates = 4;
+        list[3] = kTree;
+        timed_rounds = 4;
+      }
     }
   }
   int tuning_calls() const { return (1 + timed_rounds) * ncandidates; }

@@ -592,44 +592,58 @@ TEST(MpiAllreduce, AutoIsMpiOrTreeWhenSmallAndOneAgreedChoiceWhenLarge) {
     }
     EXPECT_TRUE(identical_on_all_ranks(last.data(), last.size(), MPI_COMM_WORLD)) << last;
   }
-  const std::size_t count = (1u << 17) + 5;  // 512 KiB: tuned
-  std::vector<float> x(count);
-  double max_abs = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    x[i] = std::cos(0.001f * i * (world_rank() + 1));
-    max_abs = std::max(max_abs, std::fabs(static_cast<double>(x[i])));
-  }
-  std::vector<double> exact(count);
-  std::vector<double> xd(x.begin(), x.end());
-  MPI_Allreduce(xd.data(), exact.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM,
-                MPI_COMM_WORLD);
-  double sum_max = 0;
-  MPI_Allreduce(&max_abs, &sum_max, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  const double bound = ccoll::describe_codec("auto", p).error_bound * sum_max;
-  EXPECT_EQ(ccoll::describe_codec("auto", p).error_bound,
-            ccoll::describe_codec("maxnorm:bits=8", p).error_bound);
-  std::string last;
-  for (int call = 0; call < 12; ++call) {
-    SCOPED_TRACE(call);
-    std::vector<float> buf = x;
-    ccoll::Options opt;
-    opt.codec = "auto:bits=8";
-    ccoll::Stats stats;
-    opt.stats = &stats;
-    ccoll::compressed_allreduce(MPI_IN_PLACE, buf.data(), count, MPI_FLOAT, MPI_SUM,
-                                MPI_COMM_WORLD, opt);
-    double worst = 0;
-    for (std::size_t i = 0; i < count; ++i) worst = std::max(worst, std::fabs(buf[i] - exact[i]));
-    EXPECT_LE(worst, bound);
-    EXPECT_TRUE(identical_on_all_ranks(buf.data(), count * sizeof(float), MPI_COMM_WORLD));
-    last = stats.codec + "/" + stats.algorithm;
-    if (p > 1 && call < 9) {  // the tuning rounds try codec, none, mpi in turn
-      const char* const kTried[] = {"auto:bits=8", "none", "none"};
-      EXPECT_EQ(stats.codec, kTried[call % 3]);
+  // 512 KiB (middle band: codec, none, mpi, tree; 1 + 4 rounds) and 4 MiB (large band: codec,
+  // none, mpi; 1 + 2 rounds)
+  struct Band {
+    std::size_t count;
+    int tuning;
+    std::vector<std::string> algorithms;
+  };
+  for (const Band& band : {Band{(1u << 17) + 5, 20, {"ring", "ring", "mpi", "tree"}},
+                           Band{(1u << 20) + 3, 9, {"ring", "ring", "mpi"}}}) {
+    const std::size_t count = band.count;
+    SCOPED_TRACE(count);
+    std::vector<float> x(count);
+    double max_abs = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      x[i] = std::cos(0.001f * i * (world_rank() + 1));
+      max_abs = std::max(max_abs, std::fabs(static_cast<double>(x[i])));
     }
+    std::vector<double> exact(count);
+    std::vector<double> xd(x.begin(), x.end());
+    MPI_Allreduce(xd.data(), exact.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM,
+                  MPI_COMM_WORLD);
+    double sum_max = 0;
+    MPI_Allreduce(&max_abs, &sum_max, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+    const double bound = ccoll::describe_codec("auto", p).error_bound * sum_max;
+    EXPECT_EQ(ccoll::describe_codec("auto", p).error_bound,
+              ccoll::describe_codec("maxnorm:bits=8", p).error_bound);
+    const int n = static_cast<int>(band.algorithms.size());
+    std::string last;
+    for (int call = 0; call < band.tuning + 2; ++call) {
+      SCOPED_TRACE(call);
+      std::vector<float> buf = x;
+      ccoll::Options opt;
+      opt.codec = "auto:bits=8";
+      ccoll::Stats stats;
+      opt.stats = &stats;
+      ccoll::compressed_allreduce(MPI_IN_PLACE, buf.data(), count, MPI_FLOAT, MPI_SUM,
+                                  MPI_COMM_WORLD, opt);
+      double worst = 0;
+      for (std::size_t i = 0; i < count; ++i) worst = std::max(worst, std::fabs(buf[i] - exact[i]));
+      EXPECT_LE(worst, bound);
+      EXPECT_TRUE(identical_on_all_ranks(buf.data(), count * sizeof(float), MPI_COMM_WORLD));
+      last = stats.codec + "/" + stats.algorithm;
+      if (p > 1 && call < band.tuning) {  // the tuning rounds try the candidates in turn
+        EXPECT_EQ(stats.codec, call % n == 0 ? "auto:bits=8" : "none");
+        EXPECT_EQ(stats.algorithm, band.algorithms[static_cast<std::size_t>(call % n)]);
+      }
+    }
+    // after tuning every rank runs the same candidate
+    EXPECT_TRUE(identical_on_all_ranks(last.data(), last.size(), MPI_COMM_WORLD)) << last;
   }
-  // after tuning every rank runs the same candidate
-  EXPECT_TRUE(identical_on_all_ranks(last.data(), last.size(), MPI_COMM_WORLD)) << last;
+  const std::size_t count = (1u << 17) + 5;
+  std::vector<float> x(count, 1.0f);
   // a bad auto spec is rejected on every rank, naming the valid bits
   std::vector<float> buf = x;
   const std::string msg = expect_error_everywhere(
