@@ -686,9 +686,9 @@ bool run_auto(const Call& call, Stats& stats) {
       run(inner, stats);
     }
     if (a.choice >= 0) return true;
-    if (a.calls >= a.ncandidates) {  // the timed rounds
-      a.seconds[candidate] = std::min(a.seconds[candidate],
-                                      std::chrono::duration<double>(Clock::now() - t0).count());
+    if (a.calls >= a.ncandidates) {  // the timed rounds: the mean, what a caller pays per call
+      a.seconds[candidate] +=
+          std::chrono::duration<double>(Clock::now() - t0).count() / a.timed_rounds;
     }
     if (++a.calls == a.tuning_calls()) {
       // the slowest rank's time is the collective's time

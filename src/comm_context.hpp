@@ -43,8 +43,9 @@ struct Plan {
 
 /// codec=auto's choice for one size class (kind, element size, floor(log2 bytes)): the
 /// candidates are tried round-robin in a fixed order on every rank (one warm-up round, then
-/// timed rounds keeping each candidate's best time), and the choice is agreed with one MAX
-/// all-reduce of the times, so every rank holds the same decision.
+/// timed rounds averaging each candidate's time: the mean, not the best, since a caller pays
+/// the mean and a candidate with a fast best call can have a slow tail), and the choice is
+/// agreed with one MAX all-reduce of the times, so every rank holds the same decision.
 struct AutoChoice {
   enum Candidate : int { kCodec = 0, kNone = 1, kMpi = 2, kTree = 3 };
   static constexpr int kMaxCandidates = 4;
@@ -82,7 +83,8 @@ struct AutoChoice {
   int list[kMaxCandidates] = {};
   int timed_rounds = 0;
   int calls = 0;
-  double seconds[kMaxCandidates] = {1e300, 1e300, 1e300, 1e300};
+  // mean time of each candidate over the timed rounds (entries not in `list` are never read)
+  double seconds[kMaxCandidates] = {0, 0, 0, 0};
   int choice = -1;  // a Candidate once tuned
 };
 
