@@ -292,7 +292,7 @@ void run(const Call& call, Stats& stats) {
   } catch (const Error& e) {
     bad.set(kArgCodec, e.code(), e.what() + 7);
   }
-  if (!allreduce && bad.arg == kArgNone && spec.name == "temporal") {
+  if (!allreduce && bad.arg == kArgNone && spec.allreduce_only) {
     bad.set(kArgCodec, Status::kUnsupported,
             "codec: " + spec.canonical +
                 " transforms all-reduce outputs and has no all-gather form (valid for "
@@ -325,7 +325,7 @@ void run(const Call& call, Stats& stats) {
       key.dtype = dtype;
       key.codec = spec.canonical;
       // Stateful codecs keep state per tensor: Options::key, or the receive buffer and count.
-      if (spec.ef || spec.name == "temporal" || spec.name == "dq") {
+      if (spec.stateful) {
         key.tensor_key =
             opt.key != 0 ? opt.key
                          : (reinterpret_cast<std::uintptr_t>(call.recvbuf) * 31 + call.count) | 1;

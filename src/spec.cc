@@ -101,11 +101,20 @@ Param maxnorm_bits_param() {
           }};
 }
 
+// What a registry entry says of its codec beyond its parameters (bit flags).
+enum Traits : unsigned {
+  kOwnEf = 1,          // make() builds ef=1 into the codec (temporal): no generic wrapper
+  kStateful = 2,       // state between calls even without ef=1 (temporal, dq)
+  kAllreduceOnly = 4,  // no all-gather form (temporal)
+};
+
 struct Entry {
   const char* name;
   std::vector<Param> params;
   std::function<std::unique_ptr<codec::Codec>(const CodecSpec&, codec::DType)> make;
-  bool own_ef = false;  // make() builds ef=1 into the codec (temporal), no generic wrapper
+  unsigned traits = 0;
+  // cross-parameter check on the canonical parameters; a message names what is wrong
+  std::function<void(const CodecSpec&, const std::string& text)> check = nullptr;
 };
 
 const std::string& value_of(const CodecSpec& s, const char* key) {
@@ -131,6 +140,8 @@ codec::MaxNormParams maxnorm_params(const CodecSpec& s) {
   m.requant = value_of(s, "sum") == "requant";
   return m;
 }
+
+[[noreturn]] void bad(const std::string& msg);
 
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = {
@@ -181,13 +192,20 @@ const std::vector<Entry>& registry() {
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_temporal_codec(t, param(s, "bits"), real_param(s, "beta"), s.ef);
        },
-       true},
+       kOwnEf | kStateful | kAllreduceOnly},
       {"dq",
        {uint_param("min", 2, 8), uint_param("max", 2, 8),
         real_range_param("kappa", 1e-6, 1e6, false, "a number in [1e-6, 1e6], e.g. 1", "1")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_dq_codec(t, param(s, "min"), param(s, "max"),
                                      real_param(s, "kappa"));
+       },
+       kStateful,
+       [](const CodecSpec& s, const std::string& text) {
+         if (std::stoul(value_of(s, "min")) > std::stoul(value_of(s, "max"))) {
+           bad("dq:min=" + value_of(s, "min") + " is larger than max=" + value_of(s, "max") +
+               " in '" + text + "' (valid: 2 <= min <= max <= 8)");
+         }
        }},
       // auto: per size class, the fastest of plain MPI, ccoll's own schedules uncompressed,
       // and maxnorm at these bits (api.cc); the codec it may use is maxnorm:bits=B.
@@ -294,10 +312,9 @@ CodecSpec parse_codec_spec(const std::string& text) {
     spec.params.emplace_back(p.key, p.def);
   }
   std::sort(spec.params.begin(), spec.params.end());
-  if (spec.name == "dq" && std::stoul(value_of(spec, "min")) > std::stoul(value_of(spec, "max"))) {
-    bad("dq:min=" + value_of(spec, "min") + " is larger than max=" + value_of(spec, "max") +
-        " in '" + s + "' (valid: 2 <= min <= max <= 8)");
-  }
+  if (it->check) it->check(spec, s);
+  spec.stateful = spec.ef || (it->traits & kStateful) != 0;
+  spec.allreduce_only = (it->traits & kAllreduceOnly) != 0;
   spec.canonical = spec.name;
   char sep_char = ':';
   for (const auto& kv : spec.params) {
@@ -317,7 +334,8 @@ std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dty
   for (const auto& e : registry()) {
     if (spec.name == e.name) {
       auto c = e.make(spec, dtype);
-      return spec.ef && !e.own_ef ? codec::make_error_feedback_codec(std::move(c)) : std::move(c);
+      const bool wrap = spec.ef && (e.traits & kOwnEf) == 0;
+      return wrap ? codec::make_error_feedback_codec(std::move(c)) : std::move(c);
     }
   }
   bad("unknown codec '" + spec.name + "' (valid: " + join(codec_names()) + ")");

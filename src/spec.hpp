@@ -17,6 +17,10 @@ struct CodecSpec {
   std::string name;
   std::vector<std::pair<std::string, std::string>> params;  ///< Sorted by key.
   bool ef = false;        ///< The ef=1 modifier (error feedback), accepted by every codec.
+  /// The codec keeps state between calls (ef=1, temporal, dq): its plans are keyed per tensor.
+  bool stateful = false;
+  /// The codec transforms all-reduce outputs and has no all-gather form (temporal).
+  bool allreduce_only = false;
   std::string canonical;  ///< name[:k=v,...] with sorted keys (defaults filled in), then ef=1.
 };
 

@@ -282,6 +282,12 @@ TEST(Temporal, SpecAndCapabilities) {
   EXPECT_EQ(parse_codec_spec("temporal:bits=4").canonical, "temporal:bits=4");
   EXPECT_EQ(parse_codec_spec("temporal:bits=4,beta=0.5").canonical, "temporal:beta=0.5,bits=4");
   EXPECT_EQ(parse_codec_spec("temporal:beta=0.9,bits=4,ef=1").canonical, "temporal:bits=4,ef=1");
+  EXPECT_TRUE(parse_codec_spec("temporal:bits=4").stateful);
+  EXPECT_TRUE(parse_codec_spec("temporal:bits=4").allreduce_only);
+  EXPECT_TRUE(parse_codec_spec("dq:min=2,max=8").stateful);
+  EXPECT_FALSE(parse_codec_spec("dq:min=2,max=8").allreduce_only);
+  EXPECT_TRUE(parse_codec_spec("maxnorm:bits=4,ef=1").stateful);
+  EXPECT_FALSE(parse_codec_spec("sketch:bits=2").stateful);
   EXPECT_THROW(parse_codec_spec("temporal:bits=4,beta=1"), Error);
   EXPECT_THROW(parse_codec_spec("temporal:bits=1"), Error);
   auto c = make("temporal:bits=4,ef=1");
