@@ -21,30 +21,51 @@ inline unsigned bits_for(std::uint64_t max_value) {
   return w;
 }
 
+// 128-bit word of the group pack/unpack (GCC and Clang; __extension__: no -Wpedantic note)
+__extension__ typedef unsigned __int128 GroupWord;
+
+/// f(std::integral_constant<unsigned, width>{}) for widths 1..16 (where a group of 8 values is
+/// `width` whole bytes that fit one 128-bit word); `otherwise` for wider values.
+template <class F>
+std::size_t with_group_width(unsigned width, std::size_t otherwise, F&& f) {
+  switch (width) {
+#define CCOLL_GROUP_WIDTH_CASE(W) \
+  case W:                         \
+    return f(std::integral_constant<unsigned, W>{});
+    CCOLL_GROUP_WIDTH_CASE(1)
+    CCOLL_GROUP_WIDTH_CASE(2)
+    CCOLL_GROUP_WIDTH_CASE(3)
+    CCOLL_GROUP_WIDTH_CASE(4)
+    CCOLL_GROUP_WIDTH_CASE(5)
+    CCOLL_GROUP_WIDTH_CASE(6)
+    CCOLL_GROUP_WIDTH_CASE(7)
+    CCOLL_GROUP_WIDTH_CASE(8)
+    CCOLL_GROUP_WIDTH_CASE(9)
+    CCOLL_GROUP_WIDTH_CASE(10)
+    CCOLL_GROUP_WIDTH_CASE(11)
+    CCOLL_GROUP_WIDTH_CASE(12)
+    CCOLL_GROUP_WIDTH_CASE(13)
+    CCOLL_GROUP_WIDTH_CASE(14)
+    CCOLL_GROUP_WIDTH_CASE(15)
+    CCOLL_GROUP_WIDTH_CASE(16)
+#undef CCOLL_GROUP_WIDTH_CASE
+    default:
+      return otherwise;
+  }
+}
+
 /// f(std::integral_constant<unsigned, width>{}) for widths 1..8, where the byte-group loops
 /// are instantiated; `otherwise` for wider values.
 template <class F>
 std::size_t with_byte_width(unsigned width, std::size_t otherwise, F&& f) {
-  switch (width) {
-    case 1:
-      return f(std::integral_constant<unsigned, 1>{});
-    case 2:
-      return f(std::integral_constant<unsigned, 2>{});
-    case 3:
-      return f(std::integral_constant<unsigned, 3>{});
-    case 4:
-      return f(std::integral_constant<unsigned, 4>{});
-    case 5:
-      return f(std::integral_constant<unsigned, 5>{});
-    case 6:
-      return f(std::integral_constant<unsigned, 6>{});
-    case 7:
-      return f(std::integral_constant<unsigned, 7>{});
-    case 8:
-      return f(std::integral_constant<unsigned, 8>{});
-    default:
+  // one dispatch table; f is only instantiated for the byte widths
+  return with_group_width(width, otherwise, [&](auto w) -> std::size_t {
+    if constexpr (decltype(w)::value <= 8) {
+      return f(w);
+    } else {
       return otherwise;
-  }
+    }
+  });
 }
 
 class BitWriter {
@@ -186,39 +207,6 @@ inline void for_each_packed(const std::byte* data, std::size_t data_bytes, unsig
     const std::size_t avail = data_bytes - byte < 8 ? data_bytes - byte : 8;
     std::memcpy(&word, data + byte, avail);
     f(i, static_cast<std::uint32_t>((word >> (bit % 8)) & mask));
-  }
-}
-
-// 128-bit word of the group pack/unpack (GCC and Clang; __extension__: no -Wpedantic note)
-__extension__ typedef unsigned __int128 GroupWord;
-
-/// f(std::integral_constant<unsigned, width>{}) for widths 1..16 (where a group of 8 values is
-/// `width` whole bytes that fit one 128-bit word); `otherwise` for wider values.
-template <class F>
-std::size_t with_group_width(unsigned width, std::size_t otherwise, F&& f) {
-  switch (width) {
-#define CCOLL_GROUP_WIDTH_CASE(W) \
-  case W:                         \
-    return f(std::integral_constant<unsigned, W>{});
-    CCOLL_GROUP_WIDTH_CASE(1)
-    CCOLL_GROUP_WIDTH_CASE(2)
-    CCOLL_GROUP_WIDTH_CASE(3)
-    CCOLL_GROUP_WIDTH_CASE(4)
-    CCOLL_GROUP_WIDTH_CASE(5)
-    CCOLL_GROUP_WIDTH_CASE(6)
-    CCOLL_GROUP_WIDTH_CASE(7)
-    CCOLL_GROUP_WIDTH_CASE(8)
-    CCOLL_GROUP_WIDTH_CASE(9)
-    CCOLL_GROUP_WIDTH_CASE(10)
-    CCOLL_GROUP_WIDTH_CASE(11)
-    CCOLL_GROUP_WIDTH_CASE(12)
-    CCOLL_GROUP_WIDTH_CASE(13)
-    CCOLL_GROUP_WIDTH_CASE(14)
-    CCOLL_GROUP_WIDTH_CASE(15)
-    CCOLL_GROUP_WIDTH_CASE(16)
-#undef CCOLL_GROUP_WIDTH_CASE
-    default:
-      return otherwise;
   }
 }
 

@@ -143,12 +143,7 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
       return std::max(std::max(std::max(part[0], part[1]), std::max(part[2], part[3])),
                       std::max(std::max(part[4], part[5]), std::max(part[6], part[7])));
     }
-    for (; i + 8 <= n; i += 8) {
-      for (int j = 0; j < 8; ++j) part[j] += term(x[i + j]);
-    }
-    for (int j = 0; i + j < n; ++j) part[j] += term(x[i + j]);
-    return ((part[0] + part[1]) + (part[2] + part[3])) +
-           ((part[4] + part[5]) + (part[6] + part[7]));
+    return interleaved_sum(x, n, term);
   }
   std::uint32_t param() const { return bits_ | (bucket_ << 8); }
 

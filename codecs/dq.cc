@@ -58,14 +58,9 @@ class DqCodec final : public ForwardingCodec {
 
   std::size_t sum_slots() const override { return 1; }
   void local_sums(const void* data, std::size_t count, double* out) const override {
-    const T* x = static_cast<const T*>(data);
-    double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};  // a fixed order, vectorizable
-    std::size_t i = 0;
-    for (; i + 8 <= count; i += 8) {
-      for (int j = 0; j < 8; ++j) part[j] += static_cast<double>(x[i + j]) * x[i + j];
-    }
-    for (int j = 0; i + j < count; ++j) part[j] += static_cast<double>(x[i + j]) * x[i + j];
-    out[0] = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+    out[0] = interleaved_sum(static_cast<const T*>(data), count, [](T v) {
+      return static_cast<double>(v) * static_cast<double>(v);
+    });
   }
   void set_sums(const double* summed, std::size_t n, double lr) override {
     const double norm = n > 0 && summed[0] > 0 ? std::sqrt(summed[0]) : 0.0;

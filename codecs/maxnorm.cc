@@ -170,10 +170,13 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   // A sum of j contributions decodes to at most j·M (M: the float scale, rounded up): input
   // whose sum over `ranks` could leave the float range goes to MPI, so that every payload a
   // correct encoder writes passes parse()'s scale check (whose margin is smaller).
+  // Largest |x| whose `ranks`-fold sum, and its decode, stay inside the float range.
+  static double fallback_limit(int ranks) {
+    return static_cast<double>(std::numeric_limits<float>::max()) /
+           (static_cast<double>(std::max(1, ranks)) * (1 + kFallbackMargin));
+  }
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
-    return any_beyond<T>(data, count,
-                         static_cast<double>(std::numeric_limits<float>::max()) /
-                             (static_cast<double>(std::max(1, ranks)) * (1 + kFallbackMargin)));
+    return any_beyond<T>(data, count, fallback_limit(ranks));
   }
 
   unsigned bits_used() const override { return fine_bits_ != 0 ? 0 : bits_; }
@@ -208,8 +211,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       fallback = needs_fallback(data, count, ranks);
       return false;
     }
-    const double limit = static_cast<double>(std::numeric_limits<float>::max()) /
-                         (static_cast<double>(std::max(1, ranks)) * (1 + kFallbackMargin));
+    const double limit = fallback_limit(ranks);
     const T* x = static_cast<const T*>(data);
     fallback = false;
     for (std::size_t b = 0; b * kBlock < count; ++b) {

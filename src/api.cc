@@ -520,13 +520,20 @@ constexpr std::size_t kAutoMiddleBytes = 1024 * 1024;
 // The MPI path of codec=auto: the caller's arguments are used as MPI_Allreduce/MPI_Allgather
 // would use them (checked locally, no agreement round), so that small messages and fast links
 // cost what plain MPI costs.
-void run_mpi_direct(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
-                    CommContext& ctx) {
+// The direct paths' input: this rank's block of recvbuf (all of it for an all-reduce), with
+// sendbuf copied in unless in place. Returns the block.
+std::byte* place_own_input(const Call& call, std::size_t es, int rank) {
   auto* recv = static_cast<std::byte*>(call.recvbuf);
   std::byte* own = call.kind == Kind::kAllreduce
                        ? recv
-                       : recv + static_cast<std::size_t>(ctx.rank()) * call.count * es;
+                       : recv + static_cast<std::size_t>(rank) * call.count * es;
   if (call.sendbuf != MPI_IN_PLACE) std::memcpy(own, call.sendbuf, call.count * es);
+  return own;
+}
+
+void run_mpi_direct(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
+                    CommContext& ctx) {
+  place_own_input(call, es, ctx.rank());
   stats.input_bytes = call.count * es;
   run_mpi_uncompressed(call, stats, dtype, es, ctx);
 }
@@ -605,9 +612,7 @@ void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::si
                      CommContext& ctx) {
   const bool allreduce = call.kind == Kind::kAllreduce;
   auto* recv = static_cast<std::byte*>(call.recvbuf);
-  std::byte* own =
-      allreduce ? recv : recv + static_cast<std::size_t>(ctx.rank()) * call.count * es;
-  if (call.sendbuf != MPI_IN_PLACE) std::memcpy(own, call.sendbuf, call.count * es);
+  std::byte* own = place_own_input(call, es, ctx.rank());
   stats.codec = "none";
   stats.algorithm = "tree";
   stats.input_bytes = call.count * es;
