@@ -224,11 +224,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   }
   void set_scales(const double* shared, std::size_t n) override {
     scales_.resize(n);
-    for (std::size_t b = 0; b < n; ++b) {
-      auto f = static_cast<float>(shared[b]);
-      if (static_cast<double>(f) < shared[b]) f = std::nextafter(f, INFINITY);  // keep r <= s
-      scales_[b] = f;
-    }
+    for (std::size_t b = 0; b < n; ++b) scales_[b] = maxnorm_scale_float(shared[b]);
   }
 
   std::size_t mask_bytes(std::size_t count) const override {
@@ -408,6 +404,25 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       w.put(static_cast<std::uint32_t>((t < 0 ? -q : q) + s));
     }
     return static_cast<std::size_t>(w.finish() - out);
+  }
+
+ /// maxnorm_layout(): parse() for single-scale, exact-sum codecs.
+  MaxnormLayout layout(const std::byte* in, std::size_t bytes, std::size_t count) const {
+    if (fine_bits_ != 0 || requant_ || sparse_) {
+      throw Error(Status::kInternal, "maxnorm_layout: " + spec_ + " has no device layout");
+    }
+    const View v = parse(in, bytes, count);
+    MaxnormLayout l;
+    l.offset = v.offset;
+    l.nblocks = v.nblocks;
+    l.scales_at = static_cast<std::size_t>(v.scales - in);
+    l.codes_at = static_cast<std::size_t>(v.codes - in);
+    l.code_bytes = packed_bytes(v.ncodes, v.width);
+    l.width = v.width;
+    l.levels = s_;
+    l.bias = bias(v.contributions);
+    l.limit = static_cast<std::uint32_t>(2 * l.bias);
+    return l;
   }
 
  private:
@@ -611,6 +626,13 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
 };
 
 }  // namespace
+
+MaxnormLayout maxnorm_layout(const Codec& codec, const std::byte* in, std::size_t bytes,
+                             std::size_t count) {
+  const auto* m = dynamic_cast<const MaxNormCodec<float>*>(&codec);
+  if (m == nullptr) throw Error(Status::kInternal, "maxnorm_layout: not a float maxnorm codec");
+  return m->layout(in, bytes, count);
+}
 
 std::unique_ptr<Codec> make_maxnorm_codec(DType dtype, const MaxNormParams& params) {
   if (dtype == DType::kFloat64) return std::make_unique<MaxNormCodec<double>>(params);

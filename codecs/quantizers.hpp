@@ -63,6 +63,34 @@ struct MaxNormParams {
   double ratio = 0;        ///< randk: keep one coordinate per 1/ratio (stratified); 0: all
 };
 
+/// A maxnorm scale as the payloads carry it: the agreed maximum as a float, rounded up so that
+/// |x|·s/M <= s holds for every x it covers.
+inline float maxnorm_scale_float(double shared) {
+  auto f = static_cast<float>(shared);
+  if (static_cast<double>(f) < shared) f = std::nextafter(f, INFINITY);
+  return f;
+}
+
+/// Where the parts of a validated maxnorm payload lie (the device codecs decode from it).
+struct MaxnormLayout {
+  std::uint64_t offset = 0;     ///< element offset of the payload's first element
+  std::size_t nblocks = 0;      ///< scales it carries (f32 each), from byte scales_at
+  std::size_t scales_at = 0;
+  std::size_t codes_at = 0;     ///< byte offset of the packed codes
+  std::size_t code_bytes = 0;
+  unsigned width = 0;           ///< bits per lane
+  std::uint32_t levels = 0;     ///< s
+  std::int64_t bias = 0;        ///< lane offset j·s
+  std::uint32_t limit = 0;      ///< largest valid lane (2·bias); the lanes are not checked here
+};
+
+/// Validates a payload of the single-scale float maxnorm `codec` (header, contribution count,
+/// offset, exact length, scales) exactly as its decode() does before it reads a code, and
+/// returns its layout; throws ccoll::Error(kCorruptData) when malformed, kInternal when `codec`
+/// is not such a codec.
+MaxnormLayout maxnorm_layout(const Codec& codec, const std::byte* in, std::size_t bytes,
+                             std::size_t count);
+
 /// maxnorm:bits=B[,sum=exact|requant], maxnorm:bits=B1/B2 and randk:ratio=R[,bits=B]: shared
 /// per-block max-norm scale, stochastic rounding, summable.
 std::unique_ptr<Codec> make_maxnorm_codec(DType dtype, const MaxNormParams& params);

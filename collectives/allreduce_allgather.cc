@@ -33,7 +33,7 @@ void allreduce_allgather(Context& cx, void* buf, std::size_t count, bool average
   for (int k = 0; k + 1 < p; ++k) e.wait_send(sends[k]);
   // the same sum in the same order on every rank, the own payload taken from its bytes too
   for (int i = 0; i < p; ++i) e.decode(slot(i), sizes[i], count, buf, /*accumulate=*/i != 0);
-  if (average) divide_elements(buf, count, cx.codec.dtype(), p);
+  if (average) divide_elements(cx, buf, count, p);
   e.finish();
 }
 

@@ -98,7 +98,7 @@ void doubling_summable(Engine& e, Context& cx, void* buf, std::size_t count, boo
     n = e.wait_recv(q);
   }
   e.decode(mine, n, count, buf, /*accumulate=*/false);
-  if (average) divide_elements(buf, count, cx.codec.dtype(), p);
+  if (average) divide_elements(cx, buf, count, p);
 }
 
 }  // namespace
@@ -150,7 +150,7 @@ void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, boo
       if (!lossless) e.decode(mine, n, count, buf, /*accumulate=*/false);
       e.decode(theirs, got, count, buf, /*accumulate=*/true);
     }
-    if (average) divide_elements(buf, count, cx.codec.dtype(), p);
+    if (average) divide_elements(cx, buf, count, p);
   }
 
   // fold out: the odd ranks return the result to their even neighbours

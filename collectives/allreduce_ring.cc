@@ -189,12 +189,12 @@ void allreduce_ring(Context& cx, const void* in, void* out, std::size_t count, b
     }
     reduce_scatter_phase(e, L, input, slots, sizes);
     allgather_phase(e, L, data, slots, sizes);
-    if (average) divide_elements(data, count, cx.codec.dtype(), p);
+    if (average) divide_elements(cx, data, count, p);
   } else {
-    if (input != data && count != 0) std::memcpy(data, input, count * e.elem_bytes());
+    if (input != data) copy_elements(cx, data, input, count * e.elem_bytes());
     std::byte* own = data + chunk_offset(count, p, r) * e.elem_bytes();
     reduce_scatter_phase(e, L, data, slots, nullptr);
-    if (average) divide_elements(own, L.chunk_elems(r), cx.codec.dtype(), p);
+    if (average) divide_elements(cx, own, L.chunk_elems(r), p);
     encode_own_chunk(e, L, own, slots, sizes, false, codec::BlockContext::Role::kHop);
     allgather_phase(e, L, data, slots, sizes);
   }

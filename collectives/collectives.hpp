@@ -53,6 +53,16 @@ class Workspace {
   std::vector<Request> requests_;
 };
 
+/// How a schedule touches element data other than through the codec (the input copy of the
+/// re-encoding ring, the division of a mean). Null in Context: host memory (memcpy and a loop);
+/// device buffers supply the backend's copy and divide kernel.
+class ElementOps {
+ public:
+  virtual ~ElementOps() = default;
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void divide(void* data, std::size_t count, codec::DType dtype, int ranks) = 0;
+};
+
 /// Everything a schedule runs with.
 struct Context {
   Transport& transport;
@@ -62,6 +72,7 @@ struct Context {
   std::size_t segment_elems = 64 * 1024;  ///< Pipelining granularity of the ring (elements).
   std::uint64_t seed = 0;                 ///< Shared random seed (Options::seed).
   std::uint64_t call = 0;                 ///< Per-plan call counter, equal on all ranks.
+  ElementOps* elements = nullptr;         ///< Null: element buffers are host memory.
 };
 
 enum class Algorithm { kAuto, kRing, kTree, kAllgather };
@@ -115,6 +126,9 @@ void allgather_bruck(Context& cx, const void* send, std::size_t count, void* rec
 
 /// Divides `count` elements of `dtype` at `data` by `ranks` (the mean of an all-reduce).
 void divide_elements(void* data, std::size_t count, codec::DType dtype, int ranks);
+/// divide_elements() or copy of element data through cx.elements where it is set.
+void divide_elements(Context& cx, void* data, std::size_t count, int ranks);
+void copy_elements(Context& cx, void* dst, const void* src, std::size_t bytes);
 
 /// Balanced split of `count` elements into `parts` chunks, as the ring uses it.
 inline std::size_t chunk_count(std::size_t count, int parts, int c) {

@@ -10,8 +10,15 @@ namespace ccoll::coll {
 std::size_t Engine::encode(const void* in, std::size_t count, std::uint64_t stream,
                            std::uint64_t offset, std::byte* out, codec::BlockContext::Role role) {
   const auto t0 = Clock::now();
-  const std::size_t n =
-      cx_.codec.encode(in, count, {cx_.seed, cx_.call, stream, offset, role}, out);
+  std::size_t n = 0;
+  try {
+    n = cx_.codec.encode(in, count, {cx_.seed, cx_.call, stream, offset, role}, out);
+  } catch (const Error& err) {
+    // a failed encode (a device error) must not leave peers waiting: send a poisoned payload,
+    // finish the schedule, and throw at the end on every rank that depends on it
+    poison(err.code(), err.what());
+    n = wire::write_poisoned(out);
+  }
   if (poisoned_) wire::set_poisoned(out);
   cx_.counters.encode_seconds += since(t0);
   return n;
@@ -115,6 +122,23 @@ void divide_elements(void* data, std::size_t count, codec::DType dtype, int rank
     auto* x = static_cast<float*>(data);
     const auto d = static_cast<float>(ranks);
     for (std::size_t i = 0; i < count; ++i) x[i] /= d;
+  }
+}
+
+void divide_elements(Context& cx, void* data, std::size_t count, int ranks) {
+  if (cx.elements != nullptr) {
+    cx.elements->divide(data, count, cx.codec.dtype(), ranks);
+  } else {
+    divide_elements(data, count, cx.codec.dtype(), ranks);
+  }
+}
+
+void copy_elements(Context& cx, void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  if (cx.elements != nullptr) {
+    cx.elements->copy(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
   }
 }
 

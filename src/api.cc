@@ -21,6 +21,7 @@
 #include "collectives.hpp"
 #include "comm_context.hpp"
 #include "config.hpp"
+#include "device_codec.hpp"
 #include "mpi_check.hpp"
 #include "spec.hpp"
 
@@ -45,6 +46,7 @@ enum ArgId : int {
   kArgSeed,
   kArgEnvironment,
   kArgLr,
+  kArgDevice,
   kArgCount_,
 };
 
@@ -60,7 +62,8 @@ const char* arg_name(int id) {
                                 "average",
                                 "seed",
                                 "environment (CCOLL_*)",
-                                "lr"};
+                                "lr",
+                                "device buffers"};
   return id > 0 && id < kArgCount_ ? names[id] : "argument";
 }
 
@@ -123,6 +126,7 @@ enum Slot : int {
   kLr = kMinBytes + 2,
   kState = kLr + 2,
   kFallback = kState + 2,
+  kDeviceRing,  // MAX: some rank runs device codecs, which take the ring schedules
   kSlots,
 };
 
@@ -149,7 +153,7 @@ std::string show_hash(double) { return "different values"; }
 struct Call {
   Kind kind;
   const char* fn;
-  const void* sendbuf;
+  const void* sendbuf;  // run_placed() points these at host staging buffers on the host-copy path
   void* recvbuf;
   std::size_t count;
   MPI_Datatype datatype;
@@ -208,7 +212,39 @@ bool codec_dtype(MPI_Datatype t, codec::DType& out) {
   return true;
 }
 
-void run(const Call& call, Stats& stats) {
+// Where this rank's buffers live, and how a call on device buffers runs.
+struct Placement {
+  gpu::Backend* device = nullptr;  // non-null: recvbuf is device memory
+  bool mixed = false;              // one of sendbuf and recvbuf is device memory, not both
+  bool kernels = false;            // the codec runs on the device ("staged")
+  bool host_copy = false;          // the call runs on host copies ("host-copy"), copied back
+  void* user_recv = nullptr;       // the caller's recvbuf
+  void* staged_recv = nullptr;     // the host copy of recvbuf
+  std::size_t out_bytes = 0;       // bytes of recvbuf the call writes
+};
+
+// The host-copy path: this rank's input copied from the device into pinned host buffers, and
+// `call` pointed at them (in-place calls stay in place). run() copies the output back.
+void stage_in(Call& call, Placement& pl, CommContext& ctx, std::size_t es) {
+  gpu::Backend& b = *pl.device;
+  const bool allreduce = call.kind == Kind::kAllreduce;
+  const std::size_t bytes = call.count * es;
+  const std::size_t own_at = allreduce ? 0 : static_cast<std::size_t>(ctx.rank()) * bytes;
+  auto* recv = static_cast<std::byte*>(ctx.stage_recv().get(b, pl.out_bytes, true));
+  if (call.sendbuf == MPI_IN_PLACE) {
+    b.copy(recv + own_at, static_cast<const std::byte*>(call.recvbuf) + own_at, bytes);
+  } else {
+    void* send = ctx.stage_send().get(b, bytes, true);
+    b.copy(send, call.sendbuf, bytes);
+    call.sendbuf = send;
+  }
+  b.synchronize();
+  call.recvbuf = recv;
+  pl.staged_recv = recv;
+  pl.host_copy = true;
+}
+
+void run_placed(Call call, Stats& stats, Placement& pl) {
   const Options& opt = call.options;
   const bool allreduce = call.kind == Kind::kAllreduce;
 
@@ -275,6 +311,11 @@ void run(const Call& call, Stats& stats) {
               "sendbuf: null with count " + std::to_string(call.count) +
                   " (pass MPI_IN_PLACE to use recvbuf as input)");
     }
+    if (pl.mixed) {
+      bad.set(kArgSendbuf, Status::kInvalidArgument,
+              "sendbuf: one of sendbuf and recvbuf is device memory and the other host memory "
+              "(valid: both device memory or both host memory)");
+    }
     if (!in_place && overlaps(call.sendbuf, call.count * es, call.recvbuf, total * es)) {
       bad.set(kArgSendbuf, Status::kInvalidArgument,
               "sendbuf: overlaps recvbuf (pass MPI_IN_PLACE for in-place operation)");
@@ -310,6 +351,11 @@ void run(const Call& call, Stats& stats) {
             "algorithm: 'allgather' is an all-reduce schedule (valid for compressed_allgather: "
             "auto, ring, tree)");
   }
+  if (pl.device != nullptr && env.transport != "auto" && env.transport != "staged") {
+    bad.set(kArgEnvironment, Status::kUnsupported,
+            "CCOLL_TRANSPORT=" + env.transport +
+                ": not supported for device buffers in this version (valid: auto, staged)");
+  }
 
   // The codec decides whether it can carry this rank's input; only asked when all is well.
   Plan* plan = nullptr;
@@ -317,6 +363,20 @@ void run(const Call& call, Stats& stats) {
   bool scanned = false;  // the codec's scan() already wrote this rank's scales
   const bool compress =
       bad.arg == kArgNone && call.count > 0 && p > 1 && call.count * es >= env.min_bytes;
+  if (pl.device != nullptr && bad.arg == kArgNone) {
+    // device buffers: the codec's kernels where it has them (ring schedules), else host copies
+    pl.out_bytes = total * es;
+    pl.kernels = compress && has_device_kernels(spec, dtype) &&
+                 (algo == coll::Algorithm::kAuto || algo == coll::Algorithm::kRing);
+    if (!pl.kernels) {
+      try {
+        stage_in(call, pl, ctx, es);
+      } catch (const Error& e) {
+        bad.set(kArgDevice, e.code(), std::string("device buffers: copy to the host failed: ") +
+                                          e.what());
+      }
+    }
+  }
   if (compress) {
     try {
       PlanKey key;
@@ -328,20 +388,27 @@ void run(const Call& call, Stats& stats) {
       if (spec.stateful) {
         key.tensor_key =
             opt.key != 0 ? opt.key
-                         : (reinterpret_cast<std::uintptr_t>(call.recvbuf) * 31 + call.count) | 1;
+                         : (reinterpret_cast<std::uintptr_t>(pl.user_recv) * 31 + call.count) | 1;
       }
       plan = &ctx.plan(key, spec.canonical);
-      if (!plan->codec->capabilities().lossless) {
+      if (pl.kernels && plan->device_codec == nullptr) {
+        plan->device_codec = make_device_codec(spec, *plan->codec, *pl.device);
+        log(LogLevel::kInfo, rank,
+            std::string(call.fn) + ": " + spec.canonical + " on device buffers runs on the " +
+                pl.device->name() + " device; payloads are staged through host memory");
+      }
+      codec::Codec& codec = pl.kernels ? *plan->device_codec : *plan->codec;
+      if (!codec.capabilities().lossless) {
         const void* input = in_place
                                 ? (allreduce ? call.recvbuf
                                              : static_cast<const std::byte*>(call.recvbuf) +
                                                    static_cast<std::size_t>(rank) * call.count * es)
                                 : call.sendbuf;
         // the fallback test and, for most codecs, the scale pass: one read of the input
-        const std::size_t nscales = plan->codec->scale_slots(call.count);
+        const std::size_t nscales = codec.scale_slots(call.count);
         if (plan->scales.size() < nscales) plan->scales.resize(nscales);
-        scanned = plan->codec->scan(input, call.count, allreduce ? p : 1,
-                                    nscales != 0 ? plan->scales.data() : nullptr, fallback);
+        scanned = codec.scan(input, call.count, allreduce ? p : 1,
+                             nscales != 0 ? plan->scales.data() : nullptr, fallback);
       }
     } catch (const Error& e) {
       bad.set(kArgCodec, e.code(), e.what() + 7);
@@ -367,6 +434,7 @@ void run(const Call& call, Stats& stats) {
                ? static_cast<double>(plan->codec->state_fingerprint() & ((1ull << 53) - 1))
                : 0.0);
   v[kFallback] = fallback ? 1 : 0;
+  v[kDeviceRing] = pl.kernels ? 1 : 0;
   CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, kSlots, MPI_DOUBLE, MPI_MAX, ctx.comm()));
   stats.control_bytes = sizeof v;
 
@@ -398,6 +466,23 @@ void run(const Call& call, Stats& stats) {
     plan->codec->reset_state();
   }
   fallback = v[kFallback] != 0;
+  const bool device_ring = v[kDeviceRing] != 0;
+  // the uncompressed fallback of device buffers runs on host copies; a failed copy still takes
+  // part in the collective (no peer waits) and throws after it
+  std::string stage_error;
+  Status stage_code = Status::kSuccess;
+  if (pl.kernels && fallback) {
+    pl.kernels = false;
+    try {
+      stage_in(call, pl, ctx, es);
+    } catch (const Error& e) {
+      stage_error = e.what();
+      stage_code = e.code();
+      call.recvbuf = ctx.stage_recv().get(*pl.device, pl.out_bytes, true);
+      if (!in_place) call.sendbuf = ctx.stage_send().get(*pl.device, call.count * es, true);
+    }
+  }
+  stats.transport = pl.kernels ? "staged" : pl.host_copy ? "host-copy" : "host";
 
   const std::uint64_t call_no = ctx.next_call();
   stats.input_bytes = call.count * es;
@@ -413,7 +498,12 @@ void run(const Call& call, Stats& stats) {
   // into recvbuf; every other path copies it there before its schedule)
   const std::byte* input = in_place ? own : static_cast<const std::byte*>(call.sendbuf);
   auto copy_input = [&] {
-    if (!in_place) std::memcpy(own, call.sendbuf, call.count * es);
+    if (in_place) return;
+    if (pl.kernels) {
+      pl.device->copy(own, call.sendbuf, call.count * es);
+    } else {
+      std::memcpy(own, call.sendbuf, call.count * es);
+    }
   };
   if (p == 1) {
     copy_input();
@@ -425,46 +515,55 @@ void run(const Call& call, Stats& stats) {
     if (plan != nullptr) plan->codec->uncompressed_call();
     run_mpi_uncompressed(call, stats, dtype, es, ctx);
     stats.fell_back = fallback;
+    if (stage_code != Status::kSuccess) {
+      throw Error(stage_code, std::string(call.fn) + ": device buffers: " + stage_error);
+    }
     return;
   }
+  codec::Codec& codec = pl.kernels ? *plan->device_codec : *plan->codec;
 
   // The sum pass (dq: the global squared norm), before the scales.
-  if (const std::size_t nsums = plan->codec->sum_slots(); nsums != 0) {
+  if (const std::size_t nsums = codec.sum_slots(); nsums != 0) {
     double sums[4] = {0, 0, 0, 0};
     if (nsums > 4) throw Error(Status::kInternal, "codec asks for more than 4 summed values");
-    plan->codec->local_sums(input, call.count, sums);
+    codec.local_sums(input, call.count, sums);
     CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, static_cast<int>(nsums), MPI_DOUBLE,
                                   MPI_SUM, ctx.comm()));
-    plan->codec->set_sums(sums, nsums, opt.lr);
+    codec.set_sums(sums, nsums, opt.lr);
     stats.control_bytes += nsums * sizeof(double);
   }
 
   // The scale pass: codecs with a shared scale get it agreed (MAX over ranks) in a second small
   // all-reduce. It runs only after the agreement, so every rank asks for the same length.
-  plan->codec->set_call(opt.seed, call_no);
-  if (const std::size_t nscales = plan->codec->scale_slots(call.count); nscales != 0) {
+  codec.set_call(opt.seed, call_no);
+  if (const std::size_t nscales = codec.scale_slots(call.count); nscales != 0) {
     if (plan->scales.size() < nscales) plan->scales.resize(nscales);
-    if (!scanned) plan->codec->local_scales(input, call.count, plan->scales.data());
+    if (!scanned) codec.local_scales(input, call.count, plan->scales.data());
     CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, plan->scales.data(), static_cast<int>(nscales),
                                   MPI_DOUBLE, MPI_MAX, ctx.comm()));
-    plan->codec->set_scales(plan->scales.data(), nscales);
+    codec.set_scales(plan->scales.data(), nscales);
     stats.control_bytes += nscales * sizeof(double);
   }
   // The mask pass (two-scale maxnorm): one bit per element, agreed with a bitwise AND.
-  if (const std::size_t nmask = plan->codec->mask_bytes(call.count); nmask != 0) {
+  if (const std::size_t nmask = codec.mask_bytes(call.count); nmask != 0) {
     if (plan->mask.size() < nmask) plan->mask.resize(nmask);
-    plan->codec->local_mask(input, call.count, plan->mask.data());
+    codec.local_mask(input, call.count, plan->mask.data());
     for (std::size_t done = 0; done < nmask; done += std::size_t{1} << 30) {
       const std::size_t n = std::min(nmask - done, std::size_t{1} << 30);
       CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, plan->mask.data() + done, static_cast<int>(n),
                                     MPI_UNSIGNED_CHAR, MPI_BAND, ctx.comm()));
     }
-    plan->codec->set_mask(plan->mask.data(), nmask);
+    codec.set_mask(plan->mask.data(), nmask);
     stats.control_bytes += nmask;
   }
 
   coll::Counters counters;
-  coll::Context cx{ctx.transport(), *plan->codec, plan->workspace, counters};
+  coll::Context cx{ctx.transport(), codec, plan->workspace, counters};
+  std::unique_ptr<DeviceElementOps> device_ops;
+  if (pl.kernels) {
+    device_ops = std::make_unique<DeviceElementOps>(*pl.device);
+    cx.elements = device_ops.get();
+  }
   cx.segment_elems = env.segment_bytes / es;
   cx.seed = opt.seed;
   cx.call = call_no;
@@ -479,10 +578,11 @@ void run(const Call& call, Stats& stats) {
       s.decode_seconds = c.decode_seconds;
     }
   } copy{stats, counters};
-  stats.bits = plan->codec->bits_used();
+  stats.bits = codec.bits_used();
   if (allreduce) {
-    algo =
-        coll::select_allreduce(algo, call.count, es, p, plan->codec->capabilities().gather_reduce);
+    algo = device_ring ? coll::Algorithm::kRing
+                       : coll::select_allreduce(algo, call.count, es, p,
+                                                codec.capabilities().gather_reduce);
     stats.algorithm = coll::algorithm_name(algo);
     if (algo == coll::Algorithm::kTree) {
       copy_input();
@@ -493,10 +593,10 @@ void run(const Call& call, Stats& stats) {
     } else {
       coll::allreduce_ring(cx, input, recv, call.count, opt.average);
     }
-    plan->codec->finish_allreduce(recv, call.count);  // temporal: beta·y_prev + decoded sum
+    codec.finish_allreduce(recv, call.count);  // temporal: beta·y_prev + decoded sum
   } else {
     copy_input();
-    algo = coll::select_allgather(algo, call.count, es, p);
+    algo = device_ring ? coll::Algorithm::kRing : coll::select_allgather(algo, call.count, es, p);
     stats.algorithm = coll::algorithm_name(algo);
     if (algo == coll::Algorithm::kTree) {
       coll::allgather_bruck(cx, own, call.count, recv);
@@ -507,7 +607,33 @@ void run(const Call& call, Stats& stats) {
   if (!log_enabled(LogLevel::kTrace)) return;  // no message strings on the hot path
   log(LogLevel::kTrace, rank,
       std::string(call.fn) + " count=" + std::to_string(call.count) + " codec=" + stats.codec +
-          " algorithm=" + stats.algorithm + " sent=" + std::to_string(counters.bytes_sent));
+          " algorithm=" + stats.algorithm + " transport=" + stats.transport +
+          " sent=" + std::to_string(counters.bytes_sent));
+}
+
+// Finds where the buffers live, runs the call, and on the host-copy path copies the output back
+// to the caller's device buffer once the call has succeeded.
+void run(const Call& call, Stats& stats) {
+  Placement pl;
+  pl.user_recv = call.recvbuf;
+  gpu::Backend* b = call.count > 0 ? gpu::backend() : nullptr;
+  if (b != nullptr) {
+    const bool recv_device = call.recvbuf != nullptr && b->is_device_pointer(call.recvbuf);
+    const bool send_device = call.sendbuf != MPI_IN_PLACE && call.sendbuf != nullptr &&
+                             b->is_device_pointer(call.sendbuf);
+    pl.mixed = call.sendbuf != MPI_IN_PLACE && call.sendbuf != nullptr &&
+               call.recvbuf != nullptr && recv_device != send_device;
+    if (recv_device && !pl.mixed) pl.device = b;
+  }
+  if (pl.device == nullptr) {
+    stats.transport = "host";
+    run_placed(call, stats, pl);
+    return;
+  }
+  pl.device->set_stream(call.options.cuda_stream);
+  run_placed(call, stats, pl);
+  if (pl.host_copy) pl.device->copy(pl.user_recv, pl.staged_recv, pl.out_bytes);
+  pl.device->synchronize();
 }
 
 // codec=auto below this many bytes never compresses: ccoll's extra small all-reduces
@@ -658,6 +784,11 @@ bool run_auto(const Call& call, Stats& stats) {
     if ((allreduce && call.op != MPI_SUM) || (!allreduce && call.options.average)) return false;
     if (call.count == 0 || call.recvbuf == nullptr || call.count > INT_MAX) return false;
     if (call.sendbuf == nullptr) return false;
+    if (gpu::Backend* b = gpu::backend();
+        b != nullptr && (b->is_device_pointer(call.recvbuf) ||
+                         (call.sendbuf != MPI_IN_PLACE && b->is_device_pointer(call.sendbuf)))) {
+      return false;  // device buffers: run() runs auto's codec, untuned (docs/design.md)
+    }
     int inter = 0;
     CCOLL_MPI_CHECK(MPI_Comm_test_inter(call.comm, &inter));
     if (inter != 0) return false;

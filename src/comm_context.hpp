@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "backend.hpp"
 #include "codec.hpp"
 #include "collectives.hpp"
 #include "transport/mpi_transport.hpp"
@@ -39,6 +40,8 @@ struct Plan {
   coll::Workspace workspace;
   std::vector<double> scales;  // the scale pass's buffer
   std::vector<std::uint8_t> mask;  // the mask pass's buffer
+  /// The device codec over `codec` (device buffers, codecs with kernels), made on first use.
+  std::unique_ptr<codec::Codec> device_codec;
 };
 
 /// codec=auto's choice for one size class (kind, element size, floor(log2 bytes)): the
@@ -114,6 +117,10 @@ class CommContext {
     return auto_[(static_cast<std::uint64_t>(kind) << 40) | (elem_bytes << 8) | size_class];
   }
 
+  /// Pinned host buffers of the device-buffer paths: a copy of the input and of the output.
+  gpu::Buffer& stage_send() { return stage_send_; }
+  gpu::Buffer& stage_recv() { return stage_recv_; }
+
   static constexpr std::size_t kMaxStatelessPlans = 32;
   static constexpr std::size_t kMaxStatefulPlans = 4096;
 
@@ -131,6 +138,8 @@ class CommContext {
   std::uint64_t calls_ = 0;
   std::list<Plan> plans_;  // most recently used first
   std::map<std::uint64_t, AutoChoice> auto_;
+  gpu::Buffer stage_send_;
+  gpu::Buffer stage_recv_;
 };
 
 }  // namespace ccoll

@@ -30,6 +30,13 @@ EnvConfig read_env() {
                   "CCOLL_SEGMENT_BYTES: " + v + " is out of range (valid: 64 bytes to 1G)");
     }
   }
+  if (const std::string v = getenv_str("CCOLL_TRANSPORT"); !v.empty()) {
+    if (v != "auto" && v != "staged" && v != "nccl" && v != "mpi") {
+      throw Error(Status::kInvalidArgument,
+                  "CCOLL_TRANSPORT: unknown transport '" + v + "' (valid: auto, staged)");
+    }
+    c.transport = v;
+  }
   const std::string level = getenv_str("CCOLL_DEBUG");
   if (level.empty() || level == "NONE") {
     c.log_level = LogLevel::kNone;

@@ -4,6 +4,8 @@
 //   CCOLL_MIN_BYTES      per-rank inputs below this many bytes go to plain MPI (default 0)
 //   CCOLL_SEGMENT_BYTES  ring pipelining segment, uncompressed bytes (default 192K)
 //   CCOLL_DEBUG          WARN, INFO or TRACE: log to stderr
+//   CCOLL_TRANSPORT      how device buffers move: auto (default) or staged; nccl and mpi
+//                        (CUDA-aware MPI) are recognized and reported unsupported
 #pragma once
 
 #include <cstddef>
@@ -19,6 +21,7 @@ struct EnvConfig {
   std::size_t min_bytes = 0;
   std::size_t segment_bytes = 192 * 1024;
   LogLevel log_level = LogLevel::kNone;
+  std::string transport = "auto";
 };
 
 /// The parsed environment; throws ccoll::Error(kInvalidArgument) naming the variable when a

@@ -42,6 +42,11 @@ struct Stats {
   std::string codec;  ///< Canonical spec of the codec used ("none" when uncompressed).
   std::string
       algorithm;  ///< Schedule used: "ring", "tree", "allgather", "local" (1 rank), "mpi".
+  /// How the data moved: "host" (host buffers), "staged" (device buffers: the codec ran on the
+  /// GPU and only payloads crossed to the host for MPI), "host-copy" (device buffers copied
+  /// whole to the host and back, the codec on the CPU: codecs without device kernels, or
+  /// uncompressed calls).
+  std::string transport;
 };
 
 /// Per-call options. Defaults give an uncompressed ring/tree all-reduce unless CCOLL_CODEC is set.
@@ -62,6 +67,10 @@ struct Options {
   double lr = 0;
   /// When set, filled with this call's statistics (also when the call throws, as far as it got).
   Stats* stats = nullptr;
+  /// Device buffers: the cudaStream_t (as void*) whose queued work produces the input; ccoll
+  /// queues its copies and kernels on it and returns once the result is in recvbuf. Null: the
+  /// default stream. Ignored for host buffers.
+  void* cuda_stream = nullptr;
 };
 
 /// All-reduce `count` elements of `datatype` with `op` across `comm`, compressing what travels

@@ -1,0 +1,84 @@
+// The backend registry and the staging buffer (backend.hpp).
+#include "backend.hpp"
+
+#include <mutex>
+#include <vector>
+
+#include "ccoll/config.hpp"
+
+namespace ccoll::gpu {
+
+#if CCOLL_ENABLE_CUDA
+/// cuda_backend.cu: the CUDA backend, or null with `why` set when no device is usable.
+std::unique_ptr<Backend> make_cuda_backend(const char** why);
+#endif
+
+namespace {
+
+struct Registry {
+  std::mutex mu;
+  Backend* current = nullptr;
+  bool probed = false;
+  const char* why = "ccoll was built without CUDA (CCOLL_ENABLE_CUDA=OFF)";
+  // backends stay alive until exit: staging buffers may still point at an earlier one
+  std::vector<std::unique_ptr<Backend>> owned;
+};
+
+Registry& registry() {
+  static Registry* r = new Registry;  // never destroyed: buffers may be freed at exit
+  return *r;
+}
+
+}  // namespace
+
+Backend* backend(const char** why) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (!r.probed) {
+    r.probed = true;
+#if CCOLL_ENABLE_CUDA
+    if (auto b = make_cuda_backend(&r.why)) {
+      r.current = b.get();
+      r.owned.push_back(std::move(b));
+    }
+#endif
+  }
+  if (why != nullptr) *why = r.why;
+  return r.current;
+}
+
+void install_backend(std::unique_ptr<Backend> b) {
+  Registry& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  r.probed = false;  // null: probe the default again
+  r.current = nullptr;
+  if (b != nullptr) {
+    r.probed = true;
+    r.current = b.get();
+    r.owned.push_back(std::move(b));
+  }
+}
+
+void* Buffer::get(Backend& b, std::size_t bytes, bool host) {
+  if (p_ != nullptr && backend_ == &b && host_ == host && size_ >= bytes) return p_;
+  release();
+  const std::size_t n = bytes < 256 ? 256 : bytes;
+  p_ = host ? b.host_alloc(n) : b.device_alloc(n);
+  backend_ = &b;
+  host_ = host;
+  size_ = n;
+  return p_;
+}
+
+void Buffer::release() noexcept {
+  if (p_ == nullptr) return;
+  if (host_) {
+    backend_->host_free(p_);
+  } else {
+    backend_->device_free(p_);
+  }
+  p_ = nullptr;
+  size_ = 0;
+}
+
+}  // namespace ccoll::gpu

@@ -1,0 +1,96 @@
+// The device backend: what ccoll asks of an accelerator, behind one small interface with no CUDA
+// header in it, so that src/ can use device buffers without including cuda_runtime.h.
+//
+// Implementations:
+// - the CUDA backend (cuda_backend.cu, built with CCOLL_ENABLE_CUDA): cudaMalloc'd memory,
+//   kernels on the caller's stream;
+// - the emulated backend (emulated_backend.cc, always built): "device" memory is host memory
+//   handed out by device_alloc(), and the kernels are the same per-thread functions
+//   (maxnorm_device.hpp) run in host loops. It lets the CPU suite drive the whole device-buffer
+//   path (detection, staging, the device codecs) where no GPU exists; it is installed only by
+//   tests (ccoll::testing::use_emulated_device).
+//
+// Every kernel call is asynchronous on the backend's current stream; synchronize() waits for it
+// and throws ccoll::Error(kCudaError) when anything queued failed.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "maxnorm_device.hpp"
+
+namespace ccoll::gpu {
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  /// "cuda" or "emulated".
+  virtual const char* name() const = 0;
+  /// True for memory only the device can address (cudaMemoryTypeDevice). Host, pinned and
+  /// managed memory are host memory to ccoll.
+  virtual bool is_device_pointer(const void* p) const = 0;
+
+  virtual void* device_alloc(std::size_t bytes) = 0;
+  virtual void device_free(void* p) noexcept = 0;
+  /// Page-locked host memory (the staging buffers).
+  virtual void* host_alloc(std::size_t bytes) = 0;
+  virtual void host_free(void* p) noexcept = 0;
+
+  /// The stream the next calls are queued on (a cudaStream_t; null: the default stream).
+  virtual void set_stream(void* stream) = 0;
+  /// Copies `bytes` between any two of host and device memory, asynchronously.
+  virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
+  virtual void memset_zero(void* dst, std::size_t bytes) = 0;
+  /// Waits for everything queued; throws ccoll::Error(kCudaError) naming what failed.
+  virtual void synchronize() = 0;
+
+  // ---- kernels (all pointers device memory) ---------------------------------------------------
+  /// out[b] = max over block b of the sign-cleared bit patterns of x (kMaxnormBlock elements per
+  /// block); out must hold ceil(count / kMaxnormBlock) words.
+  virtual void block_abs_max(const float* x, std::size_t count, std::uint32_t* out) = 0;
+  virtual void maxnorm_encode(const float* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) = 0;
+  /// Largest lane seen is max-ed into *worst (device).
+  virtual void maxnorm_decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
+                              std::uint32_t* worst) = 0;
+  /// Non-zero is or-ed into *bad (device) when a lane is out of range.
+  virtual void maxnorm_add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) = 0;
+  /// fp16 (half) or bf16 codes of `count` floats.
+  virtual void cast_encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) = 0;
+  virtual void cast_decode(bool half, const std::uint16_t* codes, std::size_t count, float* out,
+                           bool accumulate) = 0;
+  /// x[i] /= ranks (float or double elements), the mean of an all-reduce.
+  virtual void divide(void* x, std::size_t count, bool is_double, int ranks) = 0;
+};
+
+/// The backend device buffers go through: the installed test backend, else the CUDA backend
+/// when ccoll was built with CUDA and a device is usable, else null (`why` says why).
+Backend* backend(const char** why = nullptr);
+
+/// A new emulated backend (see above).
+std::unique_ptr<Backend> make_emulated_backend();
+
+/// Installs `b` as the backend (tests); null restores the default.
+void install_backend(std::unique_ptr<Backend> b);
+
+/// A grow-only buffer of device or pinned host memory from a backend, freed with it.
+class Buffer {
+ public:
+  Buffer() = default;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  ~Buffer() { release(); }
+  /// At least `bytes` bytes of `host` (pinned) or device memory from `b`; contents are lost
+  /// when it grows.
+  void* get(Backend& b, std::size_t bytes, bool host);
+
+ private:
+  void release() noexcept;
+  Backend* backend_ = nullptr;
+  bool host_ = false;
+  void* p_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+}  // namespace ccoll::gpu

@@ -1,0 +1,221 @@
+// The CUDA backend (backend.hpp): the per-thread functions of maxnorm_device.hpp as kernels, one
+// thread per group of 8 elements (a group owns whole bytes of the packed output at any width),
+// grid-stride loops, launches and copies queued on the caller's stream. Compiled with
+// --fmad=false so that the float arithmetic is the CPU codecs' bit for bit.
+#include <cuda_runtime.h>
+
+#include <string>
+
+#include "backend.hpp"
+#include "ccoll/error.hpp"
+
+namespace ccoll::gpu {
+namespace {
+
+constexpr int kThreads = 256;
+// elements one thread block scans in block_abs_max: divides kMaxnormBlock, so a thread block
+// never straddles two scale blocks
+constexpr std::size_t kScanTile = 4096;
+static_assert(kMaxnormBlock % kScanTile == 0, "scan tiles must not straddle scale blocks");
+
+void check(cudaError_t rc, const char* what) {
+  if (rc == cudaSuccess) return;
+  cudaGetLastError();  // clear a sticky launch error so later calls start clean
+  throw Error(Status::kCudaError, std::string(what) + ": " + cudaGetErrorString(rc));
+}
+
+unsigned grid_for(std::size_t items) {
+  const std::size_t b = (items + kThreads - 1) / kThreads;
+  return static_cast<unsigned>(b == 0 ? 1 : (b < 65535 ? b : 65535));
+}
+
+__device__ std::size_t global_thread() {
+  return blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
+}
+__device__ std::size_t grid_threads() {
+  return static_cast<std::size_t>(gridDim.x) * blockDim.x;
+}
+
+__global__ void abs_max_kernel(const float* x, std::size_t count, std::uint32_t* out) {
+  for (std::size_t tile = blockIdx.x; tile * kScanTile < count; tile += gridDim.x) {
+    const std::size_t begin = tile * kScanTile;
+    const std::size_t end = begin + kScanTile < count ? begin + kScanTile : count;
+    std::uint32_t m = 0;
+    for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      const std::uint32_t v = abs_bits(x[i]);
+      m = v > m ? v : m;
+    }
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if ((threadIdx.x & 31) == 0) atomicMax(out + begin / kMaxnormBlock, m);
+  }
+}
+
+__global__ void maxnorm_encode_kernel(const float* x, MaxnormEncodeArgs a, std::uint8_t* codes) {
+  const std::size_t groups = group_count(a.count);
+  for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
+    maxnorm_encode_group(x, a, g, codes);
+  }
+}
+
+template <bool kAccumulate>
+__global__ void maxnorm_decode_kernel(MaxnormDecodeArgs a, float* out, std::uint32_t* worst) {
+  const std::size_t groups = group_count(a.count);
+  std::uint32_t w = 0;
+  for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
+    const std::uint32_t v = maxnorm_decode_group<kAccumulate>(a, g, out);
+    w = v > w ? v : w;
+  }
+  w = __reduce_max_sync(0xFFFFFFFFu, w);
+  if ((threadIdx.x & 31) == 0 && w != 0) atomicMax(worst, w);
+}
+
+__global__ void maxnorm_add_kernel(MaxnormAddArgs a, std::uint8_t* out, std::uint32_t* bad) {
+  const std::size_t groups = group_count(a.count);
+  unsigned b = 0;
+  for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
+    b |= maxnorm_add_group(a, g, out);
+  }
+  b = __reduce_or_sync(0xFFFFFFFFu, b);
+  if ((threadIdx.x & 31) == 0 && b != 0) atomicOr(bad, b);
+}
+
+template <bool kHalf>
+__global__ void cast_encode_kernel(const float* x, std::size_t count, std::uint16_t* codes) {
+  for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
+    codes[i] = kHalf ? codec::float_to_half(x[i]) : codec::float_to_bf16(x[i]);
+  }
+}
+
+template <bool kHalf, bool kAccumulate>
+__global__ void cast_decode_kernel(const std::uint16_t* codes, std::size_t count, float* out) {
+  for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
+    const float v = kHalf ? codec::half_to_float(codes[i]) : codec::bf16_to_float(codes[i]);
+    out[i] = kAccumulate ? out[i] + v : v;
+  }
+}
+
+template <class T>
+__global__ void divide_kernel(T* x, std::size_t count, T d) {
+  for (std::size_t i = global_thread(); i < count; i += grid_threads()) x[i] = x[i] / d;
+}
+
+class CudaBackend final : public Backend {
+ public:
+  const char* name() const override { return "cuda"; }
+  bool is_device_pointer(const void* p) const override {
+    if (p == nullptr) return false;
+    cudaPointerAttributes attr{};
+    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
+      cudaGetLastError();
+      return false;
+    }
+    return attr.type == cudaMemoryTypeDevice;
+  }
+  void* device_alloc(std::size_t bytes) override {
+    void* p = nullptr;
+    check(cudaMalloc(&p, bytes == 0 ? 1 : bytes), "cudaMalloc");
+    return p;
+  }
+  void device_free(void* p) noexcept override { cudaFree(p); }
+  void* host_alloc(std::size_t bytes) override {
+    void* p = nullptr;
+    check(cudaMallocHost(&p, bytes == 0 ? 1 : bytes), "cudaMallocHost");
+    return p;
+  }
+  void host_free(void* p) noexcept override { cudaFreeHost(p); }
+  void set_stream(void* stream) override { stream_ = static_cast<cudaStream_t>(stream); }
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes != 0) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
+  }
+  void memset_zero(void* dst, std::size_t bytes) override {
+    if (bytes != 0) check(cudaMemsetAsync(dst, 0, bytes, stream_), "cudaMemsetAsync");
+  }
+  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+
+  void block_abs_max(const float* x, std::size_t count, std::uint32_t* out) override {
+    if (count == 0) return;
+    memset_zero(out, sizeof(std::uint32_t) * ((count + kMaxnormBlock - 1) / kMaxnormBlock));
+    const std::size_t tiles = (count + kScanTile - 1) / kScanTile;
+    abs_max_kernel<<<static_cast<unsigned>(tiles < 65535 ? tiles : 65535), kThreads, 0,
+                     stream_>>>(x, count, out);
+    check(cudaGetLastError(), "block_abs_max launch");
+  }
+  void maxnorm_encode(const float* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
+    if (a.count == 0) return;
+    maxnorm_encode_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream_>>>(x, a, codes);
+    check(cudaGetLastError(), "maxnorm_encode launch");
+  }
+  void maxnorm_decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
+                      std::uint32_t* worst) override {
+    if (a.count == 0) return;
+    const unsigned grid = grid_for(group_count(a.count));
+    if (accumulate) {
+      maxnorm_decode_kernel<true><<<grid, kThreads, 0, stream_>>>(a, out, worst);
+    } else {
+      maxnorm_decode_kernel<false><<<grid, kThreads, 0, stream_>>>(a, out, worst);
+    }
+    check(cudaGetLastError(), "maxnorm_decode launch");
+  }
+  void maxnorm_add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) override {
+    if (a.count == 0) return;
+    maxnorm_add_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream_>>>(a, out, bad);
+    check(cudaGetLastError(), "maxnorm_add launch");
+  }
+  void cast_encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) override {
+    if (count == 0) return;
+    if (half) {
+      cast_encode_kernel<true><<<grid_for(count), kThreads, 0, stream_>>>(x, count, codes);
+    } else {
+      cast_encode_kernel<false><<<grid_for(count), kThreads, 0, stream_>>>(x, count, codes);
+    }
+    check(cudaGetLastError(), "cast_encode launch");
+  }
+  void cast_decode(bool half, const std::uint16_t* codes, std::size_t count, float* out,
+                   bool accumulate) override {
+    if (count == 0) return;
+    const unsigned grid = grid_for(count);
+    if (half && accumulate) {
+      cast_decode_kernel<true, true><<<grid, kThreads, 0, stream_>>>(codes, count, out);
+    } else if (half) {
+      cast_decode_kernel<true, false><<<grid, kThreads, 0, stream_>>>(codes, count, out);
+    } else if (accumulate) {
+      cast_decode_kernel<false, true><<<grid, kThreads, 0, stream_>>>(codes, count, out);
+    } else {
+      cast_decode_kernel<false, false><<<grid, kThreads, 0, stream_>>>(codes, count, out);
+    }
+    check(cudaGetLastError(), "cast_decode launch");
+  }
+  void divide(void* x, std::size_t count, bool is_double, int ranks) override {
+    if (count == 0) return;
+    if (is_double) {
+      divide_kernel<double><<<grid_for(count), kThreads, 0, stream_>>>(
+          static_cast<double*>(x), count, static_cast<double>(ranks));
+    } else {
+      divide_kernel<float><<<grid_for(count), kThreads, 0, stream_>>>(
+          static_cast<float*>(x), count, static_cast<float>(ranks));
+    }
+    check(cudaGetLastError(), "divide launch");
+  }
+
+ private:
+  cudaStream_t stream_ = nullptr;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(const char** why) {
+  int n = 0;
+  const cudaError_t rc = cudaGetDeviceCount(&n);
+  if (rc != cudaSuccess) {
+    cudaGetLastError();
+    *why = cudaGetErrorString(rc);
+    return nullptr;
+  }
+  if (n == 0) {
+    *why = "no CUDA device";
+    return nullptr;
+  }
+  return std::make_unique<CudaBackend>();
+}
+
+}  // namespace ccoll::gpu

@@ -1,0 +1,110 @@
+// The emulated backend (backend.hpp): host memory stands in for device memory, and the kernels
+// are the per-thread functions of maxnorm_device.hpp run in host loops, one call per "thread",
+// exactly as cuda_backend.cu launches them.
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <new>
+
+#include "backend.hpp"
+#include "ccoll/error.hpp"
+
+namespace ccoll::gpu {
+namespace {
+
+class EmulatedBackend final : public Backend {
+ public:
+  const char* name() const override { return "emulated"; }
+  bool is_device_pointer(const void* p) const override {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = blocks_.upper_bound(a);
+    if (it == blocks_.begin()) return false;
+    --it;
+    return a < it->first + it->second;
+  }
+  void* device_alloc(std::size_t bytes) override {
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    if (p == nullptr) throw std::bad_alloc();
+    std::lock_guard<std::mutex> lock(mu_);
+    blocks_[reinterpret_cast<std::uintptr_t>(p)] = bytes == 0 ? 1 : bytes;
+    return p;
+  }
+  void device_free(void* p) noexcept override {
+    if (p == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      blocks_.erase(reinterpret_cast<std::uintptr_t>(p));
+    }
+    std::free(p);
+  }
+  void* host_alloc(std::size_t bytes) override {
+    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    if (p == nullptr) throw std::bad_alloc();
+    return p;
+  }
+  void host_free(void* p) noexcept override { std::free(p); }
+  void set_stream(void*) override {}
+  void copy(void* dst, const void* src, std::size_t bytes) override {
+    if (bytes != 0) std::memmove(dst, src, bytes);
+  }
+  void memset_zero(void* dst, std::size_t bytes) override {
+    if (bytes != 0) std::memset(dst, 0, bytes);
+  }
+  void synchronize() override {}
+
+  void block_abs_max(const float* x, std::size_t count, std::uint32_t* out) override {
+    for (std::size_t b = 0; b * kMaxnormBlock < count; ++b) out[b] = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      std::uint32_t& m = out[i / kMaxnormBlock];
+      const std::uint32_t v = abs_bits(x[i]);
+      m = v > m ? v : m;
+    }
+  }
+  void maxnorm_encode(const float* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
+    for (std::size_t g = 0; g < group_count(a.count); ++g) maxnorm_encode_group(x, a, g, codes);
+  }
+  void maxnorm_decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
+                      std::uint32_t* worst) override {
+    for (std::size_t g = 0; g < group_count(a.count); ++g) {
+      const std::uint32_t w = accumulate ? maxnorm_decode_group<true>(a, g, out)
+                                         : maxnorm_decode_group<false>(a, g, out);
+      *worst = w > *worst ? w : *worst;
+    }
+  }
+  void maxnorm_add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) override {
+    for (std::size_t g = 0; g < group_count(a.count); ++g) *bad |= maxnorm_add_group(a, g, out);
+  }
+  void cast_encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) override {
+    for (std::size_t i = 0; i < count; ++i) {
+      codes[i] = half ? codec::float_to_half(x[i]) : codec::float_to_bf16(x[i]);
+    }
+  }
+  void cast_decode(bool half, const std::uint16_t* codes, std::size_t count, float* out,
+                   bool accumulate) override {
+    for (std::size_t i = 0; i < count; ++i) {
+      const float v = half ? codec::half_to_float(codes[i]) : codec::bf16_to_float(codes[i]);
+      out[i] = accumulate ? out[i] + v : v;
+    }
+  }
+  void divide(void* x, std::size_t count, bool is_double, int ranks) override {
+    if (is_double) {
+      auto* d = static_cast<double*>(x);
+      for (std::size_t i = 0; i < count; ++i) d[i] /= static_cast<double>(ranks);
+    } else {
+      auto* f = static_cast<float*>(x);
+      for (std::size_t i = 0; i < count; ++i) f[i] /= static_cast<float>(ranks);
+    }
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::uintptr_t, std::size_t> blocks_;
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_emulated_backend() { return std::make_unique<EmulatedBackend>(); }
+
+}  // namespace ccoll::gpu

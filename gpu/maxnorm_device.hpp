@@ -1,0 +1,177 @@
+// The per-thread bodies of the maxnorm and cast kernels, written once for the host and the
+// device (CCOLL_HOST_DEVICE): gpu/cuda_backend.cu runs them as CUDA kernels, one thread per group
+// of 8 elements, and gpu/emulated_backend.cc runs the very same functions in host loops, so the
+// CPU test suite checks the kernels' arithmetic and bit layout byte for byte against the CPU
+// codecs even where no GPU exists.
+//
+// Bit identity with codecs/maxnorm.cc rests on: the same Philox words (philox.hpp), the same
+// stochastic_code() in float, IEEE division and no multiply-add contraction (nvcc
+// --fmad=false, -prec-div=true; g++ -ffp-contract=off), and the same little-endian lane layout
+// as BitWriter (value i in bits [i·w, (i+1)·w)).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "half.hpp"
+#include "philox.hpp"
+
+namespace ccoll::gpu {
+
+/// Elements per maxnorm scale block (codecs/maxnorm.cc's kBlock; a test checks they agree
+/// through the scale count).
+inline constexpr std::size_t kMaxnormBlock = 65536;
+
+/// One maxnorm encode of `count` elements starting at tensor element `offset`.
+struct MaxnormEncodeArgs {
+  std::size_t count = 0;
+  std::uint64_t offset = 0;
+  /// Scale of tensor block `first_block + k` at scales[k] (floats rounded up as set_scales does).
+  const float* scales = nullptr;
+  std::uint64_t first_block = 0;
+  std::uint32_t levels = 0;  ///< s = 2^(B-1) - 1
+  unsigned width = 0;        ///< B: bits per code
+  std::uint64_t seed = 0;
+  std::uint64_t call = 0;
+  std::uint32_t stream = 0;
+};
+
+/// One maxnorm decode (or decode-accumulate) of the codes of a validated payload.
+struct MaxnormDecodeArgs {
+  std::size_t count = 0;
+  std::uint64_t offset = 0;
+  const float* scales = nullptr;  ///< scale of the payload's k-th block at scales[k]
+  const std::uint8_t* codes = nullptr;
+  std::size_t code_bytes = 0;
+  unsigned width = 0;
+  std::uint32_t levels = 0;
+  std::int64_t bias = 0;     ///< j·s for a sum of j contributions
+  std::uint32_t limit = 0;   ///< largest valid lane, 2·bias
+};
+
+/// One compressed-domain add of two validated payloads of the same block.
+struct MaxnormAddArgs {
+  std::size_t count = 0;
+  const std::uint8_t* a = nullptr;
+  std::size_t a_bytes = 0;  ///< code bytes of a
+  unsigned a_width = 0;
+  std::uint32_t a_limit = 0;
+  const std::uint8_t* b = nullptr;
+  std::size_t b_bytes = 0;
+  unsigned b_width = 0;
+  std::uint32_t b_limit = 0;
+  unsigned out_width = 0;
+  std::uint32_t shift = 0;  ///< bias_a + bias_b - bias_(a+b)
+};
+
+CCOLL_HOST_DEVICE constexpr std::size_t packed_size(std::size_t count, unsigned width) {
+  return (count * width + 7) / 8;
+}
+CCOLL_HOST_DEVICE constexpr std::size_t group_count(std::size_t count) { return (count + 7) / 8; }
+
+/// Lane i of a packed stream of `nbytes` bytes (width <= 24); bytes past the end read as 0.
+CCOLL_HOST_DEVICE inline std::uint32_t lane_at(const std::uint8_t* p, std::size_t nbytes,
+                                               unsigned width, std::size_t i) {
+  const std::size_t bit = i * width;
+  const std::size_t byte = bit >> 3;
+  std::uint32_t v = 0;
+  for (unsigned k = 0; k < 4; ++k) {
+    if (byte + k < nbytes) v |= static_cast<std::uint32_t>(p[byte + k]) << (8 * k);
+  }
+  return (v >> (bit & 7)) & ((1u << width) - 1u);
+}
+
+/// Writes the n <= 8 lanes of group g (values v[0..n), zero-padded) at width w <= 16: the bytes
+/// [g·w, min((g+1)·w, nbytes)) of the stream. Groups own whole bytes, so threads never share one.
+CCOLL_HOST_DEVICE inline void put_group(std::uint8_t* out, std::size_t nbytes, unsigned w,
+                                        std::size_t g, const std::uint32_t* v, unsigned n) {
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+  for (unsigned j = 0; j < n; ++j) {
+    const unsigned pos = j * w;
+    const std::uint64_t x = v[j];
+    if (pos < 64) {
+      lo |= x << pos;
+      if (pos + w > 64) hi |= x >> (64 - pos);
+    } else {
+      hi |= x << (pos - 64);
+    }
+  }
+  const std::size_t first = g * w;
+  for (unsigned k = 0; k < w && first + k < nbytes; ++k) {
+    out[first + k] = static_cast<std::uint8_t>(k < 8 ? lo >> (8 * k) : hi >> (8 * (k - 8)));
+  }
+}
+
+/// max |x| of one element as the CPU's abs_max() compares it: the sign-cleared bit pattern (an
+/// integer max of these is the numeric max, and NaN wins).
+CCOLL_HOST_DEVICE inline std::uint32_t abs_bits(float x) {
+  return codec::float_bits(x) & 0x7FFFFFFFu;
+}
+
+/// Encodes group g (elements [8g, 8g + 8) ∩ [0, count)) of a maxnorm encode into `codes`.
+CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const float* x, const MaxnormEncodeArgs& a,
+                                                   std::size_t g, std::uint8_t* codes) {
+  std::uint32_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const std::size_t i0 = 8 * g;
+  const unsigned n = a.count - i0 < 8 ? static_cast<unsigned>(a.count - i0) : 8u;
+  const auto s = static_cast<float>(a.levels);
+  std::uint64_t quad = ~std::uint64_t{0};
+  codec::Philox4x32 rnd{};
+  for (unsigned j = 0; j < n; ++j) {
+    const std::uint64_t e = a.offset + i0 + j;
+    if ((e >> 2) != quad) {
+      quad = e >> 2;
+      rnd = codec::philox_block(a.seed, a.call, a.stream, quad);
+    }
+    const float m = a.scales[e / kMaxnormBlock - a.first_block];
+    const float inv = m > 0 ? s / m : 0.0f;
+    v[j] = codec::stochastic_code(x[i0 + j], inv, codec::uniform01(rnd.v[e & 3]), a.levels);
+  }
+  put_group(codes, packed_size(a.count, a.width), a.width, g, v, n);
+}
+
+/// Decodes (kAccumulate: adds) group g of a maxnorm payload into out; returns the largest lane
+/// seen, which the caller compares with a.limit (a malformed payload is rejected, never used).
+template <bool kAccumulate>
+CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeArgs& a,
+                                                            std::size_t g, float* out) {
+  const std::size_t i0 = 8 * g;
+  const unsigned n = a.count - i0 < 8 ? static_cast<unsigned>(a.count - i0) : 8u;
+  const std::uint64_t first = a.offset / kMaxnormBlock;
+  std::uint32_t worst = 0;
+  for (unsigned j = 0; j < n; ++j) {
+    const std::size_t i = i0 + j;
+    const float m = a.scales[(a.offset + i) / kMaxnormBlock - first];
+    const float step = m / static_cast<float>(a.levels);
+    const std::uint32_t u = lane_at(a.codes, a.code_bytes, a.width, i);
+    worst = u > worst ? u : worst;
+    const float value = static_cast<float>(static_cast<std::int64_t>(u) - a.bias) * step;
+    if (kAccumulate) {
+      out[i] = out[i] + value;
+    } else {
+      out[i] = value;
+    }
+  }
+  return worst;
+}
+
+/// Adds group g of two payloads' lanes in integers into `out` (lanes a + b - shift); returns
+/// 1 when a lane of either summand is out of range (the caller rejects the payloads).
+CCOLL_HOST_DEVICE inline unsigned maxnorm_add_group(const MaxnormAddArgs& a, std::size_t g,
+                                                    std::uint8_t* out) {
+  std::uint32_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const std::size_t i0 = 8 * g;
+  const unsigned n = a.count - i0 < 8 ? static_cast<unsigned>(a.count - i0) : 8u;
+  unsigned bad = 0;
+  for (unsigned j = 0; j < n; ++j) {
+    const std::uint32_t x = lane_at(a.a, a.a_bytes, a.a_width, i0 + j);
+    const std::uint32_t y = lane_at(a.b, a.b_bytes, a.b_width, i0 + j);
+    bad |= (x > a.a_limit) | (y > a.b_limit);
+    v[j] = x + y - a.shift;
+  }
+  put_group(out, packed_size(a.count, a.out_width), a.out_width, g, v, n);
+  return bad;
+}
+
+}  // namespace ccoll::gpu

@@ -1,0 +1,21 @@
+// Test hooks of libccoll (exported, not installed): the device-buffer path on the emulated
+// backend, for the MPI tests of machines without a GPU, and device memory of the current
+// backend for tests that have one.
+#pragma once
+
+#include <cstddef>
+
+#include "ccoll/export.hpp"
+
+namespace ccoll::testing {
+
+/// Makes the emulated backend (gpu/backend.hpp) the device backend of this process.
+CCOLL_API void use_emulated_device();
+/// Name of the current device backend ("cuda", "emulated"), or null (and `why`) without one.
+CCOLL_API const char* device_backend(const char** why);
+/// Device memory of the current backend, and copies to and from it (synchronous).
+CCOLL_API void* device_alloc(std::size_t bytes);
+CCOLL_API void device_free(void* p);
+CCOLL_API void device_copy(void* dst, const void* src, std::size_t bytes);
+
+}  // namespace ccoll::testing

@@ -1,0 +1,313 @@
+// Device codecs against the CPU codecs, byte for byte: the scan (scales and fallback), encode,
+// decode, decode-accumulate, the compressed-domain add kernel and the divide kernel.
+//
+// Built twice from this one file:
+// - into the unit tests, on the emulated backend (the kernels' per-thread functions in host
+//   loops), so that every machine checks the kernels' arithmetic and bit layout;
+// - into ccoll_gpu_tests (CCOLL_TEST_CUDA=1), on the CUDA backend, skipped with the reason
+//   where no CUDA device is usable.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "ccoll/error.hpp"
+#include "device_codec.hpp"
+#include "quantizers.hpp"
+#include "spec.hpp"
+#include "wire.hpp"
+
+namespace ccoll {
+namespace {
+
+gpu::Backend* test_backend(const char** why) {
+#if defined(CCOLL_TEST_CUDA)
+  return gpu::backend(why);
+#else
+  (void)why;
+  static const std::unique_ptr<gpu::Backend> emulated = gpu::make_emulated_backend();
+  return emulated.get();
+#endif
+}
+
+// Device memory holding a copy of host data, freed at scope exit.
+class DeviceArray {
+ public:
+  DeviceArray(gpu::Backend& b, std::size_t bytes) : b_(b), bytes_(bytes) {
+    p_ = b.device_alloc(bytes == 0 ? 1 : bytes);
+  }
+  DeviceArray(gpu::Backend& b, const void* host, std::size_t bytes) : DeviceArray(b, bytes) {
+    b.copy(p_, host, bytes);
+    b.synchronize();
+  }
+  ~DeviceArray() { b_.device_free(p_); }
+  DeviceArray(const DeviceArray&) = delete;
+  DeviceArray& operator=(const DeviceArray&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(p_);
+  }
+  template <class T>
+  std::vector<T> read(std::size_t n) const {
+    std::vector<T> out(n);
+    b_.copy(out.data(), p_, n * sizeof(T));
+    b_.synchronize();
+    return out;
+  }
+
+ private:
+  gpu::Backend& b_;
+  std::size_t bytes_;
+  void* p_ = nullptr;
+};
+
+class DeviceCodec : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override {
+    const char* why = "";
+    b_ = test_backend(&why);
+    if (b_ == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+    b_->set_stream(nullptr);
+    spec_ = parse_codec_spec(GetParam());
+    ASSERT_TRUE(has_device_kernels(spec_, codec::DType::kFloat32)) << GetParam();
+    cpu_ = make_codec(spec_, codec::DType::kFloat32);
+    cpu_twin_ = make_codec(spec_, codec::DType::kFloat32);
+    dev_ = make_device_codec(spec_, *cpu_twin_, *b_);
+    ASSERT_NE(dev_, nullptr);
+  }
+
+  // Heavy-tailed values with exact zeros and ties, as gradients look.
+  static std::vector<float> data(std::size_t n, unsigned seed) {
+    std::mt19937 gen(seed);
+    std::student_t_distribution<float> t(2.0f);
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = (i % 11 == 0) ? 0.0f : t(gen);
+    return x;
+  }
+
+  // Both codecs prepared for a call over a tensor of `total` elements whose data is `x`
+  // (host) and `dx` (device): begin_call, set_call, scan, set_scales.
+  void prepare(const std::vector<float>& x, const DeviceArray& dx, int ranks, std::uint64_t call) {
+    const std::size_t n = x.size();
+    for (codec::Codec* c : {cpu_.get(), dev_.get()}) {
+      c->begin_call(ranks);
+      c->set_call(7, call);
+    }
+    const std::size_t ns = cpu_->scale_slots(n);
+    std::vector<double> want(ns), got(ns);
+    bool fb_want = false;
+    bool fb_got = false;
+    const bool scanned_want = cpu_->scan(x.data(), n, ranks, ns ? want.data() : nullptr, fb_want);
+    const bool scanned_got = dev_->scan(dx.as<float>(), n, ranks, ns ? got.data() : nullptr, fb_got);
+    ASSERT_EQ(fb_want, fb_got);
+    if (ns == 0) return;
+    if (!scanned_want) cpu_->local_scales(x.data(), n, want.data());
+    if (!scanned_got) dev_->local_scales(dx.as<float>(), n, got.data());
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), ns * sizeof(double)));
+    cpu_->set_scales(want.data(), ns);
+    dev_->set_scales(got.data(), ns);
+  }
+
+  gpu::Backend* b_ = nullptr;
+  CodecSpec spec_;
+  std::unique_ptr<codec::Codec> cpu_;
+  std::unique_ptr<codec::Codec> cpu_twin_;  // the device codec's CPU side
+  std::unique_ptr<codec::Codec> dev_;
+};
+
+// Encode: the same bytes at every size, offset and stream (block boundaries, partial groups of
+// 8, one element); decode and decode-accumulate: the same floats.
+TEST_P(DeviceCodec, SameBytesAndValuesAsCpu) {
+  const std::size_t total = 3 * gpu::kMaxnormBlock + 1001;
+  const std::vector<float> x = data(total, 3);
+  const DeviceArray dx(*b_, x.data(), total * 4);
+  prepare(x, dx, 4, 11);
+  struct Piece {
+    std::size_t offset, count;
+  };
+  const Piece pieces[] = {{0, 0},
+                          {0, 1},
+                          {5, 7},
+                          {3, 9},
+                          {gpu::kMaxnormBlock - 13, 29},
+                          {gpu::kMaxnormBlock - 2, gpu::kMaxnormBlock + 5},
+                          {0, total},
+                          {1, total - 1}};
+  for (const Piece& pc : pieces) {
+    for (const std::uint64_t stream : {0u, 3u}) {
+      SCOPED_TRACE("offset " + std::to_string(pc.offset) + " count " + std::to_string(pc.count) +
+                   " stream " + std::to_string(stream));
+      const codec::BlockContext ctx{7, 11, stream, pc.offset, codec::BlockContext::Role::kOwn};
+      std::vector<std::byte> want(cpu_->max_encoded_bytes(pc.count));
+      std::vector<std::byte> got(dev_->max_encoded_bytes(pc.count));
+      const std::size_t nw = cpu_->encode(x.data() + pc.offset, pc.count, ctx, want.data());
+      const std::size_t ng = dev_->encode(dx.as<float>() + pc.offset, pc.count, ctx, got.data());
+      ASSERT_EQ(nw, ng);
+      ASSERT_EQ(0, std::memcmp(want.data(), got.data(), nw));
+
+      std::vector<float> ref(pc.count + 1, 0.5f);
+      cpu_->decode(want.data(), nw, pc.count, ref.data());
+      const DeviceArray out(*b_, pc.count * 4 + 4);
+      dev_->decode(want.data(), nw, pc.count, out.as<float>());
+      std::vector<float> dec = out.read<float>(pc.count);
+      ASSERT_EQ(0, pc.count == 0 ? 0 : std::memcmp(dec.data(), ref.data(), pc.count * 4));
+
+      cpu_->decode_accumulate(want.data(), nw, pc.count, ref.data());
+      dev_->decode_accumulate(want.data(), nw, pc.count, out.as<float>());
+      dec = out.read<float>(pc.count);
+      ASSERT_EQ(0, pc.count == 0 ? 0 : std::memcmp(dec.data(), ref.data(), pc.count * 4));
+    }
+  }
+}
+
+// Sums of payloads (the ring's compressed-domain adds, on the host) decode the same on the
+// device, and the add kernel writes the same code bytes as the CPU's add.
+TEST_P(DeviceCodec, SumsDecodeTheSameAndTheAddKernelMatches) {
+  if (!cpu_->capabilities().summable) GTEST_SKIP() << GetParam() << " is not summable";
+  const std::size_t n = gpu::kMaxnormBlock + 777;
+  const std::vector<float> x = data(n, 5);
+  const DeviceArray dx(*b_, x.data(), n * 4);
+  prepare(x, dx, 3, 2);
+  std::vector<std::byte> a(dev_->max_encoded_bytes(n)), c(dev_->max_encoded_bytes(n));
+  std::vector<std::byte> ab(dev_->max_encoded_bytes(n)), abc(dev_->max_encoded_bytes(n));
+  const std::size_t na = dev_->encode(dx.as<float>(), n, {7, 2, 0, 0, {}}, a.data());
+  const std::size_t nc = dev_->encode(dx.as<float>(), n, {7, 2, 1, 0, {}}, c.data());
+  const std::size_t nab = cpu_->add_encoded(a.data(), na, c.data(), nc, n, {}, ab.data());
+  const std::size_t nabc = cpu_->add_encoded(ab.data(), nab, a.data(), na, n, {}, abc.data());
+  std::vector<float> ref(n);
+  cpu_->decode(abc.data(), nabc, n, ref.data());
+  const DeviceArray out(*b_, n * 4);
+  dev_->decode(abc.data(), nabc, n, out.as<float>());
+  const std::vector<float> dec = out.read<float>(n);
+  ASSERT_EQ(0, std::memcmp(dec.data(), ref.data(), n * 4));
+
+  // the add kernel on the code streams of (a+c) and a: the codes of a+c+a
+  const codec::MaxnormLayout la = codec::maxnorm_layout(*cpu_, ab.data(), nab, n);
+  const codec::MaxnormLayout lb = codec::maxnorm_layout(*cpu_, a.data(), na, n);
+  const codec::MaxnormLayout lo = codec::maxnorm_layout(*cpu_, abc.data(), nabc, n);
+  const DeviceArray da(*b_, ab.data() + la.codes_at, la.code_bytes);
+  const DeviceArray db(*b_, a.data() + lb.codes_at, lb.code_bytes);
+  const DeviceArray dout(*b_, lo.code_bytes);
+  const DeviceArray bad(*b_, 4);
+  b_->memset_zero(bad.as<void>(), 4);
+  gpu::MaxnormAddArgs args;
+  args.count = n;
+  args.a = da.as<std::uint8_t>();
+  args.a_bytes = la.code_bytes;
+  args.a_width = la.width;
+  args.a_limit = la.limit;
+  args.b = db.as<std::uint8_t>();
+  args.b_bytes = lb.code_bytes;
+  args.b_width = lb.width;
+  args.b_limit = lb.limit;
+  args.out_width = lo.width;
+  args.shift = static_cast<std::uint32_t>(la.bias + lb.bias - lo.bias);
+  b_->maxnorm_add(args, dout.as<std::uint8_t>(), bad.as<std::uint32_t>());
+  const std::vector<std::uint8_t> codes = dout.read<std::uint8_t>(lo.code_bytes);
+  EXPECT_EQ(0, std::memcmp(codes.data(), abc.data() + lo.codes_at, lo.code_bytes));
+  EXPECT_EQ(0u, bad.read<std::uint32_t>(1)[0]);
+
+  // a lane out of range is flagged
+  std::vector<std::byte> broken(a.begin(), a.begin() + static_cast<std::ptrdiff_t>(na));
+  std::memset(broken.data() + lb.codes_at, 0xFF, lb.code_bytes);
+  const DeviceArray dbroken(*b_, broken.data() + lb.codes_at, lb.code_bytes);
+  args.b = dbroken.as<std::uint8_t>();
+  b_->maxnorm_add(args, dout.as<std::uint8_t>(), bad.as<std::uint32_t>());
+  EXPECT_NE(0u, bad.read<std::uint32_t>(1)[0]);
+}
+
+// Malformed payloads are rejected before or by the kernels, never decoded into the output.
+TEST_P(DeviceCodec, MalformedPayloadsRejected) {
+  const std::size_t n = 1000;
+  const std::vector<float> x = data(n, 9);
+  const DeviceArray dx(*b_, x.data(), n * 4);
+  prepare(x, dx, 2, 0);
+  std::vector<std::byte> p(dev_->max_encoded_bytes(n));
+  const std::size_t np = dev_->encode(dx.as<float>(), n, {7, 0, 0, 0, {}}, p.data());
+  const DeviceArray out(*b_, n * 4);
+  auto rejects = [&](const std::vector<std::byte>& q, std::size_t bytes, const char* what) {
+    try {
+      dev_->decode(q.data(), bytes, n, out.as<float>());
+      ADD_FAILURE() << what << ": accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Status::kCorruptData) << what << ": " << e.what();
+    }
+  };
+  rejects(p, np - 1, "truncated");
+  std::vector<std::byte> q = p;
+  q[0] = std::byte{0};
+  rejects(q, np, "bad magic");
+  rejects(p, wire::kHeaderBytes - 1, "shorter than a header");
+  if (spec_.name != "fp16" && spec_.name != "bf16") {  // every 16-bit pattern is a valid cast
+    q = p;
+    const codec::MaxnormLayout l = codec::maxnorm_layout(*cpu_, p.data(), np, n);
+    std::memset(q.data() + l.codes_at, 0xFF, l.code_bytes);  // lanes 2^B - 1 > 2s
+    rejects(q, np, "lane out of range");
+  }
+}
+
+// The scan agrees with the CPU on non-finite and out-of-range input (the fallback test).
+TEST_P(DeviceCodec, FallbackTestAgrees) {
+  for (const float bad : {NAN, INFINITY, -3e38f, 70000.0f, 1.0f}) {
+    std::vector<float> x = data(gpu::kMaxnormBlock + 5, 1);
+    x[gpu::kMaxnormBlock + 2] = bad;
+    const DeviceArray dx(*b_, x.data(), x.size() * 4);
+    for (const int ranks : {1, 8}) {
+      bool want = false;
+      bool got = false;
+      std::vector<double> sw(cpu_->scale_slots(x.size()));
+      std::vector<double> sg(sw.size());
+      cpu_->scan(x.data(), x.size(), ranks, sw.empty() ? nullptr : sw.data(), want);
+      dev_->scan(dx.as<float>(), x.size(), ranks, sg.empty() ? nullptr : sg.data(), got);
+      EXPECT_EQ(want, got) << bad << " ranks " << ranks;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodec,
+                         ::testing::Values("fp16", "bf16", "maxnorm:bits=2", "maxnorm:bits=3",
+                                           "maxnorm:bits=4", "maxnorm:bits=5", "maxnorm:bits=6",
+                                           "maxnorm:bits=7", "maxnorm:bits=8", "auto:bits=4"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           std::string s = i.param;
+                           for (char& ch : s) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return s;
+                         });
+
+TEST(DeviceKernels, WhichCodecsHaveKernels) {
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=4"), codec::DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("maxnorm:bits=4"), codec::DType::kFloat64));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("maxnorm:bits=4,ef=1"), codec::DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("maxnorm:bits=2/6"), codec::DType::kFloat32));
+  EXPECT_FALSE(
+      has_device_kernels(parse_codec_spec("maxnorm:bits=4,sum=requant"), codec::DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("qsgd:bits=4"), codec::DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("none"), codec::DType::kFloat32));
+}
+
+TEST(DeviceKernels, DivideMatchesTheHostLoop) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  std::vector<float> f = {1.0f, 3.0f, -7.5f, 1e-40f, 3e38f};
+  std::vector<double> d = {1.0, 3.0, -7.5, 1e-310, 1e308};
+  const DeviceArray df(*b, f.data(), f.size() * 4);
+  const DeviceArray dd(*b, d.data(), d.size() * 8);
+  b->divide(df.as<void>(), f.size(), false, 3);
+  b->divide(dd.as<void>(), d.size(), true, 3);
+  const std::vector<float> gf = df.read<float>(f.size());
+  const std::vector<double> gd = dd.read<double>(d.size());
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    EXPECT_EQ(gf[i], f[i] / 3.0f);
+    EXPECT_EQ(gd[i], d[i] / 3.0);
+  }
+}
+
+}  // namespace
+}  // namespace ccoll
