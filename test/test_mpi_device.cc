@@ -200,42 +200,41 @@ TEST_F(DeviceBuffers, MixedRanksInteroperate) {
   }
 }
 
+// The same all-reduce of `x` on host buffers and on device buffers (statistics into hs, ds):
+// asserts equal results.
+void expect_same_allreduce(const std::vector<float>& x, ccoll::Options opt, MPI_Comm host_comm,
+                           MPI_Comm dev_comm, ccoll::Stats& hs, ccoll::Stats& ds) {
+  const std::size_t n = x.size();
+  opt.stats = &hs;
+  std::vector<float> want(n);
+  ccoll::compressed_allreduce(x.data(), want.data(), n, MPI_FLOAT, MPI_SUM, host_comm, opt);
+  DeviceVec dx(x);
+  DeviceVec dout(n);
+  opt.stats = &ds;
+  ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm, opt);
+  ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
+}
+
 TEST_F(DeviceBuffers, NonFiniteInputFallsBackOnEveryRank) {
   const int r = rank_of(MPI_COMM_WORLD);
-  const std::size_t n = 3000;
-  std::vector<float> x = input(n, r, 9);
+  std::vector<float> x = input(3000, r, 9);
   if (r == 0) x[1234] = NAN;
   ccoll::Options opt;
   opt.codec = "maxnorm:bits=4";
   ccoll::Stats hs, ds;
-  opt.stats = &hs;
-  std::vector<float> want(n);
-  ccoll::compressed_allreduce(x.data(), want.data(), n, MPI_FLOAT, MPI_SUM, host_comm_, opt);
-  DeviceVec dx(x);
-  DeviceVec dout(n);
-  opt.stats = &ds;
-  ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt);
-  ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
+  expect_same_allreduce(x, opt, host_comm_, dev_comm_, hs, ds);
   EXPECT_EQ(hs.fell_back, size_of(MPI_COMM_WORLD) > 1);
   EXPECT_EQ(ds.fell_back, hs.fell_back);
   EXPECT_EQ(ds.transport, "host-copy");
 }
 
 TEST_F(DeviceBuffers, ExplicitTreeRunsOnHostCopies) {
-  const int r = rank_of(MPI_COMM_WORLD);
-  const std::size_t n = 513;
-  const std::vector<float> x = input(n, r, 11);
   ccoll::Options opt;
   opt.codec = "maxnorm:bits=8";
   opt.algorithm = "tree";
-  ccoll::Stats ds;
-  std::vector<float> want(n);
-  ccoll::compressed_allreduce(x.data(), want.data(), n, MPI_FLOAT, MPI_SUM, host_comm_, opt);
-  DeviceVec dx(x);
-  DeviceVec dout(n);
-  opt.stats = &ds;
-  ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt);
-  ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
+  ccoll::Stats hs, ds;
+  expect_same_allreduce(input(513, rank_of(MPI_COMM_WORLD), 11), opt, host_comm_, dev_comm_, hs,
+                        ds);
   if (size_of(MPI_COMM_WORLD) > 1) {
     EXPECT_EQ(ds.algorithm, "tree");
     EXPECT_EQ(ds.transport, "host-copy");
