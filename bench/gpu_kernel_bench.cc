@@ -1,0 +1,179 @@
+// GPU kernel throughput next to a device-to-device cudaMemcpy of the same size, timed with CUDA
+// events on one stream (BENCHMARKING.md: ratios to a baseline measured in the same run).
+//
+//   ccoll_gpu_bench [--sizes 1M,16M,64M] [--reps 20]
+//
+// Sizes are uncompressed fp32 bytes. Throughput = uncompressed bytes / kernel time; the ratio
+// column is that over the memcpy's bytes / time. Prints a Markdown table; exits 0 with a note
+// (and no table) where no CUDA device is usable.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "spec.hpp"
+
+namespace {
+
+void cuda_ok(cudaError_t rc, const char* what) {
+  if (rc == cudaSuccess) return;
+  std::fprintf(stderr, "ccoll_gpu_bench: %s: %s\n", what, cudaGetErrorString(rc));
+  std::exit(1);
+}
+
+// Median time in seconds of `reps` runs of `f` (after one warm-up), by CUDA events.
+double time_it(int reps, const std::function<void()>& f) {
+  cudaEvent_t a, b;
+  cuda_ok(cudaEventCreate(&a), "cudaEventCreate");
+  cuda_ok(cudaEventCreate(&b), "cudaEventCreate");
+  f();
+  std::vector<float> ms;
+  for (int i = 0; i < reps; ++i) {
+    cuda_ok(cudaEventRecord(a, nullptr), "cudaEventRecord");
+    f();
+    cuda_ok(cudaEventRecord(b, nullptr), "cudaEventRecord");
+    cuda_ok(cudaEventSynchronize(b), "cudaEventSynchronize");
+    float t = 0;
+    cuda_ok(cudaEventElapsedTime(&t, a, b), "cudaEventElapsedTime");
+    ms.push_back(t);
+  }
+  cudaEventDestroy(a);
+  cudaEventDestroy(b);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2] * 1e-3;
+}
+
+std::vector<std::size_t> parse_sizes(const std::string& text) {
+  std::vector<std::size_t> out;
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t comma = text.find(',', at);
+    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    out.push_back(ccoll::parse_byte_size(item, "--sizes"));
+    if (comma == std::string::npos) break;
+    at = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::size_t> sizes = {std::size_t{1} << 20, std::size_t{16} << 20,
+                                    std::size_t{64} << 20};
+  int reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--sizes" && i + 1 < argc) {
+      sizes = parse_sizes(argv[++i]);
+    } else if (a == "--reps" && i + 1 < argc) {
+      reps = std::atoi(argv[++i]);
+    } else {
+      std::fprintf(stderr, "usage: %s [--sizes 1M,16M,64M] [--reps N]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (reps < 1) {
+    std::fprintf(stderr, "ccoll_gpu_bench: --reps must be at least 1\n");
+    return 2;
+  }
+  const char* why = "";
+  ccoll::gpu::Backend* b = ccoll::gpu::backend(&why);
+  if (b == nullptr) {
+    std::printf("ccoll_gpu_bench: no usable CUDA device (%s); nothing measured\n", why);
+    return 0;
+  }
+  cudaDeviceProp prop{};
+  cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("# device: %s (sm_%d%d), %d reps, median\n\n", prop.name, prop.major, prop.minor,
+              reps);
+  std::printf("| kernel | size | GB/s | vs D2D memcpy |\n|---|---|---|---|\n");
+  namespace gpu = ccoll::gpu;
+  for (const std::size_t bytes : sizes) {
+    const std::size_t n = bytes / 4;
+    std::vector<float> host(n);
+    std::mt19937 gen(1);
+    std::normal_distribution<float> d(0.0f, 1.0f);
+    for (float& v : host) v = d(gen);
+    auto* x = static_cast<float*>(b->device_alloc(bytes));
+    auto* y = static_cast<float*>(b->device_alloc(bytes));
+    auto* codes = static_cast<std::uint8_t*>(b->device_alloc(bytes));
+    auto* codes2 = static_cast<std::uint8_t*>(b->device_alloc(bytes));
+    const std::size_t nb = (n + gpu::kMaxnormBlock - 1) / gpu::kMaxnormBlock;
+    auto* maxima = static_cast<std::uint32_t*>(b->device_alloc(4 * nb));
+    auto* scales = static_cast<float*>(b->device_alloc(4 * nb));
+    auto* flag = static_cast<std::uint32_t*>(b->device_alloc(4));
+    b->copy(x, host.data(), bytes);
+    std::vector<float> host_scales(nb, 5.0f);
+    b->copy(scales, host_scales.data(), 4 * nb);
+    b->synchronize();
+
+    const double copy_s = time_it(reps, [&] {
+      cuda_ok(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, nullptr), "memcpy");
+    });
+    const double copy_gbs = static_cast<double>(bytes) / copy_s * 1e-9;
+    auto row = [&](const std::string& name, double s) {
+      const double gbs = static_cast<double>(bytes) / s * 1e-9;
+      std::printf("| %s | %zu MiB | %.1f | %.2f |\n", name.c_str(), bytes >> 20, gbs,
+                  gbs / copy_gbs);
+    };
+    std::printf("| D2D cudaMemcpy | %zu MiB | %.1f | 1.00 |\n", bytes >> 20, copy_gbs);
+    row("block_abs_max (scale pass)", time_it(reps, [&] { b->block_abs_max(x, n, maxima); }));
+    for (const unsigned bits : {8u, 4u, 2u}) {
+      gpu::MaxnormEncodeArgs e;
+      e.count = n;
+      e.scales = scales;
+      e.levels = (1u << (bits - 1)) - 1;
+      e.width = bits;
+      e.seed = 3;
+      row("maxnorm:bits=" + std::to_string(bits) + " encode",
+          time_it(reps, [&] { b->maxnorm_encode(x, e, codes); }));
+      b->maxnorm_encode(x, e, codes);
+      b->maxnorm_encode(x, e, codes2);
+      gpu::MaxnormDecodeArgs dec;
+      dec.count = n;
+      dec.scales = scales;
+      dec.codes = codes;
+      dec.code_bytes = gpu::packed_size(n, bits);
+      dec.width = bits;
+      dec.levels = e.levels;
+      dec.bias = e.levels;
+      dec.limit = 2 * e.levels;
+      row("maxnorm:bits=" + std::to_string(bits) + " decode-accumulate",
+          time_it(reps, [&] { b->maxnorm_decode(dec, y, true, flag); }));
+      gpu::MaxnormAddArgs add;
+      add.count = n;
+      add.a = codes;
+      add.a_bytes = dec.code_bytes;
+      add.a_width = bits;
+      add.a_limit = dec.limit;
+      add.b = codes2;
+      add.b_bytes = dec.code_bytes;
+      add.b_width = bits;
+      add.b_limit = dec.limit;
+      add.out_width = bits + 1;
+      add.shift = 0;
+      auto* sum = static_cast<std::uint8_t*>(b->device_alloc(gpu::packed_size(n, bits + 1)));
+      row("maxnorm:bits=" + std::to_string(bits) + " compressed add",
+          time_it(reps, [&] { b->maxnorm_add(add, sum, flag); }));
+      b->device_free(sum);
+    }
+    auto* half = reinterpret_cast<std::uint16_t*>(codes);
+    row("fp16 encode", time_it(reps, [&] { b->cast_encode(true, x, n, half); }));
+    row("fp16 decode-accumulate", time_it(reps, [&] { b->cast_decode(true, half, n, y, true); }));
+    b->synchronize();
+    for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(codes),
+                    static_cast<void*>(codes2), static_cast<void*>(maxima),
+                    static_cast<void*>(scales), static_cast<void*>(flag)}) {
+      b->device_free(p);
+    }
+  }
+  return 0;
+}
