@@ -18,6 +18,7 @@ ccoll::Options to_options(const ccoll_options_t* o) {
   opt.seed = o->seed;
   opt.average = o->average != 0;
   opt.lr = o->lr;
+  opt.cuda_stream = o->cuda_stream;
   return opt;
 }
 
@@ -68,6 +69,7 @@ void ccoll_options_init(ccoll_options_t* options) {
   options->average = 0;
   options->lr = 0;
   options->stats = nullptr;
+  options->cuda_stream = nullptr;
 }
 
 ccoll_status_t ccoll_allreduce(const void* sendbuf, void* recvbuf, size_t count,

@@ -56,6 +56,7 @@ typedef struct ccoll_options {
   int average;           /**< All-reduce: non-zero divides the sum by the rank count. */
   ccoll_stats_t* stats;  /**< Filled when not NULL. */
   double lr;             /**< Learning-rate hint (dq); 0: none. */
+  void* cuda_stream;     /**< Device buffers: the cudaStream_t to order after; NULL: default. */
 } ccoll_options_t;
 
 /** Sets every field of `options` to its default. */
