@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "bucketed_device.hpp"
 #include "maxnorm_device.hpp"
 
 namespace ccoll::gpu {
@@ -56,6 +57,14 @@ class Backend {
                               std::uint32_t* worst) = 0;
   /// Non-zero is or-ed into *bad (device) when a lane is out of range.
   virtual void maxnorm_add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) = 0;
+  /// The f32 scale of every bucket of a bucketed encode (bucket_count(a) of them).
+  virtual void bucketed_scales(const float* x, const BucketedArgs& a, float* scales) = 0;
+  virtual void bucketed_encode(const float* x, const BucketedArgs& a, const float* scales,
+                               std::uint8_t* codes) = 0;
+  /// Largest code seen is max-ed into *worst (device).
+  virtual void bucketed_decode(const BucketedArgs& a, const float* scales,
+                               const std::uint8_t* codes, float* out, bool accumulate,
+                               std::uint32_t* worst) = 0;
   /// fp16 (half) or bf16 codes of `count` floats.
   virtual void cast_encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) = 0;
   virtual void cast_decode(bool half, const std::uint16_t* codes, std::size_t count, float* out,

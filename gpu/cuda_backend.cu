@@ -79,6 +79,35 @@ __global__ void maxnorm_add_kernel(MaxnormAddArgs a, std::uint8_t* out, std::uin
   if ((threadIdx.x & 31) == 0 && b != 0) atomicOr(bad, b);
 }
 
+__global__ void bucketed_scales_kernel(const float* x, BucketedArgs a, float* scales) {
+  const std::size_t nb = bucket_count(a);
+  for (std::size_t b = global_thread(); b < nb; b += grid_threads()) {
+    scales[b] = bucket_scale(x, a, b);
+  }
+}
+
+__global__ void bucketed_encode_kernel(const float* x, BucketedArgs a, const float* scales,
+                                       std::uint8_t* codes) {
+  const std::size_t groups = group_count(a.count);
+  for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
+    bucketed_encode_group(x, a, scales, g, codes);
+  }
+}
+
+template <bool kAccumulate>
+__global__ void bucketed_decode_kernel(BucketedArgs a, const float* scales,
+                                       const std::uint8_t* codes, float* out,
+                                       std::uint32_t* worst) {
+  const std::size_t groups = group_count(a.count);
+  std::uint32_t w = 0;
+  for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
+    const std::uint32_t v = bucketed_decode_group<kAccumulate>(a, scales, codes, g, out);
+    w = v > w ? v : w;
+  }
+  w = __reduce_max_sync(0xFFFFFFFFu, w);
+  if ((threadIdx.x & 31) == 0 && w != 0) atomicMax(worst, w);
+}
+
 template <bool kHalf>
 __global__ void cast_encode_kernel(const float* x, std::size_t count, std::uint16_t* codes) {
   for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
@@ -160,6 +189,29 @@ class CudaBackend final : public Backend {
     if (a.count == 0) return;
     maxnorm_add_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream_>>>(a, out, bad);
     check(cudaGetLastError(), "maxnorm_add launch");
+  }
+  void bucketed_scales(const float* x, const BucketedArgs& a, float* scales) override {
+    if (a.count == 0) return;
+    bucketed_scales_kernel<<<grid_for(bucket_count(a)), kThreads, 0, stream_>>>(x, a, scales);
+    check(cudaGetLastError(), "bucketed_scales launch");
+  }
+  void bucketed_encode(const float* x, const BucketedArgs& a, const float* scales,
+                       std::uint8_t* codes) override {
+    if (a.count == 0) return;
+    bucketed_encode_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream_>>>(x, a, scales,
+                                                                                      codes);
+    check(cudaGetLastError(), "bucketed_encode launch");
+  }
+  void bucketed_decode(const BucketedArgs& a, const float* scales, const std::uint8_t* codes,
+                       float* out, bool accumulate, std::uint32_t* worst) override {
+    if (a.count == 0) return;
+    const unsigned grid = grid_for(group_count(a.count));
+    if (accumulate) {
+      bucketed_decode_kernel<true><<<grid, kThreads, 0, stream_>>>(a, scales, codes, out, worst);
+    } else {
+      bucketed_decode_kernel<false><<<grid, kThreads, 0, stream_>>>(a, scales, codes, out, worst);
+    }
+    check(cudaGetLastError(), "bucketed_decode launch");
   }
   void cast_encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) override {
     if (count == 0) return;

@@ -76,6 +76,23 @@ class EmulatedBackend final : public Backend {
   void maxnorm_add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) override {
     for (std::size_t g = 0; g < group_count(a.count); ++g) *bad |= maxnorm_add_group(a, g, out);
   }
+  void bucketed_scales(const float* x, const BucketedArgs& a, float* scales) override {
+    for (std::size_t b = 0; b < bucket_count(a); ++b) scales[b] = bucket_scale(x, a, b);
+  }
+  void bucketed_encode(const float* x, const BucketedArgs& a, const float* scales,
+                       std::uint8_t* codes) override {
+    for (std::size_t g = 0; g < group_count(a.count); ++g) {
+      bucketed_encode_group(x, a, scales, g, codes);
+    }
+  }
+  void bucketed_decode(const BucketedArgs& a, const float* scales, const std::uint8_t* codes,
+                       float* out, bool accumulate, std::uint32_t* worst) override {
+    for (std::size_t g = 0; g < group_count(a.count); ++g) {
+      const std::uint32_t w = accumulate ? bucketed_decode_group<true>(a, scales, codes, g, out)
+                                         : bucketed_decode_group<false>(a, scales, codes, g, out);
+      *worst = w > *worst ? w : *worst;
+    }
+  }
   void cast_encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) override {
     for (std::size_t i = 0; i < count; ++i) {
       codes[i] = half ? codec::float_to_half(x[i]) : codec::float_to_bf16(x[i]);

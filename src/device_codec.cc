@@ -1,10 +1,12 @@
 // Device codecs (device_codec.hpp) over the backend's kernels.
 #include "device_codec.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <vector>
 
+#include "bitpack.hpp"
 #include "ccoll/error.hpp"
 #include "forwarding.hpp"
 #include "quantizers.hpp"
@@ -25,6 +27,10 @@ bool is_single_scale_maxnorm(const CodecSpec& s) {
   if (s.name == "auto") return true;
   return s.name == "maxnorm" && param_value(s, "bits").find('/') == std::string::npos &&
          param_value(s, "sum") != "requant";
+}
+
+bool is_bucketed(const CodecSpec& s) {
+  return s.name == "qsgd" || s.name == "terngrad" || s.name == "sign";
 }
 
 unsigned maxnorm_bits(const CodecSpec& s) {
@@ -215,11 +221,104 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   float* scales_dev_ptr_ = nullptr;
 };
 
+// qsgd, terngrad and sign: per-bucket scales and codes computed on the device, the payload
+// after its header (scales, then codes) copied to the host in one piece.
+class DeviceBucketed final : public DeviceCodecBase {
+ public:
+  DeviceBucketed(codec::Codec& cpu, gpu::Backend& b, const CodecSpec& spec)
+      : DeviceCodecBase(cpu, b) {
+    bucket_ = static_cast<std::uint32_t>(std::stoul(param_value(spec, "bucket")));
+    args_.bucket = bucket_;
+    if (spec.name == "qsgd") {
+      bits_ = static_cast<unsigned>(std::stoul(param_value(spec, "bits")));
+      args_.kind = gpu::BucketKind::kQsgd;
+      args_.levels = (1u << (bits_ - 1)) - 1;
+      id_ = wire::CodecId::kQsgd;
+    } else if (spec.name == "terngrad") {
+      bits_ = 2;
+      args_.kind = gpu::BucketKind::kTernGrad;
+      id_ = wire::CodecId::kTernGrad;
+    } else {
+      bits_ = 1;
+      args_.kind = gpu::BucketKind::kSign;
+      id_ = wire::CodecId::kSign;
+    }
+    name_ = spec.name;
+    args_.width = args_.kind == gpu::BucketKind::kSign ? 1 : codec::bits_for(2 * args_.levels);
+  }
+
+  std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
+                     std::byte* out) override {
+    wire::write_header(out, {id_, 0, param(), count});
+    gpu::BucketedArgs a = call_args(count);
+    a.offset = ctx.offset;
+    a.seed = ctx.seed;
+    a.call = ctx.call;
+    a.stream = static_cast<std::uint32_t>(ctx.stream);
+    const std::size_t body = body_bytes(a);
+    if (count != 0) {
+      std::uint8_t* dev = scratch(body);
+      auto* scales = reinterpret_cast<float*>(dev);
+      const auto* x = static_cast<const float*>(in);
+      b_.bucketed_scales(x, a, scales);
+      b_.bucketed_encode(x, a, scales, dev + 4 * gpu::bucket_count(a));
+      b_.copy(out + wire::kHeaderBytes, dev, body);
+      b_.synchronize();
+    }
+    return wire::kHeaderBytes + body;
+  }
+
+ protected:
+  void apply(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
+             bool acc) override {
+    const gpu::BucketedArgs a = call_args(count);
+    const std::size_t nb = gpu::bucket_count(a);
+    wire::expect_payload(in, bytes, id_, param(), count, body_bytes(a));
+    for (std::size_t k = 0; k < nb; ++k) {  // as the CPU decoder checks them
+      float sf;
+      std::memcpy(&sf, in + wire::kHeaderBytes + 4 * k, 4);
+      if (!(sf >= 0) || !std::isfinite(sf)) corrupt("invalid scale");
+    }
+    if (count == 0) return;
+    std::uint8_t* dev = scratch(body_bytes(a));
+    b_.copy(dev, in + wire::kHeaderBytes, body_bytes(a));
+    std::uint32_t* worst = flag_device();
+    b_.memset_zero(worst, 4);
+    b_.bucketed_decode(a, reinterpret_cast<const float*>(dev), dev + 4 * nb,
+                       static_cast<float*>(out), acc, worst);
+    std::uint32_t* host = flag_host();
+    b_.copy(host, worst, 4);
+    b_.synchronize();
+    if (*host > 2 * a.levels) corrupt("code out of range");
+  }
+
+ private:
+  [[noreturn]] void corrupt(const char* what) const {
+    throw Error(Status::kCorruptData, "received " + name_ + " payload rejected: " + what);
+  }
+  std::uint32_t param() const { return bits_ | (bucket_ << 8); }
+  gpu::BucketedArgs call_args(std::size_t count) const {
+    gpu::BucketedArgs a = args_;
+    a.count = count;
+    return a;
+  }
+  static std::size_t body_bytes(const gpu::BucketedArgs& a) {
+    return 4 * gpu::bucket_count(a) + gpu::packed_size(a.count, a.width);
+  }
+
+  gpu::BucketedArgs args_;
+  unsigned bits_ = 1;
+  std::uint32_t bucket_ = 512;
+  wire::CodecId id_ = wire::CodecId::kQsgd;
+  std::string name_;
+};
+
 }  // namespace
 
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
   if (dtype != codec::DType::kFloat32 || spec.ef) return false;
-  return spec.name == "fp16" || spec.name == "bf16" || is_single_scale_maxnorm(spec);
+  return spec.name == "fp16" || spec.name == "bf16" || is_bucketed(spec) ||
+         is_single_scale_maxnorm(spec);
 }
 
 std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
@@ -228,6 +327,7 @@ std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Co
   if (spec.name == "fp16" || spec.name == "bf16") {
     return std::make_unique<DeviceCast>(cpu, backend, spec.name == "fp16");
   }
+  if (is_bucketed(spec)) return std::make_unique<DeviceBucketed>(cpu, backend, spec);
   return std::make_unique<DeviceMaxnorm>(cpu, backend, maxnorm_bits(spec));
 }
 

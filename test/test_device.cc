@@ -242,11 +242,19 @@ TEST_P(DeviceCodec, MalformedPayloadsRejected) {
   q[0] = std::byte{0};
   rejects(q, np, "bad magic");
   rejects(p, wire::kHeaderBytes - 1, "shorter than a header");
-  if (spec_.name != "fp16" && spec_.name != "bf16") {  // every 16-bit pattern is a valid cast
+  // every 16-bit pattern is a valid cast, and every bit a valid sign
+  if (cpu_->bits_used() > 1) {
     q = p;
-    const codec::MaxnormLayout l = codec::maxnorm_layout(*cpu_, p.data(), np, n);
-    std::memset(q.data() + l.codes_at, 0xFF, l.code_bytes);  // lanes 2^B - 1 > 2s
+    const std::size_t code_bytes = (n * cpu_->bits_used() + 7) / 8;  // one contribution
+    std::memset(q.data() + np - code_bytes, 0xFF, code_bytes);       // lanes 2^w - 1 > 2s
     rejects(q, np, "lane out of range");
+  }
+  if (cpu_->bits_used() != 0) {  // the quantizers' first scale follows the header (and offset)
+    q = p;
+    const std::size_t at = wire::kHeaderBytes + (spec_.name == "maxnorm" || spec_.name == "auto" ? 8 : 0);
+    const float nan = NAN;
+    std::memcpy(q.data() + at, &nan, 4);
+    rejects(q, np, "NaN scale");
   }
 }
 
@@ -271,7 +279,10 @@ TEST_P(DeviceCodec, FallbackTestAgrees) {
 INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodec,
                          ::testing::Values("fp16", "bf16", "maxnorm:bits=2", "maxnorm:bits=3",
                                            "maxnorm:bits=4", "maxnorm:bits=5", "maxnorm:bits=6",
-                                           "maxnorm:bits=7", "maxnorm:bits=8", "auto:bits=4"),
+                                           "maxnorm:bits=7", "maxnorm:bits=8", "auto:bits=4",
+                                           "qsgd:bits=4", "qsgd:bits=2,bucket=100",
+                                           "qsgd:bits=8,bucket=7", "terngrad", "sign",
+                                           "sign:bucket=3"),
                          [](const ::testing::TestParamInfo<const char*>& i) {
                            std::string s = i.param;
                            for (char& ch : s) {
@@ -287,7 +298,8 @@ TEST(DeviceKernels, WhichCodecsHaveKernels) {
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("maxnorm:bits=2/6"), codec::DType::kFloat32));
   EXPECT_FALSE(
       has_device_kernels(parse_codec_spec("maxnorm:bits=4,sum=requant"), codec::DType::kFloat32));
-  EXPECT_FALSE(has_device_kernels(parse_codec_spec("qsgd:bits=4"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("qsgd:bits=4"), codec::DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("topk:ratio=0.01"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("none"), codec::DType::kFloat32));
 }
 

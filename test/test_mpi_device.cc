@@ -79,7 +79,7 @@ class DeviceBuffers : public ::testing::Test {
 
 // The codecs with device kernels (device_codec.hpp); the others run on host copies.
 bool has_kernels(const std::string& codec) {
-  return codec == "fp16" || codec == "bf16" ||
+  return codec == "fp16" || codec == "bf16" || codec == "sign" || codec.rfind("qsgd:", 0) == 0 ||
          (codec.rfind("maxnorm:bits=", 0) == 0 && codec.find(',') == std::string::npos);
 }
 
@@ -88,7 +88,7 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
   const int r = rank_of(MPI_COMM_WORLD);
   const char* codecs[] = {"maxnorm:bits=4", "maxnorm:bits=8", "maxnorm:bits=2", "fp16", "bf16",
                           "qsgd:bits=4",    "none",           "maxnorm:bits=4,ef=1",
-                          "temporal:bits=4"};
+                          "temporal:bits=4", "topk:ratio=0.1"};
   const std::size_t sizes[] = {1, 3, 1001, 200003};
   unsigned seed = 1;
   for (const char* codec : codecs) {
@@ -173,7 +173,7 @@ TEST_F(DeviceBuffers, AllgatherEqualsHostBuffers) {
 // bytes, and every rank takes the ring that the device ranks need.
 TEST_F(DeviceBuffers, MixedRanksInteroperate) {
   const int r = rank_of(MPI_COMM_WORLD);
-  for (const char* codec : {"maxnorm:bits=4", "fp16", "qsgd:bits=4"}) {
+  for (const char* codec : {"maxnorm:bits=4", "fp16", "qsgd:bits=4", "topk:ratio=0.1"}) {
     for (const std::size_t n : {std::size_t{2}, std::size_t{5000}}) {
       SCOPED_TRACE(std::string(codec) + " n=" + std::to_string(n));
       const std::vector<float> x = input(n, r, 7);

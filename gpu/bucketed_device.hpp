@@ -1,0 +1,125 @@
+// The per-thread bodies of the bucketed codecs' kernels (qsgd, terngrad, sign; codecs/
+// bucketed.cc), host and device, as maxnorm_device.hpp for maxnorm: one call computes one
+// bucket's scale, or encodes or decodes one group of 8 elements.
+//
+// Bit identity with the CPU codecs: the bucket statistic is summed in double over 8
+// interleaved partial sums (element i into part i mod 8) combined pairwise, in exactly the
+// CPU's order; the scale is rounded to float as the CPU rounds it; the rounding is done in
+// double (inv = s / scale) with the shared stochastic_code().
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+
+#include "maxnorm_device.hpp"
+
+namespace ccoll::gpu {
+
+enum class BucketKind : std::uint8_t { kQsgd, kTernGrad, kSign };
+
+struct BucketedArgs {
+  BucketKind kind = BucketKind::kQsgd;
+  std::size_t count = 0;
+  std::uint32_t bucket = 512;
+  std::uint32_t levels = 1;  ///< s
+  unsigned width = 1;        ///< bits per code
+  std::uint64_t offset = 0;  ///< element offset of the encode (keys the uniforms)
+  std::uint64_t seed = 0;
+  std::uint64_t call = 0;
+  std::uint32_t stream = 0;
+};
+
+CCOLL_HOST_DEVICE inline std::size_t bucket_count(const BucketedArgs& a) {
+  return (a.count + a.bucket - 1) / a.bucket;
+}
+
+/// The f32 scale of bucket b (qsgd: L2 norm, terngrad: max|x|, sign: mean |x|), as
+/// BucketedCodec::encode computes it.
+CCOLL_HOST_DEVICE inline float bucket_scale(const float* x, const BucketedArgs& a, std::size_t b) {
+  const std::size_t begin = b * a.bucket;
+  const std::size_t n = a.count - begin < a.bucket ? a.count - begin : a.bucket;
+  double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  for (std::size_t i = 0; i < n; ++i) {
+    const double v = fabs(static_cast<double>(x[begin + i]));
+    double& p = part[i & 7];
+    if (a.kind == BucketKind::kTernGrad) {
+      p = p < v ? v : p;  // std::max(p, v), NaN included
+    } else {
+      p = p + (a.kind == BucketKind::kQsgd ? v * v : v);
+    }
+  }
+  double acc;
+  if (a.kind == BucketKind::kTernGrad) {
+    auto mx = [](double u, double v) { return u < v ? v : u; };  // std::max(u, v)
+    acc = mx(mx(mx(part[0], part[1]), mx(part[2], part[3])),
+             mx(mx(part[4], part[5]), mx(part[6], part[7])));
+  } else {
+    acc = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
+  }
+  const double scale = a.kind == BucketKind::kQsgd   ? sqrt(acc)
+                       : a.kind == BucketKind::kSign ? acc / static_cast<double>(n)
+                                                     : acc;
+  float sf = static_cast<float>(scale);
+  if (a.kind != BucketKind::kSign && static_cast<double>(sf) < scale) sf = nextafterf(sf, INFINITY);
+  return sf;
+}
+
+/// Encodes group g of the codes (scales of the encode's buckets at scales[b]).
+CCOLL_HOST_DEVICE inline void bucketed_encode_group(const float* x, const BucketedArgs& a,
+                                                    const float* scales, std::size_t g,
+                                                    std::uint8_t* codes) {
+  std::uint32_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  const std::size_t i0 = 8 * g;
+  const unsigned n = a.count - i0 < 8 ? static_cast<unsigned>(a.count - i0) : 8u;
+  std::uint64_t quad = ~std::uint64_t{0};
+  codec::Philox4x32 rnd{};
+  for (unsigned j = 0; j < n; ++j) {
+    const std::size_t i = i0 + j;
+    if (a.kind == BucketKind::kSign) {
+      v[j] = x[i] < 0 ? 0u : 1u;
+      continue;
+    }
+    const std::uint64_t e = a.offset + i;
+    if ((e >> 2) != quad) {
+      quad = e >> 2;
+      rnd = codec::philox_block(a.seed, a.call, a.stream, quad);
+    }
+    const float sf = scales[i / a.bucket];
+    const double inv = sf > 0 ? static_cast<double>(a.levels) / static_cast<double>(sf) : 0.0;
+    v[j] = codec::stochastic_code(static_cast<double>(x[i]), inv, codec::uniform01(rnd.v[e & 3]),
+                                  a.levels);
+  }
+  put_group(codes, packed_size(a.count, a.width), a.width, g, v, n);
+}
+
+/// Decodes (kAccumulate: adds) group g into out; returns the largest code seen (sign: 0).
+template <bool kAccumulate>
+CCOLL_HOST_DEVICE inline std::uint32_t bucketed_decode_group(const BucketedArgs& a,
+                                                             const float* scales,
+                                                             const std::uint8_t* codes,
+                                                             std::size_t g, float* out) {
+  const std::size_t i0 = 8 * g;
+  const unsigned n = a.count - i0 < 8 ? static_cast<unsigned>(a.count - i0) : 8u;
+  const std::size_t nbytes = packed_size(a.count, a.width);
+  const bool sign = a.kind == BucketKind::kSign;
+  const std::int32_t mul = sign ? 2 : 1;
+  const auto bias = static_cast<std::int32_t>(sign ? 1 : a.levels);
+  std::uint32_t worst = 0;
+  for (unsigned j = 0; j < n; ++j) {
+    const std::size_t i = i0 + j;
+    const float sf = scales[i / a.bucket];
+    const float vstep = sign ? sf : sf / static_cast<float>(a.levels);
+    const std::uint32_t c = lane_at(codes, nbytes, a.width, i);
+    worst = (!sign && c > worst) ? c : worst;
+    const float value = static_cast<float>(mul * static_cast<std::int32_t>(c) - bias) * vstep;
+    if (kAccumulate) {
+      out[i] = out[i] + value;
+    } else {
+      out[i] = value;
+    }
+  }
+  return worst;
+}
+
+}  // namespace ccoll::gpu
