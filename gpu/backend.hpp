@@ -69,6 +69,9 @@ class Backend {
   virtual void cast_encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) = 0;
   virtual void cast_decode(bool half, const std::uint16_t* codes, std::size_t count, float* out,
                            bool accumulate) = 0;
+  /// out[i] = a[i] + b[i], or a[i] - b[i] when `subtract` (error feedback's x + e and p - d).
+  virtual void add(float* out, const float* a, const float* b, std::size_t count,
+                   bool subtract) = 0;
   /// x[i] /= ranks (float or double elements), the mean of an all-reduce.
   virtual void divide(void* x, std::size_t count, bool is_double, int ranks) = 0;
 };

@@ -123,6 +123,13 @@ __global__ void cast_decode_kernel(const std::uint16_t* codes, std::size_t count
   }
 }
 
+template <bool kSubtract>
+__global__ void add_kernel(float* out, const float* a, const float* b, std::size_t count) {
+  for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
+    out[i] = kSubtract ? a[i] - b[i] : a[i] + b[i];
+  }
+}
+
 template <class T>
 __global__ void divide_kernel(T* x, std::size_t count, T d) {
   for (std::size_t i = global_thread(); i < count; i += grid_threads()) x[i] = x[i] / d;
@@ -236,6 +243,15 @@ class CudaBackend final : public Backend {
       cast_decode_kernel<false, false><<<grid, kThreads, 0, stream_>>>(codes, count, out);
     }
     check(cudaGetLastError(), "cast_decode launch");
+  }
+  void add(float* out, const float* a, const float* b, std::size_t count, bool subtract) override {
+    if (count == 0) return;
+    if (subtract) {
+      add_kernel<true><<<grid_for(count), kThreads, 0, stream_>>>(out, a, b, count);
+    } else {
+      add_kernel<false><<<grid_for(count), kThreads, 0, stream_>>>(out, a, b, count);
+    }
+    check(cudaGetLastError(), "add launch");
   }
   void divide(void* x, std::size_t count, bool is_double, int ranks) override {
     if (count == 0) return;

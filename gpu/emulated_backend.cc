@@ -105,6 +105,9 @@ class EmulatedBackend final : public Backend {
       out[i] = accumulate ? out[i] + v : v;
     }
   }
+  void add(float* out, const float* a, const float* b, std::size_t count, bool subtract) override {
+    for (std::size_t i = 0; i < count; ++i) out[i] = subtract ? a[i] - b[i] : a[i] + b[i];
+  }
   void divide(void* x, std::size_t count, bool is_double, int ranks) override {
     if (is_double) {
       auto* d = static_cast<double*>(x);

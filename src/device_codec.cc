@@ -313,10 +313,93 @@ class DeviceBucketed final : public DeviceCodecBase {
   std::string name_;
 };
 
+// ef=1 around a device codec (codecs/error_feedback.cc on the device): per tensor, a residual
+// for this rank's own encodes and one for its re-encodes of partial sums, in device memory; an
+// encode sends inner(x + e) and keeps e = (x + e) - decode(sent), with the CPU wrapper's float
+// operations in its order.
+class DeviceErrorFeedback final : public codec::ForwardingCodec {
+ public:
+  DeviceErrorFeedback(codec::Codec& cpu, gpu::Backend& b, std::unique_ptr<codec::Codec> cpu_inner,
+                      std::unique_ptr<codec::Codec> dev_inner)
+      : b_(b), spec_(cpu.spec()), cpu_inner_(std::move(cpu_inner)), inner_(std::move(dev_inner)) {
+    set_target(inner_.get());
+  }
+  ~DeviceErrorFeedback() override {
+    b_.device_free(own_.p);
+    b_.device_free(hop_.p);
+  }
+  DeviceErrorFeedback(const DeviceErrorFeedback&) = delete;
+  DeviceErrorFeedback& operator=(const DeviceErrorFeedback&) = delete;
+
+  const std::string& spec() const override { return spec_; }
+  codec::Capabilities capabilities() const override {
+    codec::Capabilities c = inner_->capabilities();
+    c.stateful = true;
+    return c;
+  }
+  void reset_state() override {
+    b_.memset_zero(own_.p, 4 * own_.n);
+    b_.memset_zero(hop_.p, 4 * hop_.n);
+    b_.synchronize();
+    inner_->reset_state();
+  }
+  // The scales cover what is really encoded: x + e_own (once the residual exists).
+  void local_scales(const void* data, std::size_t count, double* out) const override {
+    if (own_.n < count) {
+      inner_->local_scales(data, count, out);
+      return;
+    }
+    auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
+    b_.add(p, static_cast<const float*>(data), own_.p, count, false);
+    inner_->local_scales(p, count, out);
+  }
+  std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
+                     std::byte* out) override {
+    if (ctx.role == codec::BlockContext::Role::kShared) return inner_->encode(in, count, ctx, out);
+    Residual& e = ctx.role == codec::BlockContext::Role::kOwn ? own_ : hop_;
+    grow(e, ctx.offset + count);
+    auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
+    auto* d = static_cast<float*>(decoded_.get(b_, 4 * count, false));
+    float* r = e.p + ctx.offset;
+    b_.add(p, static_cast<const float*>(in), r, count, false);
+    const std::size_t n = inner_->encode(p, count, ctx, out);
+    inner_->decode(out, n, count, d);
+    b_.add(r, p, d, count, true);
+    b_.synchronize();
+    return n;
+  }
+
+ private:
+  struct Residual {
+    float* p = nullptr;
+    std::size_t n = 0;  // elements
+  };
+  // grows a residual to n elements, keeping its values and zeroing the new ones (first calls)
+  void grow(Residual& r, std::size_t n) {
+    if (r.n >= n) return;
+    auto* fresh = static_cast<float*>(b_.device_alloc(4 * n));
+    b_.memset_zero(fresh, 4 * n);
+    b_.copy(fresh, r.p, 4 * r.n);
+    b_.synchronize();
+    b_.device_free(r.p);
+    r.p = fresh;
+    r.n = n;
+  }
+
+  gpu::Backend& b_;
+  std::string spec_;
+  std::unique_ptr<codec::Codec> cpu_inner_;  // the inner device codec's CPU side
+  std::unique_ptr<codec::Codec> inner_;
+  Residual own_;
+  Residual hop_;
+  mutable gpu::Buffer sum_;  // x + e
+  gpu::Buffer decoded_;
+};
+
 }  // namespace
 
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
-  if (dtype != codec::DType::kFloat32 || spec.ef) return false;
+  if (dtype != codec::DType::kFloat32) return false;
   return spec.name == "fp16" || spec.name == "bf16" || is_bucketed(spec) ||
          is_single_scale_maxnorm(spec);
 }
@@ -324,6 +407,14 @@ bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
 std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
                                                 gpu::Backend& backend) {
   if (!has_device_kernels(spec, cpu.dtype())) return nullptr;
+  if (spec.ef) {  // the device wrapper around the device codec of the inner spec
+    CodecSpec inner = spec;
+    inner.ef = false;
+    auto cpu_inner = make_codec(inner, cpu.dtype());
+    auto dev_inner = make_device_codec(inner, *cpu_inner, backend);
+    return std::make_unique<DeviceErrorFeedback>(cpu, backend, std::move(cpu_inner),
+                                                 std::move(dev_inner));
+  }
   if (spec.name == "fp16" || spec.name == "bf16") {
     return std::make_unique<DeviceCast>(cpu, backend, spec.name == "fp16");
   }

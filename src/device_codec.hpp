@@ -17,7 +17,7 @@ namespace ccoll {
 
 /// True when device kernels exist for `spec` on elements of `dtype`: fp16, bf16, qsgd,
 /// terngrad, sign and maxnorm:bits=B (single scale, sum=exact; also codec=auto's maxnorm),
-/// float32, without ef.
+/// float32, each also with ef=1 (the residuals then live in device memory).
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype);
 
 /// The device codec of `spec` over `cpu` (the plan's CPU codec of the same spec, which it
