@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "codec.hpp"
@@ -33,9 +34,42 @@ struct Counters {
 /// and is never freed or shrunk inside a collective.
 class Workspace {
  public:
+  /// Where bytes() comes from: the heap by default. The device path sets page-locked host
+  /// memory, where payloads copied to and from the GPU land at full PCIe speed.
+  class Allocator {
+   public:
+    virtual ~Allocator() = default;
+    virtual void* allocate(std::size_t bytes) = 0;
+    virtual void deallocate(void* p) noexcept = 0;
+  };
+
+  Workspace() = default;
+  Workspace(Workspace&& o) noexcept
+      : sizes_(std::move(o.sizes_)), requests_(std::move(o.requests_)) {
+    std::swap(alloc_, o.alloc_);
+    std::swap(bytes_, o.bytes_);
+    std::swap(capacity_, o.capacity_);
+  }
+  Workspace& operator=(Workspace&&) = delete;
+  Workspace(const Workspace&) = delete;
+  Workspace& operator=(const Workspace&) = delete;
+  ~Workspace() { release(); }
+
+  /// Uses `a` (which must outlive the workspace; null: the heap) from the next growth on.
+  void set_allocator(Allocator* a) {
+    if (a == alloc_) return;
+    release();
+    alloc_ = a;
+  }
+  /// At least n bytes; contents are not kept when it grows.
   std::byte* bytes(std::size_t n) {
-    if (bytes_.size() < n) bytes_.resize(n);
-    return bytes_.data();
+    if (capacity_ < n) {
+      release();
+      bytes_ = static_cast<std::byte*>(alloc_ != nullptr ? alloc_->allocate(n)
+                                                         : ::operator new(n));
+      capacity_ = n;
+    }
+    return bytes_;
   }
   std::size_t* sizes(std::size_t n) {
     if (sizes_.size() < n) sizes_.resize(n);
@@ -45,10 +79,22 @@ class Workspace {
     if (requests_.size() < n) requests_.resize(n);
     return requests_.data();
   }
-  std::size_t capacity_bytes() const { return bytes_.size(); }
+  std::size_t capacity_bytes() const { return capacity_; }
 
  private:
-  std::vector<std::byte> bytes_;
+  void release() noexcept {
+    if (bytes_ == nullptr) return;
+    if (alloc_ != nullptr) {
+      alloc_->deallocate(bytes_);
+    } else {
+      ::operator delete(bytes_);
+    }
+    bytes_ = nullptr;
+    capacity_ = 0;
+  }
+  Allocator* alloc_ = nullptr;
+  std::byte* bytes_ = nullptr;
+  std::size_t capacity_ = 0;
   std::vector<std::size_t> sizes_;
   std::vector<Request> requests_;
 };

@@ -563,6 +563,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   if (pl.kernels) {
     device_ops = std::make_unique<DeviceElementOps>(*pl.device);
     cx.elements = device_ops.get();
+    plan->workspace.set_allocator(&pinned_allocator(*pl.device));  // payloads: pinned memory
   }
   cx.segment_elems = env.segment_bytes / es;
   cx.seed = opt.seed;

@@ -3,6 +3,8 @@
 
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -397,6 +399,24 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
 };
 
 }  // namespace
+
+coll::Workspace::Allocator& pinned_allocator(gpu::Backend& backend) {
+  class Pinned final : public coll::Workspace::Allocator {
+   public:
+    explicit Pinned(gpu::Backend& b) : b_(b) {}
+    void* allocate(std::size_t bytes) override { return b_.host_alloc(bytes); }
+    void deallocate(void* p) noexcept override { b_.host_free(p); }
+
+   private:
+    gpu::Backend& b_;
+  };
+  static std::mutex mu;
+  static auto* all = new std::map<gpu::Backend*, std::unique_ptr<Pinned>>;  // never destroyed
+  std::lock_guard<std::mutex> lock(mu);
+  auto& slot = (*all)[&backend];
+  if (slot == nullptr) slot = std::make_unique<Pinned>(backend);
+  return *slot;
+}
 
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
   if (dtype != codec::DType::kFloat32) return false;

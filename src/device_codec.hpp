@@ -25,6 +25,10 @@ bool has_device_kernels(const CodecSpec& spec, codec::DType dtype);
 std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
                                                 gpu::Backend& backend);
 
+/// Page-locked host memory of `backend` for a plan's workspace (the payloads of the staged
+/// path); one per backend, never freed.
+coll::Workspace::Allocator& pinned_allocator(gpu::Backend& backend);
+
 /// The schedules' element operations on device buffers: the backend's copy and divide kernel.
 class DeviceElementOps final : public coll::ElementOps {
  public:
