@@ -62,7 +62,7 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
             e.encode(data + off * es, cnt, static_cast<std::uint64_t>(r), off, own);
         const std::size_t n =
             e.add(slot, got, own, own_n, cnt, static_cast<std::uint64_t>(r), off, sum);
-        std::memcpy(slot, sum, n);
+        e.copy_payload(slot, sum, n);
         if (final_sizes != nullptr && k + 2 == p) final_sizes[L.index(recv_chunk, j)] = n;
         if (k + 2 < p) sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
       }
@@ -112,7 +112,7 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
     for (std::size_t j = 0; j < nseg; ++j) {
       std::byte* slot = slots + L.slot(recv_chunk, j);
       std::size_t got = e.wait_recv(recvs[j]);
-      if (got == 0) got = wire::write_poisoned(slot);  // keep the ring going, flag the failure
+      if (got == 0) got = e.write_poisoned(slot);  // keep the ring going, flag the failure
       sizes[L.index(recv_chunk, j)] = got;
       if (k + 2 < p) sends[nsends++] = e.send(slot, got, next, kTagAllgather);
       e.decode(slot, got, L.seg_elems(recv_chunk, j), out + L.seg_offset(recv_chunk, j) * es,

@@ -109,6 +109,19 @@ class ElementOps {
   virtual void divide(void* data, std::size_t count, codec::DType dtype, int ranks) = 0;
 };
 
+/// How the schedules touch payload bytes themselves (poison flags, the reduce-scatter's copy of
+/// a sum into its slot). Null in Context: payloads in host memory. Device-resident payloads
+/// (CUDA-aware MPI) supply their own: the header crosses to the host to be read or flagged.
+class PayloadOps {
+ public:
+  virtual ~PayloadOps() = default;
+  virtual bool is_poisoned(const std::byte* payload, std::size_t bytes) = 0;
+  virtual void set_poisoned(std::byte* payload) = 0;
+  /// Writes a header-only poisoned payload; returns its length.
+  virtual std::size_t write_poisoned(std::byte* out) = 0;
+  virtual void copy(std::byte* dst, const std::byte* src, std::size_t bytes) = 0;
+};
+
 /// Everything a schedule runs with.
 struct Context {
   Transport& transport;
@@ -119,6 +132,7 @@ struct Context {
   std::uint64_t seed = 0;                 ///< Shared random seed (Options::seed).
   std::uint64_t call = 0;                 ///< Per-plan call counter, equal on all ranks.
   ElementOps* elements = nullptr;         ///< Null: element buffers are host memory.
+  PayloadOps* payloads = nullptr;         ///< Null: payloads are host memory.
 };
 
 enum class Algorithm { kAuto, kRing, kTree, kAllgather };

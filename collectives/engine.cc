@@ -17,9 +17,9 @@ std::size_t Engine::encode(const void* in, std::size_t count, std::uint64_t stre
     // a failed encode (a device error) must not leave peers waiting: send a poisoned payload,
     // finish the schedule, and throw at the end on every rank that depends on it
     poison(err.code(), err.what());
-    n = wire::write_poisoned(out);
+    n = write_poisoned(out);
   }
-  if (poisoned_) wire::set_poisoned(out);
+  if (poisoned_) poison_payload(out);
   cx_.counters.encode_seconds += since(t0);
   return n;
 }
@@ -27,7 +27,7 @@ std::size_t Engine::encode(const void* in, std::size_t count, std::uint64_t stre
 bool Engine::decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
                     bool accumulate) {
   if (bytes == 0 && poisoned_) return false;  // the receive failed and poisoned this rank
-  if (wire::is_poisoned(in, bytes)) {
+  if (payload_poisoned(in, bytes)) {
     poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
     return false;
   }
@@ -52,7 +52,7 @@ std::size_t Engine::add(const std::byte* a, std::size_t a_bytes, const std::byte
                         std::uint64_t offset, std::byte* out) {
   const auto t0 = Clock::now();
   std::size_t n = 0;
-  if (a_bytes == 0 || wire::is_poisoned(a, a_bytes)) {
+  if (a_bytes == 0 || payload_poisoned(a, a_bytes)) {
     poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
   } else {
     try {
@@ -64,9 +64,9 @@ std::size_t Engine::add(const std::byte* a, std::size_t a_bytes, const std::byte
     }
   }
   if (poisoned_) {
-    if (out != own) std::memcpy(out, own, own_bytes);
+    if (out != own) copy_payload(out, own, own_bytes);
     n = own_bytes;
-    wire::set_poisoned(out);
+    poison_payload(out);
   }
   cx_.counters.decode_seconds += since(t0);
   return n;
@@ -99,6 +99,30 @@ void Engine::wait_send(Request& r) {
   const auto t0 = Clock::now();
   cx_.transport.wait(r);
   cx_.counters.comm_seconds += since(t0);
+}
+
+bool Engine::payload_poisoned(const std::byte* p, std::size_t bytes) {
+  return cx_.payloads != nullptr ? cx_.payloads->is_poisoned(p, bytes) : wire::is_poisoned(p, bytes);
+}
+
+void Engine::poison_payload(std::byte* p) {
+  if (cx_.payloads != nullptr) {
+    cx_.payloads->set_poisoned(p);
+  } else {
+    wire::set_poisoned(p);
+  }
+}
+
+std::size_t Engine::write_poisoned(std::byte* out) {
+  return cx_.payloads != nullptr ? cx_.payloads->write_poisoned(out) : wire::write_poisoned(out);
+}
+
+void Engine::copy_payload(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  if (cx_.payloads != nullptr) {
+    cx_.payloads->copy(dst, src, bytes);
+  } else {
+    std::memcpy(dst, src, bytes);
+  }
 }
 
 void Engine::poison(Status code, const std::string& why) {

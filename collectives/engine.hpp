@@ -69,6 +69,12 @@ class Engine {
   /// Throws ccoll::Error when this rank is poisoned; call once at the end of the schedule.
   void finish() const;
 
+  // Payload bytes, through cx.payloads where payloads are not host memory.
+  bool payload_poisoned(const std::byte* p, std::size_t bytes);
+  void poison_payload(std::byte* p);
+  std::size_t write_poisoned(std::byte* out);
+  void copy_payload(std::byte* dst, const std::byte* src, std::size_t bytes);
+
  private:
   using Clock = std::chrono::steady_clock;
   static double since(Clock::time_point t0) {
@@ -93,7 +99,8 @@ struct RingLayout {
       : count_(count), p_(ranks), seg_(segment_elems == 0 ? 1 : segment_elems) {
     const std::size_t largest = chunk_count(count, ranks, 0);
     nseg_max_ = largest == 0 ? 0 : (largest + seg_ - 1) / seg_;
-    seg_cap_ = codec.max_encoded_bytes(largest < seg_ ? largest : seg_);
+    // slots start 16-byte aligned: device kernels store a payload's scales and codes as words
+    seg_cap_ = (codec.max_encoded_bytes(largest < seg_ ? largest : seg_) + 15) / 16 * 16;
     chunk_cap_ = nseg_max_ * seg_cap_;
   }
   std::size_t chunk_elems(int c) const { return chunk_count(count_, p_, c); }

@@ -32,6 +32,10 @@ class Backend {
   /// True for memory only the device can address (cudaMemoryTypeDevice). Host, pinned and
   /// managed memory are host memory to ccoll.
   virtual bool is_device_pointer(const void* p) const = 0;
+  /// True when the host (and so any MPI) can read and write device memory: the emulated
+  /// backend, whose device memory is host memory. An MPI moves such payloads like a CUDA-aware
+  /// one moves GPU memory.
+  virtual bool host_accessible() const = 0;
 
   virtual void* device_alloc(std::size_t bytes) = 0;
   virtual void device_free(void* p) noexcept = 0;

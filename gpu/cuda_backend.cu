@@ -138,6 +138,7 @@ __global__ void divide_kernel(T* x, std::size_t count, T d) {
 class CudaBackend final : public Backend {
  public:
   const char* name() const override { return "cuda"; }
+  bool host_accessible() const override { return false; }
   bool is_device_pointer(const void* p) const override {
     if (p == nullptr) return false;
     cudaPointerAttributes attr{};

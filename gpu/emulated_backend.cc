@@ -16,6 +16,7 @@ namespace {
 class EmulatedBackend final : public Backend {
  public:
   const char* name() const override { return "emulated"; }
+  bool host_accessible() const override { return true; }
   bool is_device_pointer(const void* p) const override {
     const auto a = reinterpret_cast<std::uintptr_t>(p);
     std::lock_guard<std::mutex> lock(mu_);

@@ -7,6 +7,9 @@
 // So an error on any rank becomes an error on every rank, and the fallback to plain MPI is taken
 // by all ranks or none.
 #include <mpi.h>
+#if defined(OPEN_MPI) && OPEN_MPI && __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // MPIX_Query_cuda_support
+#endif
 
 #include <algorithm>
 #include <chrono>
@@ -212,11 +215,21 @@ bool codec_dtype(MPI_Datatype t, codec::DType& out) {
   return true;
 }
 
+// True when MPI can move GPU memory itself (Open MPI built with CUDA, and CUDA support on).
+bool mpi_cuda_aware() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
+
 // Where this rank's buffers live, and how a call on device buffers runs.
 struct Placement {
   gpu::Backend* device = nullptr;  // non-null: recvbuf is device memory
   bool mixed = false;              // one of sendbuf and recvbuf is device memory, not both
-  bool kernels = false;            // the codec runs on the device ("staged")
+  bool kernels = false;            // the codec runs on the device ("staged", "cuda-aware-mpi")
+  bool resident = false;           // with kernels: payloads stay in device memory (MPI moves them)
   bool host_copy = false;          // the call runs on host copies ("host-copy"), copied back
   void* user_recv = nullptr;       // the caller's recvbuf
   void* staged_recv = nullptr;     // the host copy of recvbuf
@@ -351,10 +364,16 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
             "algorithm: 'allgather' is an all-reduce schedule (valid for compressed_allgather: "
             "auto, ring, tree)");
   }
-  if (pl.device != nullptr && env.transport != "auto" && env.transport != "staged") {
+  if (pl.device != nullptr && env.transport == "nccl") {
     bad.set(kArgEnvironment, Status::kUnsupported,
-            "CCOLL_TRANSPORT=" + env.transport +
-                ": not supported for device buffers in this version (valid: auto, staged)");
+            "CCOLL_TRANSPORT=nccl: not supported in this version (valid: auto, staged, mpi)");
+  }
+  const bool cuda_aware =
+      pl.device != nullptr && (pl.device->host_accessible() || mpi_cuda_aware());
+  if (pl.device != nullptr && env.transport == "mpi" && !cuda_aware) {
+    bad.set(kArgEnvironment, Status::kUnsupported,
+            "CCOLL_TRANSPORT=mpi: this MPI is not CUDA-aware (MPIX_Query_cuda_support() is not "
+            "1), so it cannot move device memory (valid here: auto, staged)");
   }
 
   // The codec decides whether it can carry this rank's input; only asked when all is well.
@@ -368,6 +387,8 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     pl.out_bytes = total * es;
     pl.kernels = compress && has_device_kernels(spec, dtype) &&
                  (algo == coll::Algorithm::kAuto || algo == coll::Algorithm::kRing);
+    pl.resident = pl.kernels && (env.transport == "mpi" ||
+                                 (env.transport == "auto" && cuda_aware && mpi_cuda_aware()));
     if (!pl.kernels) {
       try {
         stage_in(call, pl, ctx, es);
@@ -391,11 +412,15 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
                          : (reinterpret_cast<std::uintptr_t>(pl.user_recv) * 31 + call.count) | 1;
       }
       plan = &ctx.plan(key, spec.canonical);
-      if (pl.kernels && plan->device_codec == nullptr) {
-        plan->device_codec = make_device_codec(spec, *plan->codec, *pl.device);
+      if (pl.kernels &&
+          (plan->device_codec == nullptr || plan->device_resident != pl.resident)) {
+        plan->device_codec = make_device_codec(spec, *plan->codec, *pl.device, pl.resident);
+        plan->device_resident = pl.resident;
         log(LogLevel::kInfo, rank,
             std::string(call.fn) + ": " + spec.canonical + " on device buffers runs on the " +
-                pl.device->name() + " device; payloads are staged through host memory");
+                pl.device->name() + " device; payloads " +
+                (pl.resident ? "stay in device memory (CUDA-aware MPI)"
+                             : "are staged through host memory"));
       }
       codec::Codec& codec = pl.kernels ? *plan->device_codec : *plan->codec;
       if (!codec.capabilities().lossless) {
@@ -473,6 +498,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   Status stage_code = Status::kSuccess;
   if (pl.kernels && fallback) {
     pl.kernels = false;
+    pl.resident = false;
     try {
       stage_in(call, pl, ctx, es);
     } catch (const Error& e) {
@@ -482,7 +508,10 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
       if (!in_place) call.sendbuf = ctx.stage_send().get(*pl.device, call.count * es, true);
     }
   }
-  stats.transport = pl.kernels ? "staged" : pl.host_copy ? "host-copy" : "host";
+  stats.transport = pl.resident  ? "cuda-aware-mpi"
+                    : pl.kernels ? "staged"
+                    : pl.host_copy ? "host-copy"
+                                   : "host";
 
   const std::uint64_t call_no = ctx.next_call();
   stats.input_bytes = call.count * es;
@@ -560,10 +589,17 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   coll::Counters counters;
   coll::Context cx{ctx.transport(), codec, plan->workspace, counters};
   std::unique_ptr<DeviceElementOps> device_ops;
+  std::unique_ptr<DevicePayloadOps> payload_ops;
   if (pl.kernels) {
     device_ops = std::make_unique<DeviceElementOps>(*pl.device);
     cx.elements = device_ops.get();
-    plan->workspace.set_allocator(&pinned_allocator(*pl.device));  // payloads: pinned memory
+    // payloads: device memory that MPI moves itself, or pinned host memory
+    plan->workspace.set_allocator(pl.resident ? &device_allocator(*pl.device)
+                                              : &pinned_allocator(*pl.device));
+    if (pl.resident) {
+      payload_ops = std::make_unique<DevicePayloadOps>(*pl.device);
+      cx.payloads = payload_ops.get();
+    }
   }
   cx.segment_elems = env.segment_bytes / es;
   cx.seed = opt.seed;

@@ -42,6 +42,7 @@ struct Plan {
   std::vector<std::uint8_t> mask;  // the mask pass's buffer
   /// The device codec over `codec` (device buffers, codecs with kernels), made on first use.
   std::unique_ptr<codec::Codec> device_codec;
+  bool device_resident = false;  ///< device_codec's payloads live in device memory
 };
 
 /// codec=auto's choice for one size class (kind, element size, floor(log2 bytes)): the

@@ -43,7 +43,10 @@ unsigned maxnorm_bits(const CodecSpec& s) {
 // scratch (codes of one payload, a flag word) they reuse call after call.
 class DeviceCodecBase : public codec::ForwardingCodec {
  public:
-  DeviceCodecBase(codec::Codec& cpu, gpu::Backend& b) : b_(b) { set_target(&cpu); }
+  DeviceCodecBase(codec::Codec& cpu, gpu::Backend& b, bool resident)
+      : b_(b), resident_(resident) {
+    set_target(&cpu);
+  }
   const std::string& spec() const override { return target()->spec(); }
   void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
     apply(in, bytes, count, out, false);
@@ -54,12 +57,52 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   }
 
  protected:
-  /// Validates the host payload `in`, then decodes (or adds, `acc`) it into device `out`.
+  /// Validates the payload `in` (host, or device when resident), then decodes (or adds, `acc`)
+  /// it into device `out`.
   virtual void apply(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
                      bool acc) = 0;
 
+  /// The first min(n, bytes) bytes of payload `in`, readable on the host: `in` itself, or (device-
+  /// resident payloads) a copy; the validation reads no further than that.
+  const std::byte* host_prefix(const std::byte* in, std::size_t bytes, std::size_t n,
+                               std::vector<std::byte>& buf) {
+    if (!resident_) return in;
+    buf.assign(n < bytes ? n : bytes, std::byte{0});
+    b_.copy(buf.data(), in, buf.size());
+    b_.synchronize();
+    return buf.data();
+  }
+  /// Writes `n` host bytes at `host` to the start of device payload `out`, asynchronously:
+  /// `host` must stay unchanged until the caller's next synchronize (finish_body, read_flag).
+  void put_prefix(std::byte* out, const std::byte* host, std::size_t n) {
+    b_.copy(out, host, n);
+  }
+  /// Where a kernel writes a payload's body: straight into `out` (resident), else device scratch.
+  std::uint8_t* body_target(std::byte* out, std::size_t at, std::size_t bytes) {
+    return resident_ ? reinterpret_cast<std::uint8_t*>(out + at) : scratch(bytes);
+  }
+  /// Brings a body written by body_target() into the host payload (staged) and waits.
+  void finish_body(std::byte* out, std::size_t at, const std::uint8_t* body, std::size_t bytes) {
+    if (!resident_ && bytes != 0) b_.copy(out + at, body, bytes);
+    b_.synchronize();
+  }
+  /// The largest value the kernel saw in *flag_device(), after the queued work.
+  std::uint32_t read_flag() {
+    std::uint32_t* host = flag_host();
+    b_.copy(host, flag_device(), 4);
+    b_.synchronize();
+    return *host;
+  }
+
   std::uint8_t* scratch(std::size_t bytes) {
     return static_cast<std::uint8_t*>(scratch_.get(b_, bytes, false));
+  }
+  /// Device bytes [at, at + n) of payload `in`: in place when resident, else copied to scratch.
+  const std::uint8_t* code_source(const std::byte* in, std::size_t at, std::size_t n) {
+    if (resident_) return reinterpret_cast<const std::uint8_t*>(in + at);
+    std::uint8_t* dev = scratch(n);
+    b_.copy(dev, in + at, n);
+    return dev;
   }
   std::uint32_t* flag_device() { return static_cast<std::uint32_t*>(flag_.get(b_, 4, false)); }
   std::uint32_t* flag_host() { return static_cast<std::uint32_t*>(flag_host_.get(b_, 4, true)); }
@@ -84,8 +127,12 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   }
 
   gpu::Backend& b_;
+  bool resident_;  // payloads live in device memory (CUDA-aware MPI), not host memory
   // block maxima of the last scan: workspace of the const fallback test, not codec state
   mutable std::vector<float> maxima_;
+  std::vector<std::byte> prefix_a_;  // host copies of device payloads' headers and scales
+  std::vector<std::byte> prefix_b_;
+  std::vector<std::byte> prefix_out_;
 
  private:
   gpu::Buffer scratch_;
@@ -97,16 +144,19 @@ class DeviceCodecBase : public codec::ForwardingCodec {
 
 class DeviceCast final : public DeviceCodecBase {
  public:
-  DeviceCast(codec::Codec& cpu, gpu::Backend& b, bool half) : DeviceCodecBase(cpu, b), half_(half) {}
+  DeviceCast(codec::Codec& cpu, gpu::Backend& b, bool resident, bool half)
+      : DeviceCodecBase(cpu, b, resident), half_(half) {}
 
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext&,
                      std::byte* out) override {
-    wire::write_header(out, {id(), 0, static_cast<std::uint32_t>(codec::DType::kFloat32), count});
-    auto* codes = scratch(2 * count);
+    std::byte header[wire::kHeaderBytes];
+    wire::write_header(resident_ ? header : out,
+                       {id(), 0, static_cast<std::uint32_t>(codec::DType::kFloat32), count});
+    if (resident_) put_prefix(out, header, wire::kHeaderBytes);
+    std::uint8_t* codes = body_target(out, wire::kHeaderBytes, 2 * count);
     b_.cast_encode(half_, static_cast<const float*>(in), count,
                    reinterpret_cast<std::uint16_t*>(codes));
-    b_.copy(out + wire::kHeaderBytes, codes, 2 * count);
-    b_.synchronize();
+    finish_body(out, wire::kHeaderBytes, codes, 2 * count);
     return wire::kHeaderBytes + 2 * count;
   }
 
@@ -114,10 +164,9 @@ class DeviceCast final : public DeviceCodecBase {
   wire::CodecId id() const { return half_ ? wire::CodecId::kFp16 : wire::CodecId::kBf16; }
   void apply(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
              bool acc) override {
-    wire::expect_payload(in, bytes, id(), static_cast<std::uint32_t>(codec::DType::kFloat32),
-                         count, 2 * count);
-    auto* codes = scratch(2 * count);
-    b_.copy(codes, in + wire::kHeaderBytes, 2 * count);
+    wire::expect_payload(host_prefix(in, bytes, wire::kHeaderBytes, prefix_a_), bytes, id(),
+                         static_cast<std::uint32_t>(codec::DType::kFloat32), count, 2 * count);
+    const std::uint8_t* codes = code_source(in, wire::kHeaderBytes, 2 * count);
     b_.cast_decode(half_, reinterpret_cast<const std::uint16_t*>(codes), count,
                    static_cast<float*>(out), acc);
     b_.synchronize();
@@ -128,9 +177,13 @@ class DeviceCast final : public DeviceCodecBase {
 
 class DeviceMaxnorm final : public DeviceCodecBase {
  public:
-  DeviceMaxnorm(codec::Codec& cpu, gpu::Backend& b, unsigned bits)
-      : DeviceCodecBase(cpu, b), bits_(bits), levels_((1u << (bits - 1)) - 1) {}
+  DeviceMaxnorm(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned bits)
+      : DeviceCodecBase(cpu, b, resident), bits_(bits), levels_((1u << (bits - 1)) - 1) {}
 
+  void begin_call(int ranks) override {
+    ranks_ = static_cast<std::uint32_t>(ranks < 1 ? 1 : ranks);
+    target()->begin_call(ranks);
+  }
   // The scales are the block maxima, as the CPU codec's scan() computes them.
   bool scan(const void* data, std::size_t count, int ranks, double* scales,
             bool& fallback) const override {
@@ -160,13 +213,14 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     if (count != 0 && first + nb > scales_.size()) {
       throw Error(Status::kInternal, "maxnorm (device): encode outside the agreed scales");
     }
-    wire::write_header(out, {wire::CodecId::kMaxnorm, 0, bits_ | (1u << 8), count});
-    std::byte* p = out + wire::kHeaderBytes;
-    std::memcpy(p, &ctx.offset, 8);
-    p += 8;
-    if (nb != 0) std::memcpy(p, scales_.data() + first, 4 * nb);
-    p += 4 * nb;
+    const std::size_t at = prefix_bytes(nb);
+    std::byte* h = resident_ ? host_out(at) : out;  // header, element offset, scales
+    wire::write_header(h, {wire::CodecId::kMaxnorm, 0, bits_ | (1u << 8), count});
+    std::memcpy(h + wire::kHeaderBytes, &ctx.offset, 8);
+    if (nb != 0) std::memcpy(h + wire::kHeaderBytes + 8, scales_.data() + first, 4 * nb);
+    if (resident_) put_prefix(out, h, at);
     const std::size_t code_bytes = gpu::packed_size(count, bits_);
+    std::uint8_t* codes = body_target(out, at, code_bytes);
     if (count != 0) {
       gpu::MaxnormEncodeArgs a;
       a.count = count;
@@ -178,23 +232,74 @@ class DeviceMaxnorm final : public DeviceCodecBase {
       a.seed = ctx.seed;
       a.call = ctx.call;
       a.stream = static_cast<std::uint32_t>(ctx.stream);
-      auto* codes = scratch(code_bytes);
       b_.maxnorm_encode(static_cast<const float*>(in), a, codes);
-      b_.copy(p, codes, code_bytes);
-      b_.synchronize();
     }
-    return static_cast<std::size_t>(p - out) + code_bytes;
+    finish_body(out, at, codes, code_bytes);
+    return at + code_bytes;
+  }
+
+  // Staged payloads are host memory: the CPU codec adds them. Device-resident payloads are
+  // validated on the host (headers and scales, as the CPU add does) and added by the kernel.
+  std::size_t add_encoded(const std::byte* a, std::size_t a_bytes, const std::byte* b,
+                          std::size_t b_bytes, std::size_t count, const codec::BlockContext& ctx,
+                          std::byte* out) override {
+    if (!resident_) return target()->add_encoded(a, a_bytes, b, b_bytes, count, ctx, out);
+    const std::byte* ha = host_prefix(a, a_bytes, max_prefix(count), prefix_a_);
+    const std::byte* hb = host_prefix(b, b_bytes, max_prefix(count), prefix_b_);
+    const codec::MaxnormLayout la = codec::maxnorm_layout(*target(), ha, a_bytes, count);
+    const codec::MaxnormLayout lb = codec::maxnorm_layout(*target(), hb, b_bytes, count);
+    if (la.offset != lb.offset) corrupt("summands cover different elements");
+    if (std::memcmp(ha + la.scales_at, hb + lb.scales_at, 4 * la.nblocks) != 0) {
+      corrupt("summands were quantized with different scales");
+    }
+    const auto j = static_cast<std::uint32_t>((la.bias + lb.bias) / levels_);
+    if (j > ranks_) corrupt("more contributions than ranks");
+    const std::size_t at = la.codes_at;
+    std::byte* h = host_out(at);
+    std::memcpy(h, ha, at);  // offset and scales as the summands carry them
+    wire::write_header(h, {wire::CodecId::kMaxnorm, 0, bits_ | (j << 8), count});
+    put_prefix(out, h, at);
+    gpu::MaxnormAddArgs add;
+    add.count = count;
+    add.a = reinterpret_cast<const std::uint8_t*>(a + la.codes_at);
+    add.a_bytes = la.code_bytes;
+    add.a_width = la.width;
+    add.a_limit = la.limit;
+    add.b = reinterpret_cast<const std::uint8_t*>(b + lb.codes_at);
+    add.b_bytes = lb.code_bytes;
+    add.b_width = lb.width;
+    add.b_limit = lb.limit;
+    add.out_width = codec::bits_for(2ull * j * levels_);
+    add.shift = 0;  // exact sums: the lane offset of j contributions is j·s
+    b_.memset_zero(flag_device(), 4);
+    b_.maxnorm_add(add, reinterpret_cast<std::uint8_t*>(out + at), flag_device());
+    if (read_flag() != 0) corrupt("code out of range");
+    return at + gpu::packed_size(count, add.out_width);
   }
 
  private:
+  [[noreturn]] static void corrupt(const char* what) {
+    throw Error(Status::kCorruptData, std::string("received maxnorm payload rejected: ") + what);
+  }
+  static std::size_t prefix_bytes(std::size_t nblocks) {
+    return wire::kHeaderBytes + 8 + 4 * nblocks;
+  }
+  // a payload of `count` elements carries at most count / kMaxnormBlock + 2 scales
+  static std::size_t max_prefix(std::size_t count) {
+    return prefix_bytes(count / gpu::kMaxnormBlock + 2);
+  }
+  std::byte* host_out(std::size_t n) {
+    prefix_out_.resize(n);
+    return prefix_out_.data();
+  }
+
   void apply(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
              bool acc) override {
-    const codec::MaxnormLayout l = codec::maxnorm_layout(*target(), in, bytes, count);
+    const codec::MaxnormLayout l = codec::maxnorm_layout(
+        *target(), host_prefix(in, bytes, max_prefix(count), prefix_a_), bytes, count);
     if (count == 0) return;
     // scales and codes travel together: one copy of the payload after its element offset
-    const std::size_t tail = bytes - l.scales_at;
-    auto* dev = scratch(tail);
-    b_.copy(dev, in + l.scales_at, tail);
+    const std::uint8_t* dev = code_source(in, l.scales_at, bytes - l.scales_at);
     gpu::MaxnormDecodeArgs a;
     a.count = count;
     a.offset = l.offset;
@@ -205,19 +310,14 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     a.levels = l.levels;
     a.bias = l.bias;
     a.limit = l.limit;
-    std::uint32_t* worst = flag_device();
-    b_.memset_zero(worst, 4);
-    b_.maxnorm_decode(a, static_cast<float*>(out), acc, worst);
-    std::uint32_t* host = flag_host();
-    b_.copy(host, worst, 4);
-    b_.synchronize();
-    if (*host > l.limit) {
-      throw Error(Status::kCorruptData, "received maxnorm payload rejected: code out of range");
-    }
+    b_.memset_zero(flag_device(), 4);
+    b_.maxnorm_decode(a, static_cast<float*>(out), acc, flag_device());
+    if (read_flag() > l.limit) corrupt("code out of range");
   }
 
   unsigned bits_;
   std::uint32_t levels_;
+  std::uint32_t ranks_ = 1;
   std::vector<float> scales_;  // the agreed scales, as payloads carry them
   gpu::Buffer scales_dev_;
   float* scales_dev_ptr_ = nullptr;
@@ -227,8 +327,8 @@ class DeviceMaxnorm final : public DeviceCodecBase {
 // after its header (scales, then codes) copied to the host in one piece.
 class DeviceBucketed final : public DeviceCodecBase {
  public:
-  DeviceBucketed(codec::Codec& cpu, gpu::Backend& b, const CodecSpec& spec)
-      : DeviceCodecBase(cpu, b) {
+  DeviceBucketed(codec::Codec& cpu, gpu::Backend& b, bool resident, const CodecSpec& spec)
+      : DeviceCodecBase(cpu, b, resident) {
     bucket_ = static_cast<std::uint32_t>(std::stoul(param_value(spec, "bucket")));
     args_.bucket = bucket_;
     if (spec.name == "qsgd") {
@@ -251,22 +351,23 @@ class DeviceBucketed final : public DeviceCodecBase {
 
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
                      std::byte* out) override {
-    wire::write_header(out, {id_, 0, param(), count});
+    std::byte header[wire::kHeaderBytes];
+    wire::write_header(resident_ ? header : out, {id_, 0, param(), count});
+    if (resident_) put_prefix(out, header, wire::kHeaderBytes);
     gpu::BucketedArgs a = call_args(count);
     a.offset = ctx.offset;
     a.seed = ctx.seed;
     a.call = ctx.call;
     a.stream = static_cast<std::uint32_t>(ctx.stream);
     const std::size_t body = body_bytes(a);
+    std::uint8_t* dev = body_target(out, wire::kHeaderBytes, body);
     if (count != 0) {
-      std::uint8_t* dev = scratch(body);
       auto* scales = reinterpret_cast<float*>(dev);
       const auto* x = static_cast<const float*>(in);
       b_.bucketed_scales(x, a, scales);
       b_.bucketed_encode(x, a, scales, dev + 4 * gpu::bucket_count(a));
-      b_.copy(out + wire::kHeaderBytes, dev, body);
-      b_.synchronize();
     }
+    finish_body(out, wire::kHeaderBytes, dev, body);
     return wire::kHeaderBytes + body;
   }
 
@@ -275,23 +376,19 @@ class DeviceBucketed final : public DeviceCodecBase {
              bool acc) override {
     const gpu::BucketedArgs a = call_args(count);
     const std::size_t nb = gpu::bucket_count(a);
-    wire::expect_payload(in, bytes, id_, param(), count, body_bytes(a));
+    const std::byte* h = host_prefix(in, bytes, wire::kHeaderBytes + 4 * nb, prefix_a_);
+    wire::expect_payload(h, bytes, id_, param(), count, body_bytes(a));
     for (std::size_t k = 0; k < nb; ++k) {  // as the CPU decoder checks them
       float sf;
-      std::memcpy(&sf, in + wire::kHeaderBytes + 4 * k, 4);
+      std::memcpy(&sf, h + wire::kHeaderBytes + 4 * k, 4);
       if (!(sf >= 0) || !std::isfinite(sf)) corrupt("invalid scale");
     }
     if (count == 0) return;
-    std::uint8_t* dev = scratch(body_bytes(a));
-    b_.copy(dev, in + wire::kHeaderBytes, body_bytes(a));
-    std::uint32_t* worst = flag_device();
-    b_.memset_zero(worst, 4);
+    const std::uint8_t* dev = code_source(in, wire::kHeaderBytes, body_bytes(a));
+    b_.memset_zero(flag_device(), 4);
     b_.bucketed_decode(a, reinterpret_cast<const float*>(dev), dev + 4 * nb,
-                       static_cast<float*>(out), acc, worst);
-    std::uint32_t* host = flag_host();
-    b_.copy(host, worst, 4);
-    b_.synchronize();
-    if (*host > 2 * a.levels) corrupt("code out of range");
+                       static_cast<float*>(out), acc, flag_device());
+    if (read_flag() > 2 * a.levels) corrupt("code out of range");
   }
 
  private:
@@ -400,22 +497,74 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
 
 }  // namespace
 
-coll::Workspace::Allocator& pinned_allocator(gpu::Backend& backend) {
-  class Pinned final : public coll::Workspace::Allocator {
-   public:
-    explicit Pinned(gpu::Backend& b) : b_(b) {}
-    void* allocate(std::size_t bytes) override { return b_.host_alloc(bytes); }
-    void deallocate(void* p) noexcept override { b_.host_free(p); }
+namespace {
 
-   private:
-    gpu::Backend& b_;
-  };
+class BackendAllocator final : public coll::Workspace::Allocator {
+ public:
+  BackendAllocator(gpu::Backend& b, bool host) : b_(b), host_(host) {}
+  void* allocate(std::size_t bytes) override {
+    return host_ ? b_.host_alloc(bytes) : b_.device_alloc(bytes);
+  }
+  void deallocate(void* p) noexcept override {
+    if (host_) {
+      b_.host_free(p);
+    } else {
+      b_.device_free(p);
+    }
+  }
+
+ private:
+  gpu::Backend& b_;
+  bool host_;
+};
+
+coll::Workspace::Allocator& allocator(gpu::Backend& backend, bool host) {
   static std::mutex mu;
-  static auto* all = new std::map<gpu::Backend*, std::unique_ptr<Pinned>>;  // never destroyed
+  // never destroyed: plans may free their workspace at exit
+  static auto* all = new std::map<std::pair<gpu::Backend*, bool>, std::unique_ptr<BackendAllocator>>;
   std::lock_guard<std::mutex> lock(mu);
-  auto& slot = (*all)[&backend];
-  if (slot == nullptr) slot = std::make_unique<Pinned>(backend);
+  auto& slot = (*all)[{&backend, host}];
+  if (slot == nullptr) slot = std::make_unique<BackendAllocator>(backend, host);
   return *slot;
+}
+
+}  // namespace
+
+coll::Workspace::Allocator& pinned_allocator(gpu::Backend& backend) {
+  return allocator(backend, true);
+}
+coll::Workspace::Allocator& device_allocator(gpu::Backend& backend) {
+  return allocator(backend, false);
+}
+
+bool DevicePayloadOps::is_poisoned(const std::byte* payload, std::size_t bytes) {
+  if (bytes < wire::kHeaderBytes) return false;
+  std::byte h[wire::kHeaderBytes];
+  b_.copy(h, payload, wire::kHeaderBytes);
+  b_.synchronize();
+  return wire::is_poisoned(h, wire::kHeaderBytes);
+}
+
+void DevicePayloadOps::set_poisoned(std::byte* payload) {
+  std::byte h[wire::kHeaderBytes];
+  b_.copy(h, payload, wire::kHeaderBytes);
+  b_.synchronize();
+  wire::set_poisoned(h);
+  b_.copy(payload, h, wire::kHeaderBytes);
+  b_.synchronize();
+}
+
+std::size_t DevicePayloadOps::write_poisoned(std::byte* out) {
+  std::byte h[wire::kHeaderBytes];
+  const std::size_t n = wire::write_poisoned(h);
+  b_.copy(out, h, n);
+  b_.synchronize();
+  return n;
+}
+
+void DevicePayloadOps::copy(std::byte* dst, const std::byte* src, std::size_t bytes) {
+  b_.copy(dst, src, bytes);
+  b_.synchronize();  // the copy is sent next
 }
 
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
@@ -425,21 +574,21 @@ bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
 }
 
 std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
-                                                gpu::Backend& backend) {
+                                                gpu::Backend& backend, bool resident) {
   if (!has_device_kernels(spec, cpu.dtype())) return nullptr;
   if (spec.ef) {  // the device wrapper around the device codec of the inner spec
     CodecSpec inner = spec;
     inner.ef = false;
     auto cpu_inner = make_codec(inner, cpu.dtype());
-    auto dev_inner = make_device_codec(inner, *cpu_inner, backend);
+    auto dev_inner = make_device_codec(inner, *cpu_inner, backend, resident);
     return std::make_unique<DeviceErrorFeedback>(cpu, backend, std::move(cpu_inner),
                                                  std::move(dev_inner));
   }
   if (spec.name == "fp16" || spec.name == "bf16") {
-    return std::make_unique<DeviceCast>(cpu, backend, spec.name == "fp16");
+    return std::make_unique<DeviceCast>(cpu, backend, resident, spec.name == "fp16");
   }
-  if (is_bucketed(spec)) return std::make_unique<DeviceBucketed>(cpu, backend, spec);
-  return std::make_unique<DeviceMaxnorm>(cpu, backend, maxnorm_bits(spec));
+  if (is_bucketed(spec)) return std::make_unique<DeviceBucketed>(cpu, backend, resident, spec);
+  return std::make_unique<DeviceMaxnorm>(cpu, backend, resident, maxnorm_bits(spec));
 }
 
 }  // namespace ccoll

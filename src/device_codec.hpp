@@ -1,9 +1,11 @@
-// Device codecs: a codec whose element buffers are device memory and whose payloads are host
-// memory. Encode runs the codec's kernel on the device and copies only the payload's codes to the
-// host; decode validates the payload on the host (as the CPU codec does), copies the codes to
-// the device and runs the decode kernel there. The payload bytes equal the CPU codec's, so the
-// schedules, the compressed-domain adds (on the host, by the CPU codec) and the peers' decoders
-// are unchanged: a rank with device buffers and one with host buffers interoperate.
+// Device codecs: a codec whose element buffers are device memory. Its payloads are either host
+// memory (staged: encode runs the kernel and copies only the payload's body to the host; decode
+// validates the payload on the host as the CPU codec does, copies the body to the device and
+// decodes there; the compressed-domain add is the CPU codec's) or device memory (resident, for a
+// CUDA-aware MPI: the headers and scales cross to the host to be validated, the bodies stay,
+// and summable codecs add with the add kernel). The payload bytes equal the CPU codec's either
+// way, so the schedules and the peers' decoders are unchanged: a rank with device buffers and
+// one with host buffers interoperate.
 #pragma once
 
 #include <memory>
@@ -21,9 +23,27 @@ namespace ccoll {
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype);
 
 /// The device codec of `spec` over `cpu` (the plan's CPU codec of the same spec, which it
-/// forwards to and keeps in step); null when has_device_kernels() is false.
+/// forwards to and keeps in step), with payloads in device memory when `resident`; null when
+/// has_device_kernels() is false.
 std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
-                                                gpu::Backend& backend);
+                                                gpu::Backend& backend, bool resident = false);
+
+/// Device memory of `backend` for a plan's workspace (the payloads of the resident path); one
+/// per backend, never freed.
+coll::Workspace::Allocator& device_allocator(gpu::Backend& backend);
+
+/// The schedules' payload operations on device-resident payloads: headers cross to the host.
+class DevicePayloadOps final : public coll::PayloadOps {
+ public:
+  explicit DevicePayloadOps(gpu::Backend& b) : b_(b) {}
+  bool is_poisoned(const std::byte* payload, std::size_t bytes) override;
+  void set_poisoned(std::byte* payload) override;
+  std::size_t write_poisoned(std::byte* out) override;
+  void copy(std::byte* dst, const std::byte* src, std::size_t bytes) override;
+
+ private:
+  gpu::Backend& b_;
+};
 
 /// Page-locked host memory of `backend` for a plan's workspace (the payloads of the staged
 /// path); one per backend, never freed.

@@ -293,6 +293,74 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodec,
                            return s;
                          });
 
+// Device-resident payloads (the CUDA-aware MPI path): the same bytes in device memory, the
+// same decoded floats, the same sums from the add kernel, and the same rejections.
+class DeviceCodecResident : public DeviceCodec {
+ protected:
+  void SetUp() override {
+    DeviceCodec::SetUp();
+    if (b_ == nullptr) return;
+    resident_twin_ = make_codec(spec_, codec::DType::kFloat32);
+    dev_ = make_device_codec(spec_, *resident_twin_, *b_, /*resident=*/true);
+  }
+  std::unique_ptr<codec::Codec> resident_twin_;
+};
+
+TEST_P(DeviceCodecResident, SameBytesSumsAndRejections) {
+  const std::size_t n = 2 * gpu::kMaxnormBlock + 333;
+  const std::vector<float> x = data(n, 13);
+  const DeviceArray dx(*b_, x.data(), n * 4);
+  prepare(x, dx, 3, 4);
+  const std::size_t cap = cpu_->max_encoded_bytes(n);
+  std::vector<std::byte> want(cap), want2(cap), sum(cap);
+  const DeviceArray dp(*b_, cap), dp2(*b_, cap), dsum(*b_, cap), out(*b_, 4 * n);
+  for (const std::size_t off : {std::size_t{0}, std::size_t{70001}}) {
+    const std::size_t cnt = n - off;
+    const codec::BlockContext c0{7, 4, 0, off, codec::BlockContext::Role::kOwn};
+    const codec::BlockContext c1{7, 4, 1, off, codec::BlockContext::Role::kOwn};
+    const std::size_t nw = cpu_->encode(x.data() + off, cnt, c0, want.data());
+    const std::size_t ng = dev_->encode(dx.as<float>() + off, cnt, c0, dp.as<std::byte>());
+    ASSERT_EQ(nw, ng);
+    ASSERT_EQ(0, std::memcmp(dp.read<std::byte>(ng).data(), want.data(), nw));
+    std::vector<float> ref(cnt);
+    cpu_->decode(want.data(), nw, cnt, ref.data());
+    dev_->decode(dp.as<std::byte>(), ng, cnt, out.as<float>());
+    ASSERT_EQ(0, std::memcmp(out.read<float>(cnt).data(), ref.data(), 4 * cnt));
+    if (cpu_->capabilities().summable && !spec_.ef) {
+      const std::size_t nw2 = cpu_->encode(x.data() + off, cnt, c1, want2.data());
+      ASSERT_EQ(nw2, dev_->encode(dx.as<float>() + off, cnt, c1, dp2.as<std::byte>()));
+      const std::size_t ns = cpu_->add_encoded(want.data(), nw, want2.data(), nw2, cnt, {}, sum.data());
+      const std::size_t nd = dev_->add_encoded(dp.as<std::byte>(), ng, dp2.as<std::byte>(), nw2,
+                                               cnt, {}, dsum.as<std::byte>());
+      ASSERT_EQ(ns, nd);
+      ASSERT_EQ(0, std::memcmp(dsum.read<std::byte>(nd).data(), sum.data(), ns));
+      // 2 + 2 contributions on 3 ranks: rejected, as the CPU add rejects it
+      EXPECT_THROW(cpu_->add_encoded(sum.data(), ns, sum.data(), ns, cnt, {}, want2.data()), Error);
+      EXPECT_THROW(dev_->add_encoded(dsum.as<std::byte>(), nd, dsum.as<std::byte>(), nd, cnt, {},
+                                     dp2.as<std::byte>()),
+                   Error);
+    }
+    // a truncated and a poisoned payload are rejected
+    EXPECT_THROW(dev_->decode(dp.as<std::byte>(), ng - 1, cnt, out.as<float>()), Error);
+    std::vector<std::byte> poisoned = want;
+    wire::set_poisoned(poisoned.data());
+    const DeviceArray dpois(*b_, poisoned.data(), nw);
+    EXPECT_THROW(dev_->decode(dpois.as<std::byte>(), nw, cnt, out.as<float>()), Error);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodecResident,
+                         ::testing::Values("fp16", "bf16", "maxnorm:bits=2", "maxnorm:bits=5",
+                                           "maxnorm:bits=8", "qsgd:bits=4", "terngrad", "sign",
+                                           "maxnorm:bits=4,ef=1"),
+                         [](const ::testing::TestParamInfo<const char*>& i) {
+                           std::string s = i.param;
+                           for (char& ch : s) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return s;
+                         });
+
 TEST(DeviceKernels, WhichCodecsHaveKernels) {
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=4"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("maxnorm:bits=4"), codec::DType::kFloat64));
