@@ -65,6 +65,15 @@ class DeviceArray {
   void* p_ = nullptr;
 };
 
+// A spec as a test name: non-alphanumerics become '_'.
+std::string param_name(const ::testing::TestParamInfo<const char*>& i) {
+  std::string s = i.param;
+  for (char& ch : s) {
+    if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+  }
+  return s;
+}
+
 class DeviceCodec : public ::testing::TestWithParam<const char*> {
  protected:
   void SetUp() override {
@@ -285,13 +294,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodec,
                                            "qsgd:bits=8,bucket=7", "terngrad", "sign",
                                            "sign:bucket=3", "maxnorm:bits=4,ef=1",
                                            "qsgd:bits=4,ef=1", "fp16,ef=1"),
-                         [](const ::testing::TestParamInfo<const char*>& i) {
-                           std::string s = i.param;
-                           for (char& ch : s) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return s;
-                         });
+                         param_name);
 
 // Device-resident payloads (the CUDA-aware MPI path): the same bytes in device memory, the
 // same decoded floats, the same sums from the add kernel, and the same rejections.
@@ -353,13 +356,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodecResident,
                          ::testing::Values("fp16", "bf16", "maxnorm:bits=2", "maxnorm:bits=5",
                                            "maxnorm:bits=8", "qsgd:bits=4", "terngrad", "sign",
                                            "maxnorm:bits=4,ef=1"),
-                         [](const ::testing::TestParamInfo<const char*>& i) {
-                           std::string s = i.param;
-                           for (char& ch : s) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return s;
-                         });
+                         param_name);
 
 TEST(DeviceKernels, WhichCodecsHaveKernels) {
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=4"), codec::DType::kFloat32));
