@@ -1,6 +1,8 @@
 // The backend registry and the staging buffer (backend.hpp).
 #include "backend.hpp"
 
+#include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <vector>
 
@@ -37,7 +39,10 @@ Backend* backend(const char** why) {
   if (!r.probed) {
     r.probed = true;
 #if CCOLL_ENABLE_CUDA
-    if (auto b = make_cuda_backend(&r.why)) {
+    const char* off = std::getenv("CCOLL_CUDA");
+    if (off != nullptr && std::strcmp(off, "0") == 0) {
+      r.why = "CCOLL_CUDA=0";
+    } else if (auto b = make_cuda_backend(&r.why)) {
       r.current = b.get();
       r.owned.push_back(std::move(b));
     }

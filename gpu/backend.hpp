@@ -81,7 +81,9 @@ class Backend {
 };
 
 /// The backend device buffers go through: the installed test backend, else the CUDA backend
-/// when ccoll was built with CUDA and a device is usable, else null (`why` says why).
+/// when ccoll was built with CUDA, a device is usable and CCOLL_CUDA is not 0, else null (`why`
+/// says why). Recognizing device pointers initializes CUDA in the process (its first call on
+/// a machine with a GPU); CCOLL_CUDA=0 keeps a CPU-only program from ever touching CUDA.
 Backend* backend(const char** why = nullptr);
 
 /// A new emulated backend (see above).

@@ -4,6 +4,7 @@
 //   CCOLL_MIN_BYTES      per-rank inputs below this many bytes go to plain MPI (default 0)
 //   CCOLL_SEGMENT_BYTES  ring pipelining segment, uncompressed bytes (default 192K)
 //   CCOLL_DEBUG          WARN, INFO or TRACE: log to stderr
+//   CCOLL_CUDA           0: never call CUDA (gpu/backend.cc reads it)
 //   CCOLL_TRANSPORT      how device buffers move: auto (default), staged (payloads through
 //                        host memory) or mpi (payloads in device memory, moved by a CUDA-aware
 //                        MPI); nccl is recognized and reported unsupported
