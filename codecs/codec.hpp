@@ -106,6 +106,15 @@ class Codec {
   virtual void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
                                  void* acc) = 0;
 
+  /// One hop of a re-encoding ring: decode_accumulate(in → acc), then encode(acc → out), and
+  /// the encoded length. `out` may be `in`. Codecs may fuse the two (the device casts: one
+  /// kernel); the result must be what the two calls give. Throws like decode_accumulate.
+  virtual std::size_t reduce_encode(const std::byte* in, std::size_t bytes, std::size_t count,
+                                    void* acc, const BlockContext& ctx, std::byte* out) {
+    decode_accumulate(in, bytes, count, acc);
+    return encode(acc, count, ctx, out);
+  }
+
   /// Forgets state kept between calls (error-feedback residuals, temporal predictions);
   /// stateless codecs: no-op.
   virtual void reset_state() {}

@@ -74,11 +74,12 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
       const std::size_t off = L.seg_offset(recv_chunk, j);
       const std::size_t cnt = L.seg_elems(recv_chunk, j);
       const std::size_t got = e.wait_recv(recvs[j]);
-      e.decode(slot, got, cnt, data + off * es, /*accumulate=*/true);
-      if (k + 2 < p) {
-        const std::size_t n = e.encode(data + off * es, cnt, static_cast<std::uint64_t>(r), off,
-                                       slot, codec::BlockContext::Role::kHop);
+      if (k + 2 < p) {  // add, re-encode in place (one fused pass where the codec has one)
+        const std::size_t n = e.reduce_encode(slot, got, cnt, data + off * es,
+                                              static_cast<std::uint64_t>(r), off, slot);
         sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
+      } else {
+        e.decode(slot, got, cnt, data + off * es, /*accumulate=*/true);
       }
     }
   }

@@ -47,6 +47,31 @@ bool Engine::decode(const std::byte* in, std::size_t bytes, std::size_t count, v
   return true;
 }
 
+std::size_t Engine::reduce_encode(const std::byte* in, std::size_t bytes, std::size_t count,
+                                  void* acc, std::uint64_t stream, std::uint64_t offset,
+                                  std::byte* out) {
+  const codec::BlockContext::Role hop = codec::BlockContext::Role::kHop;
+  if ((bytes == 0 && poisoned_) || payload_poisoned(in, bytes)) {
+    if (bytes != 0) {
+      poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
+    }
+    return encode(acc, count, stream, offset, out, hop);
+  }
+  const auto t0 = Clock::now();
+  std::size_t n = 0;
+  try {
+    n = cx_.codec.reduce_encode(in, bytes, count, acc,
+                                {cx_.seed, cx_.call, stream, offset, hop}, out);
+  } catch (const Error& err) {
+    poison(err.code(), err.what());
+    cx_.counters.decode_seconds += since(t0);
+    return encode(acc, count, stream, offset, out, hop);
+  }
+  if (poisoned_) poison_payload(out);
+  cx_.counters.decode_seconds += since(t0);
+  return n;
+}
+
 std::size_t Engine::add(const std::byte* a, std::size_t a_bytes, const std::byte* own,
                         std::size_t own_bytes, std::size_t count, std::uint64_t stream,
                         std::uint64_t offset, std::byte* out) {

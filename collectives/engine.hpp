@@ -50,6 +50,12 @@ class Engine {
   bool decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
               bool accumulate);
 
+  /// A re-encoding ring hop: decode-accumulates `in` into `acc` and encodes `acc` into `out`
+  /// (codec::Codec::reduce_encode). A poisoned, empty or malformed `in` poisons this rank and
+  /// `acc` is encoded as it is, marked poisoned, so the ring goes on.
+  std::size_t reduce_encode(const std::byte* in, std::size_t bytes, std::size_t count, void* acc,
+                            std::uint64_t stream, std::uint64_t offset, std::byte* out);
+
   /// Adds two payloads in the compressed domain (summable codecs) into `out`. On a malformed
   /// summand poisons this rank, copies `fallback` (this rank's own payload) to `out` marked
   /// poisoned, and returns its length, so the schedule's message structure stays intact.

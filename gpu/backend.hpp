@@ -76,6 +76,10 @@ class Backend {
   /// out[i] = a[i] + b[i], or a[i] - b[i] when `subtract` (error feedback's x + e and p - d).
   virtual void add(float* out, const float* a, const float* b, std::size_t count,
                    bool subtract) = 0;
+  /// The fused hop of the casts' ring: acc[i] += decode(in[i]); out[i] = encode(acc[i]) (`out`
+  /// may be `in`).
+  virtual void cast_reduce_encode(bool half, const std::uint16_t* in, std::size_t count,
+                                  float* acc, std::uint16_t* out) = 0;
   /// x[i] /= ranks (float or double elements), the mean of an all-reduce.
   virtual void divide(void* x, std::size_t count, bool is_double, int ranks) = 0;
 };

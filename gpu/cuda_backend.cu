@@ -123,6 +123,13 @@ __global__ void cast_decode_kernel(const std::uint16_t* codes, std::size_t count
   }
 }
 
+__global__ void cast_reduce_encode_kernel(bool half, const std::uint16_t* in, std::size_t count,
+                                          float* acc, std::uint16_t* out) {
+  for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
+    cast_reduce_encode_one(half, in, i, acc, out);
+  }
+}
+
 template <bool kSubtract>
 __global__ void add_kernel(float* out, const float* a, const float* b, std::size_t count) {
   for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
@@ -244,6 +251,13 @@ class CudaBackend final : public Backend {
       cast_decode_kernel<false, false><<<grid, kThreads, 0, stream_>>>(codes, count, out);
     }
     check(cudaGetLastError(), "cast_decode launch");
+  }
+  void cast_reduce_encode(bool half, const std::uint16_t* in, std::size_t count, float* acc,
+                          std::uint16_t* out) override {
+    if (count == 0) return;
+    cast_reduce_encode_kernel<<<grid_for(count), kThreads, 0, stream_>>>(half, in, count, acc,
+                                                                         out);
+    check(cudaGetLastError(), "cast_reduce_encode launch");
   }
   void add(float* out, const float* a, const float* b, std::size_t count, bool subtract) override {
     if (count == 0) return;

@@ -109,6 +109,10 @@ class EmulatedBackend final : public Backend {
   void add(float* out, const float* a, const float* b, std::size_t count, bool subtract) override {
     for (std::size_t i = 0; i < count; ++i) out[i] = subtract ? a[i] - b[i] : a[i] + b[i];
   }
+  void cast_reduce_encode(bool half, const std::uint16_t* in, std::size_t count, float* acc,
+                          std::uint16_t* out) override {
+    for (std::size_t i = 0; i < count; ++i) cast_reduce_encode_one(half, in, i, acc, out);
+  }
   void divide(void* x, std::size_t count, bool is_double, int ranks) override {
     if (is_double) {
       auto* d = static_cast<double*>(x);

@@ -109,6 +109,17 @@ CCOLL_HOST_DEVICE inline std::uint32_t abs_bits(float x) {
   return codec::float_bits(x) & 0x7FFFFFFFu;
 }
 
+/// The casts' fused ring hop for element i: acc += decode(in), out = encode(acc), with the CPU
+/// codec's float operations (decode_accumulate's a += v, then encode's conversion).
+CCOLL_HOST_DEVICE inline void cast_reduce_encode_one(bool half, const std::uint16_t* in,
+                                                     std::size_t i, float* acc,
+                                                     std::uint16_t* out) {
+  const float v = half ? codec::half_to_float(in[i]) : codec::bf16_to_float(in[i]);
+  const float s = acc[i] + v;
+  acc[i] = s;
+  out[i] = half ? codec::float_to_half(s) : codec::float_to_bf16(s);
+}
+
 /// Encodes group g (elements [8g, 8g + 8) ∩ [0, count)) of a maxnorm encode into `codes`.
 CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const float* x, const MaxnormEncodeArgs& a,
                                                    std::size_t g, std::uint8_t* codes) {

@@ -159,6 +159,26 @@ class DeviceCast final : public DeviceCodecBase {
     finish_body(out, wire::kHeaderBytes, codes, 2 * count);
     return wire::kHeaderBytes + 2 * count;
   }
+  // The ring hop in one kernel: decode the received codes, add into the partial sum, re-encode.
+  std::size_t reduce_encode(const std::byte* in, std::size_t bytes, std::size_t count,
+                            void* acc, const codec::BlockContext&, std::byte* out) override {
+    const std::uint32_t param = static_cast<std::uint32_t>(codec::DType::kFloat32);
+    wire::expect_payload(host_prefix(in, bytes, wire::kHeaderBytes, prefix_a_), bytes, id(),
+                         param, count, 2 * count);
+    const auto* codes_in =
+        reinterpret_cast<const std::uint16_t*>(code_source(in, wire::kHeaderBytes, 2 * count));
+    std::byte header[wire::kHeaderBytes];
+    wire::write_header(resident_ ? header : out, {id(), 0, param, count});
+    if (resident_) put_prefix(out, header, wire::kHeaderBytes);
+    // staged: the kernel reads the copied codes in scratch and writes them back in place
+    std::uint8_t* codes_out = resident_ ? reinterpret_cast<std::uint8_t*>(out + wire::kHeaderBytes)
+                                        : const_cast<std::uint8_t*>(
+                                              reinterpret_cast<const std::uint8_t*>(codes_in));
+    b_.cast_reduce_encode(half_, codes_in, count, static_cast<float*>(acc),
+                          reinterpret_cast<std::uint16_t*>(codes_out));
+    finish_body(out, wire::kHeaderBytes, codes_out, 2 * count);
+    return wire::kHeaderBytes + 2 * count;
+  }
 
  private:
   wire::CodecId id() const { return half_ ? wire::CodecId::kFp16 : wire::CodecId::kBf16; }

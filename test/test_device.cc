@@ -230,6 +230,27 @@ TEST_P(DeviceCodec, SumsDecodeTheSameAndTheAddKernelMatches) {
   EXPECT_NE(0u, bad.read<std::uint32_t>(1)[0]);
 }
 
+// The re-encoding ring's hop (decode-accumulate + re-encode, fused on the device where a codec
+// has a fused kernel), in place as the ring calls it: the same bytes and the same partial sums.
+TEST_P(DeviceCodec, ReduceEncodeMatchesCpu) {
+  const std::size_t n = gpu::kMaxnormBlock + 4097;
+  const std::vector<float> x = data(n, 21);
+  const std::vector<float> y = data(n, 22);
+  const DeviceArray dx(*b_, x.data(), n * 4);
+  prepare(x, dx, 3, 6);
+  std::vector<std::byte> want(cpu_->max_encoded_bytes(n));
+  const std::size_t np = cpu_->encode(x.data(), n, {7, 6, 1, 0, {}}, want.data());
+  std::vector<std::byte> got(want);
+  const codec::BlockContext hop{7, 6, 2, 0, codec::BlockContext::Role::kHop};
+  std::vector<float> acc = y;
+  const DeviceArray dacc(*b_, y.data(), n * 4);
+  const std::size_t nw = cpu_->reduce_encode(want.data(), np, n, acc.data(), hop, want.data());
+  const std::size_t ng = dev_->reduce_encode(got.data(), np, n, dacc.as<float>(), hop, got.data());
+  ASSERT_EQ(nw, ng);
+  EXPECT_EQ(0, std::memcmp(got.data(), want.data(), nw));
+  EXPECT_EQ(0, std::memcmp(dacc.read<float>(n).data(), acc.data(), 4 * n));
+}
+
 // Malformed payloads are rejected before or by the kernels, never decoded into the output.
 TEST_P(DeviceCodec, MalformedPayloadsRejected) {
   const std::size_t n = 1000;
