@@ -20,6 +20,7 @@
 
 #include "bucketed_device.hpp"
 #include "maxnorm_device.hpp"
+#include "temporal_device.hpp"
 
 namespace ccoll::gpu {
 
@@ -80,6 +81,14 @@ class Backend {
   /// may be `in`).
   virtual void cast_reduce_encode(bool half, const std::uint16_t* in, std::size_t count,
                                   float* acc, std::uint16_t* out) = 0;
+  /// temporal: r[i] = residual of x[i] (temporal_device.hpp).
+  virtual void temporal_residual(const TemporalArgs& a, const float* x, float* r) = 0;
+  /// temporal: the state update after an encode (e: a.e's writable twin, or null).
+  virtual void temporal_update(const TemporalArgs& a, const float* r, const float* d,
+                               float* e) = 0;
+  /// temporal: finish_allreduce over `count` outputs; adds the checksum terms to *sum (device).
+  virtual void temporal_finish(float beta, float* o, float* y, std::size_t count,
+                               std::uint64_t* sum) = 0;
   /// x[i] /= ranks (float or double elements), the mean of an all-reduce.
   virtual void divide(void* x, std::size_t count, bool is_double, int ranks) = 0;
 };

@@ -130,6 +130,27 @@ __global__ void cast_reduce_encode_kernel(bool half, const std::uint16_t* in, st
   }
 }
 
+__global__ void temporal_residual_kernel(TemporalArgs a, const float* x, float* r) {
+  for (std::size_t i = global_thread(); i < a.count; i += grid_threads()) {
+    r[i] = temporal_residual(a, x, i);
+  }
+}
+
+__global__ void temporal_update_kernel(TemporalArgs a, const float* r, const float* d, float* e) {
+  for (std::size_t i = global_thread(); i < a.count; i += grid_threads()) {
+    temporal_update(a, r, d, e, i);
+  }
+}
+
+__global__ void temporal_finish_kernel(float beta, float* o, float* y, std::size_t count,
+                                       unsigned long long* sum) {
+  unsigned long long s = 0;
+  for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
+    s += temporal_finish(beta, o, y, i);
+  }
+  if (s != 0) atomicAdd(sum, s);  // sums mod 2^64: order-free
+}
+
 template <bool kSubtract>
 __global__ void add_kernel(float* out, const float* a, const float* b, std::size_t count) {
   for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
@@ -258,6 +279,24 @@ class CudaBackend final : public Backend {
     cast_reduce_encode_kernel<<<grid_for(count), kThreads, 0, stream_>>>(half, in, count, acc,
                                                                          out);
     check(cudaGetLastError(), "cast_reduce_encode launch");
+  }
+  void temporal_residual(const TemporalArgs& a, const float* x, float* r) override {
+    if (a.count == 0) return;
+    temporal_residual_kernel<<<grid_for(a.count), kThreads, 0, stream_>>>(a, x, r);
+    check(cudaGetLastError(), "temporal_residual launch");
+  }
+  void temporal_update(const TemporalArgs& a, const float* r, const float* d, float* e) override {
+    if (a.count == 0) return;
+    temporal_update_kernel<<<grid_for(a.count), kThreads, 0, stream_>>>(a, r, d, e);
+    check(cudaGetLastError(), "temporal_update launch");
+  }
+  void temporal_finish(float beta, float* o, float* y, std::size_t count,
+                       std::uint64_t* sum) override {
+    if (count == 0) return;
+    static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t), "64-bit atomics");
+    temporal_finish_kernel<<<grid_for(count), kThreads, 0, stream_>>>(
+        beta, o, y, count, reinterpret_cast<unsigned long long*>(sum));
+    check(cudaGetLastError(), "temporal_finish launch");
   }
   void add(float* out, const float* a, const float* b, std::size_t count, bool subtract) override {
     if (count == 0) return;

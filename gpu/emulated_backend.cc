@@ -113,6 +113,16 @@ class EmulatedBackend final : public Backend {
                           std::uint16_t* out) override {
     for (std::size_t i = 0; i < count; ++i) cast_reduce_encode_one(half, in, i, acc, out);
   }
+  void temporal_residual(const TemporalArgs& a, const float* x, float* r) override {
+    for (std::size_t i = 0; i < a.count; ++i) r[i] = gpu::temporal_residual(a, x, i);
+  }
+  void temporal_update(const TemporalArgs& a, const float* r, const float* d, float* e) override {
+    for (std::size_t i = 0; i < a.count; ++i) gpu::temporal_update(a, r, d, e, i);
+  }
+  void temporal_finish(float beta, float* o, float* y, std::size_t count,
+                       std::uint64_t* sum) override {
+    for (std::size_t i = 0; i < count; ++i) *sum += gpu::temporal_finish(beta, o, y, i);
+  }
   void divide(void* x, std::size_t count, bool is_double, int ranks) override {
     if (is_double) {
       auto* d = static_cast<double*>(x);

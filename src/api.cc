@@ -456,7 +456,9 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   // 53 bits of the output-shaping state's fingerprint, exact as a double
   put_pair(v, kState,
            plan != nullptr
-               ? static_cast<double>(plan->codec->state_fingerprint() & ((1ull << 53) - 1))
+               ? static_cast<double>((pl.kernels ? plan->device_codec : plan->codec)
+                                         ->state_fingerprint() &
+                                     ((1ull << 53) - 1))
                : 0.0);
   v[kFallback] = fallback ? 1 : 0;
   v[kDeviceRing] = pl.kernels ? 1 : 0;
@@ -489,6 +491,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
             " state differs across ranks; restarting it on every rank (pass Options::key to "
             "name tensors)");
     plan->codec->reset_state();
+    if (plan->device_codec != nullptr) plan->device_codec->reset_state();
   }
   fallback = v[kFallback] != 0;
   const bool device_ring = v[kDeviceRing] != 0;
@@ -541,7 +544,10 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   }
   if (!compress || fallback) {
     copy_input();
-    if (plan != nullptr) plan->codec->uncompressed_call();
+    if (plan != nullptr) {
+      plan->codec->uncompressed_call();
+      if (plan->device_codec != nullptr) plan->device_codec->uncompressed_call();
+    }
     run_mpi_uncompressed(call, stats, dtype, es, ctx);
     stats.fell_back = fallback;
     if (stage_code != Status::kSuccess) {

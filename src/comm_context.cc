@@ -72,7 +72,10 @@ CommContext* CommContext::find(MPI_Comm user) {
 
 void CommContext::reset_state(std::uint64_t key) {
   for (Plan& q : plans_) {
-    if (q.key.tensor_key != 0 && (key == 0 || q.key.tensor_key == key)) q.codec->reset_state();
+    if (q.key.tensor_key != 0 && (key == 0 || q.key.tensor_key == key)) {
+      q.codec->reset_state();
+      if (q.device_codec != nullptr) q.device_codec->reset_state();
+    }
   }
 }
 

@@ -432,6 +432,42 @@ class DeviceBucketed final : public DeviceCodecBase {
   std::string name_;
 };
 
+// A float array in device memory that grows keeping its values and zeroing the new ones: the
+// per-element state of the stateful device codecs (grown on first use, as the CPU codecs' vectors).
+class DeviceFloats {
+ public:
+  explicit DeviceFloats(gpu::Backend& b) : b_(b) {}
+  ~DeviceFloats() { b_.device_free(p_); }
+  DeviceFloats(const DeviceFloats&) = delete;
+  DeviceFloats& operator=(const DeviceFloats&) = delete;
+  float* data() const { return p_; }
+  std::size_t size() const { return n_; }
+  void grow(std::size_t n) {
+    if (n_ >= n) return;
+    auto* fresh = static_cast<float*>(b_.device_alloc(4 * n));
+    b_.memset_zero(fresh, 4 * n);
+    b_.copy(fresh, p_, 4 * n_);
+    b_.synchronize();
+    b_.device_free(p_);
+    p_ = fresh;
+    n_ = n;
+  }
+  void zero() {
+    b_.memset_zero(p_, 4 * n_);
+    b_.synchronize();
+  }
+  void clear() {
+    b_.device_free(p_);
+    p_ = nullptr;
+    n_ = 0;
+  }
+
+ private:
+  gpu::Backend& b_;
+  float* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
 // ef=1 around a device codec (codecs/error_feedback.cc on the device): per tensor, a residual
 // for this rank's own encodes and one for its re-encodes of partial sums, in device memory; an
 // encode sends inner(x + e) and keeps e = (x + e) - decode(sent), with the CPU wrapper's float
@@ -440,15 +476,14 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
  public:
   DeviceErrorFeedback(codec::Codec& cpu, gpu::Backend& b, std::unique_ptr<codec::Codec> cpu_inner,
                       std::unique_ptr<codec::Codec> dev_inner)
-      : b_(b), spec_(cpu.spec()), cpu_inner_(std::move(cpu_inner)), inner_(std::move(dev_inner)) {
+      : b_(b),
+        spec_(cpu.spec()),
+        cpu_inner_(std::move(cpu_inner)),
+        inner_(std::move(dev_inner)),
+        own_(b),
+        hop_(b) {
     set_target(inner_.get());
   }
-  ~DeviceErrorFeedback() override {
-    b_.device_free(own_.p);
-    b_.device_free(hop_.p);
-  }
-  DeviceErrorFeedback(const DeviceErrorFeedback&) = delete;
-  DeviceErrorFeedback& operator=(const DeviceErrorFeedback&) = delete;
 
   const std::string& spec() const override { return spec_; }
   codec::Capabilities capabilities() const override {
@@ -457,29 +492,28 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
     return c;
   }
   void reset_state() override {
-    b_.memset_zero(own_.p, 4 * own_.n);
-    b_.memset_zero(hop_.p, 4 * hop_.n);
-    b_.synchronize();
+    own_.zero();
+    hop_.zero();
     inner_->reset_state();
   }
   // The scales cover what is really encoded: x + e_own (once the residual exists).
   void local_scales(const void* data, std::size_t count, double* out) const override {
-    if (own_.n < count) {
+    if (own_.size() < count) {
       inner_->local_scales(data, count, out);
       return;
     }
     auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
-    b_.add(p, static_cast<const float*>(data), own_.p, count, false);
+    b_.add(p, static_cast<const float*>(data), own_.data(), count, false);
     inner_->local_scales(p, count, out);
   }
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
                      std::byte* out) override {
     if (ctx.role == codec::BlockContext::Role::kShared) return inner_->encode(in, count, ctx, out);
-    Residual& e = ctx.role == codec::BlockContext::Role::kOwn ? own_ : hop_;
-    grow(e, ctx.offset + count);
+    DeviceFloats& e = ctx.role == codec::BlockContext::Role::kOwn ? own_ : hop_;
+    e.grow(ctx.offset + count);
     auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
     auto* d = static_cast<float*>(decoded_.get(b_, 4 * count, false));
-    float* r = e.p + ctx.offset;
+    float* r = e.data() + ctx.offset;
     b_.add(p, static_cast<const float*>(in), r, count, false);
     const std::size_t n = inner_->encode(p, count, ctx, out);
     inner_->decode(out, n, count, d);
@@ -489,30 +523,119 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
   }
 
  private:
-  struct Residual {
-    float* p = nullptr;
-    std::size_t n = 0;  // elements
-  };
-  // grows a residual to n elements, keeping its values and zeroing the new ones (first calls)
-  void grow(Residual& r, std::size_t n) {
-    if (r.n >= n) return;
-    auto* fresh = static_cast<float*>(b_.device_alloc(4 * n));
-    b_.memset_zero(fresh, 4 * n);
-    b_.copy(fresh, r.p, 4 * r.n);
-    b_.synchronize();
-    b_.device_free(r.p);
-    r.p = fresh;
-    r.n = n;
-  }
-
   gpu::Backend& b_;
   std::string spec_;
   std::unique_ptr<codec::Codec> cpu_inner_;  // the inner device codec's CPU side
   std::unique_ptr<codec::Codec> inner_;
-  Residual own_;
-  Residual hop_;
+  DeviceFloats own_;
+  DeviceFloats hop_;
   mutable gpu::Buffer sum_;  // x + e
   gpu::Buffer decoded_;
+};
+
+// temporal (codecs/temporal.cc on the device) around the device maxnorm: the state xh, y and
+// (ef=1) e in device memory, the residual, update and output kernels of temporal_device.hpp.
+class DeviceTemporal final : public codec::ForwardingCodec {
+ public:
+  DeviceTemporal(codec::Codec& cpu, gpu::Backend& b, std::unique_ptr<codec::Codec> cpu_inner,
+                 std::unique_ptr<codec::Codec> dev_inner, unsigned bits, double beta, bool ef)
+      : b_(b),
+        spec_(cpu.spec()),
+        cpu_inner_(std::move(cpu_inner)),
+        inner_(std::move(dev_inner)),
+        bits_(bits),
+        beta_(static_cast<float>(beta)),
+        ef_(ef),
+        xh_(b),
+        y_(b),
+        e_(b) {
+    set_target(inner_.get());
+  }
+
+  const std::string& spec() const override { return spec_; }
+  codec::Capabilities capabilities() const override {
+    codec::Capabilities c = inner_->capabilities();
+    c.stateful = true;
+    c.unbiased = !ef_;
+    return c;
+  }
+  bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
+    return inner_->needs_fallback(data, count, 4 * (ranks < 1 ? 1 : ranks));
+  }
+  unsigned bits_used() const override { return bits_; }
+  void reset_state() override {
+    xh_.clear();
+    y_.clear();
+    e_.clear();
+    fingerprint_ = 0;
+  }
+  std::uint64_t state_fingerprint() const override { return fingerprint_; }
+  void uncompressed_call() override { reset_state(); }
+  // The shared scales cover what is coded: the residual (zero state where none exists yet).
+  void local_scales(const void* data, std::size_t count, double* out) const override {
+    auto* self = const_cast<DeviceTemporal*>(this);  // growing zero state changes no value
+    self->grow(count);
+    auto* r = static_cast<float*>(r_.get(b_, 4 * count, false));
+    b_.temporal_residual(args(count, 0), static_cast<const float*>(data), r);
+    inner_->local_scales(r, count, out);
+  }
+  std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
+                     std::byte* out) override {
+    if (ctx.role != codec::BlockContext::Role::kOwn) return inner_->encode(in, count, ctx, out);
+    grow(ctx.offset + count);
+    auto* r = static_cast<float*>(r_.get(b_, 4 * count, false));
+    auto* d = static_cast<float*>(d_.get(b_, 4 * count, false));
+    const gpu::TemporalArgs a = args(count, ctx.offset);
+    b_.temporal_residual(a, static_cast<const float*>(in), r);
+    const std::size_t n = inner_->encode(r, count, ctx, out);
+    inner_->decode(out, n, count, d);  // the shared scale lets a rank decode its own code
+    b_.temporal_update(a, r, d, ef_ ? e_.data() + ctx.offset : nullptr);
+    b_.synchronize();
+    return n;
+  }
+  void finish_allreduce(void* out, std::size_t count) override {
+    if (y_.size() != count) {
+      y_.clear();
+      y_.grow(count);
+    }
+    auto* sum = static_cast<std::uint64_t*>(sum_.get(b_, 8, false));
+    auto* host = static_cast<std::uint64_t*>(sum_host_.get(b_, 8, true));
+    b_.memset_zero(sum, 8);
+    b_.temporal_finish(beta_, static_cast<float*>(out), y_.data(), count, sum);
+    b_.copy(host, sum, 8);
+    b_.synchronize();
+    fingerprint_ = (0x9E3779B97F4A7C15ull + *host) | 1;
+  }
+
+ private:
+  gpu::TemporalArgs args(std::size_t count, std::size_t offset) const {
+    gpu::TemporalArgs a;
+    a.count = count;
+    a.beta = beta_;
+    a.e = ef_ ? e_.data() + offset : nullptr;
+    a.xh = xh_.data() + offset;
+    return a;
+  }
+  void grow(std::size_t n) {
+    xh_.grow(n);
+    if (ef_) e_.grow(n);
+  }
+
+  gpu::Backend& b_;
+  std::string spec_;
+  std::unique_ptr<codec::Codec> cpu_inner_;
+  std::unique_ptr<codec::Codec> inner_;
+  unsigned bits_;
+  float beta_;
+  bool ef_;
+  std::uint64_t fingerprint_ = 0;
+  DeviceFloats xh_;
+  DeviceFloats y_;
+  DeviceFloats e_;
+  mutable gpu::Buffer r_;
+  gpu::Buffer d_;
+  gpu::Buffer sum_;
+  gpu::Buffer sum_host_;
 };
 
 }  // namespace
@@ -589,13 +712,21 @@ void DevicePayloadOps::copy(std::byte* dst, const std::byte* src, std::size_t by
 
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
   if (dtype != codec::DType::kFloat32) return false;
-  return spec.name == "fp16" || spec.name == "bf16" || is_bucketed(spec) ||
-         is_single_scale_maxnorm(spec);
+  return spec.name == "fp16" || spec.name == "bf16" || spec.name == "temporal" ||
+         is_bucketed(spec) || is_single_scale_maxnorm(spec);
 }
 
 std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
                                                 gpu::Backend& backend, bool resident) {
   if (!has_device_kernels(spec, cpu.dtype())) return nullptr;
+  if (spec.name == "temporal") {  // around the device maxnorm at its bits; takes ef itself
+    CodecSpec inner = parse_codec_spec("maxnorm:bits=" + param_value(spec, "bits"));
+    auto cpu_inner = make_codec(inner, cpu.dtype());
+    auto dev_inner = make_device_codec(inner, *cpu_inner, backend, resident);
+    return std::make_unique<DeviceTemporal>(cpu, backend, std::move(cpu_inner),
+                                            std::move(dev_inner), maxnorm_bits(spec),
+                                            std::stod(param_value(spec, "beta")), spec.ef);
+  }
   if (spec.ef) {  // the device wrapper around the device codec of the inner spec
     CodecSpec inner = spec;
     inner.ef = false;

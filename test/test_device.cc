@@ -177,7 +177,9 @@ TEST_P(DeviceCodec, SameBytesAndValuesAsCpu) {
 // device, and the add kernel writes the same code bytes as the CPU's add.
 TEST_P(DeviceCodec, SumsDecodeTheSameAndTheAddKernelMatches) {
   if (!cpu_->capabilities().summable) GTEST_SKIP() << GetParam() << " is not summable";
-  if (spec_.ef) GTEST_SKIP() << "the sums of ef=1 are the inner codec's (tested without ef)";
+  if (cpu_->capabilities().stateful) {
+    GTEST_SKIP() << "the sums of stateful wrappers are their inner codec's (tested without them)";
+  }
   const std::size_t n = gpu::kMaxnormBlock + 777;
   const std::vector<float> x = data(n, 5);
   const DeviceArray dx(*b_, x.data(), n * 4);
@@ -282,7 +284,9 @@ TEST_P(DeviceCodec, MalformedPayloadsRejected) {
   }
   if (cpu_->bits_used() != 0) {  // the quantizers' first scale follows the header (and offset)
     q = p;
-    const std::size_t at = wire::kHeaderBytes + (spec_.name == "maxnorm" || spec_.name == "auto" ? 8 : 0);
+    const bool maxnorm_payload =
+        spec_.name == "maxnorm" || spec_.name == "auto" || spec_.name == "temporal";
+    const std::size_t at = wire::kHeaderBytes + (maxnorm_payload ? 8 : 0);  // after the offset
     const float nan = NAN;
     std::memcpy(q.data() + at, &nan, 4);
     rejects(q, np, "NaN scale");
@@ -314,7 +318,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodec,
                                            "qsgd:bits=4", "qsgd:bits=2,bucket=100",
                                            "qsgd:bits=8,bucket=7", "terngrad", "sign",
                                            "sign:bucket=3", "maxnorm:bits=4,ef=1",
-                                           "qsgd:bits=4,ef=1", "fp16,ef=1"),
+                                           "qsgd:bits=4,ef=1", "fp16,ef=1", "temporal:bits=4",
+                                           "temporal:beta=0.5,bits=3,ef=1"),
                          param_name);
 
 // Device-resident payloads (the CUDA-aware MPI path): the same bytes in device memory, the
@@ -383,13 +388,41 @@ TEST(DeviceKernels, WhichCodecsHaveKernels) {
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=4"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("maxnorm:bits=4"), codec::DType::kFloat64));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=4,ef=1"), codec::DType::kFloat32));
-  EXPECT_FALSE(has_device_kernels(parse_codec_spec("temporal:bits=4"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("temporal:bits=4"), codec::DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("dq:min=2,max=8"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("maxnorm:bits=2/6"), codec::DType::kFloat32));
   EXPECT_FALSE(
       has_device_kernels(parse_codec_spec("maxnorm:bits=4,sum=requant"), codec::DType::kFloat32));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("qsgd:bits=4"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("topk:ratio=0.01"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("none"), codec::DType::kFloat32));
+}
+
+// temporal's output step and its state checksum (what the agreement compares across ranks).
+TEST(DeviceKernels, TemporalFinishMatchesCpu) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  const CodecSpec spec = parse_codec_spec("temporal:beta=0.7,bits=4");
+  auto cpu = make_codec(spec, codec::DType::kFloat32);
+  auto twin = make_codec(spec, codec::DType::kFloat32);
+  auto dev = make_device_codec(spec, *twin, *b);
+  const std::size_t n = 100003;
+  std::mt19937 gen(4);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (int call = 0; call < 3; ++call) {
+    std::vector<float> o(n);
+    for (float& v : o) v = d(gen);
+    const DeviceArray dout(*b, o.data(), 4 * n);
+    cpu->finish_allreduce(o.data(), n);
+    dev->finish_allreduce(dout.as<float>(), n);
+    ASSERT_EQ(0, std::memcmp(dout.read<float>(n).data(), o.data(), 4 * n)) << "call " << call;
+    ASSERT_EQ(cpu->state_fingerprint(), dev->state_fingerprint()) << "call " << call;
+    ASSERT_NE(0u, dev->state_fingerprint());
+  }
+  dev->reset_state();
+  EXPECT_EQ(0u, dev->state_fingerprint());
 }
 
 TEST(DeviceKernels, DivideMatchesTheHostLoop) {

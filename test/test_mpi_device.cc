@@ -90,6 +90,7 @@ bool has_kernels(std::string codec) {
     codec.resize(codec.size() - 5);  // ef=1 runs on the device around any of them
   }
   return codec == "fp16" || codec == "bf16" || codec == "sign" || codec.rfind("qsgd:", 0) == 0 ||
+         codec.rfind("temporal:", 0) == 0 ||
          (codec.rfind("maxnorm:bits=", 0) == 0 && codec.find(',') == std::string::npos);
 }
 

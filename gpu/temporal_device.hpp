@@ -1,0 +1,47 @@
+// The per-element bodies of temporal's device kernels (codecs/temporal.cc on the device), host
+// and device: the residual r = (x + (1 - beta)·e) - beta·xh, the state update after the code
+// is decoded, and finish_allreduce's y <- beta·y + D(C) with its state checksum, each with the
+// CPU codec's float operations in its order (no contraction on either side).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "half.hpp"
+
+namespace ccoll::gpu {
+
+/// Temporal's state arrays for one kernel call; e is null without ef=1.
+struct TemporalArgs {
+  std::size_t count = 0;
+  float beta = 0.9f;
+  const float* e = nullptr;  ///< ef=1: last coding errors (at the encode's offset)
+  float* xh = nullptr;       ///< this rank's reconstruction of its input (at the offset)
+};
+
+CCOLL_HOST_DEVICE inline float temporal_residual(const TemporalArgs& a, const float* x,
+                                                 std::size_t i) {
+  const float e = a.e != nullptr ? (1.0f - a.beta) * a.e[i] : 0.0f;
+  return (x[i] + e) - a.beta * a.xh[i];
+}
+
+/// After the encode of residual r decoded to d: xh <- beta·xh + d; ef: e <- r - d.
+CCOLL_HOST_DEVICE inline void temporal_update(const TemporalArgs& a, const float* r,
+                                              const float* d, float* e, std::size_t i) {
+  a.xh[i] = a.beta * a.xh[i] + d[i];
+  if (e != nullptr) e[i] = r[i] - d[i];
+}
+
+/// o <- beta·y + o; y <- o; returns element i's term of the state checksum (summed mod 2^64,
+/// so any order gives the CPU's sum).
+CCOLL_HOST_DEVICE inline std::uint64_t temporal_finish(float beta, float* o, float* y,
+                                                       std::size_t i) {
+  const float v = beta * y[i] + o[i];
+  o[i] = v;
+  y[i] = v;
+  const std::uint64_t b = codec::float_bits(v);
+  return (b ^ (i * 0xD6E8FEB86659FD93ull)) * 0xFF51AFD7ED558CCDull;
+}
+
+}  // namespace ccoll::gpu
