@@ -537,13 +537,13 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
 // (ef=1) e in device memory, the residual, update and output kernels of temporal_device.hpp.
 class DeviceTemporal final : public codec::ForwardingCodec {
  public:
+  // `cpu`: the plan's CPU temporal codec, which answers what does not touch memory
   DeviceTemporal(codec::Codec& cpu, gpu::Backend& b, std::unique_ptr<codec::Codec> cpu_inner,
-                 std::unique_ptr<codec::Codec> dev_inner, unsigned bits, double beta, bool ef)
+                 std::unique_ptr<codec::Codec> dev_inner, double beta, bool ef)
       : b_(b),
-        spec_(cpu.spec()),
+        cpu_(cpu),
         cpu_inner_(std::move(cpu_inner)),
         inner_(std::move(dev_inner)),
-        bits_(bits),
         beta_(static_cast<float>(beta)),
         ef_(ef),
         xh_(b),
@@ -552,17 +552,13 @@ class DeviceTemporal final : public codec::ForwardingCodec {
     set_target(inner_.get());
   }
 
-  const std::string& spec() const override { return spec_; }
-  codec::Capabilities capabilities() const override {
-    codec::Capabilities c = inner_->capabilities();
-    c.stateful = true;
-    c.unbiased = !ef_;
-    return c;
-  }
+  const std::string& spec() const override { return cpu_.spec(); }
+  codec::Capabilities capabilities() const override { return cpu_.capabilities(); }
+  unsigned bits_used() const override { return cpu_.bits_used(); }
+  // the CPU codec's rule (the residual needs room: 4·ranks), on the device codec's maxima
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
     return inner_->needs_fallback(data, count, 4 * (ranks < 1 ? 1 : ranks));
   }
-  unsigned bits_used() const override { return bits_; }
   void reset_state() override {
     xh_.clear();
     y_.clear();
@@ -622,10 +618,9 @@ class DeviceTemporal final : public codec::ForwardingCodec {
   }
 
   gpu::Backend& b_;
-  std::string spec_;
+  codec::Codec& cpu_;
   std::unique_ptr<codec::Codec> cpu_inner_;
   std::unique_ptr<codec::Codec> inner_;
-  unsigned bits_;
   float beta_;
   bool ef_;
   std::uint64_t fingerprint_ = 0;
@@ -724,7 +719,7 @@ std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Co
     auto cpu_inner = make_codec(inner, cpu.dtype());
     auto dev_inner = make_device_codec(inner, *cpu_inner, backend, resident);
     return std::make_unique<DeviceTemporal>(cpu, backend, std::move(cpu_inner),
-                                            std::move(dev_inner), maxnorm_bits(spec),
+                                            std::move(dev_inner),
                                             std::stod(param_value(spec, "beta")), spec.ef);
   }
   if (spec.ef) {  // the device wrapper around the device codec of the inner spec
