@@ -106,11 +106,13 @@ CCOLL_HOST_DEVICE inline std::uint32_t bucketed_decode_group(const BucketedArgs&
   const std::int32_t mul = sign ? 2 : 1;
   const auto bias = static_cast<std::int32_t>(sign ? 1 : a.levels);
   std::uint32_t worst = 0;
+  std::uint32_t lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  get_group(codes, nbytes, a.width, g, lanes, n);  // widths 1..8
   for (unsigned j = 0; j < n; ++j) {
     const std::size_t i = i0 + j;
     const float sf = scales[i / a.bucket];
     const float vstep = sign ? sf : sf / static_cast<float>(a.levels);
-    const std::uint32_t c = lane_at(codes, nbytes, a.width, i);
+    const std::uint32_t c = lanes[j];
     worst = (!sign && c > worst) ? c : worst;
     const float value = static_cast<float>(mul * static_cast<std::int32_t>(c) - bias) * vstep;
     if (kAccumulate) {

@@ -103,6 +103,35 @@ CCOLL_HOST_DEVICE inline void put_group(std::uint8_t* out, std::size_t nbytes, u
   }
 }
 
+/// Reads the n <= 8 lanes of group g at width w <= 16 into v: one load of the group's bytes
+/// [g·w, min((g+1)·w, nbytes)) instead of a few bytes per lane.
+CCOLL_HOST_DEVICE inline void get_group(const std::uint8_t* p, std::size_t nbytes, unsigned w,
+                                        std::size_t g, std::uint32_t* v, unsigned n) {
+  std::uint64_t lo = 0;
+  std::uint64_t hi = 0;
+  const std::size_t first = g * w;
+  for (unsigned k = 0; k < w && first + k < nbytes; ++k) {
+    const std::uint64_t byte = p[first + k];
+    if (k < 8) {
+      lo |= byte << (8 * k);
+    } else {
+      hi |= byte << (8 * (k - 8));
+    }
+  }
+  const std::uint64_t mask = (std::uint64_t{1} << w) - 1;
+  for (unsigned j = 0; j < n; ++j) {
+    const unsigned pos = j * w;
+    std::uint64_t x;
+    if (pos >= 64) {
+      x = hi >> (pos - 64);
+    } else {
+      x = lo >> pos;
+      if (pos + w > 64) x |= hi << (64 - pos);
+    }
+    v[j] = static_cast<std::uint32_t>(x & mask);
+  }
+}
+
 /// max |x| of one element as the CPU's abs_max() compares it: the sign-cleared bit pattern (an
 /// integer max of these is the numeric max, and NaN wins).
 CCOLL_HOST_DEVICE inline std::uint32_t abs_bits(float x) {
@@ -151,11 +180,14 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
   const unsigned n = a.count - i0 < 8 ? static_cast<unsigned>(a.count - i0) : 8u;
   const std::uint64_t first = a.offset / kMaxnormBlock;
   std::uint32_t worst = 0;
+  std::uint32_t lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (a.width <= 16) get_group(a.codes, a.code_bytes, a.width, g, lanes, n);
   for (unsigned j = 0; j < n; ++j) {
     const std::size_t i = i0 + j;
     const float m = a.scales[(a.offset + i) / kMaxnormBlock - first];
     const float step = m / static_cast<float>(a.levels);
-    const std::uint32_t u = lane_at(a.codes, a.code_bytes, a.width, i);
+    const std::uint32_t u =
+        a.width <= 16 ? lanes[j] : lane_at(a.codes, a.code_bytes, a.width, i);
     worst = u > worst ? u : worst;
     const float value = static_cast<float>(static_cast<std::int64_t>(u) - a.bias) * step;
     if (kAccumulate) {
@@ -175,9 +207,20 @@ CCOLL_HOST_DEVICE inline unsigned maxnorm_add_group(const MaxnormAddArgs& a, std
   const std::size_t i0 = 8 * g;
   const unsigned n = a.count - i0 < 8 ? static_cast<unsigned>(a.count - i0) : 8u;
   unsigned bad = 0;
+  std::uint32_t xs[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::uint32_t ys[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  if (a.a_width <= 16 && a.b_width <= 16) {
+    get_group(a.a, a.a_bytes, a.a_width, g, xs, n);
+    get_group(a.b, a.b_bytes, a.b_width, g, ys, n);
+  } else {
+    for (unsigned j = 0; j < n; ++j) {
+      xs[j] = lane_at(a.a, a.a_bytes, a.a_width, i0 + j);
+      ys[j] = lane_at(a.b, a.b_bytes, a.b_width, i0 + j);
+    }
+  }
   for (unsigned j = 0; j < n; ++j) {
-    const std::uint32_t x = lane_at(a.a, a.a_bytes, a.a_width, i0 + j);
-    const std::uint32_t y = lane_at(a.b, a.b_bytes, a.b_width, i0 + j);
+    const std::uint32_t x = xs[j];
+    const std::uint32_t y = ys[j];
     bad |= (x > a.a_limit) | (y > a.b_limit);
     v[j] = x + y - a.shift;
   }
