@@ -252,6 +252,29 @@ TEST_F(DeviceBuffers, ExplicitTreeRunsOnHostCopies) {
   }
 }
 
+// codec=auto does not tune on device buffers: it runs its maxnorm on the device, so the result
+// is maxnorm:bits=8's on host buffers.
+TEST_F(DeviceBuffers, AutoRunsItsCodecOnTheDevice) {
+  const std::vector<float> x = input(300001, rank_of(MPI_COMM_WORLD), 17);
+  const std::size_t n = x.size();
+  ccoll::Options opt;
+  opt.codec = "maxnorm:bits=8";
+  opt.algorithm = "ring";
+  std::vector<float> want(n);
+  ccoll::compressed_allreduce(x.data(), want.data(), n, MPI_FLOAT, MPI_SUM, host_comm_, opt);
+  DeviceVec dx(x);
+  DeviceVec dout(n);
+  ccoll::Stats ds;
+  opt.codec = "auto";
+  opt.algorithm = "auto";
+  opt.stats = &ds;
+  ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt);
+  ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
+  if (size_of(MPI_COMM_WORLD) > 1) {
+    EXPECT_EQ(ds.transport, kernel_transport());
+  }
+}
+
 TEST_F(DeviceBuffers, HostSendbufWithDeviceRecvbufRaisesOnEveryRank) {
   const std::size_t n = 100;
   const std::vector<float> x(n, 1.0f);
