@@ -34,6 +34,10 @@ void copy_stats(const ccoll::Stats& s, ccoll_stats_t* out) {
   out->total_seconds = s.total_seconds;
   out->fell_back = s.fell_back ? 1 : 0;
   out->bits = s.bits;
+  out->transport = "";
+  for (const char* t : {"host", "staged", "host-copy", "cuda-aware-mpi"}) {
+    if (s.transport == t) out->transport = t;
+  }
 }
 
 template <class F>

@@ -35,6 +35,7 @@ int main(int argc, char** argv) {
   }
   CHECK(stats.input_bytes == sizeof x);
   CHECK(stats.fell_back == 0);
+  CHECK(strcmp(stats.transport, "host") == 0);
 
   double d[4] = {1, 2, 3, 4};
   ccoll_status_t st = ccoll_allreduce(MPI_IN_PLACE, d, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, 0);
