@@ -76,6 +76,9 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
   std::size_t max_encoded_bytes(std::size_t count) const override {
     return wire::kHeaderBytes + 4 * buckets(count) + packed_bytes(count, width_);
   }
+  std::size_t payload_bytes(std::size_t count, std::uint64_t, std::uint32_t) const override {
+    return max_encoded_bytes(count);
+  }
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
     // partial sums of a ring reach ranks × max|x|; keep them finite in the element type
     return any_beyond<T>(data, count,

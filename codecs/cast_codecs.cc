@@ -37,6 +37,9 @@ class NoneCodec final : public Codec {
   std::size_t max_encoded_bytes(std::size_t count) const override {
     return wire::kHeaderBytes + count * sizeof(T);
   }
+  std::size_t payload_bytes(std::size_t count, std::uint64_t, std::uint32_t) const override {
+    return max_encoded_bytes(count);
+  }
   bool needs_fallback(const void*, std::size_t, int) const override { return false; }
 
   std::size_t encode(const void* in, std::size_t count, const BlockContext&,
@@ -98,6 +101,9 @@ class CastCodec final : public Codec {
   double unit_roundoff() const override { return F::kUnitRoundoff; }
   std::size_t max_encoded_bytes(std::size_t count) const override {
     return wire::kHeaderBytes + 2 * count;
+  }
+  std::size_t payload_bytes(std::size_t count, std::uint64_t, std::uint32_t) const override {
+    return max_encoded_bytes(count);
   }
 
   // Partial sums of a ring reach ranks × max|x|; they must stay below the format's maximum.

@@ -78,6 +78,19 @@ class Codec {
   /// Largest payload encode() can produce for `count` elements (header included).
   virtual std::size_t max_encoded_bytes(std::size_t count) const = 0;
 
+  /// The exact length of a payload this call's encode (contributions 1), or a compressed-domain
+  /// sum of `contributions` payloads, of `count` elements at tensor offset `offset` produces;
+  /// 0 when the length depends on the values (sparse codecs, sketch). Transports that must post
+  /// receives of the exact length (NCCL) need it; valid after the call's set-up (begin_call,
+  /// set_call, scales, sums).
+  virtual std::size_t payload_bytes(std::size_t count, std::uint64_t offset,
+                                    std::uint32_t contributions) const {
+    (void)count;
+    (void)offset;
+    (void)contributions;
+    return 0;
+  }
+
   /// True when `count` elements at `data` cannot be carried faithfully through an all-reduce over
   /// `ranks` ranks (non-finite values, or partial sums out of the codec's range). The caller then
   /// falls back to uncompressed MPI for the whole call on every rank.

@@ -22,6 +22,10 @@ class ForwardingCodec : public Codec {
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
     return target_->needs_fallback(data, count, ranks);
   }
+  std::size_t payload_bytes(std::size_t count, std::uint64_t offset,
+                            std::uint32_t contributions) const override {
+    return target_->payload_bytes(count, offset, contributions);
+  }
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {
     return target_->encode(in, count, ctx, out);

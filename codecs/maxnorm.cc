@@ -167,6 +167,12 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     return wire::kHeaderBytes + 8 + 4 * (count / kBlock + 2) +
            packed_bytes(max_codes(count), width(ranks_));
   }
+  std::size_t payload_bytes(std::size_t count, std::uint64_t offset,
+                            std::uint32_t contributions) const override {
+    if (sparse_) return 0;  // randk: the kept coordinates of a block vary
+    return wire::kHeaderBytes + 8 + 4 * blocks_spanned(offset, count) +
+           packed_bytes(count, width(contributions));
+  }
   // A sum of j contributions decodes to at most j·M (M: the float scale, rounded up): input
   // whose sum over `ranks` could leave the float range goes to MPI, so that every payload a
   // correct encoder writes passes parse()'s scale check (whose margin is smaller).

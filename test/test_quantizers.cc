@@ -841,3 +841,58 @@ TEST(TopK, KeepsTheLargestMagnitudesTiesByIndex) {
 
 }  // namespace
 }  // namespace ccoll::codec
+
+namespace ccoll::codec {
+namespace {
+
+// payload_bytes() is the exact length of every payload an encode or a compressed-domain sum
+// produces (what a transport with exact receives, NCCL, posts), or 0 for the value-dependent
+// codecs; at every offset, block boundary and contribution count.
+TEST(PayloadBytes, ExactForEveryFixedSizeCodec) {
+  const std::vector<std::string> specs = {
+      "none",     "fp16",         "bf16",       "maxnorm:bits=2",      "maxnorm:bits=8",
+      "maxnorm:bits=3/6",         "maxnorm:bits=4,sum=requant",         "qsgd:bits=4,bucket=100",
+      "terngrad", "sign:bucket=7", "maxnorm:bits=4,ef=1", "temporal:bits=3",
+      "dq:max=6,min=2",           "topk:ratio=0.1",     "randk:ratio=0.1", "sketch:bits=3"};
+  const int ranks = 4;
+  for (const auto& text : specs) {
+    SCOPED_TRACE(text);
+    auto c = make_codec(parse_codec_spec(text), DType::kFloat32);
+    c->begin_call(ranks);
+    c->set_call(1, 2);
+    const std::size_t total = 3 * 65536 + 77;
+    const std::vector<std::vector<float>> xs = {testing_support::gradient_like(total, 1),
+                                                testing_support::gradient_like(total, 2)};
+    if (c->sum_slots() != 0) {
+      double sums[4] = {0, 0, 0, 0};
+      c->local_sums(xs[0].data(), total, sums);
+      c->set_sums(sums, c->sum_slots(), 0.0);
+    }
+    testing_support::agree(*c, xs);
+    const bool fixed = text.rfind("topk", 0) != 0 && text.rfind("randk", 0) != 0 &&
+                       text.rfind("sketch", 0) != 0;
+    for (const std::size_t off : {std::size_t{0}, std::size_t{65530}, std::size_t{100}}) {
+      for (const std::size_t n : {std::size_t{0}, std::size_t{1}, std::size_t{13}, total - off}) {
+        std::vector<std::byte> a(c->max_encoded_bytes(n)), b(a.size()), s(a.size());
+        const std::size_t na = c->encode(xs[0].data() + off, n, {1, 2, 0, off, {}}, a.data());
+        if (!fixed) {
+          EXPECT_EQ(0u, c->payload_bytes(n, off, 1));
+          continue;
+        }
+        ASSERT_EQ(na, c->payload_bytes(n, off, 1)) << "off " << off << " n " << n;
+        if (!c->capabilities().summable || c->capabilities().stateful) continue;
+        const std::size_t nb = c->encode(xs[1].data() + off, n, {1, 2, 1, off, {}}, b.data());
+        std::size_t ns = c->add_encoded(a.data(), na, b.data(), nb, n, {1, 2, 0, off, {}}, s.data());
+        ASSERT_EQ(ns, c->payload_bytes(n, off, 2));
+        for (std::uint32_t j = 3; j <= static_cast<std::uint32_t>(ranks); ++j) {
+          ns = c->add_encoded(s.data(), ns, a.data(), na, n, {1, 2, 0, off, {}}, b.data());
+          std::swap(s, b);
+          ASSERT_EQ(ns, c->payload_bytes(n, off, j)) << "contributions " << j;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ccoll::codec
