@@ -162,6 +162,16 @@ inline void allreduce_ring(Context& cx, void* buf, std::size_t count, bool avera
   allreduce_ring(cx, buf, buf, count, average);
 }
 
+/// The ring all-reduce for transports whose receives must name the exact length (NCCL): each
+/// step starts all of its sends and receives in one transport group, every length from
+/// codec::Codec::payload_bytes, waits for them, then reduces. Same payloads and results as
+/// allreduce_ring, with the step's transfers in lock step instead of pipelined per segment.
+/// Needs a codec with fixed payload lengths (payload_bytes != 0) and at least 2 ranks.
+void allreduce_ring_exact(Context& cx, const void* in, void* out, std::size_t count,
+                          bool average);
+/// The ring all-gather with exact-length receives (see allreduce_ring_exact).
+void allgather_ring_exact(Context& cx, const void* send, std::size_t count, void* recv);
+
 /// Recursive doubling all-reduce for small messages; non-powers of two fold the extra ranks in
 /// and out around it.
 void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, bool average);

@@ -65,6 +65,9 @@ class Engine {
                   std::size_t own_bytes, std::size_t count, std::uint64_t stream,
                   std::uint64_t offset, std::byte* out);
 
+  /// A transport group (Transport::begin_group/end_group) around a step's transfers.
+  void begin_group() { cx_.transport.begin_group(); }
+  void end_group() { cx_.transport.end_group(); }
   Request send(const std::byte* buf, std::size_t bytes, int peer, int tag);
   Request recv(std::byte* buf, std::size_t capacity, int peer, int tag);
   /// Waits for a receive; on a transport error poisons this rank and returns 0 (a message that
@@ -74,6 +77,8 @@ class Engine {
 
   /// Throws ccoll::Error when this rank is poisoned; call once at the end of the schedule.
   void finish() const;
+  /// Poisons this rank (the schedule goes on; finish() throws).
+  void fail(Status code, const std::string& why) { poison(code, why); }
 
   // Payload bytes, through cx.payloads where payloads are not host memory.
   bool payload_poisoned(const std::byte* p, std::size_t bytes);

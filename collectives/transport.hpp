@@ -4,7 +4,9 @@
 // (src/transport/inproc_transport).
 //
 // Matching follows MPI: messages from one peer with one tag are received in the order they were
-// sent, by receives in the order they were posted.
+// sent, by receives in the order they were posted. Transports whose receives must name the
+// exact length (NCCL) are driven by the exact-length ring (collectives.hpp), which posts every
+// receive with the length the codec says the payload has.
 #pragma once
 
 #include <cstddef>
@@ -34,6 +36,11 @@ class Transport {
 
   /// True when isend/irecv accept device (GPU) pointers.
   virtual bool accepts_device_memory() const { return false; }
+
+  /// Sends and receives started between begin_group() and end_group() progress together (NCCL
+  /// groups: without one, a ring of blocking sends deadlocks). No-ops for MPI.
+  virtual void begin_group() {}
+  virtual void end_group() {}
 };
 
 }  // namespace ccoll::coll

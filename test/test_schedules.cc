@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -634,6 +635,146 @@ TEST(Corruption, TreeAndBruckFailWithoutHanging) {
             ASSERT_EQ(out[i], gather ? static_cast<float>(i / 10) : exact_sum<float>(p, i));
           }
         }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ccoll
+
+namespace ccoll {
+namespace {
+
+// A transport as strict as NCCL about lengths: every receive must get exactly the length it
+// posted, and transfers are only started inside groups.
+class ExactLengthTransport final : public coll::Transport {
+ public:
+  explicit ExactLengthTransport(coll::Transport& t) : t_(t) {}
+  int rank() const override { return t_.rank(); }
+  int size() const override { return t_.size(); }
+  coll::Request isend(const void* buf, std::size_t bytes, int peer, int tag) override {
+    EXPECT_TRUE(in_group_) << "send outside a group";
+    return t_.isend(buf, bytes, peer, tag);
+  }
+  coll::Request irecv(void* buf, std::size_t capacity, int peer, int tag) override {
+    EXPECT_TRUE(in_group_) << "receive outside a group";
+    coll::Request r = t_.irecv(buf, capacity, peer, tag);
+    posted_[r.id] = capacity;
+    return r;
+  }
+  std::size_t wait(coll::Request& r) override {
+    const auto it = posted_.find(r.id);
+    const bool recv = it != posted_.end();
+    const std::size_t want = recv ? it->second : 0;
+    if (recv) posted_.erase(it);
+    const std::size_t got = t_.wait(r);
+    if (recv) {
+      EXPECT_EQ(got, want) << "a receive got another length than it posted";
+    }
+    return got;
+  }
+  void begin_group() override { in_group_ = true; }
+  void end_group() override { in_group_ = false; }
+
+ private:
+  coll::Transport& t_;
+  bool in_group_ = false;
+  std::map<std::size_t, std::size_t> posted_;
+};
+
+// Runs `body` with a context over `t` and `c`: the schedule tests' segment size, seed and call.
+template <class F>
+void with_context(coll::Transport& t, codec::Codec& c, F&& body) {
+  coll::Workspace ws;
+  coll::Counters counters;
+  coll::Context cx{t, c, ws, counters};
+  cx.segment_elems = 4099;
+  cx.seed = 42;
+  cx.call = 7;
+  body(cx);
+}
+
+// Runs `body` on p ranks twice, over the in-process transport (exact = false: the pipelined
+// schedules) and over ExactLengthTransport (exact = true), and expects every rank's output bytes
+// to be the same both ways.
+void expect_same_both_ways(
+    int p, const std::function<std::vector<std::byte>(coll::Transport&, bool)>& body) {
+  std::vector<std::vector<std::byte>> outs[2];
+  for (int exact = 0; exact < 2; ++exact) {
+    outs[exact].resize(static_cast<std::size_t>(p));
+    run_inproc(p, [&](coll::Transport& base) {
+      ExactLengthTransport strict(base);
+      coll::Transport& t = exact ? static_cast<coll::Transport&>(strict) : base;
+      outs[exact][static_cast<std::size_t>(t.rank())] = body(t, exact != 0);
+    });
+  }
+  for (int r = 0; r < p; ++r) {
+    ASSERT_EQ(outs[1][static_cast<std::size_t>(r)], outs[0][static_cast<std::size_t>(r)])
+        << "rank " << r;
+  }
+}
+
+// The exact-length ring (NCCL's schedule) gives the pipelined ring's bytes: all-reduce (summable,
+// re-encoding, stateful, two-scale, re-quantizing sums; sum and mean; in place) and all-gather.
+TEST(ExactRing, SameResultsAsThePipelinedRing) {
+  const char* specs[] = {"none", "fp16", "maxnorm:bits=2", "maxnorm:bits=8", "maxnorm:bits=2/6",
+                         "maxnorm:bits=4,sum=requant", "qsgd:bits=4", "sign",
+                         "maxnorm:bits=3,ef=1"};
+  for (const char* spec : specs) {
+    for (const int p : {2, 3, 4, 5, 8}) {
+      for (const std::size_t count : {std::size_t{1}, std::size_t{3}, std::size_t{1000},
+                                      std::size_t{70001}}) {
+        for (const bool average : {false, true}) {
+          SCOPED_TRACE(std::string(spec) + " p=" + std::to_string(p) + " count " +
+                       std::to_string(count) + (average ? " average" : ""));
+          expect_same_both_ways(p, [&](coll::Transport& t, bool exact) {
+            auto c = make_codec(parse_codec_spec(spec), DType::kFloat32);
+            c->set_call(42, 7);
+            std::vector<std::vector<float>> xs(static_cast<std::size_t>(p),
+                                               std::vector<float>(count));
+            for (int r = 0; r < p; ++r) {
+              for (std::size_t i = 0; i < count; ++i) xs[r][i] = smooth_input(r, i);
+            }
+            testing_support::agree(*c, xs);
+            std::vector<float> buf = xs[static_cast<std::size_t>(t.rank())];
+            with_context(t, *c, [&](coll::Context& cx) {
+              if (exact) {
+                coll::allreduce_ring_exact(cx, buf.data(), buf.data(), count, average);
+              } else {
+                coll::allreduce_ring(cx, buf.data(), count, average);
+              }
+            });
+            return as_bytes(buf);
+          });
+        }
+      }
+    }
+  }
+}
+
+TEST(ExactRing, AllgatherSameResultsAsThePipelinedRing) {
+  for (const char* spec : {"none", "bf16", "maxnorm:bits=4", "terngrad"}) {
+    for (const int p : {2, 3, 5}) {
+      for (const std::size_t count : {std::size_t{1}, std::size_t{777}, std::size_t{70001}}) {
+        SCOPED_TRACE(std::string(spec) + " p=" + std::to_string(p) + " count " +
+                     std::to_string(count));
+        expect_same_both_ways(p, [&](coll::Transport& t, bool exact) {
+          auto c = make_codec(parse_codec_spec(spec), DType::kFloat32);
+          std::vector<float> mine(count);
+          for (std::size_t i = 0; i < count; ++i) mine[i] = smooth_input(t.rank(), i);
+          // all-gather: each rank's block is its own tensor with its own scales
+          testing_support::agree(*c, std::vector<std::vector<float>>{mine});
+          std::vector<float> out(count * static_cast<std::size_t>(p));
+          with_context(t, *c, [&](coll::Context& cx) {
+            if (exact) {
+              coll::allgather_ring_exact(cx, mine.data(), count, out.data());
+            } else {
+              coll::allgather_ring(cx, mine.data(), count, out.data());
+            }
+          });
+          return as_bytes(out);
+        });
       }
     }
   }
