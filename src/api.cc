@@ -26,6 +26,7 @@
 #include "config.hpp"
 #include "device_codec.hpp"
 #include "mpi_check.hpp"
+#include "nccl_transport.hpp"
 #include "spec.hpp"
 
 namespace ccoll {
@@ -130,7 +131,8 @@ enum Slot : int {
   kState = kLr + 2,
   kFallback = kState + 2,
   kDeviceRing,  // MAX: some rank runs device codecs, which take the ring schedules
-  kSlots,
+  kNccl,        // pair: this rank's payloads go through NCCL (all ranks or none)
+  kSlots = kNccl + 2,
 };
 
 void put_pair(double* v, int slot, double x) {
@@ -230,6 +232,7 @@ struct Placement {
   bool mixed = false;              // one of sendbuf and recvbuf is device memory, not both
   bool kernels = false;            // the codec runs on the device ("staged", "cuda-aware-mpi")
   bool resident = false;           // with kernels: payloads stay in device memory (MPI moves them)
+  bool nccl = false;               // with resident: NCCL moves them, on the exact-length ring
   bool host_copy = false;          // the call runs on host copies ("host-copy"), copied back
   void* user_recv = nullptr;       // the caller's recvbuf
   void* staged_recv = nullptr;     // the host copy of recvbuf
@@ -364,10 +367,6 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
             "algorithm: 'allgather' is an all-reduce schedule (valid for compressed_allgather: "
             "auto, ring, tree)");
   }
-  if (pl.device != nullptr && env.transport == "nccl") {
-    bad.set(kArgEnvironment, Status::kUnsupported,
-            "CCOLL_TRANSPORT=nccl: not supported in this version (valid: auto, staged, mpi)");
-  }
   const bool cuda_aware =
       pl.device != nullptr && (pl.device->host_accessible() || mpi_cuda_aware());
   if (pl.device != nullptr && env.transport == "mpi" && !cuda_aware) {
@@ -387,7 +386,8 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     pl.out_bytes = total * es;
     pl.kernels = compress && has_device_kernels(spec, dtype) &&
                  (algo == coll::Algorithm::kAuto || algo == coll::Algorithm::kRing);
-    pl.resident = pl.kernels && (env.transport == "mpi" ||
+    pl.nccl = pl.kernels && env.transport == "nccl";
+    pl.resident = pl.kernels && (pl.nccl || env.transport == "mpi" ||
                                  (env.transport == "auto" && cuda_aware && mpi_cuda_aware()));
     if (!pl.kernels) {
       try {
@@ -462,6 +462,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
                : 0.0);
   v[kFallback] = fallback ? 1 : 0;
   v[kDeviceRing] = pl.kernels ? 1 : 0;
+  put_pair(v, kNccl, pl.nccl ? 1 : 0);
   CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, kSlots, MPI_DOUBLE, MPI_MAX, ctx.comm()));
   stats.control_bytes = sizeof v;
 
@@ -495,6 +496,13 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   }
   fallback = v[kFallback] != 0;
   const bool device_ring = v[kDeviceRing] != 0;
+  if (v[kNccl] != -v[kNccl + 1]) {
+    throw Error(Status::kInvalidArgument,
+                std::string(call.fn) +
+                    ": CCOLL_TRANSPORT=nccl is taken by some ranks and not by others; every rank "
+                    "must pass device buffers and a codec with device kernels (see "
+                    "Stats::transport), or none");
+  }
   // the uncompressed fallback of device buffers runs on host copies; a failed copy still takes
   // part in the collective (no peer waits) and throws after it
   std::string stage_error;
@@ -502,6 +510,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   if (pl.kernels && fallback) {
     pl.kernels = false;
     pl.resident = false;
+    pl.nccl = false;
     try {
       stage_in(call, pl, ctx, es);
     } catch (const Error& e) {
@@ -511,7 +520,8 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
       if (!in_place) call.sendbuf = ctx.stage_send().get(*pl.device, call.count * es, true);
     }
   }
-  stats.transport = pl.resident  ? "cuda-aware-mpi"
+  stats.transport = pl.nccl ? (pl.device->host_accessible() ? "nccl-emulated" : "nccl")
+                    : pl.resident  ? "cuda-aware-mpi"
                     : pl.kernels ? "staged"
                     : pl.host_copy ? "host-copy"
                                    : "host";
@@ -593,7 +603,15 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   }
 
   coll::Counters counters;
-  coll::Context cx{ctx.transport(), codec, plan->workspace, counters};
+  // NCCL: its transport (made on the first such call, on every rank: the agreement checked
+  // that all take it); the emulated device (host memory) has no NCCL, and MPI stands in for it
+  // on the same exact-length ring
+  coll::Transport* transport = &ctx.transport();
+  if (pl.nccl && !pl.device->host_accessible()) {
+    transport = &ctx.nccl_transport();
+    set_nccl_stream(*transport, opt.cuda_stream);
+  }
+  coll::Context cx{*transport, codec, plan->workspace, counters};
   std::unique_ptr<DeviceElementOps> device_ops;
   std::unique_ptr<DevicePayloadOps> payload_ops;
   if (pl.kernels) {
@@ -627,7 +645,9 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
                        : coll::select_allreduce(algo, call.count, es, p,
                                                 codec.capabilities().gather_reduce);
     stats.algorithm = coll::algorithm_name(algo);
-    if (algo == coll::Algorithm::kTree) {
+    if (pl.nccl) {
+      coll::allreduce_ring_exact(cx, input, recv, call.count, opt.average);
+    } else if (algo == coll::Algorithm::kTree) {
       copy_input();
       coll::allreduce_recursive_doubling(cx, recv, call.count, opt.average);
     } else if (algo == coll::Algorithm::kAllgather) {
@@ -641,7 +661,9 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     copy_input();
     algo = device_ring ? coll::Algorithm::kRing : coll::select_allgather(algo, call.count, es, p);
     stats.algorithm = coll::algorithm_name(algo);
-    if (algo == coll::Algorithm::kTree) {
+    if (pl.nccl) {
+      coll::allgather_ring_exact(cx, own, call.count, recv);
+    } else if (algo == coll::Algorithm::kTree) {
       coll::allgather_bruck(cx, own, call.count, recv);
     } else {
       coll::allgather_ring(cx, own, call.count, recv);

@@ -8,6 +8,7 @@
 
 #include "config.hpp"
 #include "mpi_check.hpp"
+#include "nccl_transport.hpp"
 #include "spec.hpp"
 
 namespace ccoll {
@@ -68,6 +69,11 @@ CommContext* CommContext::find(MPI_Comm user) {
   int found = 0;
   CCOLL_MPI_CHECK(MPI_Comm_get_attr(user, g_keyval, &value, &found));
   return found != 0 ? static_cast<CommContext*>(value) : nullptr;
+}
+
+coll::Transport& CommContext::nccl_transport() {
+  if (nccl_ == nullptr) nccl_ = make_nccl_transport(dup_);
+  return *nccl_;
 }
 
 void CommContext::reset_state(std::uint64_t key) {

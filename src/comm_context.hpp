@@ -106,6 +106,9 @@ class CommContext {
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
   MpiTransport& transport() { return *transport_; }
+  /// The NCCL transport of this communicator, made on first use (collective: every rank must
+  /// ask in the same call).
+  coll::Transport& nccl_transport();
   /// Counts every collective call on this communicator; equal on all ranks.
   std::uint64_t next_call() { return calls_++; }
   /// Finds or creates the plan for `key`. Beyond kMaxStatelessPlans the least recently used
@@ -136,6 +139,7 @@ class CommContext {
   MPI_Comm user_;
   MPI_Comm dup_ = MPI_COMM_NULL;
   std::unique_ptr<MpiTransport> transport_;
+  std::unique_ptr<coll::Transport> nccl_;
   std::uint64_t calls_ = 0;
   std::list<Plan> plans_;  // most recently used first
   std::map<std::uint64_t, AutoChoice> auto_;

@@ -33,7 +33,7 @@ EnvConfig read_env() {
   if (const std::string v = getenv_str("CCOLL_TRANSPORT"); !v.empty()) {
     if (v != "auto" && v != "staged" && v != "nccl" && v != "mpi") {
       throw Error(Status::kInvalidArgument,
-                  "CCOLL_TRANSPORT: unknown transport '" + v + "' (valid: auto, staged, mpi)");
+                  "CCOLL_TRANSPORT: unknown transport '" + v + "' (valid: auto, staged, mpi, nccl)");
     }
     c.transport = v;
   }

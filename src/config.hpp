@@ -7,7 +7,7 @@
 //   CCOLL_CUDA           0: never call CUDA (gpu/backend.cc reads it)
 //   CCOLL_TRANSPORT      how device buffers move: auto (default), staged (payloads through
 //                        host memory) or mpi (payloads in device memory, moved by a CUDA-aware
-//                        MPI); nccl is recognized and reported unsupported
+//                        MPI) or nccl (moved by NCCL, every rank)
 #pragma once
 
 #include <cstddef>

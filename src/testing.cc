@@ -1,8 +1,14 @@
 // Test hooks (testing.hpp).
 #include "testing.hpp"
 
+#include <mpi.h>
+
+#include <cstring>
+#include <vector>
+
 #include "backend.hpp"
 #include "ccoll/error.hpp"
+#include "nccl_transport.hpp"
 
 namespace ccoll::testing {
 namespace {
@@ -30,6 +36,48 @@ void device_copy(void* dst, const void* src, std::size_t bytes) {
   b.set_stream(nullptr);
   b.copy(dst, src, bytes);
   b.synchronize();
+}
+
+bool nccl_send_to_self(std::size_t bytes, std::string& why) {
+  try {
+    gpu::Backend& b = current();
+    if (b.host_accessible()) {
+      why = "the emulated device has no NCCL";
+      return false;
+    }
+    MPI_Comm self;
+    MPI_Comm_dup(MPI_COMM_SELF, &self);
+    MPI_Comm_set_errhandler(self, MPI_ERRORS_RETURN);
+    std::vector<unsigned char> in(bytes), out(bytes, 0);
+    for (std::size_t i = 0; i < bytes; ++i) in[i] = static_cast<unsigned char>(i * 7 + 1);
+    void* src = b.device_alloc(bytes);
+    void* dst = b.device_alloc(bytes);
+    b.set_stream(nullptr);
+    b.copy(src, in.data(), bytes);
+    b.synchronize();
+    bool same = false;
+    {
+      auto t = make_nccl_transport(self);
+      set_nccl_stream(*t, nullptr);
+      t->begin_group();
+      coll::Request s = t->isend(src, bytes, 0, 0);
+      coll::Request r = t->irecv(dst, bytes, 0, 0);
+      t->end_group();
+      const std::size_t got = t->wait(r);
+      t->wait(s);
+      b.copy(out.data(), dst, bytes);
+      b.synchronize();
+      same = got == bytes && std::memcmp(in.data(), out.data(), bytes) == 0;
+    }
+    b.device_free(src);
+    b.device_free(dst);
+    MPI_Comm_free(&self);
+    if (!same) why = "the bytes that arrived differ from those sent";
+    return same;
+  } catch (const Error& e) {
+    why = e.what();
+    return false;
+  }
 }
 
 }  // namespace ccoll::testing

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <string>
 
 #include "ccoll/export.hpp"
 
@@ -17,5 +18,9 @@ CCOLL_API const char* device_backend(const char** why);
 CCOLL_API void* device_alloc(std::size_t bytes);
 CCOLL_API void device_free(void* p);
 CCOLL_API void device_copy(void* dst, const void* src, std::size_t bytes);
+/// Sends `bytes` bytes of device memory to this rank itself through the NCCL transport (one
+/// group, exact lengths) and compares what arrived; false with `why` when it cannot run (no
+/// NCCL, no CUDA device) or the bytes differ.
+CCOLL_API bool nccl_send_to_self(std::size_t bytes, std::string& why);
 
 }  // namespace ccoll::testing

@@ -81,7 +81,9 @@ class DeviceBuffers : public ::testing::Test {
 // left in device memory for MPI to move, as a CUDA-aware MPI does.
 std::string kernel_transport() {
   const char* t = std::getenv("CCOLL_TRANSPORT");
-  return t != nullptr && std::string(t) == "mpi" ? "cuda-aware-mpi" : "staged";
+  const std::string name = t == nullptr ? "" : t;
+  if (name == "nccl") return "nccl-emulated";  // the emulated device has no NCCL: MPI stands in
+  return name == "mpi" ? "cuda-aware-mpi" : "staged";
 }
 
 // The codecs with device kernels (device_codec.hpp); the others run on host copies.
@@ -198,6 +200,26 @@ TEST_F(DeviceBuffers, MixedRanksInteroperate) {
       // host-copy codecs keep the explicit ring of the reference
       opt.algorithm = has_kernels(codec) ? "auto" : "ring";
       std::vector<float> got(n);
+      if (kernel_transport() == "nccl-emulated" && has_kernels(codec) &&
+          size_of(MPI_COMM_WORLD) > 1) {
+        // NCCL is all ranks or none: a rank with host buffers cannot join it
+        try {
+          if (r % 2 == 0) {
+            DeviceVec dx(x);
+            DeviceVec dout(n);
+            ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_,
+                                        opt);
+          } else {
+            ccoll::compressed_allreduce(x.data(), got.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_,
+                                        opt);
+          }
+          ADD_FAILURE() << "mixed ranks under CCOLL_TRANSPORT=nccl: no error";
+        } catch (const ccoll::Error& e) {
+          EXPECT_EQ(e.code(), ccoll::Status::kInvalidArgument);
+          EXPECT_NE(std::string(e.what()).find("CCOLL_TRANSPORT=nccl"), std::string::npos);
+        }
+        continue;
+      }
       if (r % 2 == 0) {
         DeviceVec dx(x);
         DeviceVec dout(n);
@@ -273,6 +295,19 @@ TEST_F(DeviceBuffers, AutoRunsItsCodecOnTheDevice) {
   if (size_of(MPI_COMM_WORLD) > 1) {
     EXPECT_EQ(ds.transport, kernel_transport());
   }
+}
+
+// The NCCL transport itself: a group of one send to this rank and one receive from it.
+TEST(NcclTransport, SendToSelf) {
+  const char* why = "";
+  const char* name = ccoll::testing::device_backend(&why);
+  if (name == nullptr || std::string(name) != "cuda") {
+    GTEST_SKIP() << "needs the CUDA backend (CCOLL_TEST_DEVICE=cuda and a GPU)";
+  }
+  std::string reason;
+  const bool ok = ccoll::testing::nccl_send_to_self(1 << 20, reason);
+  if (!ok && reason.find("without NCCL") != std::string::npos) GTEST_SKIP() << reason;
+  EXPECT_TRUE(ok) << reason;
 }
 
 TEST_F(DeviceBuffers, HostSendbufWithDeviceRecvbufRaisesOnEveryRank) {

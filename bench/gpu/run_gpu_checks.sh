@@ -29,6 +29,15 @@ echo "== device buffers through the collectives on the CUDA backend (ranks share
 for n in 1 2 4; do
   CCOLL_TEST_DEVICE=cuda mpiexec -n "$n" "$build/test/ccoll_mpi_device_tests" || status=1
 done
+ngpu=$(nvidia-smi -L | wc -l)
+if [ "$ngpu" -ge 2 ]; then
+  echo "== NCCL's exact-length ring on $ngpu GPUs (one per rank)"
+  CCOLL_TRANSPORT=nccl CCOLL_TEST_DEVICE=cuda mpiexec -n "$ngpu" \
+    sh -c 'CUDA_VISIBLE_DEVICES=$OMPI_COMM_WORLD_LOCAL_RANK exec "$0"' \
+    "$build/test/ccoll_mpi_device_tests" || status=1
+else
+  echo "== NCCL across ranks needs 2 or more GPUs (one per rank): only its send-to-self test ran"
+fi
 
 machine="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | head -1); $(nproc) CPU cores"
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
