@@ -419,8 +419,9 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
         log(LogLevel::kInfo, rank,
             std::string(call.fn) + ": " + spec.canonical + " on device buffers runs on the " +
                 pl.device->name() + " device; payloads " +
-                (pl.resident ? "stay in device memory (CUDA-aware MPI)"
-                             : "are staged through host memory"));
+                (pl.nccl       ? "stay in device memory (NCCL)"
+                 : pl.resident ? "stay in device memory (CUDA-aware MPI)"
+                               : "are staged through host memory"));
       }
       codec::Codec& codec = pl.kernels ? *plan->device_codec : *plan->codec;
       if (!codec.capabilities().lossless) {
