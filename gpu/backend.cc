@@ -67,7 +67,7 @@ void install_backend(std::unique_ptr<Backend> b) {
 void* Buffer::get(Backend& b, std::size_t bytes, bool host) {
   if (p_ != nullptr && backend_ == &b && host_ == host && size_ >= bytes) return p_;
   release();
-  const std::size_t n = bytes < 256 ? 256 : bytes;
+  const std::size_t n = bytes == 0 ? 1 : bytes;
   p_ = host ? b.host_alloc(n) : b.device_alloc(n);
   backend_ = &b;
   host_ = host;
