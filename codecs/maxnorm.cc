@@ -414,7 +414,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
 
  /// maxnorm_layout(): parse() for single-scale, exact-sum codecs.
   MaxnormLayout layout(const std::byte* in, std::size_t bytes, std::size_t count) const {
-    if (fine_bits_ != 0 || requant_ || sparse_) {
+    if (sparse_) {
       throw Error(Status::kInternal, "maxnorm_layout: " + spec_ + " has no device layout");
     }
     const View v = parse(in, bytes, count);
@@ -428,6 +428,9 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     l.levels = s_;
     l.bias = bias(v.contributions);
     l.limit = static_cast<std::uint32_t>(2 * l.bias);
+    l.contributions = v.contributions;
+    l.levels2 = s2_;
+    l.requant = requant_;
     return l;
   }
 

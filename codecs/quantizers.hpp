@@ -80,14 +80,17 @@ struct MaxnormLayout {
   std::size_t code_bytes = 0;
   unsigned width = 0;           ///< bits per lane
   std::uint32_t levels = 0;     ///< s
-  std::int64_t bias = 0;        ///< lane offset j·s
+  std::int64_t bias = 0;        ///< lane offset (j·s; sum=requant: s)
   std::uint32_t limit = 0;      ///< largest valid lane (2·bias); the lanes are not checked here
+  std::uint32_t contributions = 0;  ///< j
+  std::uint32_t levels2 = 0;    ///< two-scale: s2 of the fine coordinates; 0 otherwise
+  bool requant = false;         ///< sum=requant: a lane stands for j times its code
 };
 
-/// Validates a payload of the single-scale float maxnorm `codec` (header, contribution count,
-/// offset, exact length, scales) exactly as its decode() does before it reads a code, and
-/// returns its layout; throws ccoll::Error(kCorruptData) when malformed, kInternal when `codec`
-/// is not such a codec.
+/// Validates a payload of the float maxnorm `codec` (any variant but randk: header,
+/// contribution count, offset, exact length, scales) exactly as its decode() does before it
+/// reads a code, and returns its layout; reads nothing past the scales. Throws
+/// ccoll::Error(kCorruptData) when malformed, kInternal when `codec` is not such a codec.
 MaxnormLayout maxnorm_layout(const Codec& codec, const std::byte* in, std::size_t bytes,
                              std::size_t count);
 

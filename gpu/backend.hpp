@@ -60,6 +60,9 @@ class Backend {
   /// Largest lane seen is max-ed into *worst (device).
   virtual void maxnorm_decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
                               std::uint32_t* worst) = 0;
+  /// Two-scale's mask of `count` elements (one byte per 8) from the agreed scales.
+  virtual void maxnorm_mask(const float* x, std::size_t count, const float* scales,
+                            std::uint32_t levels, std::uint32_t levels2, std::uint8_t* out) = 0;
   /// Non-zero is or-ed into *bad (device) when a lane is out of range.
   virtual void maxnorm_add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) = 0;
   /// The f32 scale of every bucket of a bucketed encode (bucket_count(a) of them).

@@ -69,6 +69,15 @@ __global__ void maxnorm_decode_kernel(MaxnormDecodeArgs a, float* out, std::uint
   if ((threadIdx.x & 31) == 0 && w != 0) atomicMax(worst, w);
 }
 
+__global__ void maxnorm_mask_kernel(const float* x, std::size_t count, const float* scales,
+                                    std::uint32_t levels, std::uint32_t levels2,
+                                    std::uint8_t* out) {
+  const std::size_t groups = group_count(count);
+  for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
+    out[g] = maxnorm_mask_group(x, count, scales, levels, levels2, g);
+  }
+}
+
 __global__ void maxnorm_add_kernel(MaxnormAddArgs a, std::uint8_t* out, std::uint32_t* bad) {
   const std::size_t groups = group_count(a.count);
   unsigned b = 0;
@@ -220,6 +229,13 @@ class CudaBackend final : public Backend {
       maxnorm_decode_kernel<false><<<grid, kThreads, 0, stream_>>>(a, out, worst);
     }
     check(cudaGetLastError(), "maxnorm_decode launch");
+  }
+  void maxnorm_mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
+                    std::uint32_t levels2, std::uint8_t* out) override {
+    if (count == 0) return;
+    maxnorm_mask_kernel<<<grid_for(group_count(count)), kThreads, 0, stream_>>>(
+        x, count, scales, levels, levels2, out);
+    check(cudaGetLastError(), "maxnorm_mask launch");
   }
   void maxnorm_add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) override {
     if (a.count == 0) return;

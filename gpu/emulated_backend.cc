@@ -76,6 +76,12 @@ class EmulatedBackend final : public Backend {
       *worst = w > *worst ? w : *worst;
     }
   }
+  void maxnorm_mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
+                    std::uint32_t levels2, std::uint8_t* out) override {
+    for (std::size_t g = 0; g < group_count(count); ++g) {
+      out[g] = maxnorm_mask_group(x, count, scales, levels, levels2, g);
+    }
+  }
   void maxnorm_add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) override {
     for (std::size_t g = 0; g < group_count(a.count); ++g) *bad |= maxnorm_add_group(a, g, out);
   }

@@ -34,6 +34,10 @@ struct MaxnormEncodeArgs {
   std::uint64_t seed = 0;
   std::uint64_t call = 0;
   std::uint32_t stream = 0;
+  /// Two-scale (bits=B1/B2): s2, and the agreed mask (bit e & 7 of byte e >> 3 set: tensor
+  /// element e is fine, coded with step M/s2); 0 and null otherwise.
+  std::uint32_t levels2 = 0;
+  const std::uint8_t* mask = nullptr;
 };
 
 /// One maxnorm decode (or decode-accumulate) of the codes of a validated payload.
@@ -45,8 +49,11 @@ struct MaxnormDecodeArgs {
   std::size_t code_bytes = 0;
   unsigned width = 0;
   std::uint32_t levels = 0;
-  std::int64_t bias = 0;     ///< j·s for a sum of j contributions
+  std::int64_t bias = 0;     ///< j·s for a sum of j contributions (sum=requant: s)
   std::uint32_t limit = 0;   ///< largest valid lane, 2·bias
+  float mult = 1.0f;         ///< sum=requant: j (a lane stands for j times its code)
+  std::uint32_t levels2 = 0;           ///< two-scale: s2
+  const std::uint8_t* mask = nullptr;  ///< two-scale: the agreed mask (see MaxnormEncodeArgs)
 };
 
 /// One compressed-domain add of two validated payloads of the same block.
@@ -62,6 +69,17 @@ struct MaxnormAddArgs {
   std::uint32_t b_limit = 0;
   unsigned out_width = 0;
   std::uint32_t shift = 0;  ///< bias_a + bias_b - bias_(a+b)
+  /// sum=requant: the sum re-quantized to `levels` (codes.cpp's unbiased rounding of
+  /// (c_a·j_a + c_b·j_b) / j with Philox(seed ^ kRequantKeyMix, call, stream) at element
+  /// offset + i) instead of added.
+  bool requant = false;
+  std::uint32_t levels = 0;
+  std::uint32_t ja = 0;
+  std::uint32_t jb = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t seed = 0;
+  std::uint64_t call = 0;
+  std::uint32_t stream = 0;
 };
 
 CCOLL_HOST_DEVICE constexpr std::size_t packed_size(std::size_t count, unsigned width) {
@@ -165,10 +183,31 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const float* x, const Maxnorm
       rnd = codec::philox_block(a.seed, a.call, a.stream, quad);
     }
     const float m = a.scales[e / kMaxnormBlock - a.first_block];
-    const float inv = m > 0 ? s / m : 0.0f;
+    float inv = m > 0 ? s / m : 0.0f;
+    if (a.mask != nullptr && ((a.mask[e >> 3] >> (e & 7)) & 1) != 0) {
+      inv = m > 0 ? static_cast<float>(a.levels2) / m : 0.0f;  // a fine coordinate
+    }
     v[j] = codec::stochastic_code(x[i0 + j], inv, codec::uniform01(rnd.v[e & 3]), a.levels);
   }
   put_group(codes, packed_size(a.count, a.width), a.width, g, v, n);
+}
+
+/// Two-scale's mask byte g: bit j set when element 8g + j's fine code cannot exceed s1,
+/// |x|·s2/M <= s1 (computed as the CPU's local_mask computes it); scales of the tensor's blocks.
+CCOLL_HOST_DEVICE inline std::uint8_t maxnorm_mask_group(const float* x, std::size_t count,
+                                                         const float* scales, std::uint32_t levels,
+                                                         std::uint32_t levels2, std::size_t g) {
+  const std::size_t i0 = 8 * g;
+  const unsigned n = count - i0 < 8 ? static_cast<unsigned>(count - i0) : 8u;
+  unsigned bits = 0;
+  for (unsigned j = 0; j < n; ++j) {
+    const std::size_t i = i0 + j;
+    const float m = scales[i / kMaxnormBlock];
+    const float inv2 = m > 0 ? static_cast<float>(levels2) / m : 0.0f;
+    const float r = codec::bits_float(codec::float_bits(x[i]) & 0x7FFFFFFFu) * inv2;  // |x|·inv2
+    bits |= (r <= static_cast<float>(levels) ? 1u : 0u) << j;
+  }
+  return static_cast<std::uint8_t>(bits);
 }
 
 /// Decodes (kAccumulate: adds) group g of a maxnorm payload into out; returns the largest lane
@@ -184,8 +223,10 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
   if (a.width <= 16) get_group(a.codes, a.code_bytes, a.width, g, lanes, n);
   for (unsigned j = 0; j < n; ++j) {
     const std::size_t i = i0 + j;
-    const float m = a.scales[(a.offset + i) / kMaxnormBlock - first];
-    const float step = m / static_cast<float>(a.levels);
+    const std::uint64_t e = a.offset + i;
+    const float m = a.scales[e / kMaxnormBlock - first];
+    const bool fine = a.mask != nullptr && ((a.mask[e >> 3] >> (e & 7)) & 1) != 0;
+    const float step = m / static_cast<float>(fine ? a.levels2 : a.levels) * a.mult;
     const std::uint32_t u =
         a.width <= 16 ? lanes[j] : lane_at(a.codes, a.code_bytes, a.width, i);
     worst = u > worst ? u : worst;
@@ -218,11 +259,34 @@ CCOLL_HOST_DEVICE inline unsigned maxnorm_add_group(const MaxnormAddArgs& a, std
       ys[j] = lane_at(a.b, a.b_bytes, a.b_width, i0 + j);
     }
   }
-  for (unsigned j = 0; j < n; ++j) {
-    const std::uint32_t x = xs[j];
-    const std::uint32_t y = ys[j];
-    bad |= (x > a.a_limit) | (y > a.b_limit);
-    v[j] = x + y - a.shift;
+  if (!a.requant) {
+    for (unsigned j = 0; j < n; ++j) {
+      const std::uint32_t x = xs[j];
+      const std::uint32_t y = ys[j];
+      bad |= (x > a.a_limit) | (y > a.b_limit);
+      v[j] = x + y - a.shift;
+    }
+  } else {
+    const auto s = static_cast<std::int64_t>(a.levels);
+    const auto jj = static_cast<std::int64_t>(a.ja) + a.jb;
+    std::uint64_t quad = ~std::uint64_t{0};
+    codec::Philox4x32 rnd{};
+    for (unsigned j = 0; j < n; ++j) {
+      const std::int64_t qa = static_cast<std::int64_t>(xs[j]) - s;
+      const std::int64_t qb = static_cast<std::int64_t>(ys[j]) - s;
+      bad |= (qa < -s) | (qa > s) | (qb < -s) | (qb > s);
+      const std::int64_t t = qa * a.ja + qb * a.jb;
+      const std::int64_t mag = t < 0 ? -t : t;
+      const std::uint64_t e = a.offset + i0 + j;
+      if ((e >> 2) != quad) {
+        quad = e >> 2;
+        rnd = codec::philox_block(a.seed ^ codec::kRequantKeyMix, a.call, a.stream, quad);
+      }
+      const double u = static_cast<double>(codec::uniform01(rnd.v[e & 3]));
+      const std::int64_t q =
+          mag / jj + (u * static_cast<double>(jj) < static_cast<double>(mag % jj) ? 1 : 0);
+      v[j] = static_cast<std::uint32_t>((t < 0 ? -q : q) + s);
+    }
   }
   put_group(out, packed_size(a.count, a.out_width), a.out_width, g, v, n);
   return bad;

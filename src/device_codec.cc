@@ -25,18 +25,25 @@ const std::string& param_value(const CodecSpec& s, const char* key) {
   return kEmpty;
 }
 
-bool is_single_scale_maxnorm(const CodecSpec& s) {
-  if (s.name == "auto") return true;
-  return s.name == "maxnorm" && param_value(s, "bits").find('/') == std::string::npos &&
-         param_value(s, "sum") != "requant";
-}
+// maxnorm in every form but randk: single or two-scale, exact or re-quantizing sums; and
+// codec=auto's maxnorm
+bool is_maxnorm(const CodecSpec& s) { return s.name == "maxnorm" || s.name == "auto"; }
 
 bool is_bucketed(const CodecSpec& s) {
   return s.name == "qsgd" || s.name == "terngrad" || s.name == "sign";
 }
 
-unsigned maxnorm_bits(const CodecSpec& s) {
-  return static_cast<unsigned>(std::stoul(param_value(s, "bits")));
+// bits=B or B1/B2
+codec::MaxNormParams maxnorm_params(const CodecSpec& s) {
+  codec::MaxNormParams m;
+  const std::string& bits = param_value(s, "bits");
+  const std::size_t slash = bits.find('/');
+  m.bits = static_cast<unsigned>(std::stoul(bits.substr(0, slash)));
+  if (slash != std::string::npos) {
+    m.fine_bits = static_cast<unsigned>(std::stoul(bits.substr(slash + 1)));
+  }
+  m.requant = param_value(s, "sum") == "requant";
+  return m;
 }
 
 // What both device codecs share: the CPU codec they forward to, the backend, and the device
@@ -197,8 +204,13 @@ class DeviceCast final : public DeviceCodecBase {
 
 class DeviceMaxnorm final : public DeviceCodecBase {
  public:
-  DeviceMaxnorm(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned bits)
-      : DeviceCodecBase(cpu, b, resident), bits_(bits), levels_((1u << (bits - 1)) - 1) {}
+  DeviceMaxnorm(codec::Codec& cpu, gpu::Backend& b, bool resident, const codec::MaxNormParams& p)
+      : DeviceCodecBase(cpu, b, resident),
+        bits_param_(p.bits | (p.fine_bits << 4)),
+        width_(p.bits),
+        levels_((1u << (p.bits - 1)) - 1),
+        levels2_(p.fine_bits != 0 ? (1u << (p.fine_bits - 1)) - 1 : 0),
+        requant_(p.requant) {}
 
   void begin_call(int ranks) override {
     ranks_ = static_cast<std::uint32_t>(ranks < 1 ? 1 : ranks);
@@ -215,6 +227,25 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   void local_scales(const void* data, std::size_t count, double* out) const override {
     bool fallback = false;
     scan(data, count, 1, out, fallback);
+  }
+  // two-scale: the mask of this rank's input from the agreed scales, on the device
+  void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override {
+    if (levels2_ == 0) return;
+    if (scales_.size() < scale_slots(count)) {
+      throw Error(Status::kInternal, "maxnorm (device): mask asked for before the scales");
+    }
+    const std::size_t nbytes = mask_bytes(count);
+    auto* dev = static_cast<std::uint8_t*>(mask_scratch_.get(b_, nbytes, false));
+    b_.maxnorm_mask(static_cast<const float*>(data), count, scales_dev_ptr_, levels_, levels2_,
+                    dev);
+    b_.copy(out, dev, nbytes);
+    b_.synchronize();
+  }
+  void set_mask(const std::uint8_t* shared, std::size_t bytes) override {
+    target()->set_mask(shared, bytes);
+    mask_dev_ptr_ = static_cast<std::uint8_t*>(mask_dev_.get(b_, bytes, false));
+    b_.copy(mask_dev_ptr_, shared, bytes);
+    b_.synchronize();
   }
   void set_scales(const double* shared, std::size_t n) override {
     target()->set_scales(shared, n);
@@ -235,11 +266,11 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     }
     const std::size_t at = prefix_bytes(nb);
     std::byte* h = resident_ ? host_out(at) : out;  // header, element offset, scales
-    wire::write_header(h, {wire::CodecId::kMaxnorm, 0, bits_ | (1u << 8), count});
+    wire::write_header(h, {wire::CodecId::kMaxnorm, 0, param(1), count});
     std::memcpy(h + wire::kHeaderBytes, &ctx.offset, 8);
     if (nb != 0) std::memcpy(h + wire::kHeaderBytes + 8, scales_.data() + first, 4 * nb);
     if (resident_) put_prefix(out, h, at);
-    const std::size_t code_bytes = gpu::packed_size(count, bits_);
+    const std::size_t code_bytes = gpu::packed_size(count, width_);
     std::uint8_t* codes = body_target(out, at, code_bytes);
     if (count != 0) {
       gpu::MaxnormEncodeArgs a;
@@ -248,10 +279,12 @@ class DeviceMaxnorm final : public DeviceCodecBase {
       a.scales = scales_dev_ptr_ + first;
       a.first_block = first;
       a.levels = levels_;
-      a.width = bits_;
+      a.width = width_;
       a.seed = ctx.seed;
       a.call = ctx.call;
       a.stream = static_cast<std::uint32_t>(ctx.stream);
+      a.levels2 = levels2_;
+      a.mask = levels2_ != 0 ? mask_dev_ptr_ : nullptr;
       b_.maxnorm_encode(static_cast<const float*>(in), a, codes);
     }
     finish_body(out, at, codes, code_bytes);
@@ -272,12 +305,12 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     if (std::memcmp(ha + la.scales_at, hb + lb.scales_at, 4 * la.nblocks) != 0) {
       corrupt("summands were quantized with different scales");
     }
-    const auto j = static_cast<std::uint32_t>((la.bias + lb.bias) / levels_);
+    const std::uint32_t j = la.contributions + lb.contributions;
     if (j > ranks_) corrupt("more contributions than ranks");
     const std::size_t at = la.codes_at;
     std::byte* h = host_out(at);
     std::memcpy(h, ha, at);  // offset and scales as the summands carry them
-    wire::write_header(h, {wire::CodecId::kMaxnorm, 0, bits_ | (j << 8), count});
+    wire::write_header(h, {wire::CodecId::kMaxnorm, 0, param(j), count});
     put_prefix(out, h, at);
     gpu::MaxnormAddArgs add;
     add.count = count;
@@ -289,8 +322,16 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     add.b_bytes = lb.code_bytes;
     add.b_width = lb.width;
     add.b_limit = lb.limit;
-    add.out_width = codec::bits_for(2ull * j * levels_);
+    add.out_width = requant_ ? width_ : codec::bits_for(2ull * j * levels_);
     add.shift = 0;  // exact sums: the lane offset of j contributions is j·s
+    add.requant = requant_;
+    add.levels = levels_;
+    add.ja = la.contributions;
+    add.jb = lb.contributions;
+    add.offset = la.offset;
+    add.seed = ctx.seed;
+    add.call = ctx.call;
+    add.stream = static_cast<std::uint32_t>(ctx.stream);
     b_.memset_zero(flag_device(), 4);
     b_.maxnorm_add(add, reinterpret_cast<std::uint8_t*>(out + at), flag_device());
     if (read_flag() != 0) corrupt("code out of range");
@@ -330,14 +371,28 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     a.levels = l.levels;
     a.bias = l.bias;
     a.limit = l.limit;
+    a.mult = l.requant ? static_cast<float>(l.contributions) : 1.0f;
+    a.levels2 = l.levels2;
+    a.mask = l.levels2 != 0 ? mask_dev_ptr_ : nullptr;
     b_.memset_zero(flag_device(), 4);
     b_.maxnorm_decode(a, static_cast<float*>(out), acc, flag_device());
     if (read_flag() > l.limit) corrupt("code out of range");
   }
 
-  unsigned bits_;
+  // the header's parameter for j contributions, as the CPU codec writes it
+  std::uint32_t param(std::uint32_t j) const {
+    return bits_param_ | (j << 8) | (requant_ ? 1u << 31 : 0u);
+  }
+
+  std::uint32_t bits_param_;  // B | B2 << 4
+  unsigned width_;            // bits per code of one contribution: B
   std::uint32_t levels_;
+  std::uint32_t levels2_;
+  bool requant_;
   std::uint32_t ranks_ = 1;
+  mutable gpu::Buffer mask_scratch_;
+  gpu::Buffer mask_dev_;
+  std::uint8_t* mask_dev_ptr_ = nullptr;
   std::vector<float> scales_;  // the agreed scales, as payloads carry them
   gpu::Buffer scales_dev_;
   float* scales_dev_ptr_ = nullptr;
@@ -708,7 +763,7 @@ void DevicePayloadOps::copy(std::byte* dst, const std::byte* src, std::size_t by
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
   if (dtype != codec::DType::kFloat32) return false;
   return spec.name == "fp16" || spec.name == "bf16" || spec.name == "temporal" ||
-         is_bucketed(spec) || is_single_scale_maxnorm(spec);
+         is_bucketed(spec) || is_maxnorm(spec);
 }
 
 std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
@@ -734,7 +789,7 @@ std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Co
     return std::make_unique<DeviceCast>(cpu, backend, resident, spec.name == "fp16");
   }
   if (is_bucketed(spec)) return std::make_unique<DeviceBucketed>(cpu, backend, resident, spec);
-  return std::make_unique<DeviceMaxnorm>(cpu, backend, resident, maxnorm_bits(spec));
+  return std::make_unique<DeviceMaxnorm>(cpu, backend, resident, maxnorm_params(spec));
 }
 
 }  // namespace ccoll

@@ -119,6 +119,15 @@ class DeviceCodec : public ::testing::TestWithParam<const char*> {
     ASSERT_EQ(0, std::memcmp(want.data(), got.data(), ns * sizeof(double)));
     cpu_->set_scales(want.data(), ns);
     dev_->set_scales(got.data(), ns);
+    // two-scale: the mask pass (one rank: the agreed mask is this rank's)
+    if (const std::size_t nm = cpu_->mask_bytes(n); nm != 0) {
+      std::vector<std::uint8_t> mw(nm), mg(nm);
+      cpu_->local_mask(x.data(), n, mw.data());
+      dev_->local_mask(dx.as<float>(), n, mg.data());
+      ASSERT_EQ(mw, mg);
+      cpu_->set_mask(mw.data(), nm);
+      dev_->set_mask(mg.data(), nm);
+    }
   }
 
   gpu::Backend* b_ = nullptr;
@@ -132,7 +141,30 @@ class DeviceCodec : public ::testing::TestWithParam<const char*> {
 // 8, one element); decode and decode-accumulate: the same floats.
 TEST_P(DeviceCodec, SameBytesAndValuesAsCpu) {
   const std::size_t total = 3 * gpu::kMaxnormBlock + 1001;
-  const std::vector<float> x = data(total, 3);
+  std::vector<float> x = data(total, 3);
+  if (cpu_->mask_bytes(1) != 0) {
+    // two-scale: values around the fine/coarse boundary |x|·s2/M = s1 of block 0, ulp by ulp
+    const codec::MaxNormParams m = [&] {
+      codec::MaxNormParams q;
+      const std::string bits = GetParam();
+      const std::size_t at = bits.find("bits=") + 5;
+      q.bits = static_cast<unsigned>(std::stoul(bits.substr(at)));
+      q.fine_bits = static_cast<unsigned>(std::stoul(bits.substr(bits.find('/', at) + 1)));
+      return q;
+    }();
+    float block_max = 0;
+    for (std::size_t i = 0; i < gpu::kMaxnormBlock; ++i) {
+      block_max = std::max(block_max, std::fabs(x[i]));
+    }
+    const float s1 = static_cast<float>((1u << (m.bits - 1)) - 1);
+    const float s2 = static_cast<float>((1u << (m.fine_bits - 1)) - 1);
+    float v = std::nextafter(s1 * block_max / s2, 0.0f);
+    for (int k = 0; k < 6; ++k) v = std::nextafter(v, 0.0f);
+    for (std::size_t i = 1; i < 40; ++i) {
+      x[i] = (i % 2 == 0 ? v : -v);
+      if (i % 2 == 1) v = std::nextafter(v, INFINITY);
+    }
+  }
   const DeviceArray dx(*b_, x.data(), total * 4);
   prepare(x, dx, 4, 11);
   struct Piece {
@@ -218,6 +250,11 @@ TEST_P(DeviceCodec, SumsDecodeTheSameAndTheAddKernelMatches) {
   args.b_limit = lb.limit;
   args.out_width = lo.width;
   args.shift = static_cast<std::uint32_t>(la.bias + lb.bias - lo.bias);
+  args.requant = la.requant;  // re-quantizing sums draw from the add's context ({}: zeros)
+  args.levels = la.levels;
+  args.ja = la.contributions;
+  args.jb = lb.contributions;
+  args.offset = la.offset;
   b_->maxnorm_add(args, dout.as<std::uint8_t>(), bad.as<std::uint32_t>());
   const std::vector<std::uint8_t> codes = dout.read<std::uint8_t>(lo.code_bytes);
   EXPECT_EQ(0, std::memcmp(codes.data(), abc.data() + lo.codes_at, lo.code_bytes));
@@ -319,7 +356,9 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodec,
                                            "qsgd:bits=8,bucket=7", "terngrad", "sign",
                                            "sign:bucket=3", "maxnorm:bits=4,ef=1",
                                            "qsgd:bits=4,ef=1", "fp16,ef=1", "temporal:bits=4",
-                                           "temporal:beta=0.5,bits=3,ef=1"),
+                                           "temporal:beta=0.5,bits=3,ef=1", "maxnorm:bits=2/6",
+                                           "maxnorm:bits=3/8", "maxnorm:bits=4,sum=requant",
+                                           "maxnorm:bits=2/5,sum=requant"),
                          param_name);
 
 // Device-resident payloads (the CUDA-aware MPI path): the same bytes in device memory, the
@@ -381,7 +420,8 @@ TEST_P(DeviceCodecResident, SameBytesSumsAndRejections) {
 INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodecResident,
                          ::testing::Values("fp16", "bf16", "maxnorm:bits=2", "maxnorm:bits=5",
                                            "maxnorm:bits=8", "qsgd:bits=4", "terngrad", "sign",
-                                           "maxnorm:bits=4,ef=1"),
+                                           "maxnorm:bits=4,ef=1", "maxnorm:bits=2/6",
+                                           "maxnorm:bits=3,sum=requant"),
                          param_name);
 
 TEST(DeviceKernels, WhichCodecsHaveKernels) {
@@ -390,9 +430,10 @@ TEST(DeviceKernels, WhichCodecsHaveKernels) {
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=4,ef=1"), codec::DType::kFloat32));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("temporal:bits=4"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("dq:min=2,max=8"), codec::DType::kFloat32));
-  EXPECT_FALSE(has_device_kernels(parse_codec_spec("maxnorm:bits=2/6"), codec::DType::kFloat32));
-  EXPECT_FALSE(
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=2/6"), codec::DType::kFloat32));
+  EXPECT_TRUE(
       has_device_kernels(parse_codec_spec("maxnorm:bits=4,sum=requant"), codec::DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("randk:ratio=0.1"), codec::DType::kFloat32));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("qsgd:bits=4"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("topk:ratio=0.01"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("none"), codec::DType::kFloat32));
