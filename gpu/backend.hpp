@@ -60,6 +60,9 @@ class Backend {
   /// Largest lane seen is max-ed into *worst (device).
   virtual void maxnorm_decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
                               std::uint32_t* worst) = 0;
+  /// The 8 parts of the CPU's interleaved sum of squares of x (square_sum_part) into parts[8]
+  /// (device doubles); the caller adds them pairwise as the CPU does.
+  virtual void square_sum_parts(const float* x, std::size_t count, double* parts) = 0;
   /// Two-scale's mask of `count` elements (one byte per 8) from the agreed scales.
   virtual void maxnorm_mask(const float* x, std::size_t count, const float* scales,
                             std::uint32_t levels, std::uint32_t levels2, std::uint8_t* out) = 0;

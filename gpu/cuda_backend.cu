@@ -69,6 +69,12 @@ __global__ void maxnorm_decode_kernel(MaxnormDecodeArgs a, float* out, std::uint
   if ((threadIdx.x & 31) == 0 && w != 0) atomicMax(worst, w);
 }
 
+// one thread per part: 8 sequential sums, the CPU's order (slow for large tensors: see
+// docs/design.md, dq)
+__global__ void square_sum_parts_kernel(const float* x, std::size_t count, double* parts) {
+  if (threadIdx.x < 8) parts[threadIdx.x] = square_sum_part(x, count, threadIdx.x);
+}
+
 __global__ void maxnorm_mask_kernel(const float* x, std::size_t count, const float* scales,
                                     std::uint32_t levels, std::uint32_t levels2,
                                     std::uint8_t* out) {
@@ -229,6 +235,10 @@ class CudaBackend final : public Backend {
       maxnorm_decode_kernel<false><<<grid, kThreads, 0, stream_>>>(a, out, worst);
     }
     check(cudaGetLastError(), "maxnorm_decode launch");
+  }
+  void square_sum_parts(const float* x, std::size_t count, double* parts) override {
+    square_sum_parts_kernel<<<1, 32, 0, stream_>>>(x, count, parts);
+    check(cudaGetLastError(), "square_sum_parts launch");
   }
   void maxnorm_mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
                     std::uint32_t levels2, std::uint8_t* out) override {

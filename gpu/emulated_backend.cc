@@ -76,6 +76,9 @@ class EmulatedBackend final : public Backend {
       *worst = w > *worst ? w : *worst;
     }
   }
+  void square_sum_parts(const float* x, std::size_t count, double* parts) override {
+    for (unsigned j = 0; j < 8; ++j) parts[j] = square_sum_part(x, count, j);
+  }
   void maxnorm_mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
                     std::uint32_t levels2, std::uint8_t* out) override {
     for (std::size_t g = 0; g < group_count(count); ++g) {

@@ -688,6 +688,71 @@ class DeviceTemporal final : public codec::ForwardingCodec {
   gpu::Buffer sum_host_;
 };
 
+// dq (codecs/dq.cc) on the device: the squared norm by the square_sum_parts kernel in the CPU's
+// order, then the plan's CPU dq codec chooses the width (its state: the reference norm), and the
+// device maxnorm of that width codes the call.
+class DeviceDq final : public codec::ForwardingCodec {
+ public:
+  DeviceDq(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned min_bits,
+           unsigned max_bits)
+      : b_(b), cpu_(cpu), min_(min_bits) {
+    for (unsigned bits = min_bits; bits <= max_bits; ++bits) {
+      CodecSpec s = parse_codec_spec("maxnorm:bits=" + std::to_string(bits));
+      cpu_widths_.push_back(make_codec(s, codec::DType::kFloat32));
+      widths_.push_back(make_device_codec(s, *cpu_widths_.back(), b, resident));
+    }
+    set_target(widths_.back().get());
+  }
+
+  const std::string& spec() const override { return cpu_.spec(); }
+  codec::Capabilities capabilities() const override { return cpu_.capabilities(); }
+  double unit_roundoff() const override { return cpu_.unit_roundoff(); }
+  std::size_t max_encoded_bytes(std::size_t count) const override {
+    return widths_.back()->max_encoded_bytes(count);  // the widest codes, sized for the call
+  }
+  unsigned bits_used() const override { return cpu_.bits_used(); }
+  void reset_state() override { cpu_.reset_state(); }
+  std::uint64_t state_fingerprint() const override { return cpu_.state_fingerprint(); }
+  void local_sums(const void* data, std::size_t count, double* out) const override {
+    auto* dev = static_cast<double*>(parts_.get(b_, 8 * sizeof(double), false));
+    auto* host = static_cast<double*>(parts_host_.get(b_, 8 * sizeof(double), true));
+    b_.square_sum_parts(static_cast<const float*>(data), count, dev);
+    b_.copy(host, dev, 8 * sizeof(double));
+    b_.synchronize();
+    // pairwise, as interleaved_sum combines its parts
+    out[0] = ((host[0] + host[1]) + (host[2] + host[3])) +
+             ((host[4] + host[5]) + (host[6] + host[7]));
+  }
+  void set_sums(const double* summed, std::size_t n, double lr) override {
+    cpu_.set_sums(summed, n, lr);
+    set_target(widths_[cpu_.bits_used() - min_].get());
+  }
+  // every width gets the call's set-up: the one chosen later uses it
+  void begin_call(int ranks) override {
+    cpu_.begin_call(ranks);
+    for (auto& c : widths_) c->begin_call(ranks);
+  }
+  void set_call(std::uint64_t seed, std::uint64_t call) override {
+    for (auto& c : widths_) c->set_call(seed, call);
+  }
+  bool scan(const void* data, std::size_t count, int ranks, double* scales,
+            bool& fallback) const override {
+    return target()->scan(data, count, ranks, scales, fallback);  // scales do not depend on width
+  }
+  void set_scales(const double* shared, std::size_t n) override {
+    for (auto& c : widths_) c->set_scales(shared, n);
+  }
+
+ private:
+  gpu::Backend& b_;
+  codec::Codec& cpu_;
+  unsigned min_;
+  std::vector<std::unique_ptr<codec::Codec>> cpu_widths_;  // the device widths' CPU sides
+  std::vector<std::unique_ptr<codec::Codec>> widths_;
+  mutable gpu::Buffer parts_;
+  mutable gpu::Buffer parts_host_;
+};
+
 }  // namespace
 
 namespace {
@@ -763,7 +828,7 @@ void DevicePayloadOps::copy(std::byte* dst, const std::byte* src, std::size_t by
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
   if (dtype != codec::DType::kFloat32) return false;
   return spec.name == "fp16" || spec.name == "bf16" || spec.name == "temporal" ||
-         is_bucketed(spec) || is_maxnorm(spec);
+         spec.name == "dq" || is_bucketed(spec) || is_maxnorm(spec);
 }
 
 std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
@@ -784,6 +849,11 @@ std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Co
     auto dev_inner = make_device_codec(inner, *cpu_inner, backend, resident);
     return std::make_unique<DeviceErrorFeedback>(cpu, backend, std::move(cpu_inner),
                                                  std::move(dev_inner));
+  }
+  if (spec.name == "dq") {  // device maxnorm codecs of every width
+    return std::make_unique<DeviceDq>(cpu, backend, resident,
+                                      static_cast<unsigned>(std::stoul(param_value(spec, "min"))),
+                                      static_cast<unsigned>(std::stoul(param_value(spec, "max"))));
   }
   if (spec.name == "fp16" || spec.name == "bf16") {
     return std::make_unique<DeviceCast>(cpu, backend, resident, spec.name == "fp16");

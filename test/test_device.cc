@@ -106,6 +106,19 @@ class DeviceCodec : public ::testing::TestWithParam<const char*> {
       c->begin_call(ranks);
       c->set_call(7, call);
     }
+    if (cpu_->sum_slots() != 0) {  // dq: the squared norm, then the width it gives
+      double sw = 0;
+      double sg = 0;
+      cpu_->local_sums(x.data(), n, &sw);
+      dev_->local_sums(dx.as<float>(), n, &sg);
+      ASSERT_EQ(sw, sg);
+      const double g = 0.3 * sw;  // a norm below the first call's: a narrower width
+      for (codec::Codec* c : {cpu_.get(), dev_.get()}) {
+        c->set_sums(&sw, 1, 0.0);
+        c->set_sums(&g, 1, 0.0);
+      }
+      ASSERT_EQ(cpu_->bits_used(), dev_->bits_used());
+    }
     const std::size_t ns = cpu_->scale_slots(n);
     std::vector<double> want(ns), got(ns);
     bool fb_want = false;
@@ -322,7 +335,8 @@ TEST_P(DeviceCodec, MalformedPayloadsRejected) {
   if (cpu_->bits_used() != 0) {  // the quantizers' first scale follows the header (and offset)
     q = p;
     const bool maxnorm_payload =
-        spec_.name == "maxnorm" || spec_.name == "auto" || spec_.name == "temporal";
+        spec_.name == "maxnorm" || spec_.name == "auto" || spec_.name == "temporal" ||
+        spec_.name == "dq";
     const std::size_t at = wire::kHeaderBytes + (maxnorm_payload ? 8 : 0);  // after the offset
     const float nan = NAN;
     std::memcpy(q.data() + at, &nan, 4);
@@ -358,7 +372,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodec,
                                            "qsgd:bits=4,ef=1", "fp16,ef=1", "temporal:bits=4",
                                            "temporal:beta=0.5,bits=3,ef=1", "maxnorm:bits=2/6",
                                            "maxnorm:bits=3/8", "maxnorm:bits=4,sum=requant",
-                                           "maxnorm:bits=2/5,sum=requant"),
+                                           "maxnorm:bits=2/5,sum=requant", "dq:max=6,min=2",
+                                           "dq:max=8,min=3,ef=1"),
                          param_name);
 
 // Device-resident payloads (the CUDA-aware MPI path): the same bytes in device memory, the
@@ -429,7 +444,8 @@ TEST(DeviceKernels, WhichCodecsHaveKernels) {
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("maxnorm:bits=4"), codec::DType::kFloat64));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=4,ef=1"), codec::DType::kFloat32));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("temporal:bits=4"), codec::DType::kFloat32));
-  EXPECT_FALSE(has_device_kernels(parse_codec_spec("dq:min=2,max=8"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("dq:min=2,max=8"), codec::DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("sketch:bits=3"), codec::DType::kFloat32));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=2/6"), codec::DType::kFloat32));
   EXPECT_TRUE(
       has_device_kernels(parse_codec_spec("maxnorm:bits=4,sum=requant"), codec::DType::kFloat32));
