@@ -169,9 +169,12 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   }
   std::size_t payload_bytes(std::size_t count, std::uint64_t offset,
                             std::uint32_t contributions) const override {
-    if (sparse_) return 0;  // randk: the kept coordinates of a block vary
+    // randk: as many codes as the call's shared selection keeps there
+    const std::size_t ncodes = sparse_ ? (selection_.select(seed_, call_, offset, count, sel_),
+                                          sel_.size())
+                                       : count;
     return wire::kHeaderBytes + 8 + 4 * blocks_spanned(offset, count) +
-           packed_bytes(count, width(contributions));
+           packed_bytes(ncodes, width(contributions));
   }
   // A sum of j contributions decodes to at most j·M (M: the float scale, rounded up): input
   // whose sum over `ranks` could leave the float range goes to MPI, so that every payload a
@@ -412,11 +415,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     return static_cast<std::size_t>(w.finish() - out);
   }
 
- /// maxnorm_layout(): parse() for single-scale, exact-sum codecs.
+ /// maxnorm_layout(): parse(), and randk's kept coordinates.
   MaxnormLayout layout(const std::byte* in, std::size_t bytes, std::size_t count) const {
-    if (sparse_) {
-      throw Error(Status::kInternal, "maxnorm_layout: " + spec_ + " has no device layout");
-    }
     const View v = parse(in, bytes, count);
     MaxnormLayout l;
     l.offset = v.offset;
@@ -431,7 +431,15 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     l.contributions = v.contributions;
     l.levels2 = s2_;
     l.requant = requant_;
+    l.ncodes = v.ncodes;
+    if (sparse_) l.selected = &sel_;  // parse() selected them
     return l;
+  }
+  /// randk_selection(): the call's kept coordinates in [offset, offset + count).
+  const std::vector<std::uint64_t>& selection(std::uint64_t offset, std::size_t count) const {
+    if (!sparse_) throw Error(Status::kInternal, "randk_selection: " + spec_ + " is not randk");
+    selection_.select(seed_, call_, offset, count, sel_);
+    return sel_;
   }
 
  private:
@@ -641,6 +649,13 @@ MaxnormLayout maxnorm_layout(const Codec& codec, const std::byte* in, std::size_
   const auto* m = dynamic_cast<const MaxNormCodec<float>*>(&codec);
   if (m == nullptr) throw Error(Status::kInternal, "maxnorm_layout: not a float maxnorm codec");
   return m->layout(in, bytes, count);
+}
+
+const std::vector<std::uint64_t>& randk_selection(const Codec& codec, std::uint64_t offset,
+                                                  std::size_t count) {
+  const auto* m = dynamic_cast<const MaxNormCodec<float>*>(&codec);
+  if (m == nullptr) throw Error(Status::kInternal, "randk_selection: not a float randk codec");
+  return m->selection(offset, count);
 }
 
 std::unique_ptr<Codec> make_maxnorm_codec(DType dtype, const MaxNormParams& params) {

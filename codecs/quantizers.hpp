@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "codec.hpp"
 
@@ -85,14 +86,24 @@ struct MaxnormLayout {
   std::uint32_t contributions = 0;  ///< j
   std::uint32_t levels2 = 0;    ///< two-scale: s2 of the fine coordinates; 0 otherwise
   bool requant = false;         ///< sum=requant: a lane stands for j times its code
+  std::size_t ncodes = 0;       ///< codes in the payload (randk: the kept coordinates)
+  /// randk: the kept coordinates (tensor indices, increasing), valid until the codec's next
+  /// call; null for the dense codecs
+  const std::vector<std::uint64_t>* selected = nullptr;
 };
 
-/// Validates a payload of the float maxnorm `codec` (any variant but randk: header,
+/// Validates a payload of the float maxnorm `codec` (any variant, randk included: header,
 /// contribution count, offset, exact length, scales) exactly as its decode() does before it
 /// reads a code, and returns its layout; reads nothing past the scales. Throws
 /// ccoll::Error(kCorruptData) when malformed, kInternal when `codec` is not such a codec.
 MaxnormLayout maxnorm_layout(const Codec& codec, const std::byte* in, std::size_t bytes,
                              std::size_t count);
+
+/// randk's kept coordinates in [offset, offset + count) for the call (set_call()), as its
+/// encoder and decoder select them; valid until the codec's next call. kInternal when `codec`
+/// is not a float randk codec.
+const std::vector<std::uint64_t>& randk_selection(const Codec& codec, std::uint64_t offset,
+                                                  std::size_t count);
 
 /// maxnorm:bits=B[,sum=exact|requant], maxnorm:bits=B1/B2 and randk:ratio=R[,bits=B]: shared
 /// per-block max-norm scale, stochastic rounding, summable.

@@ -63,6 +63,10 @@ class Backend {
   /// The 8 parts of the CPU's interleaved sum of squares of x (square_sum_part) into parts[8]
   /// (device doubles); the caller adds them pairwise as the CPU does.
   virtual void square_sum_parts(const float* x, std::size_t count, double* parts) = 0;
+  /// out[b] = max of abs_bits(x[sel[k]]) over the `nsel` selected elements in block b (randk's
+  /// scale pass); out (nblocks words) is zeroed first.
+  virtual void selected_abs_max(const float* x, const std::uint64_t* sel, std::size_t nsel,
+                                std::uint32_t* out, std::size_t nblocks) = 0;
   /// Two-scale's mask of `count` elements (one byte per 8) from the agreed scales.
   virtual void maxnorm_mask(const float* x, std::size_t count, const float* scales,
                             std::uint32_t levels, std::uint32_t levels2, std::uint8_t* out) = 0;

@@ -69,6 +69,13 @@ __global__ void maxnorm_decode_kernel(MaxnormDecodeArgs a, float* out, std::uint
   if ((threadIdx.x & 31) == 0 && w != 0) atomicMax(worst, w);
 }
 
+__global__ void selected_abs_max_kernel(const float* x, const std::uint64_t* sel, std::size_t nsel,
+                                        std::uint32_t* out) {
+  for (std::size_t k = global_thread(); k < nsel; k += grid_threads()) {
+    atomicMax(out + sel[k] / kMaxnormBlock, abs_bits(x[sel[k]]));  // max: any order
+  }
+}
+
 // one thread per part: 8 sequential sums, the CPU's order (slow for large tensors: see
 // docs/design.md, dq)
 __global__ void square_sum_parts_kernel(const float* x, std::size_t count, double* parts) {
@@ -235,6 +242,13 @@ class CudaBackend final : public Backend {
       maxnorm_decode_kernel<false><<<grid, kThreads, 0, stream_>>>(a, out, worst);
     }
     check(cudaGetLastError(), "maxnorm_decode launch");
+  }
+  void selected_abs_max(const float* x, const std::uint64_t* sel, std::size_t nsel,
+                        std::uint32_t* out, std::size_t nblocks) override {
+    memset_zero(out, 4 * nblocks);
+    if (nsel == 0) return;
+    selected_abs_max_kernel<<<grid_for(nsel), kThreads, 0, stream_>>>(x, sel, nsel, out);
+    check(cudaGetLastError(), "selected_abs_max launch");
   }
   void square_sum_parts(const float* x, std::size_t count, double* parts) override {
     square_sum_parts_kernel<<<1, 32, 0, stream_>>>(x, count, parts);

@@ -76,6 +76,15 @@ class EmulatedBackend final : public Backend {
       *worst = w > *worst ? w : *worst;
     }
   }
+  void selected_abs_max(const float* x, const std::uint64_t* sel, std::size_t nsel,
+                        std::uint32_t* out, std::size_t nblocks) override {
+    for (std::size_t b = 0; b < nblocks; ++b) out[b] = 0;
+    for (std::size_t k = 0; k < nsel; ++k) {
+      std::uint32_t& m = out[sel[k] / kMaxnormBlock];
+      const std::uint32_t v = abs_bits(x[sel[k]]);
+      m = v > m ? v : m;
+    }
+  }
   void square_sum_parts(const float* x, std::size_t count, double* parts) override {
     for (unsigned j = 0; j < 8; ++j) parts[j] = square_sum_part(x, count, j);
   }

@@ -22,9 +22,11 @@ namespace ccoll::gpu {
 /// through the scale count).
 inline constexpr std::size_t kMaxnormBlock = 65536;
 
-/// One maxnorm encode of `count` elements starting at tensor element `offset`.
+/// One maxnorm encode of `count` elements starting at tensor element `offset` (randk: of the
+/// `count` kept coordinates `selected`, tensor indices in [offset, ...), increasing).
 struct MaxnormEncodeArgs {
   std::size_t count = 0;
+  const std::uint64_t* selected = nullptr;
   std::uint64_t offset = 0;
   /// Scale of tensor block `first_block + k` at scales[k] (floats rounded up as set_scales does).
   const float* scales = nullptr;
@@ -40,9 +42,11 @@ struct MaxnormEncodeArgs {
   const std::uint8_t* mask = nullptr;
 };
 
-/// One maxnorm decode (or decode-accumulate) of the codes of a validated payload.
+/// One maxnorm decode (or decode-accumulate) of the codes of a validated payload (randk: count
+/// codes of the coordinates `selected`; the caller zeroes the other outputs of a decode).
 struct MaxnormDecodeArgs {
   std::size_t count = 0;
+  const std::uint64_t* selected = nullptr;
   std::uint64_t offset = 0;
   const float* scales = nullptr;  ///< scale of the payload's k-th block at scales[k]
   const std::uint8_t* codes = nullptr;
@@ -73,6 +77,7 @@ struct MaxnormAddArgs {
   /// (c_a·j_a + c_b·j_b) / j with Philox(seed ^ kRequantKeyMix, call, stream) at element
   /// offset + i) instead of added.
   bool requant = false;
+  const std::uint64_t* selected = nullptr;  ///< randk: the element of each lane
   std::uint32_t levels = 0;
   std::uint32_t ja = 0;
   std::uint32_t jb = 0;
@@ -189,7 +194,7 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const float* x, const Maxnorm
   std::uint64_t quad = ~std::uint64_t{0};
   codec::Philox4x32 rnd{};
   for (unsigned j = 0; j < n; ++j) {
-    const std::uint64_t e = a.offset + i0 + j;
+    const std::uint64_t e = a.selected != nullptr ? a.selected[i0 + j] : a.offset + i0 + j;
     if ((e >> 2) != quad) {
       quad = e >> 2;
       rnd = codec::philox_block(a.seed, a.call, a.stream, quad);
@@ -199,7 +204,7 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const float* x, const Maxnorm
     if (a.mask != nullptr && ((a.mask[e >> 3] >> (e & 7)) & 1) != 0) {
       inv = m > 0 ? static_cast<float>(a.levels2) / m : 0.0f;  // a fine coordinate
     }
-    v[j] = codec::stochastic_code(x[i0 + j], inv, codec::uniform01(rnd.v[e & 3]), a.levels);
+    v[j] = codec::stochastic_code(x[e - a.offset], inv, codec::uniform01(rnd.v[e & 3]), a.levels);
   }
   put_group(codes, packed_size(a.count, a.width), a.width, g, v, n);
 }
@@ -235,7 +240,7 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
   if (a.width <= 16) get_group(a.codes, a.code_bytes, a.width, g, lanes, n);
   for (unsigned j = 0; j < n; ++j) {
     const std::size_t i = i0 + j;
-    const std::uint64_t e = a.offset + i;
+    const std::uint64_t e = a.selected != nullptr ? a.selected[i] : a.offset + i;
     const float m = a.scales[e / kMaxnormBlock - first];
     const bool fine = a.mask != nullptr && ((a.mask[e >> 3] >> (e & 7)) & 1) != 0;
     const float step = m / static_cast<float>(fine ? a.levels2 : a.levels) * a.mult;
@@ -243,10 +248,11 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
         a.width <= 16 ? lanes[j] : lane_at(a.codes, a.code_bytes, a.width, i);
     worst = u > worst ? u : worst;
     const float value = static_cast<float>(static_cast<std::int64_t>(u) - a.bias) * step;
+    const std::size_t o = e - a.offset;
     if (kAccumulate) {
-      out[i] = out[i] + value;
+      out[o] = out[o] + value;
     } else {
-      out[i] = value;
+      out[o] = value;
     }
   }
   return worst;
@@ -289,7 +295,7 @@ CCOLL_HOST_DEVICE inline unsigned maxnorm_add_group(const MaxnormAddArgs& a, std
       bad |= (qa < -s) | (qa > s) | (qb < -s) | (qb > s);
       const std::int64_t t = qa * a.ja + qb * a.jb;
       const std::int64_t mag = t < 0 ? -t : t;
-      const std::uint64_t e = a.offset + i0 + j;
+      const std::uint64_t e = a.selected != nullptr ? a.selected[i0 + j] : a.offset + i0 + j;
       if ((e >> 2) != quad) {
         quad = e >> 2;
         rnd = codec::philox_block(a.seed ^ codec::kRequantKeyMix, a.call, a.stream, quad);

@@ -27,7 +27,9 @@ const std::string& param_value(const CodecSpec& s, const char* key) {
 
 // maxnorm in every form but randk: single or two-scale, exact or re-quantizing sums; and
 // codec=auto's maxnorm
-bool is_maxnorm(const CodecSpec& s) { return s.name == "maxnorm" || s.name == "auto"; }
+bool is_maxnorm(const CodecSpec& s) {
+  return s.name == "maxnorm" || s.name == "auto" || s.name == "randk";
+}
 
 bool is_bucketed(const CodecSpec& s) {
   return s.name == "qsgd" || s.name == "terngrad" || s.name == "sign";
@@ -43,6 +45,7 @@ codec::MaxNormParams maxnorm_params(const CodecSpec& s) {
     m.fine_bits = static_cast<unsigned>(std::stoul(bits.substr(slash + 1)));
   }
   m.requant = param_value(s, "sum") == "requant";
+  if (s.name == "randk") m.ratio = std::stod(param_value(s, "ratio"));
   return m;
 }
 
@@ -210,23 +213,40 @@ class DeviceMaxnorm final : public DeviceCodecBase {
         width_(p.bits),
         levels_((1u << (p.bits - 1)) - 1),
         levels2_(p.fine_bits != 0 ? (1u << (p.fine_bits - 1)) - 1 : 0),
-        requant_(p.requant) {}
+        requant_(p.requant),
+        sparse_(p.ratio > 0) {}
 
   void begin_call(int ranks) override {
     ranks_ = static_cast<std::uint32_t>(ranks < 1 ? 1 : ranks);
     target()->begin_call(ranks);
   }
-  // The scales are the block maxima, as the CPU codec's scan() computes them.
+  // The scales are the block maxima, as the CPU codec's scan() computes them (randk: of the
+  // call's kept coordinates only, local_scales()).
   bool scan(const void* data, std::size_t count, int ranks, double* scales,
             bool& fallback) const override {
     fallback = needs_fallback(data, count, ranks);
-    if (scales == nullptr) return false;
+    if (scales == nullptr || sparse_) return false;
     for (std::size_t k = 0; k < maxima_.size(); ++k) scales[k] = static_cast<double>(maxima_[k]);
     return true;
   }
   void local_scales(const void* data, std::size_t count, double* out) const override {
-    bool fallback = false;
-    scan(data, count, 1, out, fallback);
+    if (!sparse_) {
+      bool fallback = false;
+      scan(data, count, 1, out, fallback);
+      return;
+    }
+    const auto& sel = codec::randk_selection(*target(), 0, count);
+    const std::size_t nb = scale_slots(count);
+    auto* dev = static_cast<std::uint32_t*>(sel_maxima_.get(b_, 4 * (nb + 1), false));
+    b_.selected_abs_max(static_cast<const float*>(data), upload(sel), sel.size(), dev, nb);
+    std::vector<std::uint32_t> bits(nb);
+    b_.copy(bits.data(), dev, 4 * nb);
+    b_.synchronize();
+    for (std::size_t k = 0; k < nb; ++k) {
+      float m;
+      std::memcpy(&m, &bits[k], 4);
+      out[k] = static_cast<double>(m);
+    }
   }
   // two-scale: the mask of this rank's input from the agreed scales, on the device
   void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override {
@@ -266,15 +286,20 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     }
     const std::size_t at = prefix_bytes(nb);
     std::byte* h = resident_ ? host_out(at) : out;  // header, element offset, scales
-    wire::write_header(h, {wire::CodecId::kMaxnorm, 0, param(1), count});
+    wire::write_header(h, {id(), 0, param(1), count});
     std::memcpy(h + wire::kHeaderBytes, &ctx.offset, 8);
     if (nb != 0) std::memcpy(h + wire::kHeaderBytes + 8, scales_.data() + first, 4 * nb);
     if (resident_) put_prefix(out, h, at);
-    const std::size_t code_bytes = gpu::packed_size(count, width_);
+    // randk: the codes of the call's kept coordinates only
+    const std::vector<std::uint64_t>* sel =
+        sparse_ ? &codec::randk_selection(*target(), ctx.offset, count) : nullptr;
+    const std::size_t ncodes = sel != nullptr ? sel->size() : count;
+    const std::size_t code_bytes = gpu::packed_size(ncodes, width_);
     std::uint8_t* codes = body_target(out, at, code_bytes);
-    if (count != 0) {
+    if (ncodes != 0) {
       gpu::MaxnormEncodeArgs a;
-      a.count = count;
+      a.count = ncodes;
+      a.selected = sel != nullptr ? upload(*sel) : nullptr;
       a.offset = ctx.offset;
       a.scales = scales_dev_ptr_ + first;
       a.first_block = first;
@@ -310,10 +335,11 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     const std::size_t at = la.codes_at;
     std::byte* h = host_out(at);
     std::memcpy(h, ha, at);  // offset and scales as the summands carry them
-    wire::write_header(h, {wire::CodecId::kMaxnorm, 0, param(j), count});
+    wire::write_header(h, {id(), 0, param(j), count});
     put_prefix(out, h, at);
     gpu::MaxnormAddArgs add;
-    add.count = count;
+    add.count = la.ncodes;
+    add.selected = la.selected != nullptr ? upload(*la.selected) : nullptr;
     add.a = reinterpret_cast<const std::uint8_t*>(a + la.codes_at);
     add.a_bytes = la.code_bytes;
     add.a_width = la.width;
@@ -335,12 +361,20 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     b_.memset_zero(flag_device(), 4);
     b_.maxnorm_add(add, reinterpret_cast<std::uint8_t*>(out + at), flag_device());
     if (read_flag() != 0) corrupt("code out of range");
-    return at + gpu::packed_size(count, add.out_width);
+    return at + gpu::packed_size(la.ncodes, add.out_width);
   }
 
  private:
-  [[noreturn]] static void corrupt(const char* what) {
-    throw Error(Status::kCorruptData, std::string("received maxnorm payload rejected: ") + what);
+  [[noreturn]] void corrupt(const char* what) const {
+    throw Error(Status::kCorruptData, std::string("received ") + (sparse_ ? "randk" : "maxnorm") +
+                                          " payload rejected: " + what);
+  }
+  // randk: the kept coordinates on the device (valid until the next upload)
+  const std::uint64_t* upload(const std::vector<std::uint64_t>& sel) const {
+    auto* dev = static_cast<std::uint64_t*>(sel_dev_.get(b_, 8 * (sel.size() + 1), false));
+    b_.copy(dev, sel.data(), 8 * sel.size());
+    b_.synchronize();  // `sel` is the CPU codec's, which the next call overwrites
+    return dev;
   }
   static std::size_t prefix_bytes(std::size_t nblocks) {
     return wire::kHeaderBytes + 8 + 4 * nblocks;
@@ -362,7 +396,11 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     // scales and codes travel together: one copy of the payload after its element offset
     const std::uint8_t* dev = code_source(in, l.scales_at, bytes - l.scales_at);
     gpu::MaxnormDecodeArgs a;
-    a.count = count;
+    a.count = l.ncodes;
+    if (l.selected != nullptr) {  // randk: the other coordinates decode to zero
+      a.selected = upload(*l.selected);
+      if (!acc) b_.memset_zero(out, 4 * count);
+    }
     a.offset = l.offset;
     a.scales = reinterpret_cast<const float*>(dev);
     a.codes = dev + (l.codes_at - l.scales_at);
@@ -379,6 +417,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     if (read_flag() > l.limit) corrupt("code out of range");
   }
 
+  wire::CodecId id() const { return sparse_ ? wire::CodecId::kRandk : wire::CodecId::kMaxnorm; }
   // the header's parameter for j contributions, as the CPU codec writes it
   std::uint32_t param(std::uint32_t j) const {
     return bits_param_ | (j << 8) | (requant_ ? 1u << 31 : 0u);
@@ -389,7 +428,10 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   std::uint32_t levels_;
   std::uint32_t levels2_;
   bool requant_;
+  bool sparse_;  // randk
   std::uint32_t ranks_ = 1;
+  mutable gpu::Buffer sel_dev_;
+  mutable gpu::Buffer sel_maxima_;
   mutable gpu::Buffer mask_scratch_;
   gpu::Buffer mask_dev_;
   std::uint8_t* mask_dev_ptr_ = nullptr;

@@ -252,7 +252,11 @@ TEST_P(DeviceCodec, SumsDecodeTheSameAndTheAddKernelMatches) {
   const DeviceArray bad(*b_, 4);
   b_->memset_zero(bad.as<void>(), 4);
   gpu::MaxnormAddArgs args;
-  args.count = n;
+  args.count = la.ncodes;  // randk: the kept coordinates' lanes
+  std::vector<std::uint64_t> sel;
+  if (la.selected != nullptr) sel = *la.selected;
+  const DeviceArray dsel(*b_, sel.data(), 8 * sel.size());
+  if (!sel.empty()) args.selected = dsel.as<std::uint64_t>();
   args.a = da.as<std::uint8_t>();
   args.a_bytes = la.code_bytes;
   args.a_width = la.width;
@@ -325,18 +329,20 @@ TEST_P(DeviceCodec, MalformedPayloadsRejected) {
   q[0] = std::byte{0};
   rejects(q, np, "bad magic");
   rejects(p, wire::kHeaderBytes - 1, "shorter than a header");
+  const bool maxnorm_payload = spec_.name == "maxnorm" || spec_.name == "auto" ||
+                               spec_.name == "temporal" || spec_.name == "dq" ||
+                               spec_.name == "randk";
   // every 16-bit pattern is a valid cast, and every bit a valid sign
   if (cpu_->bits_used() > 1) {
     q = p;
-    const std::size_t code_bytes = (n * cpu_->bits_used() + 7) / 8;  // one contribution
-    std::memset(q.data() + np - code_bytes, 0xFF, code_bytes);       // lanes 2^w - 1 > 2s
+    // maxnorm's codes follow header, offset and the one scale of block 0 (randk: fewer codes)
+    const std::size_t code_bytes = maxnorm_payload ? np - wire::kHeaderBytes - 8 - 4
+                                                   : (n * cpu_->bits_used() + 7) / 8;
+    std::memset(q.data() + np - code_bytes, 0xFF, code_bytes);  // lanes 2^w - 1 > 2s
     rejects(q, np, "lane out of range");
   }
   if (cpu_->bits_used() != 0) {  // the quantizers' first scale follows the header (and offset)
     q = p;
-    const bool maxnorm_payload =
-        spec_.name == "maxnorm" || spec_.name == "auto" || spec_.name == "temporal" ||
-        spec_.name == "dq";
     const std::size_t at = wire::kHeaderBytes + (maxnorm_payload ? 8 : 0);  // after the offset
     const float nan = NAN;
     std::memcpy(q.data() + at, &nan, 4);
@@ -373,7 +379,9 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodec,
                                            "temporal:beta=0.5,bits=3,ef=1", "maxnorm:bits=2/6",
                                            "maxnorm:bits=3/8", "maxnorm:bits=4,sum=requant",
                                            "maxnorm:bits=2/5,sum=requant", "dq:max=6,min=2",
-                                           "dq:max=8,min=3,ef=1"),
+                                           "dq:max=8,min=3,ef=1", "randk:ratio=0.1",
+                                           "randk:bits=4,ratio=0.01",
+                                           "randk:bits=3,ratio=0.3,ef=1"),
                          param_name);
 
 // Device-resident payloads (the CUDA-aware MPI path): the same bytes in device memory, the
@@ -436,7 +444,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodecResident,
                          ::testing::Values("fp16", "bf16", "maxnorm:bits=2", "maxnorm:bits=5",
                                            "maxnorm:bits=8", "qsgd:bits=4", "terngrad", "sign",
                                            "maxnorm:bits=4,ef=1", "maxnorm:bits=2/6",
-                                           "maxnorm:bits=3,sum=requant"),
+                                           "maxnorm:bits=3,sum=requant", "randk:ratio=0.1"),
                          param_name);
 
 TEST(DeviceKernels, WhichCodecsHaveKernels) {
@@ -449,7 +457,7 @@ TEST(DeviceKernels, WhichCodecsHaveKernels) {
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=2/6"), codec::DType::kFloat32));
   EXPECT_TRUE(
       has_device_kernels(parse_codec_spec("maxnorm:bits=4,sum=requant"), codec::DType::kFloat32));
-  EXPECT_FALSE(has_device_kernels(parse_codec_spec("randk:ratio=0.1"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("randk:ratio=0.1"), codec::DType::kFloat32));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("qsgd:bits=4"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("topk:ratio=0.01"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("none"), codec::DType::kFloat32));
