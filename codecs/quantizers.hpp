@@ -99,6 +99,13 @@ struct MaxnormLayout {
 MaxnormLayout maxnorm_layout(const Codec& codec, const std::byte* in, std::size_t bytes,
                              std::size_t count);
 
+/// sketch: the level table (2^B floats) for a block of n elements from its min and max (first
+/// occurrences in order, as std::min/std::max find them) and its strided sample x[k·n/m] for
+/// k < m = sketch_sample_size(n), fitted by the CPU codec's own code; valid until its next
+/// encode. kInternal when `codec` is not a float sketch codec.
+const float* sketch_levels(Codec& codec, float mn, float mx, std::size_t n, const float* sample);
+std::size_t sketch_sample_size(std::size_t n);
+
 /// randk's kept coordinates in [offset, offset + count) for the call (set_call()), as its
 /// encoder and decoder select them; valid until the codec's next call. kInternal when `codec`
 /// is not a float randk codec.

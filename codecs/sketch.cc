@@ -67,6 +67,10 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
   std::size_t max_encoded_bytes(std::size_t count) const override {
     return wire::kHeaderBytes + levels_ * sizeof(T) + packed_bytes(count, bits_);
   }
+  // the table has 2^B levels whatever the values
+  std::size_t payload_bytes(std::size_t count, std::uint64_t, std::uint32_t) const override {
+    return max_encoded_bytes(count);
+  }
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
     // partial sums of a ring reach ranks × max|x|; keep them finite
     return any_beyond<T>(data, count,
@@ -113,6 +117,28 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
   static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
   std::uint32_t param() const { return bits_ | (clusters_ << 8); }
 
+ public:
+  /// The table for a block of n elements from its min, max (the first occurrences, as
+  /// std::min/std::max find them in order) and its strided sample x[k·n/m], k < m =
+  /// sample_size(n): what build_levels() computes from the block itself. The device codec
+  /// gathers those on the GPU and fits the table here, with this code.
+  const T* levels_from(T mn, T mx, std::size_t n, const T* sample) {
+    level_.assign(levels_, T(0));
+    if (n == 0) return level_.data();
+    if (!(mx > mn)) {  // constant block: every level is the value
+      std::fill(level_.begin(), level_.end(), mn);
+      return level_.data();
+    }
+    const std::size_t m = sample_size(n);
+    sample_.resize(m);
+    for (std::size_t k = 0; k < m; ++k) sample_[k] = static_cast<double>(sample[k]);
+    fit(mn, mx, n);
+    return level_.data();
+  }
+  static std::size_t sample_size(std::size_t n) { return std::min(n, kSample); }
+  std::size_t levels() const { return levels_; }
+
+ private:
   // Steps 1-3 above: level_[0..levels_) for the block x[0..n).
   void build_levels(const T* x, std::size_t n) {
     level_.assign(levels_, T(0));
@@ -127,10 +153,16 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
       std::fill(level_.begin(), level_.end(), mn);
       return;
     }
-    // 1. strided sample, sorted
-    const std::size_t m = std::min(n, kSample);
+    // 1. strided sample
+    const std::size_t m = sample_size(n);
     sample_.resize(m);
     for (std::size_t k = 0; k < m; ++k) sample_[k] = static_cast<double>(x[k * n / m]);
+    fit(mn, mx, n);
+  }
+
+  // Steps 1 (sorting the sample) to 6, on sample_ of a block of n elements within [mn, mx].
+  void fit(T mn, T mx, std::size_t n) {
+    const std::size_t m = sample_size(n);
     std::sort(sample_.begin(), sample_.end());
     // 2. Lloyd on the sorted sample; clusters are ranges [start[j], start[j+1])
     const unsigned kc = std::max(1u, std::min<unsigned>(clusters_, levels_ - 1));
@@ -344,6 +376,14 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
 };
 
 }  // namespace
+
+const float* sketch_levels(Codec& codec, float mn, float mx, std::size_t n, const float* sample) {
+  auto* s = dynamic_cast<SketchCodec<float>*>(&codec);
+  if (s == nullptr) throw Error(Status::kInternal, "sketch_levels: not a float sketch codec");
+  return s->levels_from(mn, mx, n, sample);
+}
+
+std::size_t sketch_sample_size(std::size_t n) { return SketchCodec<float>::sample_size(n); }
 
 std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned clusters) {
   if (dtype == DType::kFloat64) return std::make_unique<SketchCodec<double>>(bits, clusters);

@@ -20,6 +20,7 @@
 
 #include "bucketed_device.hpp"
 #include "maxnorm_device.hpp"
+#include "sketch_device.hpp"
 #include "temporal_device.hpp"
 
 namespace ccoll::gpu {
@@ -60,6 +61,15 @@ class Backend {
   /// Largest lane seen is max-ed into *worst (device).
   virtual void maxnorm_decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
                               std::uint32_t* worst) = 0;
+  /// sketch: keys[0] = min over i of min_candidate(x[i], i), keys[1] = max of max_candidate
+  /// (device words; the index of the first minimum and maximum is in their low halves).
+  virtual void sketch_minmax(const float* x, std::size_t count, std::uint64_t* keys) = 0;
+  /// sketch: out[k] = x[sketch_sample_index(k, count, m)] for k < m.
+  virtual void sketch_sample(const float* x, std::size_t count, std::size_t m, float* out) = 0;
+  virtual void sketch_encode(const float* x, const SketchArgs& a, const float* levels,
+                             std::uint8_t* codes) = 0;
+  virtual void sketch_decode(const SketchArgs& a, const float* levels, const std::uint8_t* codes,
+                             float* out, bool accumulate) = 0;
   /// The 8 parts of the CPU's interleaved sum of squares of x (square_sum_part) into parts[8]
   /// (device doubles); the caller adds them pairwise as the CPU does.
   virtual void square_sum_parts(const float* x, std::size_t count, double* parts) = 0;

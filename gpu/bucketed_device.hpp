@@ -71,7 +71,7 @@ CCOLL_HOST_DEVICE inline void bucketed_encode_group(const float* x, const Bucket
                                                     std::uint8_t* codes) {
   std::uint32_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   const std::size_t i0 = 8 * g;
-  const unsigned n = a.count - i0 < 8 ? static_cast<unsigned>(a.count - i0) : 8u;
+  const unsigned n = group_size(a.count, g);
   std::uint64_t quad = ~std::uint64_t{0};
   codec::Philox4x32 rnd{};
   for (unsigned j = 0; j < n; ++j) {
@@ -100,7 +100,7 @@ CCOLL_HOST_DEVICE inline std::uint32_t bucketed_decode_group(const BucketedArgs&
                                                              const std::uint8_t* codes,
                                                              std::size_t g, float* out) {
   const std::size_t i0 = 8 * g;
-  const unsigned n = a.count - i0 < 8 ? static_cast<unsigned>(a.count - i0) : 8u;
+  const unsigned n = group_size(a.count, g);
   const std::size_t nbytes = packed_size(a.count, a.width);
   const bool sign = a.kind == BucketKind::kSign;
   const std::int32_t mul = sign ? 2 : 1;

@@ -76,6 +76,44 @@ __global__ void selected_abs_max_kernel(const float* x, const std::uint64_t* sel
   }
 }
 
+__global__ void sketch_minmax_kernel(const float* x, std::size_t count,
+                                     unsigned long long* keys) {
+  unsigned long long lo = ~0ull;
+  unsigned long long hi = 0;
+  for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
+    const unsigned long long a = min_candidate(x[i], i);
+    const unsigned long long b = max_candidate(x[i], i);
+    lo = a < lo ? a : lo;
+    hi = b > hi ? b : hi;
+  }
+  atomicMin(keys, lo);  // min and max: any order
+  atomicMax(keys + 1, hi);
+}
+
+__global__ void sketch_sample_kernel(const float* x, std::size_t count, std::size_t m,
+                                     float* out) {
+  for (std::size_t k = global_thread(); k < m; k += grid_threads()) {
+    out[k] = x[sketch_sample_index(k, count, m)];
+  }
+}
+
+__global__ void sketch_encode_kernel(const float* x, SketchArgs a, const float* levels,
+                                     std::uint8_t* codes) {
+  const std::size_t groups = group_count(a.count);
+  for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
+    sketch_encode_group(x, a, levels, g, codes);
+  }
+}
+
+template <bool kAccumulate>
+__global__ void sketch_decode_kernel(SketchArgs a, const float* levels, const std::uint8_t* codes,
+                                     float* out) {
+  const std::size_t groups = group_count(a.count);
+  for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
+    sketch_decode_group<kAccumulate>(a, levels, codes, g, out);
+  }
+}
+
 // one thread per part: 8 sequential sums, the CPU's order (slow for large tensors: see
 // docs/design.md, dq)
 __global__ void square_sum_parts_kernel(const float* x, std::size_t count, double* parts) {
@@ -249,6 +287,40 @@ class CudaBackend final : public Backend {
     if (nsel == 0) return;
     selected_abs_max_kernel<<<grid_for(nsel), kThreads, 0, stream_>>>(x, sel, nsel, out);
     check(cudaGetLastError(), "selected_abs_max launch");
+  }
+  void sketch_minmax(const float* x, std::size_t count, std::uint64_t* keys) override {
+    const std::uint64_t init[2] = {~std::uint64_t{0}, 0};
+    check(cudaMemcpyAsync(keys, init, sizeof init, cudaMemcpyHostToDevice, stream_),
+          "cudaMemcpyAsync");
+    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // `init` is a local
+    if (count == 0) return;
+    static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t), "64-bit atomics");
+    sketch_minmax_kernel<<<grid_for(count), kThreads, 0, stream_>>>(
+        x, count, reinterpret_cast<unsigned long long*>(keys));
+    check(cudaGetLastError(), "sketch_minmax launch");
+  }
+  void sketch_sample(const float* x, std::size_t count, std::size_t m, float* out) override {
+    if (m == 0) return;
+    sketch_sample_kernel<<<grid_for(m), kThreads, 0, stream_>>>(x, count, m, out);
+    check(cudaGetLastError(), "sketch_sample launch");
+  }
+  void sketch_encode(const float* x, const SketchArgs& a, const float* levels,
+                     std::uint8_t* codes) override {
+    if (a.count == 0) return;
+    sketch_encode_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream_>>>(x, a, levels,
+                                                                                    codes);
+    check(cudaGetLastError(), "sketch_encode launch");
+  }
+  void sketch_decode(const SketchArgs& a, const float* levels, const std::uint8_t* codes,
+                     float* out, bool accumulate) override {
+    if (a.count == 0) return;
+    const unsigned grid = grid_for(group_count(a.count));
+    if (accumulate) {
+      sketch_decode_kernel<true><<<grid, kThreads, 0, stream_>>>(a, levels, codes, out);
+    } else {
+      sketch_decode_kernel<false><<<grid, kThreads, 0, stream_>>>(a, levels, codes, out);
+    }
+    check(cudaGetLastError(), "sketch_decode launch");
   }
   void square_sum_parts(const float* x, std::size_t count, double* parts) override {
     square_sum_parts_kernel<<<1, 32, 0, stream_>>>(x, count, parts);

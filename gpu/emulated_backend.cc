@@ -85,6 +85,35 @@ class EmulatedBackend final : public Backend {
       m = v > m ? v : m;
     }
   }
+  void sketch_minmax(const float* x, std::size_t count, std::uint64_t* keys) override {
+    keys[0] = ~std::uint64_t{0};
+    keys[1] = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint64_t lo = min_candidate(x[i], i);
+      const std::uint64_t hi = max_candidate(x[i], i);
+      keys[0] = lo < keys[0] ? lo : keys[0];
+      keys[1] = hi > keys[1] ? hi : keys[1];
+    }
+  }
+  void sketch_sample(const float* x, std::size_t count, std::size_t m, float* out) override {
+    for (std::size_t k = 0; k < m; ++k) out[k] = x[sketch_sample_index(k, count, m)];
+  }
+  void sketch_encode(const float* x, const SketchArgs& a, const float* levels,
+                     std::uint8_t* codes) override {
+    for (std::size_t g = 0; g < group_count(a.count); ++g) {
+      sketch_encode_group(x, a, levels, g, codes);
+    }
+  }
+  void sketch_decode(const SketchArgs& a, const float* levels, const std::uint8_t* codes,
+                     float* out, bool accumulate) override {
+    for (std::size_t g = 0; g < group_count(a.count); ++g) {
+      if (accumulate) {
+        sketch_decode_group<true>(a, levels, codes, g, out);
+      } else {
+        sketch_decode_group<false>(a, levels, codes, g, out);
+      }
+    }
+  }
   void square_sum_parts(const float* x, std::size_t count, double* parts) override {
     for (unsigned j = 0; j < 8; ++j) parts[j] = square_sum_part(x, count, j);
   }

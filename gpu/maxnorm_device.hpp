@@ -91,6 +91,10 @@ CCOLL_HOST_DEVICE constexpr std::size_t packed_size(std::size_t count, unsigned 
   return (count * width + 7) / 8;
 }
 CCOLL_HOST_DEVICE constexpr std::size_t group_count(std::size_t count) { return (count + 7) / 8; }
+/// Elements in group g (8, or fewer in the last group).
+CCOLL_HOST_DEVICE constexpr unsigned group_size(std::size_t count, std::size_t g) {
+  return count - 8 * g < 8 ? static_cast<unsigned>(count - 8 * g) : 8u;
+}
 
 /// Lane i of a packed stream of `nbytes` bytes (width <= 24); bytes past the end read as 0.
 CCOLL_HOST_DEVICE inline std::uint32_t lane_at(const std::uint8_t* p, std::size_t nbytes,
@@ -189,7 +193,7 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const float* x, const Maxnorm
                                                    std::size_t g, std::uint8_t* codes) {
   std::uint32_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   const std::size_t i0 = 8 * g;
-  const unsigned n = a.count - i0 < 8 ? static_cast<unsigned>(a.count - i0) : 8u;
+  const unsigned n = group_size(a.count, g);
   const auto s = static_cast<float>(a.levels);
   std::uint64_t quad = ~std::uint64_t{0};
   codec::Philox4x32 rnd{};
@@ -215,7 +219,7 @@ CCOLL_HOST_DEVICE inline std::uint8_t maxnorm_mask_group(const float* x, std::si
                                                          const float* scales, std::uint32_t levels,
                                                          std::uint32_t levels2, std::size_t g) {
   const std::size_t i0 = 8 * g;
-  const unsigned n = count - i0 < 8 ? static_cast<unsigned>(count - i0) : 8u;
+  const unsigned n = group_size(count, g);
   unsigned bits = 0;
   for (unsigned j = 0; j < n; ++j) {
     const std::size_t i = i0 + j;
@@ -233,7 +237,7 @@ template <bool kAccumulate>
 CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeArgs& a,
                                                             std::size_t g, float* out) {
   const std::size_t i0 = 8 * g;
-  const unsigned n = a.count - i0 < 8 ? static_cast<unsigned>(a.count - i0) : 8u;
+  const unsigned n = group_size(a.count, g);
   const std::uint64_t first = a.offset / kMaxnormBlock;
   std::uint32_t worst = 0;
   std::uint32_t lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
@@ -264,7 +268,7 @@ CCOLL_HOST_DEVICE inline unsigned maxnorm_add_group(const MaxnormAddArgs& a, std
                                                     std::uint8_t* out) {
   std::uint32_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   const std::size_t i0 = 8 * g;
-  const unsigned n = a.count - i0 < 8 ? static_cast<unsigned>(a.count - i0) : 8u;
+  const unsigned n = group_size(a.count, g);
   unsigned bad = 0;
   std::uint32_t xs[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::uint32_t ys[8] = {0, 0, 0, 0, 0, 0, 0, 0};

@@ -332,8 +332,8 @@ TEST_P(DeviceCodec, MalformedPayloadsRejected) {
   const bool maxnorm_payload = spec_.name == "maxnorm" || spec_.name == "auto" ||
                                spec_.name == "temporal" || spec_.name == "dq" ||
                                spec_.name == "randk";
-  // every 16-bit pattern is a valid cast, and every bit a valid sign
-  if (cpu_->bits_used() > 1) {
+  // every 16-bit pattern is a valid cast, every bit a valid sign, every code a sketch level
+  if (cpu_->bits_used() > 1 && spec_.name != "sketch") {
     q = p;
     // maxnorm's codes follow header, offset and the one scale of block 0 (randk: fewer codes)
     const std::size_t code_bytes = maxnorm_payload ? np - wire::kHeaderBytes - 8 - 4
@@ -381,7 +381,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodec,
                                            "maxnorm:bits=2/5,sum=requant", "dq:max=6,min=2",
                                            "dq:max=8,min=3,ef=1", "randk:ratio=0.1",
                                            "randk:bits=4,ratio=0.01",
-                                           "randk:bits=3,ratio=0.3,ef=1"),
+                                           "randk:bits=3,ratio=0.3,ef=1", "sketch:bits=3",
+                                           "sketch:bits=2,clusters=2", "sketch:bits=4,ef=1"),
                          param_name);
 
 // Device-resident payloads (the CUDA-aware MPI path): the same bytes in device memory, the
@@ -444,7 +445,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodecResident,
                          ::testing::Values("fp16", "bf16", "maxnorm:bits=2", "maxnorm:bits=5",
                                            "maxnorm:bits=8", "qsgd:bits=4", "terngrad", "sign",
                                            "maxnorm:bits=4,ef=1", "maxnorm:bits=2/6",
-                                           "maxnorm:bits=3,sum=requant", "randk:ratio=0.1"),
+                                           "maxnorm:bits=3,sum=requant", "randk:ratio=0.1",
+                                           "sketch:bits=3"),
                          param_name);
 
 TEST(DeviceKernels, WhichCodecsHaveKernels) {
@@ -453,7 +455,7 @@ TEST(DeviceKernels, WhichCodecsHaveKernels) {
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=4,ef=1"), codec::DType::kFloat32));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("temporal:bits=4"), codec::DType::kFloat32));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("dq:min=2,max=8"), codec::DType::kFloat32));
-  EXPECT_FALSE(has_device_kernels(parse_codec_spec("sketch:bits=3"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("sketch:bits=3"), codec::DType::kFloat32));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=2/6"), codec::DType::kFloat32));
   EXPECT_TRUE(
       has_device_kernels(parse_codec_spec("maxnorm:bits=4,sum=requant"), codec::DType::kFloat32));
@@ -461,6 +463,36 @@ TEST(DeviceKernels, WhichCodecsHaveKernels) {
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("qsgd:bits=4"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("topk:ratio=0.01"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("none"), codec::DType::kFloat32));
+}
+
+// sketch's table starts and ends at the block's min and max as std::min/std::max find them in
+// order: the first of equal values, which for -0 and +0 decides the bits of the table.
+TEST(DeviceKernels, SketchTakesTheFirstOfEqualExtremes) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  const CodecSpec spec = parse_codec_spec("sketch:bits=3");
+  auto cpu = make_codec(spec, codec::DType::kFloat32);
+  auto twin = make_codec(spec, codec::DType::kFloat32);
+  auto dev = make_device_codec(spec, *twin, *b);
+  std::mt19937 gen(8);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (const float sign : {-1.0f, 1.0f}) {
+    for (const bool minus_first : {false, true}) {
+      std::vector<float> x(1000);
+      for (float& v : x) v = sign * std::fabs(d(gen)) + sign * 0.5f;  // 0 is the extreme
+      x[100] = minus_first ? -0.0f : 0.0f;
+      x[700] = minus_first ? 0.0f : -0.0f;
+      const DeviceArray dx(*b, x.data(), 4 * x.size());
+      std::vector<std::byte> want(cpu->max_encoded_bytes(x.size()));
+      std::vector<std::byte> got(want.size());
+      const std::size_t nw = cpu->encode(x.data(), x.size(), {1, 2, 3, 0, {}}, want.data());
+      const std::size_t ng = dev->encode(dx.as<float>(), x.size(), {1, 2, 3, 0, {}}, got.data());
+      ASSERT_EQ(nw, ng);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), nw)) << sign << " " << minus_first;
+    }
+  }
 }
 
 // temporal's output step and its state checksum (what the agreement compares across ranks).

@@ -93,7 +93,8 @@ bool has_kernels(std::string codec) {
   }
   return codec == "fp16" || codec == "bf16" || codec == "sign" || codec.rfind("qsgd:", 0) == 0 ||
          codec.rfind("temporal:", 0) == 0 || codec.rfind("maxnorm:", 0) == 0 ||
-         codec.rfind("dq:", 0) == 0 || codec.rfind("randk:", 0) == 0;
+         codec.rfind("dq:", 0) == 0 || codec.rfind("randk:", 0) == 0 ||
+         codec.rfind("sketch:", 0) == 0;
 }
 
 TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
@@ -103,7 +104,7 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
                           "qsgd:bits=4",    "none",           "maxnorm:bits=4,ef=1",
                           "temporal:bits=4", "topk:ratio=0.1", "fp16,ef=1",
                           "maxnorm:bits=2/6", "maxnorm:bits=4,sum=requant", "dq:max=8,min=2",
-                          "randk:ratio=0.1", "randk:bits=4,ratio=0.05,ef=1"};
+                          "randk:ratio=0.1", "randk:bits=4,ratio=0.05,ef=1", "sketch:bits=3"};
   const std::size_t sizes[] = {1, 3, 1001, 200003};
   unsigned seed = 1;
   for (const char* codec : codecs) {
