@@ -1,6 +1,7 @@
 // Factories of the quantizing codecs (ALGORITHMS.md sections 2-4).
 #pragma once
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstddef>
@@ -105,6 +106,34 @@ MaxnormLayout maxnorm_layout(const Codec& codec, const std::byte* in, std::size_
 /// encode. kInternal when `codec` is not a float sketch codec.
 const float* sketch_levels(Codec& codec, float mn, float mx, std::size_t n, const float* sample);
 std::size_t sketch_sample_size(std::size_t n);
+
+/// topk: elements kept of a block of `count`: ceil(ratio·count), at least 1 (0 when empty).
+inline std::size_t topk_kept(double ratio, std::size_t count) {
+  if (count == 0) return 0;
+  const auto k = static_cast<std::size_t>(std::ceil(ratio * static_cast<double>(count)));
+  return std::min(count, std::max<std::size_t>(1, k));
+}
+/// topk: bytes of one index in a payload of `count` elements.
+inline std::size_t topk_index_bytes(std::size_t count) {
+  return count <= (std::size_t{1} << 32) ? 4 : 8;
+}
+/// topk's radix select step over a histogram of `bins` digits with `need` elements still to
+/// choose: the digit d whose bin holds the need-th largest (bins above d hold fewer than need);
+/// `need` becomes what is still to take from bin d.
+inline std::size_t topk_pick_digit(const std::size_t* hist, std::size_t bins, std::size_t& need) {
+  std::size_t above = 0;
+  std::size_t d = bins - 1;
+  while (above + hist[d] < need) above += hist[d--];
+  need -= above;
+  return d;
+}
+/// topk: validates a payload of the float topk `codec` as its decoder does (header, length,
+/// indices in range and increasing, values finite) and returns the number of kept elements;
+/// throws ccoll::Error(kCorruptData) when malformed.
+std::size_t topk_validate(const Codec& codec, const std::byte* in, std::size_t bytes,
+                          std::size_t count);
+/// topk: the ratio of the float topk `codec`.
+double topk_ratio(const Codec& codec);
 
 /// randk's kept coordinates in [offset, offset + count) for the call (set_call()), as its
 /// encoder and decoder select them; valid until the codec's next call. kInternal when `codec`

@@ -52,6 +52,10 @@ class TopKCodec final : public ApplyingCodec<TopKCodec<T>, T> {
   std::size_t max_encoded_bytes(std::size_t count) const override {
     return wire::kHeaderBytes + kept(count) * (index_bytes(count) + sizeof(T));
   }
+  // k = ceil(R·count) indices and values: fixed by count
+  std::size_t payload_bytes(std::size_t count, std::uint64_t, std::uint32_t) const override {
+    return max_encoded_bytes(count);
+  }
   bool needs_fallback(const void* data, std::size_t count, int) const override {
     return this->any_non_finite(data, count);
   }
@@ -76,10 +80,7 @@ class TopKCodec final : public ApplyingCodec<TopKCodec<T>, T> {
         const Key key = key_of(x[i]);
         if ((key & prefix_mask) == prefix) ++hist_[(key >> shift) & 0xFFFF];
       }
-      std::size_t above = 0;
-      std::size_t d = hist_.size() - 1;
-      while (above + hist_[d] < need) above += hist_[d--];
-      need -= above;
+      const std::size_t d = topk_pick_digit(hist_.data(), hist_.size(), need);
       prefix |= static_cast<Key>(d) << shift;
       prefix_mask |= static_cast<Key>(0xFFFF) << shift;
     }
@@ -104,17 +105,10 @@ class TopKCodec final : public ApplyingCodec<TopKCodec<T>, T> {
     std::memcpy(&k, &v, sizeof k);
     return k & ~(Key{1} << (kKeyBits - 1));  // |v| as bits: ordered like the magnitudes
   }
-  std::size_t kept(std::size_t count) const {
-    if (count == 0) return 0;
-    const auto k = static_cast<std::size_t>(std::ceil(ratio_ * static_cast<double>(count)));
-    return std::min(count, std::max<std::size_t>(1, k));
-  }
-  static std::size_t index_bytes(std::size_t count) {
-    return count <= (std::size_t{1} << 32) ? 4 : 8;
-  }
-
-  template <bool kAccumulate>
-  void apply(const std::byte* in, std::size_t bytes, std::size_t count, T* out) const {
+ public:
+  double ratio() const { return ratio_; }
+  /// Everything apply() checks before it writes; returns the number of kept elements.
+  std::size_t validate(const std::byte* in, std::size_t bytes, std::size_t count) const {
     const wire::Header h = wire::read_header(in, bytes);
     if ((h.flags & wire::kFlagPoisoned) != 0) corrupt("payload is marked poisoned");
     if (h.codec != wire::CodecId::kTopk) corrupt("not a topk payload");
@@ -130,7 +124,6 @@ class TopKCodec final : public ApplyingCodec<TopKCodec<T>, T> {
     }
     const std::byte* idx_in = in + wire::kHeaderBytes;
     const std::byte* val_in = idx_in + k * ib;
-    // validate everything before writing anything
     std::uint64_t prev = 0;
     for (std::size_t m = 0; m < k; ++m) {
       std::uint64_t idx = 0;
@@ -141,6 +134,20 @@ class TopKCodec final : public ApplyingCodec<TopKCodec<T>, T> {
       std::memcpy(&v, val_in + m * sizeof(T), sizeof(T));
       if (!std::isfinite(v)) corrupt("non-finite value");
     }
+    return k;
+  }
+
+ private:
+  std::size_t kept(std::size_t count) const { return topk_kept(ratio_, count); }
+  static std::size_t index_bytes(std::size_t count) { return topk_index_bytes(count); }
+
+  template <bool kAccumulate>
+  void apply(const std::byte* in, std::size_t bytes, std::size_t count, T* out) const {
+    // validate everything before writing anything
+    const std::size_t k = validate(in, bytes, count);
+    const std::size_t ib = index_bytes(count);
+    const std::byte* idx_in = in + wire::kHeaderBytes;
+    const std::byte* val_in = idx_in + k * ib;
     if constexpr (!kAccumulate) std::fill(out, out + count, T(0));
     for (std::size_t m = 0; m < k; ++m) {
       std::uint64_t idx = 0;
@@ -161,6 +168,19 @@ class TopKCodec final : public ApplyingCodec<TopKCodec<T>, T> {
 };
 
 }  // namespace
+
+std::size_t topk_validate(const Codec& codec, const std::byte* in, std::size_t bytes,
+                          std::size_t count) {
+  const auto* t = dynamic_cast<const TopKCodec<float>*>(&codec);
+  if (t == nullptr) throw Error(Status::kInternal, "topk_validate: not a float topk codec");
+  return t->validate(in, bytes, count);
+}
+
+double topk_ratio(const Codec& codec) {
+  const auto* t = dynamic_cast<const TopKCodec<float>*>(&codec);
+  if (t == nullptr) throw Error(Status::kInternal, "topk_ratio: not a float topk codec");
+  return t->ratio();
+}
 
 std::unique_ptr<Codec> make_topk_codec(DType dtype, double ratio) {
   if (dtype == DType::kFloat64) return std::make_unique<TopKCodec<double>>(ratio);

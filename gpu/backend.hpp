@@ -21,6 +21,7 @@
 #include "bucketed_device.hpp"
 #include "maxnorm_device.hpp"
 #include "sketch_device.hpp"
+#include "topk_device.hpp"
 #include "temporal_device.hpp"
 
 namespace ccoll::gpu {
@@ -70,6 +71,21 @@ class Backend {
                              std::uint8_t* codes) = 0;
   virtual void sketch_decode(const SketchArgs& a, const float* levels, const std::uint8_t* codes,
                              float* out, bool accumulate) = 0;
+  /// topk: hist[d] (65536 words, zeroed first) = elements whose key matches `prefix` under
+  /// `mask` and has digit d at `shift`.
+  virtual void topk_histogram(const float* x, std::size_t count, std::uint32_t prefix,
+                              std::uint32_t mask, int shift, std::uint32_t* hist) = 0;
+  /// topk: per tile, the elements above and equal to the threshold.
+  virtual void topk_tile_counts(const float* x, const TopkSelect& s, std::uint32_t* above,
+                                std::uint32_t* equal) = 0;
+  /// topk: the kept elements' indices and values, tile by tile.
+  virtual void topk_tile_write(const float* x, const TopkSelect& s,
+                               const std::uint64_t* above_before,
+                               const std::uint64_t* equal_before, std::uint8_t* idx_out,
+                               std::uint8_t* val_out) = 0;
+  /// topk: out[index] = (or +=) value for the k kept elements of a validated payload.
+  virtual void topk_scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in,
+                            unsigned index_bytes, std::size_t k, float* out, bool accumulate) = 0;
   /// The 8 parts of the CPU's interleaved sum of squares of x (square_sum_part) into parts[8]
   /// (device doubles); the caller adds them pairwise as the CPU does.
   virtual void square_sum_parts(const float* x, std::size_t count, double* parts) = 0;

@@ -114,6 +114,40 @@ __global__ void sketch_decode_kernel(SketchArgs a, const float* levels, const st
   }
 }
 
+__global__ void topk_histogram_kernel(const float* x, std::size_t count, std::uint32_t prefix,
+                                      std::uint32_t mask, int shift, std::uint32_t* hist) {
+  for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
+    const std::uint32_t key = topk_key(x[i]);
+    if ((key & mask) == prefix) atomicAdd(hist + ((key >> shift) & 0xFFFFu), 1u);  // counts
+  }
+}
+
+__global__ void topk_tile_counts_kernel(const float* x, TopkSelect s, std::uint32_t* above,
+                                        std::uint32_t* equal) {
+  const std::size_t tiles = (s.count + kTopkTile - 1) / kTopkTile;
+  for (std::size_t t = global_thread(); t < tiles; t += grid_threads()) {
+    topk_tile_count(x, s, t, above + t, equal + t);
+  }
+}
+
+__global__ void topk_tile_write_kernel(const float* x, TopkSelect s,
+                                       const std::uint64_t* above_before,
+                                       const std::uint64_t* equal_before, std::uint8_t* idx_out,
+                                       std::uint8_t* val_out) {
+  const std::size_t tiles = (s.count + kTopkTile - 1) / kTopkTile;
+  for (std::size_t t = global_thread(); t < tiles; t += grid_threads()) {
+    topk_tile_write(x, s, t, above_before[t], equal_before[t], idx_out, val_out);
+  }
+}
+
+template <bool kAccumulate>
+__global__ void topk_scatter_kernel(const std::uint8_t* idx_in, const std::uint8_t* val_in,
+                                    unsigned index_bytes, std::size_t k, float* out) {
+  for (std::size_t m = global_thread(); m < k; m += grid_threads()) {
+    topk_scatter_one<kAccumulate>(idx_in, val_in, index_bytes, m, out);
+  }
+}
+
 // one thread per part: 8 sequential sums, the CPU's order (slow for large tensors: see
 // docs/design.md, dq)
 __global__ void square_sum_parts_kernel(const float* x, std::size_t count, double* parts) {
@@ -321,6 +355,41 @@ class CudaBackend final : public Backend {
       sketch_decode_kernel<false><<<grid, kThreads, 0, stream_>>>(a, levels, codes, out);
     }
     check(cudaGetLastError(), "sketch_decode launch");
+  }
+  void topk_histogram(const float* x, std::size_t count, std::uint32_t prefix, std::uint32_t mask,
+                      int shift, std::uint32_t* hist) override {
+    memset_zero(hist, 4 * 65536);
+    if (count == 0) return;
+    topk_histogram_kernel<<<grid_for(count), kThreads, 0, stream_>>>(x, count, prefix, mask,
+                                                                     shift, hist);
+    check(cudaGetLastError(), "topk_histogram launch");
+  }
+  void topk_tile_counts(const float* x, const TopkSelect& s, std::uint32_t* above,
+                        std::uint32_t* equal) override {
+    if (s.count == 0) return;
+    topk_tile_counts_kernel<<<grid_for((s.count + kTopkTile - 1) / kTopkTile), kThreads, 0,
+                              stream_>>>(x, s, above, equal);
+    check(cudaGetLastError(), "topk_tile_counts launch");
+  }
+  void topk_tile_write(const float* x, const TopkSelect& s, const std::uint64_t* above_before,
+                       const std::uint64_t* equal_before, std::uint8_t* idx_out,
+                       std::uint8_t* val_out) override {
+    if (s.count == 0) return;
+    topk_tile_write_kernel<<<grid_for((s.count + kTopkTile - 1) / kTopkTile), kThreads, 0,
+                             stream_>>>(x, s, above_before, equal_before, idx_out, val_out);
+    check(cudaGetLastError(), "topk_tile_write launch");
+  }
+  void topk_scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in, unsigned index_bytes,
+                    std::size_t k, float* out, bool accumulate) override {
+    if (k == 0) return;
+    if (accumulate) {
+      topk_scatter_kernel<true><<<grid_for(k), kThreads, 0, stream_>>>(idx_in, val_in,
+                                                                       index_bytes, k, out);
+    } else {
+      topk_scatter_kernel<false><<<grid_for(k), kThreads, 0, stream_>>>(idx_in, val_in,
+                                                                        index_bytes, k, out);
+    }
+    check(cudaGetLastError(), "topk_scatter launch");
   }
   void square_sum_parts(const float* x, std::size_t count, double* parts) override {
     square_sum_parts_kernel<<<1, 32, 0, stream_>>>(x, count, parts);

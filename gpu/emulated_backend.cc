@@ -114,6 +114,37 @@ class EmulatedBackend final : public Backend {
       }
     }
   }
+  void topk_histogram(const float* x, std::size_t count, std::uint32_t prefix, std::uint32_t mask,
+                      int shift, std::uint32_t* hist) override {
+    for (std::size_t d = 0; d < 65536; ++d) hist[d] = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      const std::uint32_t key = topk_key(x[i]);
+      if ((key & mask) == prefix) ++hist[(key >> shift) & 0xFFFFu];
+    }
+  }
+  void topk_tile_counts(const float* x, const TopkSelect& s, std::uint32_t* above,
+                        std::uint32_t* equal) override {
+    for (std::size_t t = 0; t * kTopkTile < s.count; ++t) {
+      topk_tile_count(x, s, t, above + t, equal + t);
+    }
+  }
+  void topk_tile_write(const float* x, const TopkSelect& s, const std::uint64_t* above_before,
+                       const std::uint64_t* equal_before, std::uint8_t* idx_out,
+                       std::uint8_t* val_out) override {
+    for (std::size_t t = 0; t * kTopkTile < s.count; ++t) {
+      gpu::topk_tile_write(x, s, t, above_before[t], equal_before[t], idx_out, val_out);
+    }
+  }
+  void topk_scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in, unsigned index_bytes,
+                    std::size_t k, float* out, bool accumulate) override {
+    for (std::size_t m = 0; m < k; ++m) {
+      if (accumulate) {
+        topk_scatter_one<true>(idx_in, val_in, index_bytes, m, out);
+      } else {
+        topk_scatter_one<false>(idx_in, val_in, index_bytes, m, out);
+      }
+    }
+  }
   void square_sum_parts(const float* x, std::size_t count, double* parts) override {
     for (unsigned j = 0; j < 8; ++j) parts[j] = square_sum_part(x, count, j);
   }

@@ -642,7 +642,13 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   } copy{stats, counters};
   stats.bits = codec.bits_used();
   if (allreduce) {
-    algo = device_ring ? coll::Algorithm::kRing
+    // device codecs take the ring, or (auto, codecs that ask for it, not NCCL) the all-gather
+    // reduction; every rank derives the same choice from agreed values
+    const bool nccl_any = v[kNccl] != 0;
+    algo = device_ring ? (algo == coll::Algorithm::kAuto && codec.capabilities().gather_reduce &&
+                                  !nccl_any
+                              ? coll::Algorithm::kAllgather
+                              : coll::Algorithm::kRing)
                        : coll::select_allreduce(algo, call.count, es, p,
                                                 codec.capabilities().gather_reduce);
     stats.algorithm = coll::algorithm_name(algo);

@@ -382,7 +382,9 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodec,
                                            "dq:max=8,min=3,ef=1", "randk:ratio=0.1",
                                            "randk:bits=4,ratio=0.01",
                                            "randk:bits=3,ratio=0.3,ef=1", "sketch:bits=3",
-                                           "sketch:bits=2,clusters=2", "sketch:bits=4,ef=1"),
+                                           "sketch:bits=2,clusters=2", "sketch:bits=4,ef=1",
+                                           "topk:ratio=0.01", "topk:ratio=0.3",
+                                           "topk:ratio=0.05,ef=1"),
                          param_name);
 
 // Device-resident payloads (the CUDA-aware MPI path): the same bytes in device memory, the
@@ -446,7 +448,7 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodecResident,
                                            "maxnorm:bits=8", "qsgd:bits=4", "terngrad", "sign",
                                            "maxnorm:bits=4,ef=1", "maxnorm:bits=2/6",
                                            "maxnorm:bits=3,sum=requant", "randk:ratio=0.1",
-                                           "sketch:bits=3"),
+                                           "sketch:bits=3", "topk:ratio=0.1"),
                          param_name);
 
 TEST(DeviceKernels, WhichCodecsHaveKernels) {
@@ -461,7 +463,7 @@ TEST(DeviceKernels, WhichCodecsHaveKernels) {
       has_device_kernels(parse_codec_spec("maxnorm:bits=4,sum=requant"), codec::DType::kFloat32));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("randk:ratio=0.1"), codec::DType::kFloat32));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("qsgd:bits=4"), codec::DType::kFloat32));
-  EXPECT_FALSE(has_device_kernels(parse_codec_spec("topk:ratio=0.01"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("topk:ratio=0.01"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("none"), codec::DType::kFloat32));
 }
 

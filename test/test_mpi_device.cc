@@ -94,7 +94,7 @@ bool has_kernels(std::string codec) {
   return codec == "fp16" || codec == "bf16" || codec == "sign" || codec.rfind("qsgd:", 0) == 0 ||
          codec.rfind("temporal:", 0) == 0 || codec.rfind("maxnorm:", 0) == 0 ||
          codec.rfind("dq:", 0) == 0 || codec.rfind("randk:", 0) == 0 ||
-         codec.rfind("sketch:", 0) == 0;
+         codec.rfind("sketch:", 0) == 0 || codec.rfind("topk:", 0) == 0;
 }
 
 TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
@@ -122,7 +122,10 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
           opt.average = average;
           // the device codecs take the ring (auto's choice for device buffers); the host-copy
           // path takes whatever auto takes on the host
-          opt.algorithm = has_kernels(codec) ? "ring" : "auto";
+          // (topk: auto is its all-gather reduction on both, but the ring under NCCL)
+          const bool gather = std::string(codec).rfind("topk", 0) == 0;
+          const bool nccl = kernel_transport() == "nccl-emulated";
+          opt.algorithm = has_kernels(codec) && !(gather && !nccl) ? "ring" : "auto";
           ccoll::Stats hs, ds;
           std::vector<float> want(n, NAN);
           if (in_place) want = x;
@@ -140,7 +143,9 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
           ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
           EXPECT_EQ(hs.transport, "host");
           EXPECT_EQ(ds.transport, p > 1 && has_kernels(codec) ? kernel_transport() : "host-copy");
-          EXPECT_EQ(ds.algorithm, p > 1 && has_kernels(codec) ? "ring" : hs.algorithm);
+          EXPECT_EQ(ds.algorithm, p > 1 && has_kernels(codec) && !(gather && !nccl)
+                                      ? "ring"
+                                      : hs.algorithm);
           EXPECT_EQ(ds.wire_bytes_sent, hs.wire_bytes_sent);
           if (!in_place) {  // the input is only read
             ASSERT_EQ(0, std::memcmp(dx.host().data(), x.data(), 4 * n));
@@ -200,8 +205,9 @@ TEST_F(DeviceBuffers, MixedRanksInteroperate) {
       std::vector<float> want(n);
       ccoll::compressed_allreduce(x.data(), want.data(), n, MPI_FLOAT, MPI_SUM, host_comm_, opt);
       // with device kernels the device ranks' ring must be taken by the host ranks under auto;
-      // host-copy codecs keep the explicit ring of the reference
-      opt.algorithm = has_kernels(codec) ? "auto" : "ring";
+      // host-copy codecs, and topk (whose auto is its all-gather reduction), keep the explicit
+      // ring of the reference
+      opt.algorithm = has_kernels(codec) && std::string(codec) != "topk:ratio=0.1" ? "auto" : "ring";
       std::vector<float> got(n);
       if (kernel_transport() == "nccl-emulated" && has_kernels(codec) &&
           size_of(MPI_COMM_WORLD) > 1) {

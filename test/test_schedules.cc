@@ -720,7 +720,8 @@ void expect_same_both_ways(
 TEST(ExactRing, SameResultsAsThePipelinedRing) {
   const char* specs[] = {"none", "fp16", "maxnorm:bits=2", "maxnorm:bits=8", "maxnorm:bits=2/6",
                          "maxnorm:bits=4,sum=requant", "qsgd:bits=4", "sign",
-                         "maxnorm:bits=3,ef=1", "randk:ratio=0.1,bits=4", "sketch:bits=3"};
+                         "maxnorm:bits=3,ef=1", "randk:ratio=0.1,bits=4", "sketch:bits=3",
+                         "topk:ratio=0.1"};
   for (const char* spec : specs) {
     for (const int p : {2, 3, 4, 5, 8}) {
       for (const std::size_t count : {std::size_t{1}, std::size_t{3}, std::size_t{1000},
