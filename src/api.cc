@@ -859,7 +859,25 @@ bool run_auto(const Call& call, Stats& stats) {
     if (gpu::Backend* b = gpu::backend();
         b != nullptr && (b->is_device_pointer(call.recvbuf) ||
                          (call.sendbuf != MPI_IN_PLACE && b->is_device_pointer(call.sendbuf)))) {
-      return false;  // device buffers: run() runs auto's codec, untuned (docs/design.md)
+      // device buffers: run() runs auto's codec untuned, or below kAutoMinBytes, where
+      // compression does not pay on the host either, no codec (docs/design.md)
+      CodecSpec dspec;
+      try {
+        dspec = parse_codec_spec(text);
+      } catch (const Error&) {
+        return false;  // run() reports it on every rank
+      }
+      codec::DType dt = codec::DType::kFloat32;
+      if (dspec.name != "auto" || !codec_dtype(call.datatype, dt) ||
+          call.count * codec::dtype_size(dt) >= kAutoMinBytes) {
+        return false;
+      }
+      Options opt = call.options;
+      opt.codec = "none";
+      run(Call{call.kind, call.fn, call.sendbuf, call.recvbuf, call.count, call.datatype, call.op,
+               call.comm, opt},
+          stats);
+      return true;
     }
     int inter = 0;
     CCOLL_MPI_CHECK(MPI_Comm_test_inter(call.comm, &inter));

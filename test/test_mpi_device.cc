@@ -304,6 +304,21 @@ TEST_F(DeviceBuffers, AutoRunsItsCodecOnTheDevice) {
   if (size_of(MPI_COMM_WORLD) > 1) {
     EXPECT_EQ(ds.transport, kernel_transport());
   }
+  // below 64 KiB auto sends uncompressed, as it would on host buffers: the exact sum
+  const std::vector<float> small = input(1000, rank_of(MPI_COMM_WORLD), 18);
+  std::vector<float> exact(small.size());
+  ccoll::Options none;
+  none.codec = "none";
+  ccoll::compressed_allreduce(small.data(), exact.data(), small.size(), MPI_FLOAT, MPI_SUM,
+                              host_comm_, none);
+  DeviceVec ds_in(small);
+  DeviceVec ds_out(small.size());
+  ccoll::Stats ss;
+  opt.stats = &ss;
+  ccoll::compressed_allreduce(ds_in.data(), ds_out.data(), small.size(), MPI_FLOAT, MPI_SUM,
+                              dev_comm_, opt);
+  ASSERT_EQ(0, std::memcmp(ds_out.host().data(), exact.data(), 4 * small.size()));
+  EXPECT_EQ(ss.codec, "none");
 }
 
 // The NCCL transport itself: a group of one send to this rank and one receive from it.
