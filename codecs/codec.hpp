@@ -62,6 +62,24 @@ struct BlockContext {
   Role role = Role::kOwn;
 };
 
+/// One encode of a batch (Codec::encode_many): `bytes` receives the payload's length.
+struct EncodeJob {
+  const void* in = nullptr;
+  std::size_t count = 0;
+  BlockContext ctx;
+  std::byte* out = nullptr;
+  std::size_t bytes = 0;
+};
+
+/// One decode of a batch (Codec::decode_many).
+struct DecodeJob {
+  const std::byte* in = nullptr;
+  std::size_t bytes = 0;
+  std::size_t count = 0;
+  void* out = nullptr;
+  bool accumulate = false;
+};
+
 class Codec {
  public:
   virtual ~Codec() = default;
@@ -118,6 +136,26 @@ class Codec {
   /// As decode(), but adds the decoded values to `acc` in the element type.
   virtual void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
                                  void* acc) = 0;
+
+  /// encode() of every job, in order. Codecs whose encodes are queued work (the device codecs)
+  /// queue all of them and wait once, so the work of a whole chunk overlaps the caller's
+  /// transfers; the results must be what encode() gives. On a throw no job's output is valid.
+  virtual void encode_many(EncodeJob* jobs, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      jobs[i].bytes = encode(jobs[i].in, jobs[i].count, jobs[i].ctx, jobs[i].out);
+    }
+  }
+  /// decode() or decode_accumulate() of every job (outputs must not overlap), batched like
+  /// encode_many(). Throws like decode when any payload is malformed.
+  virtual void decode_many(const DecodeJob* jobs, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      if (jobs[i].accumulate) {
+        decode_accumulate(jobs[i].in, jobs[i].bytes, jobs[i].count, jobs[i].out);
+      } else {
+        decode(jobs[i].in, jobs[i].bytes, jobs[i].count, jobs[i].out);
+      }
+    }
+  }
 
   /// One hop of a re-encoding ring: decode_accumulate(in → acc), then encode(acc → out), and
   /// the encoded length. `out` may be `in`. Codecs may fuse the two (the device casts: one

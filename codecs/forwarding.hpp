@@ -37,7 +37,7 @@ class ForwardingCodec : public Codec {
                          void* acc) override {
     target_->decode_accumulate(in, bytes, count, acc);
   }
-  // reduce_encode is not forwarded: Codec's default calls this wrapper's decode_accumulate and
+  // reduce_encode, encode_many and decode_many are not forwarded: Codec's default calls this wrapper's decode_accumulate and
   // encode, which is what a wrapper that changes either needs
   void reset_state() override { target_->reset_state(); }
   unsigned bits_used() const override { return target_->bits_used(); }

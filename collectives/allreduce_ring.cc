@@ -22,9 +22,9 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
   const int r = e.rank();
   if (p == 1) return;
   const bool summable = e.codec().capabilities().summable;
-  // summable: scratch for this rank's own codes and for the sum, one segment each
-  std::byte* own = slots + L.slot_bytes();
-  std::byte* sum = own + L.seg_capacity();
+  // summable: scratch for the sum (one segment) and this rank's own codes (a chunk's segments)
+  std::byte* sum = slots + L.slot_bytes();
+  std::byte* own = sum + L.seg_capacity();
   const int next = ring_mod(r + 1, p);
   const int prev = ring_mod(r - 1, p);
   const std::size_t es = e.elem_bytes();
@@ -51,17 +51,26 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
       recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagReduceScatter);
     }
     if (summable) {
-      // step k: add this rank's codes to each arriving partial sum of codes; forward the sum
-      // (or, at the last step, keep it as the chunk's final payload for the all-gather)
+      // step k: this rank's codes of every segment of the arriving chunk, encoded in one batch
+      // while the partial sums arrive (a device codec's kernels and copies overlap the
+      // transfers), then added to each arriving partial sum of codes; forward the sum (or, at
+      // the last step, keep it as the chunk's final payload for the all-gather)
+      codec::EncodeJob* jobs = e.workspace().encode_jobs(nseg);
+      for (std::size_t j = 0; j < nseg; ++j) {
+        const std::size_t off = L.seg_offset(recv_chunk, j);
+        jobs[j] = codec::EncodeJob{data + off * es, L.seg_elems(recv_chunk, j),
+                                   codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
+                                                       codec::BlockContext::Role::kOwn},
+                                   own + j * L.seg_capacity(), 0};
+      }
+      e.encode_many(jobs, nseg);
       for (std::size_t j = 0; j < nseg; ++j) {
         std::byte* slot = slots + L.slot(recv_chunk, j);
         const std::size_t off = L.seg_offset(recv_chunk, j);
         const std::size_t cnt = L.seg_elems(recv_chunk, j);
         const std::size_t got = e.wait_recv(recvs[j]);
-        const std::size_t own_n =
-            e.encode(data + off * es, cnt, static_cast<std::uint64_t>(r), off, own);
-        const std::size_t n =
-            e.add(slot, got, own, own_n, cnt, static_cast<std::uint64_t>(r), off, sum);
+        const std::size_t n = e.add(slot, got, jobs[j].out, jobs[j].bytes, cnt,
+                                    static_cast<std::uint64_t>(r), off, sum);
         e.copy_payload(slot, sum, n);
         if (final_sizes != nullptr && k + 2 == p) final_sizes[L.index(recv_chunk, j)] = n;
         if (k + 2 < p) sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
@@ -109,22 +118,26 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
     for (std::size_t j = 0; j < nseg; ++j) {
       recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagAllgather);
     }
-    // step k: forward each arriving segment unchanged, then decode it
+    // step k: forward each arriving segment unchanged, then decode the chunk in one batch
+    codec::DecodeJob* jobs = e.workspace().decode_jobs(nseg);
     for (std::size_t j = 0; j < nseg; ++j) {
       std::byte* slot = slots + L.slot(recv_chunk, j);
       std::size_t got = e.wait_recv(recvs[j]);
       if (got == 0) got = e.write_poisoned(slot);  // keep the ring going, flag the failure
       sizes[L.index(recv_chunk, j)] = got;
       if (k + 2 < p) sends[nsends++] = e.send(slot, got, next, kTagAllgather);
-      e.decode(slot, got, L.seg_elems(recv_chunk, j), out + L.seg_offset(recv_chunk, j) * es,
-               /*accumulate=*/false);
+      jobs[j] = codec::DecodeJob{slot, got, L.seg_elems(recv_chunk, j),
+                                 out + L.seg_offset(recv_chunk, j) * es, false};
     }
+    e.decode_many(jobs, nseg);
   }
   // The owner takes its own chunk from the bytes everyone else decoded.
+  codec::DecodeJob* jobs = e.workspace().decode_jobs(L.nseg(r));
   for (std::size_t j = 0; j < L.nseg(r); ++j) {
-    e.decode(slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
-             out + L.seg_offset(r, j) * es, /*accumulate=*/false);
+    jobs[j] = codec::DecodeJob{slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
+                               out + L.seg_offset(r, j) * es, false};
   }
+  e.decode_many(jobs, L.nseg(r));
   for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
 }
 
@@ -150,7 +163,7 @@ void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, st
 void reduce_scatter_ring(Context& cx, void* buf, std::size_t count) {
   Engine e(cx);
   const RingLayout L(count, e.size(), cx.segment_elems, cx.codec);
-  std::byte* slots = cx.workspace.bytes(L.slot_bytes() + 2 * L.seg_capacity());
+  std::byte* slots = cx.workspace.bytes(L.slot_bytes() + (L.nseg_max() + 1) * L.seg_capacity());
   std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(e.size()));
   reduce_scatter_phase(e, L, static_cast<std::byte*>(buf), slots, sizes);
   if (cx.codec.capabilities().summable) {
@@ -174,7 +187,7 @@ void allreduce_ring(Context& cx, const void* in, void* out, std::size_t count, b
   const int p = e.size();
   const int r = e.rank();
   const RingLayout L(count, p, cx.segment_elems, cx.codec);
-  std::byte* slots = cx.workspace.bytes(L.slot_bytes() + 2 * L.seg_capacity());
+  std::byte* slots = cx.workspace.bytes(L.slot_bytes() + (L.nseg_max() + 1) * L.seg_capacity());
   std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
   auto* data = static_cast<std::byte*>(out);
   // the reduce-scatter of summable codecs only reads its input (the sums stay codes), so a

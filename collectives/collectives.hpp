@@ -45,7 +45,10 @@ class Workspace {
 
   Workspace() = default;
   Workspace(Workspace&& o) noexcept
-      : sizes_(std::move(o.sizes_)), requests_(std::move(o.requests_)) {
+      : sizes_(std::move(o.sizes_)),
+        requests_(std::move(o.requests_)),
+        encode_jobs_(std::move(o.encode_jobs_)),
+        decode_jobs_(std::move(o.decode_jobs_)) {
     std::swap(alloc_, o.alloc_);
     std::swap(bytes_, o.bytes_);
     std::swap(capacity_, o.capacity_);
@@ -79,6 +82,14 @@ class Workspace {
     if (requests_.size() < n) requests_.resize(n);
     return requests_.data();
   }
+  codec::EncodeJob* encode_jobs(std::size_t n) {
+    if (encode_jobs_.size() < n) encode_jobs_.resize(n);
+    return encode_jobs_.data();
+  }
+  codec::DecodeJob* decode_jobs(std::size_t n) {
+    if (decode_jobs_.size() < n) decode_jobs_.resize(n);
+    return decode_jobs_.data();
+  }
   std::size_t capacity_bytes() const { return capacity_; }
 
  private:
@@ -97,6 +108,8 @@ class Workspace {
   std::size_t capacity_ = 0;
   std::vector<std::size_t> sizes_;
   std::vector<Request> requests_;
+  std::vector<codec::EncodeJob> encode_jobs_;
+  std::vector<codec::DecodeJob> decode_jobs_;
 };
 
 /// How a schedule touches element data other than through the codec (the input copy of the

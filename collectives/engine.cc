@@ -24,6 +24,43 @@ std::size_t Engine::encode(const void* in, std::size_t count, std::uint64_t stre
   return n;
 }
 
+void Engine::encode_many(codec::EncodeJob* jobs, std::size_t n) {
+  const auto t0 = Clock::now();
+  for (std::size_t i = 0; i < n; ++i) {
+    jobs[i].ctx.seed = cx_.seed;
+    jobs[i].ctx.call = cx_.call;
+  }
+  try {
+    cx_.codec.encode_many(jobs, n);
+  } catch (const Error& err) {
+    poison(err.code(), err.what());  // no peer waits: every payload goes out poisoned
+    for (std::size_t i = 0; i < n; ++i) jobs[i].bytes = write_poisoned(jobs[i].out);
+  }
+  if (poisoned_) {
+    for (std::size_t i = 0; i < n; ++i) poison_payload(jobs[i].out);
+  }
+  cx_.counters.encode_seconds += since(t0);
+}
+
+void Engine::decode_many(codec::DecodeJob* jobs, std::size_t n) {
+  std::size_t valid = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (jobs[i].bytes == 0 && poisoned_) continue;  // the receive failed and poisoned this rank
+    if (payload_poisoned(jobs[i].in, jobs[i].bytes)) {
+      poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
+      continue;
+    }
+    jobs[valid++] = jobs[i];
+  }
+  const auto t0 = Clock::now();
+  try {
+    cx_.codec.decode_many(jobs, valid);
+  } catch (const Error& err) {
+    poison(err.code(), err.what());
+  }
+  cx_.counters.decode_seconds += since(t0);
+}
+
 bool Engine::decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
                     bool accumulate) {
   if (bytes == 0 && poisoned_) return false;  // the receive failed and poisoned this rank

@@ -50,6 +50,14 @@ class Engine {
   bool decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
               bool accumulate);
 
+  /// encode() of a batch (codec::Codec::encode_many): the jobs' seed and call are set here; a
+  /// failed batch writes poisoned payloads and poisons this rank, as encode() does.
+  void encode_many(codec::EncodeJob* jobs, std::size_t n);
+  /// decode() of a batch (codec::Codec::decode_many): poisoned or empty payloads poison this rank
+  /// and are skipped (their outputs left untouched), as decode() does; the rest decode in one
+  /// batch. The jobs array is reordered.
+  void decode_many(codec::DecodeJob* jobs, std::size_t n);
+
   /// A re-encoding ring hop: decode-accumulates `in` into `acc` and encodes `acc` into `out`
   /// (codec::Codec::reduce_encode). A poisoned, empty or malformed `in` poisons this rank and
   /// `acc` is encoded as it is, marked poisoned, so the ring goes on.
@@ -145,8 +153,8 @@ struct RingLayout {
 /// The ring phases shared by all-reduce, reduce-scatter and all-gather.
 /// reduce_scatter_phase: on return this rank's chunk of `data` holds the full sum; for summable
 /// codecs the sum stays encoded in this rank's slots instead (lengths in `final_sizes`) and
-/// `data` only supplies this rank's contributions. Needs the slots plus two segment capacities
-/// of scratch after them.
+/// `data` only supplies this rank's contributions. Needs the slots plus nseg_max() + 1 segment
+/// capacities of scratch after them (a sum, and this rank's codes of a whole chunk).
 void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::byte* slots,
                           std::size_t* final_sizes);
 /// allgather_phase: this rank's chunk is already encoded in its slots (sizes[index(rank, j)]);

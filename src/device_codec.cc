@@ -278,42 +278,62 @@ class DeviceMaxnorm final : public DeviceCodecBase {
 
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
                      std::byte* out) override {
-    const std::size_t first = ctx.offset / gpu::kMaxnormBlock;
-    const std::size_t nb =
-        count == 0 ? 0 : (ctx.offset + count - 1) / gpu::kMaxnormBlock - first + 1;
-    if (count != 0 && first + nb > scales_.size()) {
-      throw Error(Status::kInternal, "maxnorm (device): encode outside the agreed scales");
-    }
-    const std::size_t at = prefix_bytes(nb);
-    std::byte* h = resident_ ? host_out(at) : out;  // header, element offset, scales
-    wire::write_header(h, {id(), 0, param(1), count});
-    std::memcpy(h + wire::kHeaderBytes, &ctx.offset, 8);
-    if (nb != 0) std::memcpy(h + wire::kHeaderBytes + 8, scales_.data() + first, 4 * nb);
-    if (resident_) put_prefix(out, h, at);
-    // randk: the codes of the call's kept coordinates only
-    const std::vector<std::uint64_t>* sel =
-        sparse_ ? &codec::randk_selection(*target(), ctx.offset, count) : nullptr;
-    const std::size_t ncodes = sel != nullptr ? sel->size() : count;
-    const std::size_t code_bytes = gpu::packed_size(ncodes, width_);
+    const std::size_t at = encode_prefix(count, ctx, out);
+    const std::size_t code_bytes = gpu::packed_size(ncodes_, width_);
     std::uint8_t* codes = body_target(out, at, code_bytes);
-    if (ncodes != 0) {
-      gpu::MaxnormEncodeArgs a;
-      a.count = ncodes;
-      a.selected = sel != nullptr ? upload(*sel) : nullptr;
-      a.offset = ctx.offset;
-      a.scales = scales_dev_ptr_ + first;
-      a.first_block = first;
-      a.levels = levels_;
-      a.width = width_;
-      a.seed = ctx.seed;
-      a.call = ctx.call;
-      a.stream = static_cast<std::uint32_t>(ctx.stream);
-      a.levels2 = levels2_;
-      a.mask = levels2_ != 0 ? mask_dev_ptr_ : nullptr;
-      b_.maxnorm_encode(static_cast<const float*>(in), a, codes);
-    }
+    queue_codes(static_cast<const float*>(in), count, ctx, codes);
     finish_body(out, at, codes, code_bytes);
     return at + code_bytes;
+  }
+  // Staged, dense: every job's kernel and copy queued, one wait for the batch.
+  void encode_many(codec::EncodeJob* jobs, std::size_t n) override {
+    if (resident_ || sparse_) {
+      Codec::encode_many(jobs, n);
+      return;
+    }
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < n; ++i) total += gpu::packed_size(jobs[i].count, width_);
+    auto* dev = static_cast<std::uint8_t*>(batch_.get(b_, total, false));
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t at = encode_prefix(jobs[i].count, jobs[i].ctx, jobs[i].out);
+      const std::size_t code_bytes = gpu::packed_size(jobs[i].count, width_);
+      queue_codes(static_cast<const float*>(jobs[i].in), jobs[i].count, jobs[i].ctx, dev);
+      b_.copy(jobs[i].out + at, dev, code_bytes);
+      jobs[i].bytes = at + code_bytes;
+      dev += code_bytes;
+    }
+    b_.synchronize();
+  }
+  // Staged, dense: every job validated, its scales and codes copied and decoded in one queue,
+  // one wait, then every job's largest lane checked.
+  void decode_many(const codec::DecodeJob* jobs, std::size_t n) override {
+    if (resident_ || sparse_) {
+      Codec::decode_many(jobs, n);
+      return;
+    }
+    layouts_.resize(n);
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < n; ++i) {  // validate everything before decoding anything
+      layouts_[i] = codec::maxnorm_layout(*target(), jobs[i].in, jobs[i].bytes, jobs[i].count);
+      total += (jobs[i].bytes - layouts_[i].scales_at + 15) / 16 * 16;
+    }
+    auto* dev = static_cast<std::uint8_t*>(batch_.get(b_, total + 4 * n, false));
+    auto* flags = reinterpret_cast<std::uint32_t*>(dev + total);
+    b_.memset_zero(flags, 4 * n);
+    for (std::size_t i = 0; i < n; ++i) {
+      const codec::MaxnormLayout& l = layouts_[i];
+      if (jobs[i].count == 0) continue;
+      const std::size_t tail = jobs[i].bytes - l.scales_at;
+      b_.copy(dev, jobs[i].in + l.scales_at, tail);
+      queue_decode(l, jobs[i].count, dev, jobs[i].out, jobs[i].accumulate, flags + i);
+      dev += (tail + 15) / 16 * 16;
+    }
+    flags_host_.resize(n);
+    b_.copy(flags_host_.data(), flags, 4 * n);
+    b_.synchronize();
+    for (std::size_t i = 0; i < n; ++i) {
+      if (flags_host_[i] > layouts_[i].limit) corrupt("code out of range");
+    }
   }
 
   // Staged payloads are host memory: the CPU codec adds them. Device-resident payloads are
@@ -395,6 +415,55 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     if (count == 0) return;
     // scales and codes travel together: one copy of the payload after its element offset
     const std::uint8_t* dev = code_source(in, l.scales_at, bytes - l.scales_at);
+    b_.memset_zero(flag_device(), 4);
+    queue_decode(l, count, dev, out, acc, flag_device());
+    if (read_flag() > l.limit) corrupt("code out of range");
+  }
+
+  // The payload's header, element offset and scales (staged: into `out`; resident: put there);
+  // returns their length and leaves the encode's code count in ncodes_ (randk: the kept ones).
+  std::size_t encode_prefix(std::size_t count, const codec::BlockContext& ctx, std::byte* out) {
+    const std::size_t first = ctx.offset / gpu::kMaxnormBlock;
+    const std::size_t nb =
+        count == 0 ? 0 : (ctx.offset + count - 1) / gpu::kMaxnormBlock - first + 1;
+    if (count != 0 && first + nb > scales_.size()) {
+      throw Error(Status::kInternal, "maxnorm (device): encode outside the agreed scales");
+    }
+    const std::size_t at = prefix_bytes(nb);
+    std::byte* h = resident_ ? host_out(at) : out;  // header, element offset, scales
+    wire::write_header(h, {id(), 0, param(1), count});
+    std::memcpy(h + wire::kHeaderBytes, &ctx.offset, 8);
+    if (nb != 0) std::memcpy(h + wire::kHeaderBytes + 8, scales_.data() + first, 4 * nb);
+    if (resident_) put_prefix(out, h, at);
+    selected_ = sparse_ ? &codec::randk_selection(*target(), ctx.offset, count) : nullptr;
+    ncodes_ = selected_ != nullptr ? selected_->size() : count;
+    return at;
+  }
+  // Queues the kernel writing the codes of the encode encode_prefix() began at `codes`.
+  void queue_codes(const float* x, std::size_t count, const codec::BlockContext& ctx,
+                   std::uint8_t* codes) {
+    (void)count;
+    if (ncodes_ == 0) return;
+    const std::size_t first = ctx.offset / gpu::kMaxnormBlock;
+    gpu::MaxnormEncodeArgs a;
+    a.count = ncodes_;
+    a.selected = selected_ != nullptr ? upload(*selected_) : nullptr;
+    a.offset = ctx.offset;
+    a.scales = scales_dev_ptr_ + first;
+    a.first_block = first;
+    a.levels = levels_;
+    a.width = width_;
+    a.seed = ctx.seed;
+    a.call = ctx.call;
+    a.stream = static_cast<std::uint32_t>(ctx.stream);
+    a.levels2 = levels2_;
+    a.mask = levels2_ != 0 ? mask_dev_ptr_ : nullptr;
+    b_.maxnorm_encode(x, a, codes);
+  }
+  // Queues the decode of a validated payload whose scales and codes are at `dev` (device);
+  // its largest lane is max-ed into *flag.
+  void queue_decode(const codec::MaxnormLayout& l, std::size_t count, const std::uint8_t* dev,
+                    void* out, bool acc, std::uint32_t* flag) {
     gpu::MaxnormDecodeArgs a;
     a.count = l.ncodes;
     if (l.selected != nullptr) {  // randk: the other coordinates decode to zero
@@ -412,9 +481,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     a.mult = l.requant ? static_cast<float>(l.contributions) : 1.0f;
     a.levels2 = l.levels2;
     a.mask = l.levels2 != 0 ? mask_dev_ptr_ : nullptr;
-    b_.memset_zero(flag_device(), 4);
-    b_.maxnorm_decode(a, static_cast<float*>(out), acc, flag_device());
-    if (read_flag() > l.limit) corrupt("code out of range");
+    b_.maxnorm_decode(a, static_cast<float*>(out), acc, flag);
   }
 
   wire::CodecId id() const { return sparse_ ? wire::CodecId::kRandk : wire::CodecId::kMaxnorm; }
@@ -438,6 +505,11 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   std::vector<float> scales_;  // the agreed scales, as payloads carry them
   gpu::Buffer scales_dev_;
   float* scales_dev_ptr_ = nullptr;
+  const std::vector<std::uint64_t>* selected_ = nullptr;  // randk: the encode's kept ones
+  std::size_t ncodes_ = 0;
+  gpu::Buffer batch_;  // encode_many/decode_many: every job's codes
+  std::vector<codec::MaxnormLayout> layouts_;
+  std::vector<std::uint32_t> flags_host_;
 };
 
 // qsgd, terngrad and sign: per-bucket scales and codes computed on the device, the payload

@@ -307,6 +307,46 @@ TEST_P(DeviceCodec, ReduceEncodeMatchesCpu) {
   EXPECT_EQ(0, std::memcmp(dacc.read<float>(n).data(), acc.data(), 4 * n));
 }
 
+// encode_many/decode_many (one wait per batch on the device): the bytes and floats of the
+// one-by-one calls, and a malformed payload in a batch rejected.
+TEST_P(DeviceCodec, BatchesEqualOneByOne) {
+  const std::size_t n = 2 * gpu::kMaxnormBlock + 4321;
+  const std::vector<float> x = data(n, 31);
+  const DeviceArray dx(*b_, x.data(), n * 4);
+  prepare(x, dx, 2, 9);
+  const std::size_t seg = 50000;
+  const std::size_t jobs_n = (n + seg - 1) / seg;
+  const std::size_t cap = cpu_->max_encoded_bytes(seg);
+  std::vector<std::byte> want(jobs_n * cap), got(jobs_n * cap);
+  std::vector<codec::EncodeJob> jobs(jobs_n);
+  std::vector<std::size_t> sizes(jobs_n);
+  for (std::size_t j = 0; j < jobs_n; ++j) {
+    const std::size_t off = j * seg;
+    const std::size_t cnt = std::min(seg, n - off);
+    const codec::BlockContext ctx{7, 9, 1, off, codec::BlockContext::Role::kOwn};
+    sizes[j] = cpu_->encode(x.data() + off, cnt, ctx, want.data() + j * cap);
+    jobs[j] = codec::EncodeJob{dx.as<float>() + off, cnt, ctx, got.data() + j * cap, 0};
+  }
+  dev_->encode_many(jobs.data(), jobs_n);
+  for (std::size_t j = 0; j < jobs_n; ++j) {
+    ASSERT_EQ(jobs[j].bytes, sizes[j]) << "job " << j;
+    ASSERT_EQ(0, std::memcmp(got.data() + j * cap, want.data() + j * cap, sizes[j]));
+  }
+  std::vector<float> ref(n);
+  const DeviceArray out(*b_, 4 * n);
+  std::vector<codec::DecodeJob> djobs(jobs_n);
+  for (std::size_t j = 0; j < jobs_n; ++j) {
+    const std::size_t cnt = std::min(seg, n - j * seg);
+    cpu_->decode(want.data() + j * cap, sizes[j], cnt, ref.data() + j * seg);
+    djobs[j] = codec::DecodeJob{want.data() + j * cap, sizes[j], cnt, out.as<float>() + j * seg,
+                                false};
+  }
+  dev_->decode_many(djobs.data(), jobs_n);
+  ASSERT_EQ(0, std::memcmp(out.read<float>(n).data(), ref.data(), 4 * n));
+  djobs[1].bytes -= 1;  // truncated
+  EXPECT_THROW(dev_->decode_many(djobs.data(), jobs_n), Error);
+}
+
 // Malformed payloads are rejected before or by the kernels, never decoded into the output.
 TEST_P(DeviceCodec, MalformedPayloadsRejected) {
   const std::size_t n = 1000;
