@@ -137,6 +137,11 @@ class Codec {
   virtual void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
                                  void* acc) = 0;
 
+  /// True when encode_many/decode_many save work over one call per block (the staged device
+  /// codecs: one wait per batch): the ring then batches a chunk's own encodes and decodes.
+  /// Otherwise it keeps one call per segment, interleaved with the transfers. Default false.
+  virtual bool batches() const { return false; }
+
   /// encode() of every job, in order. Codecs whose encodes are queued work (the device codecs)
   /// queue all of them and wait once, so the work of a whole chunk overlaps the caller's
   /// transfers; the results must be what encode() gives. On a throw no job's output is valid.

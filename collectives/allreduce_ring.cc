@@ -22,6 +22,7 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
   const int r = e.rank();
   if (p == 1) return;
   const bool summable = e.codec().capabilities().summable;
+  const bool batch = e.codec().batches();
   // summable: scratch for the sum (one segment) and this rank's own codes (a chunk's segments)
   std::byte* sum = slots + L.slot_bytes();
   std::byte* own = sum + L.seg_capacity();
@@ -51,24 +52,26 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
       recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagReduceScatter);
     }
     if (summable) {
-      // step k: this rank's codes of every segment of the arriving chunk, encoded in one batch
-      // while the partial sums arrive (a device codec's kernels and copies overlap the
-      // transfers), then added to each arriving partial sum of codes; forward the sum (or, at
-      // the last step, keep it as the chunk's final payload for the all-gather)
+      // step k: this rank's codes of each segment of the arriving chunk (codecs that batch:
+      // all of them in one batch while the partial sums arrive, so a device codec's kernels
+      // and copies overlap the transfers; the others: each just before its add), added to
+      // each arriving partial sum of codes; forward the sum (or, at the last step, keep it
+      // as the chunk's final payload for the all-gather)
       codec::EncodeJob* jobs = e.workspace().encode_jobs(nseg);
       for (std::size_t j = 0; j < nseg; ++j) {
         const std::size_t off = L.seg_offset(recv_chunk, j);
         jobs[j] = codec::EncodeJob{data + off * es, L.seg_elems(recv_chunk, j),
                                    codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
                                                        codec::BlockContext::Role::kOwn},
-                                   own + j * L.seg_capacity(), 0};
+                                   own + (batch ? j : 0) * L.seg_capacity(), 0};
       }
-      e.encode_many(jobs, nseg);
+      if (batch) e.encode_many(jobs, nseg);
       for (std::size_t j = 0; j < nseg; ++j) {
         std::byte* slot = slots + L.slot(recv_chunk, j);
         const std::size_t off = L.seg_offset(recv_chunk, j);
         const std::size_t cnt = L.seg_elems(recv_chunk, j);
         const std::size_t got = e.wait_recv(recvs[j]);
+        if (!batch) e.encode_many(jobs + j, 1);
         const std::size_t n = e.add(slot, got, jobs[j].out, jobs[j].bytes, cnt,
                                     static_cast<std::uint64_t>(r), off, sum);
         e.copy_payload(slot, sum, n);
@@ -106,6 +109,7 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
   std::size_t nsends = 0;
   const int next = ring_mod(r + 1, p);
   const int prev = ring_mod(r - 1, p);
+  const bool batch = e.codec().batches();
 
   for (int k = 0; k + 1 < p; ++k) {
     const int recv_chunk = ring_mod(r - k - 1, p);
@@ -118,7 +122,8 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
     for (std::size_t j = 0; j < nseg; ++j) {
       recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagAllgather);
     }
-    // step k: forward each arriving segment unchanged, then decode the chunk in one batch
+    // step k: forward each arriving segment unchanged, then decode it (codecs that batch:
+    // the chunk's segments in one batch once all have arrived)
     codec::DecodeJob* jobs = e.workspace().decode_jobs(nseg);
     for (std::size_t j = 0; j < nseg; ++j) {
       std::byte* slot = slots + L.slot(recv_chunk, j);
@@ -128,8 +133,9 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
       if (k + 2 < p) sends[nsends++] = e.send(slot, got, next, kTagAllgather);
       jobs[j] = codec::DecodeJob{slot, got, L.seg_elems(recv_chunk, j),
                                  out + L.seg_offset(recv_chunk, j) * es, false};
+      if (!batch) e.decode_many(jobs + j, 1);
     }
-    e.decode_many(jobs, nseg);
+    if (batch) e.decode_many(jobs, nseg);
   }
   // The owner takes its own chunk from the bytes everyone else decoded.
   codec::DecodeJob* jobs = e.workspace().decode_jobs(L.nseg(r));

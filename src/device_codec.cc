@@ -285,6 +285,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     finish_body(out, at, codes, code_bytes);
     return at + code_bytes;
   }
+  bool batches() const override { return !resident_ && !sparse_; }
   // Staged, dense: every job's kernel and copy queued, one wait for the batch.
   void encode_many(codec::EncodeJob* jobs, std::size_t n) override {
     if (resident_ || sparse_) {
