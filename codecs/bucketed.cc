@@ -81,9 +81,7 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
   }
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
     // partial sums of a ring reach ranks × max|x|; keep them finite in the element type
-    return any_beyond<T>(data, count,
-                         static_cast<double>(std::numeric_limits<float>::max()) /
-                             static_cast<double>(std::max(1, ranks)));
+    return any_beyond<T>(data, count, finite_sum_limit(ranks));
   }
 
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,

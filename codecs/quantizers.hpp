@@ -5,6 +5,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstddef>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -64,6 +65,13 @@ struct MaxNormParams {
   bool requant = false;    ///< sum=requant: re-quantize partial sums to B bits at every hop
   double ratio = 0;        ///< randk: keep one coordinate per 1/ratio (stratified); 0: all
 };
+
+/// Largest |x| whose sum over `ranks` contributions stays a finite float: the fallback limit of
+/// the codecs whose ring adds partial sums in the element type.
+inline double finite_sum_limit(int ranks) {
+  return static_cast<double>(std::numeric_limits<float>::max()) /
+         static_cast<double>(std::max(1, ranks));
+}
 
 /// A maxnorm scale as the payloads carry it: the agreed maximum as a float, rounded up so that
 /// |x|·s/M <= s holds for every x it covers.

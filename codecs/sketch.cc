@@ -73,9 +73,7 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
   }
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
     // partial sums of a ring reach ranks × max|x|; keep them finite
-    return any_beyond<T>(data, count,
-                         static_cast<double>(std::numeric_limits<float>::max()) /
-                             static_cast<double>(std::max(1, ranks)));
+    return any_beyond<T>(data, count, finite_sum_limit(ranks));
   }
   unsigned bits_used() const override { return bits_; }
 
