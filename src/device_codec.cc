@@ -82,6 +82,11 @@ class DeviceCodecBase : public codec::ForwardingCodec {
     b_.synchronize();
     return buf.data();
   }
+  /// Host room for the first `n` bytes of a device-resident payload being written (put_prefix).
+  std::byte* host_out(std::size_t n) {
+    prefix_out_.resize(n);
+    return prefix_out_.data();
+  }
   /// Writes `n` host bytes at `host` to the start of device payload `out`, asynchronously:
   /// `host` must stay unchanged until the caller's next synchronize (finish_body, read_flag).
   void put_prefix(std::byte* out, const std::byte* host, std::size_t n) {
@@ -404,10 +409,6 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   static std::size_t max_prefix(std::size_t count) {
     return prefix_bytes(count / gpu::kMaxnormBlock + 2);
   }
-  std::byte* host_out(std::size_t n) {
-    prefix_out_.resize(n);
-    return prefix_out_.data();
-  }
 
   void apply(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
              bool acc) override {
@@ -614,7 +615,7 @@ class DeviceSketch final : public DeviceCodecBase {
                      std::byte* out) override {
     const auto* x = static_cast<const float*>(in);
     const std::size_t at = wire::kHeaderBytes + 4 * levels_;
-    std::byte* h = resident_ ? host_table(at) : out;  // header and level table
+    std::byte* h = resident_ ? host_out(at) : out;  // header and level table
     wire::write_header(h, {wire::CodecId::kSketch, 0, bits_ | (clusters_ << 8), count});
     const float* lv = fit(x, count);
     std::memcpy(h + wire::kHeaderBytes, lv, 4 * levels_);
@@ -670,10 +671,6 @@ class DeviceSketch final : public DeviceCodecBase {
     a.count = count;
     a.bits = bits_;
     return a;
-  }
-  std::byte* host_table(std::size_t n) {
-    prefix_out_.resize(n);
-    return prefix_out_.data();
   }
   // min, max and sample of the block on the device; the table from the CPU codec
   const float* fit(const float* x, std::size_t count) {
