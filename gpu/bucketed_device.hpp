@@ -34,21 +34,36 @@ CCOLL_HOST_DEVICE inline std::size_t bucket_count(const BucketedArgs& a) {
   return (a.count + a.bucket - 1) / a.bucket;
 }
 
-/// The f32 scale of bucket b (qsgd: L2 norm, terngrad: max|x|, sign: mean |x|), as
-/// BucketedCodec::encode computes it.
-CCOLL_HOST_DEVICE inline float bucket_scale(const float* x, const BucketedArgs& a, std::size_t b) {
+/// Elements of bucket b.
+CCOLL_HOST_DEVICE inline std::size_t bucket_size(const BucketedArgs& a, std::size_t b) {
   const std::size_t begin = b * a.bucket;
-  const std::size_t n = a.count - begin < a.bucket ? a.count - begin : a.bucket;
-  double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  for (std::size_t i = 0; i < n; ++i) {
+  return a.count - begin < a.bucket ? a.count - begin : a.bucket;
+}
+
+/// Part j (< 8) of bucket b's statistic: over its elements i ≡ j (mod 8) in increasing i, the
+/// sum of x² (qsgd) or |x| (sign), or the max |x| (terngrad), in double — the CPU's partial sums,
+/// so that 8 threads per bucket compute exactly what its one loop does.
+CCOLL_HOST_DEVICE inline double bucket_part(const float* x, const BucketedArgs& a, std::size_t b,
+                                            unsigned j) {
+  const std::size_t begin = b * a.bucket;
+  const std::size_t n = bucket_size(a, b);
+  double p = 0;
+  for (std::size_t i = j; i < n; i += 8) {
     const double v = fabs(static_cast<double>(x[begin + i]));
-    double& p = part[i & 7];
     if (a.kind == BucketKind::kTernGrad) {
       p = p < v ? v : p;  // std::max(p, v), NaN included
     } else {
       p = p + (a.kind == BucketKind::kQsgd ? v * v : v);
     }
   }
+  return p;
+}
+
+/// The f32 scale of bucket b (qsgd: L2 norm, terngrad: max|x|, sign: mean |x|) from its 8
+/// parts, combined pairwise and rounded as BucketedCodec::encode does.
+CCOLL_HOST_DEVICE inline float bucket_scale_from(const double* part, const BucketedArgs& a,
+                                                 std::size_t b) {
+  const std::size_t n = bucket_size(a, b);
   double acc;
   if (a.kind == BucketKind::kTernGrad) {
     auto mx = [](double u, double v) { return u < v ? v : u; };  // std::max(u, v)
@@ -63,6 +78,13 @@ CCOLL_HOST_DEVICE inline float bucket_scale(const float* x, const BucketedArgs& 
   float sf = static_cast<float>(scale);
   if (a.kind != BucketKind::kSign && static_cast<double>(sf) < scale) sf = nextafterf(sf, INFINITY);
   return sf;
+}
+
+/// The f32 scale of bucket b, by one caller.
+CCOLL_HOST_DEVICE inline float bucket_scale(const float* x, const BucketedArgs& a, std::size_t b) {
+  double part[8];
+  for (unsigned j = 0; j < 8; ++j) part[j] = bucket_part(x, a, b, j);
+  return bucket_scale_from(part, a, b);
 }
 
 /// Encodes group g of the codes (scales of the encode's buckets at scales[b]).

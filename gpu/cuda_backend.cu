@@ -173,10 +173,21 @@ __global__ void maxnorm_add_kernel(MaxnormAddArgs a, std::uint8_t* out, std::uin
   if ((threadIdx.x & 31) == 0 && b != 0) atomicOr(bad, b);
 }
 
+// 8 lanes per bucket, lane j computing the CPU's partial sum j; the group's first lane combines
+// them (every lane of the warp takes part in the shuffles: the loop bound is warp-uniform)
 __global__ void bucketed_scales_kernel(const float* x, BucketedArgs a, float* scales) {
   const std::size_t nb = bucket_count(a);
-  for (std::size_t b = global_thread(); b < nb; b += grid_threads()) {
-    scales[b] = bucket_scale(x, a, b);
+  const unsigned j = threadIdx.x & 7;
+  const std::size_t groups = grid_threads() / 8;
+  const std::size_t rounds = (nb + groups - 1) / groups;
+  for (std::size_t r = 0; r < rounds; ++r) {
+    const std::size_t b = r * groups + global_thread() / 8;
+    const double mine = b < nb ? bucket_part(x, a, b, j) : 0.0;
+    double part[8];
+    for (unsigned k = 0; k < 8; ++k) {
+      part[k] = __shfl_sync(0xFFFFFFFFu, mine, static_cast<int>((threadIdx.x & ~7u) + k));
+    }
+    if (j == 0 && b < nb) scales[b] = bucket_scale_from(part, a, b);
   }
 }
 
@@ -409,7 +420,7 @@ class CudaBackend final : public Backend {
   }
   void bucketed_scales(const float* x, const BucketedArgs& a, float* scales) override {
     if (a.count == 0) return;
-    bucketed_scales_kernel<<<grid_for(bucket_count(a)), kThreads, 0, stream_>>>(x, a, scales);
+    bucketed_scales_kernel<<<grid_for(8 * bucket_count(a)), kThreads, 0, stream_>>>(x, a, scales);
     check(cudaGetLastError(), "bucketed_scales launch");
   }
   void bucketed_encode(const float* x, const BucketedArgs& a, const float* scales,
