@@ -64,6 +64,20 @@ void install_backend(std::unique_ptr<Backend> b) {
   }
 }
 
+EventPool::~EventPool() {
+  for (Backend::Event e : events_) backend_->event_destroy(e);
+}
+
+Backend::Event EventPool::get(Backend& b, std::size_t i) {
+  if (backend_ != &b) {
+    for (Backend::Event e : events_) backend_->event_destroy(e);
+    events_.clear();
+    backend_ = &b;
+  }
+  while (events_.size() <= i) events_.push_back(b.event_create());
+  return events_[i];
+}
+
 void* Buffer::get(Backend& b, std::size_t bytes, bool host) {
   if (p_ != nullptr && backend_ == &b && host_ == host && size_ >= bytes) return p_;
   release();

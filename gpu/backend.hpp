@@ -10,19 +10,26 @@
 //   path (detection, staging, the device codecs) where no GPU exists; it is installed only by
 //   tests (ccoll::testing::use_emulated_device).
 //
-// Every kernel call is asynchronous on the backend's current stream; synchronize() waits for it
-// and throws ccoll::Error(kCudaError) when anything queued failed.
+// Every kernel call and copy is asynchronous on the calling thread's current queue: the
+// compute queue (the stream set_stream() named) or the copy queue (a stream of the backend's own,
+// one per thread), so that copies can overlap kernels. Events order the two queues (record,
+// wait) and let the host wait for one point of a queue (host_wait); synchronize() waits for both
+// queues and throws ccoll::Error(kCudaError) when anything queued failed. Copies follow
+// cudaMemcpyAsync: one from pageable host memory may be reused at once; one to pageable host
+// memory has completed on return; pinned memory (host_alloc) must stay untouched until the copy
+// has run. The stream and the queue choice are per thread.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "bucketed_device.hpp"
 #include "maxnorm_device.hpp"
 #include "sketch_device.hpp"
-#include "topk_device.hpp"
 #include "temporal_device.hpp"
+#include "topk_device.hpp"
 
 namespace ccoll::gpu {
 
@@ -46,12 +53,27 @@ class Backend {
   virtual void* host_alloc(std::size_t bytes) = 0;
   virtual void host_free(void* p) noexcept = 0;
 
-  /// The stream the next calls are queued on (a cudaStream_t; null: the default stream).
+  /// The stream of this thread's compute queue (a cudaStream_t; null: the default stream).
   virtual void set_stream(void* stream) = 0;
+
+  /// The queue this thread's next calls go on.
+  enum class Queue { kCompute, kCopy };
+  virtual void use_queue(Queue q) = 0;
+  /// A marker in a queue (a cudaEvent_t). record() places it at the end of the current queue;
+  /// wait() makes the current queue wait until the queue it was recorded in reaches it;
+  /// host_wait() blocks the host until then (throws ccoll::Error(kCudaError) on a failure).
+  /// An event never recorded counts as reached.
+  using Event = void*;
+  virtual Event event_create() = 0;
+  virtual void event_destroy(Event e) noexcept = 0;
+  virtual void record(Event e) = 0;
+  virtual void wait(Event e) = 0;
+  virtual void host_wait(Event e) = 0;
   /// Copies `bytes` between any two of host and device memory, asynchronously.
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void memset_zero(void* dst, std::size_t bytes) = 0;
-  /// Waits for everything queued; throws ccoll::Error(kCudaError) naming what failed.
+  /// Waits for everything this thread queued on either queue; throws ccoll::Error(kCudaError)
+  /// naming what failed.
   virtual void synchronize() = 0;
 
   // ---- kernels (all pointers device memory) ---------------------------------------------------
@@ -80,9 +102,8 @@ class Backend {
                                 std::uint32_t* equal) = 0;
   /// topk: the kept elements' indices and values, tile by tile.
   virtual void topk_tile_write(const float* x, const TopkSelect& s,
-                               const std::uint64_t* above_before,
-                               const std::uint64_t* equal_before, std::uint8_t* idx_out,
-                               std::uint8_t* val_out) = 0;
+                               const std::uint64_t* above_before, const std::uint64_t* equal_before,
+                               std::uint8_t* idx_out, std::uint8_t* val_out) = 0;
   /// topk: out[index] = (or +=) value for the k kept elements of a validated payload.
   virtual void topk_scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in,
                             unsigned index_bytes, std::size_t k, float* out, bool accumulate) = 0;
@@ -115,13 +136,12 @@ class Backend {
                    bool subtract) = 0;
   /// The fused hop of the casts' ring: acc[i] += decode(in[i]); out[i] = encode(acc[i]) (`out`
   /// may be `in`).
-  virtual void cast_reduce_encode(bool half, const std::uint16_t* in, std::size_t count,
-                                  float* acc, std::uint16_t* out) = 0;
+  virtual void cast_reduce_encode(bool half, const std::uint16_t* in, std::size_t count, float* acc,
+                                  std::uint16_t* out) = 0;
   /// temporal: r[i] = residual of x[i] (temporal_device.hpp).
   virtual void temporal_residual(const TemporalArgs& a, const float* x, float* r) = 0;
   /// temporal: the state update after an encode (e: a.e's writable twin, or null).
-  virtual void temporal_update(const TemporalArgs& a, const float* r, const float* d,
-                               float* e) = 0;
+  virtual void temporal_update(const TemporalArgs& a, const float* r, const float* d, float* e) = 0;
   /// temporal: finish_allreduce over `count` outputs; adds the checksum terms to *sum (device).
   virtual void temporal_finish(float beta, float* o, float* y, std::size_t count,
                                std::uint64_t* sum) = 0;
@@ -140,6 +160,21 @@ std::unique_ptr<Backend> make_emulated_backend();
 
 /// Installs `b` as the backend (tests); null restores the default.
 void install_backend(std::unique_ptr<Backend> b);
+
+/// Events of a backend, created on first use and destroyed with the pool.
+class EventPool {
+ public:
+  EventPool() = default;
+  EventPool(const EventPool&) = delete;
+  EventPool& operator=(const EventPool&) = delete;
+  ~EventPool();
+  /// Event i (created when first asked for) of backend `b`.
+  Backend::Event get(Backend& b, std::size_t i);
+
+ private:
+  Backend* backend_ = nullptr;
+  std::vector<Backend::Event> events_;
+};
 
 /// A grow-only buffer of device or pinned host memory from a backend, freed with it.
 class Buffer {

@@ -293,26 +293,53 @@ class CudaBackend final : public Backend {
     return p;
   }
   void host_free(void* p) noexcept override { cudaFreeHost(p); }
-  void set_stream(void* stream) override { stream_ = static_cast<cudaStream_t>(stream); }
+  void set_stream(void* stream) override { tls().compute = static_cast<cudaStream_t>(stream); }
+  void use_queue(Queue q) override {
+    Tls& t = tls();
+    if (q == Queue::kCopy && t.copy == nullptr) {
+      check(cudaStreamCreateWithFlags(&t.copy, cudaStreamNonBlocking), "cudaStreamCreate");
+    }
+    t.on_copy = q == Queue::kCopy;
+  }
+  Event event_create() override {
+    cudaEvent_t e = nullptr;
+    check(cudaEventCreateWithFlags(&e, cudaEventDisableTiming), "cudaEventCreate");
+    return e;
+  }
+  void event_destroy(Event e) noexcept override { cudaEventDestroy(static_cast<cudaEvent_t>(e)); }
+  void record(Event e) override {
+    check(cudaEventRecord(static_cast<cudaEvent_t>(e), stream()), "cudaEventRecord");
+  }
+  void wait(Event e) override {
+    check(cudaStreamWaitEvent(stream(), static_cast<cudaEvent_t>(e), 0), "cudaStreamWaitEvent");
+  }
+  void host_wait(Event e) override {
+    check(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "cudaEventSynchronize");
+  }
   void copy(void* dst, const void* src, std::size_t bytes) override {
-    if (bytes != 0) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream_), "cudaMemcpyAsync");
+    if (bytes == 0) return;
+    check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()), "cudaMemcpyAsync");
   }
   void memset_zero(void* dst, std::size_t bytes) override {
-    if (bytes != 0) check(cudaMemsetAsync(dst, 0, bytes, stream_), "cudaMemsetAsync");
+    if (bytes != 0) check(cudaMemsetAsync(dst, 0, bytes, stream()), "cudaMemsetAsync");
   }
-  void synchronize() override { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+  void synchronize() override {
+    const Tls& t = tls();
+    check(cudaStreamSynchronize(t.compute), "cudaStreamSynchronize");
+    if (t.copy != nullptr) check(cudaStreamSynchronize(t.copy), "cudaStreamSynchronize");
+  }
 
   void block_abs_max(const float* x, std::size_t count, std::uint32_t* out) override {
     if (count == 0) return;
     memset_zero(out, sizeof(std::uint32_t) * ((count + kMaxnormBlock - 1) / kMaxnormBlock));
     const std::size_t tiles = (count + kScanTile - 1) / kScanTile;
     abs_max_kernel<<<static_cast<unsigned>(tiles < 65535 ? tiles : 65535), kThreads, 0,
-                     stream_>>>(x, count, out);
+                     stream()>>>(x, count, out);
     check(cudaGetLastError(), "block_abs_max launch");
   }
   void maxnorm_encode(const float* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
     if (a.count == 0) return;
-    maxnorm_encode_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream_>>>(x, a, codes);
+    maxnorm_encode_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream()>>>(x, a, codes);
     check(cudaGetLastError(), "maxnorm_encode launch");
   }
   void maxnorm_decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
@@ -320,9 +347,9 @@ class CudaBackend final : public Backend {
     if (a.count == 0) return;
     const unsigned grid = grid_for(group_count(a.count));
     if (accumulate) {
-      maxnorm_decode_kernel<true><<<grid, kThreads, 0, stream_>>>(a, out, worst);
+      maxnorm_decode_kernel<true><<<grid, kThreads, 0, stream()>>>(a, out, worst);
     } else {
-      maxnorm_decode_kernel<false><<<grid, kThreads, 0, stream_>>>(a, out, worst);
+      maxnorm_decode_kernel<false><<<grid, kThreads, 0, stream()>>>(a, out, worst);
     }
     check(cudaGetLastError(), "maxnorm_decode launch");
   }
@@ -330,29 +357,29 @@ class CudaBackend final : public Backend {
                         std::uint32_t* out, std::size_t nblocks) override {
     memset_zero(out, 4 * nblocks);
     if (nsel == 0) return;
-    selected_abs_max_kernel<<<grid_for(nsel), kThreads, 0, stream_>>>(x, sel, nsel, out);
+    selected_abs_max_kernel<<<grid_for(nsel), kThreads, 0, stream()>>>(x, sel, nsel, out);
     check(cudaGetLastError(), "selected_abs_max launch");
   }
   void sketch_minmax(const float* x, std::size_t count, std::uint64_t* keys) override {
     const std::uint64_t init[2] = {~std::uint64_t{0}, 0};
-    check(cudaMemcpyAsync(keys, init, sizeof init, cudaMemcpyHostToDevice, stream_),
+    check(cudaMemcpyAsync(keys, init, sizeof init, cudaMemcpyHostToDevice, stream()),
           "cudaMemcpyAsync");
-    check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // `init` is a local
+    check(cudaStreamSynchronize(stream()), "cudaStreamSynchronize");  // `init` is a local
     if (count == 0) return;
     static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t), "64-bit atomics");
-    sketch_minmax_kernel<<<grid_for(count), kThreads, 0, stream_>>>(
+    sketch_minmax_kernel<<<grid_for(count), kThreads, 0, stream()>>>(
         x, count, reinterpret_cast<unsigned long long*>(keys));
     check(cudaGetLastError(), "sketch_minmax launch");
   }
   void sketch_sample(const float* x, std::size_t count, std::size_t m, float* out) override {
     if (m == 0) return;
-    sketch_sample_kernel<<<grid_for(m), kThreads, 0, stream_>>>(x, count, m, out);
+    sketch_sample_kernel<<<grid_for(m), kThreads, 0, stream()>>>(x, count, m, out);
     check(cudaGetLastError(), "sketch_sample launch");
   }
   void sketch_encode(const float* x, const SketchArgs& a, const float* levels,
                      std::uint8_t* codes) override {
     if (a.count == 0) return;
-    sketch_encode_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream_>>>(x, a, levels,
+    sketch_encode_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream()>>>(x, a, levels,
                                                                                     codes);
     check(cudaGetLastError(), "sketch_encode launch");
   }
@@ -361,9 +388,9 @@ class CudaBackend final : public Backend {
     if (a.count == 0) return;
     const unsigned grid = grid_for(group_count(a.count));
     if (accumulate) {
-      sketch_decode_kernel<true><<<grid, kThreads, 0, stream_>>>(a, levels, codes, out);
+      sketch_decode_kernel<true><<<grid, kThreads, 0, stream()>>>(a, levels, codes, out);
     } else {
-      sketch_decode_kernel<false><<<grid, kThreads, 0, stream_>>>(a, levels, codes, out);
+      sketch_decode_kernel<false><<<grid, kThreads, 0, stream()>>>(a, levels, codes, out);
     }
     check(cudaGetLastError(), "sketch_decode launch");
   }
@@ -371,7 +398,7 @@ class CudaBackend final : public Backend {
                       int shift, std::uint32_t* hist) override {
     memset_zero(hist, 4 * 65536);
     if (count == 0) return;
-    topk_histogram_kernel<<<grid_for(count), kThreads, 0, stream_>>>(x, count, prefix, mask,
+    topk_histogram_kernel<<<grid_for(count), kThreads, 0, stream()>>>(x, count, prefix, mask,
                                                                      shift, hist);
     check(cudaGetLastError(), "topk_histogram launch");
   }
@@ -379,7 +406,7 @@ class CudaBackend final : public Backend {
                         std::uint32_t* equal) override {
     if (s.count == 0) return;
     topk_tile_counts_kernel<<<grid_for((s.count + kTopkTile - 1) / kTopkTile), kThreads, 0,
-                              stream_>>>(x, s, above, equal);
+                              stream()>>>(x, s, above, equal);
     check(cudaGetLastError(), "topk_tile_counts launch");
   }
   void topk_tile_write(const float* x, const TopkSelect& s, const std::uint64_t* above_before,
@@ -387,46 +414,46 @@ class CudaBackend final : public Backend {
                        std::uint8_t* val_out) override {
     if (s.count == 0) return;
     topk_tile_write_kernel<<<grid_for((s.count + kTopkTile - 1) / kTopkTile), kThreads, 0,
-                             stream_>>>(x, s, above_before, equal_before, idx_out, val_out);
+                             stream()>>>(x, s, above_before, equal_before, idx_out, val_out);
     check(cudaGetLastError(), "topk_tile_write launch");
   }
   void topk_scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in, unsigned index_bytes,
                     std::size_t k, float* out, bool accumulate) override {
     if (k == 0) return;
     if (accumulate) {
-      topk_scatter_kernel<true><<<grid_for(k), kThreads, 0, stream_>>>(idx_in, val_in,
+      topk_scatter_kernel<true><<<grid_for(k), kThreads, 0, stream()>>>(idx_in, val_in,
                                                                        index_bytes, k, out);
     } else {
-      topk_scatter_kernel<false><<<grid_for(k), kThreads, 0, stream_>>>(idx_in, val_in,
+      topk_scatter_kernel<false><<<grid_for(k), kThreads, 0, stream()>>>(idx_in, val_in,
                                                                         index_bytes, k, out);
     }
     check(cudaGetLastError(), "topk_scatter launch");
   }
   void square_sum_parts(const float* x, std::size_t count, double* parts) override {
-    square_sum_parts_kernel<<<1, 32, 0, stream_>>>(x, count, parts);
+    square_sum_parts_kernel<<<1, 32, 0, stream()>>>(x, count, parts);
     check(cudaGetLastError(), "square_sum_parts launch");
   }
   void maxnorm_mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
                     std::uint32_t levels2, std::uint8_t* out) override {
     if (count == 0) return;
-    maxnorm_mask_kernel<<<grid_for(group_count(count)), kThreads, 0, stream_>>>(
+    maxnorm_mask_kernel<<<grid_for(group_count(count)), kThreads, 0, stream()>>>(
         x, count, scales, levels, levels2, out);
     check(cudaGetLastError(), "maxnorm_mask launch");
   }
   void maxnorm_add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) override {
     if (a.count == 0) return;
-    maxnorm_add_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream_>>>(a, out, bad);
+    maxnorm_add_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream()>>>(a, out, bad);
     check(cudaGetLastError(), "maxnorm_add launch");
   }
   void bucketed_scales(const float* x, const BucketedArgs& a, float* scales) override {
     if (a.count == 0) return;
-    bucketed_scales_kernel<<<grid_for(8 * bucket_count(a)), kThreads, 0, stream_>>>(x, a, scales);
+    bucketed_scales_kernel<<<grid_for(8 * bucket_count(a)), kThreads, 0, stream()>>>(x, a, scales);
     check(cudaGetLastError(), "bucketed_scales launch");
   }
   void bucketed_encode(const float* x, const BucketedArgs& a, const float* scales,
                        std::uint8_t* codes) override {
     if (a.count == 0) return;
-    bucketed_encode_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream_>>>(x, a, scales,
+    bucketed_encode_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream()>>>(x, a, scales,
                                                                                       codes);
     check(cudaGetLastError(), "bucketed_encode launch");
   }
@@ -435,18 +462,18 @@ class CudaBackend final : public Backend {
     if (a.count == 0) return;
     const unsigned grid = grid_for(group_count(a.count));
     if (accumulate) {
-      bucketed_decode_kernel<true><<<grid, kThreads, 0, stream_>>>(a, scales, codes, out, worst);
+      bucketed_decode_kernel<true><<<grid, kThreads, 0, stream()>>>(a, scales, codes, out, worst);
     } else {
-      bucketed_decode_kernel<false><<<grid, kThreads, 0, stream_>>>(a, scales, codes, out, worst);
+      bucketed_decode_kernel<false><<<grid, kThreads, 0, stream()>>>(a, scales, codes, out, worst);
     }
     check(cudaGetLastError(), "bucketed_decode launch");
   }
   void cast_encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) override {
     if (count == 0) return;
     if (half) {
-      cast_encode_kernel<true><<<grid_for(count), kThreads, 0, stream_>>>(x, count, codes);
+      cast_encode_kernel<true><<<grid_for(count), kThreads, 0, stream()>>>(x, count, codes);
     } else {
-      cast_encode_kernel<false><<<grid_for(count), kThreads, 0, stream_>>>(x, count, codes);
+      cast_encode_kernel<false><<<grid_for(count), kThreads, 0, stream()>>>(x, count, codes);
     }
     check(cudaGetLastError(), "cast_encode launch");
   }
@@ -455,64 +482,81 @@ class CudaBackend final : public Backend {
     if (count == 0) return;
     const unsigned grid = grid_for(count);
     if (half && accumulate) {
-      cast_decode_kernel<true, true><<<grid, kThreads, 0, stream_>>>(codes, count, out);
+      cast_decode_kernel<true, true><<<grid, kThreads, 0, stream()>>>(codes, count, out);
     } else if (half) {
-      cast_decode_kernel<true, false><<<grid, kThreads, 0, stream_>>>(codes, count, out);
+      cast_decode_kernel<true, false><<<grid, kThreads, 0, stream()>>>(codes, count, out);
     } else if (accumulate) {
-      cast_decode_kernel<false, true><<<grid, kThreads, 0, stream_>>>(codes, count, out);
+      cast_decode_kernel<false, true><<<grid, kThreads, 0, stream()>>>(codes, count, out);
     } else {
-      cast_decode_kernel<false, false><<<grid, kThreads, 0, stream_>>>(codes, count, out);
+      cast_decode_kernel<false, false><<<grid, kThreads, 0, stream()>>>(codes, count, out);
     }
     check(cudaGetLastError(), "cast_decode launch");
   }
   void cast_reduce_encode(bool half, const std::uint16_t* in, std::size_t count, float* acc,
                           std::uint16_t* out) override {
     if (count == 0) return;
-    cast_reduce_encode_kernel<<<grid_for(count), kThreads, 0, stream_>>>(half, in, count, acc,
+    cast_reduce_encode_kernel<<<grid_for(count), kThreads, 0, stream()>>>(half, in, count, acc,
                                                                          out);
     check(cudaGetLastError(), "cast_reduce_encode launch");
   }
   void temporal_residual(const TemporalArgs& a, const float* x, float* r) override {
     if (a.count == 0) return;
-    temporal_residual_kernel<<<grid_for(a.count), kThreads, 0, stream_>>>(a, x, r);
+    temporal_residual_kernel<<<grid_for(a.count), kThreads, 0, stream()>>>(a, x, r);
     check(cudaGetLastError(), "temporal_residual launch");
   }
   void temporal_update(const TemporalArgs& a, const float* r, const float* d, float* e) override {
     if (a.count == 0) return;
-    temporal_update_kernel<<<grid_for(a.count), kThreads, 0, stream_>>>(a, r, d, e);
+    temporal_update_kernel<<<grid_for(a.count), kThreads, 0, stream()>>>(a, r, d, e);
     check(cudaGetLastError(), "temporal_update launch");
   }
   void temporal_finish(float beta, float* o, float* y, std::size_t count,
                        std::uint64_t* sum) override {
     if (count == 0) return;
     static_assert(sizeof(unsigned long long) == sizeof(std::uint64_t), "64-bit atomics");
-    temporal_finish_kernel<<<grid_for(count), kThreads, 0, stream_>>>(
+    temporal_finish_kernel<<<grid_for(count), kThreads, 0, stream()>>>(
         beta, o, y, count, reinterpret_cast<unsigned long long*>(sum));
     check(cudaGetLastError(), "temporal_finish launch");
   }
   void add(float* out, const float* a, const float* b, std::size_t count, bool subtract) override {
     if (count == 0) return;
     if (subtract) {
-      add_kernel<true><<<grid_for(count), kThreads, 0, stream_>>>(out, a, b, count);
+      add_kernel<true><<<grid_for(count), kThreads, 0, stream()>>>(out, a, b, count);
     } else {
-      add_kernel<false><<<grid_for(count), kThreads, 0, stream_>>>(out, a, b, count);
+      add_kernel<false><<<grid_for(count), kThreads, 0, stream()>>>(out, a, b, count);
     }
     check(cudaGetLastError(), "add launch");
   }
   void divide(void* x, std::size_t count, bool is_double, int ranks) override {
     if (count == 0) return;
     if (is_double) {
-      divide_kernel<double><<<grid_for(count), kThreads, 0, stream_>>>(
+      divide_kernel<double><<<grid_for(count), kThreads, 0, stream()>>>(
           static_cast<double*>(x), count, static_cast<double>(ranks));
     } else {
-      divide_kernel<float><<<grid_for(count), kThreads, 0, stream_>>>(
+      divide_kernel<float><<<grid_for(count), kThreads, 0, stream()>>>(
           static_cast<float*>(x), count, static_cast<float>(ranks));
     }
     check(cudaGetLastError(), "divide launch");
   }
 
  private:
-  cudaStream_t stream_ = nullptr;
+  // This thread's streams: the caller's (compute) and the backend's own copy stream, created
+  // on first use; on_copy: calls go on the copy stream.
+  struct Tls {
+    cudaStream_t compute = nullptr;
+    cudaStream_t copy = nullptr;
+    bool on_copy = false;
+    ~Tls() {
+      if (copy != nullptr) cudaStreamDestroy(copy);
+    }
+  };
+  static Tls& tls() {
+    thread_local Tls t;
+    return t;
+  }
+  static cudaStream_t stream() {
+    const Tls& t = tls();
+    return t.on_copy ? t.copy : t.compute;
+  }
 };
 
 }  // namespace

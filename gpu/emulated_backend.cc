@@ -1,11 +1,20 @@
 // The emulated backend (backend.hpp): host memory stands in for device memory, and the kernels
 // are the per-thread functions of maxnorm_device.hpp run in host loops, one call per "thread",
 // exactly as cuda_backend.cu launches them.
+//
+// Its queues are a model of CUDA streams that makes ordering mistakes visible: nothing queued
+// runs when it is queued. Each thread has a compute and a copy queue; a queue runs only as far as
+// the host needs it (synchronize, host_wait, a copy into pageable memory), and another queue runs
+// only as far as an event that a wait names. So a kernel that reads what a copy on the other
+// queue writes, without an event between them, reads stale bytes, and a test sees it.
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "backend.hpp"
 #include "ccoll/error.hpp"
@@ -13,23 +22,70 @@
 namespace ccoll::gpu {
 namespace {
 
+struct EmulatedEvent {
+  std::uint64_t recorded = 0;  // generation of the latest record()
+  std::uint64_t reached = 0;   // generation its queue has reached
+  int queue = 0;
+};
+
+// One queued item: work, an event's record, or a wait for an event's generation.
+struct Item {
+  std::function<void()> run;
+  EmulatedEvent* event = nullptr;
+  std::uint64_t generation = 0;
+  bool is_wait = false;
+};
+
+// This thread's two queues (a thread's stream and its copy stream).
+struct Queues {
+  std::deque<Item> q[2];
+  int current = 0;
+
+  void push(std::function<void()> f) { q[current].push_back(Item{std::move(f)}); }
+  // Runs queue `i` until `until` reaches `generation` (null: until it is empty).
+  void drain(int i, const EmulatedEvent* until = nullptr, std::uint64_t generation = 0) {
+    while (until == nullptr || until->reached < generation) {
+      if (q[i].empty()) {
+        if (until == nullptr) return;
+        throw Error(Status::kInternal, "emulated device: an event's queue ran dry before it");
+      }
+      Item it = std::move(q[i].front());
+      q[i].pop_front();
+      if (it.is_wait) {
+        if (it.event->reached < it.generation) drain(it.event->queue, it.event, it.generation);
+      } else if (it.event != nullptr) {
+        if (it.event->reached < it.generation) it.event->reached = it.generation;
+      } else {
+        it.run();
+      }
+    }
+  }
+  void drain_all() {
+    while (!q[0].empty() || !q[1].empty()) {
+      drain(0);
+      drain(1);
+    }
+  }
+};
+
+Queues& queues() {
+  thread_local Queues t;
+  return t;
+}
+
 class EmulatedBackend final : public Backend {
  public:
   const char* name() const override { return "emulated"; }
   bool host_accessible() const override { return true; }
   bool is_device_pointer(const void* p) const override {
-    const auto a = reinterpret_cast<std::uintptr_t>(p);
     std::lock_guard<std::mutex> lock(mu_);
-    auto it = blocks_.upper_bound(a);
-    if (it == blocks_.begin()) return false;
-    --it;
-    return a < it->first + it->second;
+    return within(blocks_, reinterpret_cast<std::uintptr_t>(p));
   }
   // exactly `bytes` (at least 1), 256-byte aligned as cudaMalloc's: AddressSanitizer then sees
   // a kernel's read past the end of its buffer
   void* device_alloc(std::size_t bytes) override {
     const std::size_t n = bytes == 0 ? 1 : bytes;
-    void* p = ::operator new(n, std::align_val_t{256});
+    void* p = ::operator new (n, std::align_val_t{256});
     std::lock_guard<std::mutex> lock(mu_);
     blocks_[reinterpret_cast<std::uintptr_t>(p)] = n;
     return p;
@@ -40,182 +96,291 @@ class EmulatedBackend final : public Backend {
       std::lock_guard<std::mutex> lock(mu_);
       blocks_.erase(reinterpret_cast<std::uintptr_t>(p));
     }
-    ::operator delete(p, std::align_val_t{256});
+    ::operator delete (p, std::align_val_t{256});
   }
   void* host_alloc(std::size_t bytes) override {
-    void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
+    const std::size_t n = (bytes + 255) / 256 * 256 + 256;
+    void* p = std::aligned_alloc(256, n);
     if (p == nullptr) throw std::bad_alloc();
+    std::lock_guard<std::mutex> lock(mu_);
+    pinned_[reinterpret_cast<std::uintptr_t>(p)] = n;
     return p;
   }
-  void host_free(void* p) noexcept override { std::free(p); }
+  void host_free(void* p) noexcept override {
+    if (p == nullptr) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      pinned_.erase(reinterpret_cast<std::uintptr_t>(p));
+    }
+    std::free(p);
+  }
   void set_stream(void*) override {}
+  void use_queue(Queue q) override { queues().current = q == Queue::kCopy ? 1 : 0; }
+  Event event_create() override { return new EmulatedEvent; }
+  void event_destroy(Event e) noexcept override {
+    try {
+      queues().drain_all();  // nothing of this thread may still name it
+    } catch (...) {
+    }
+    delete static_cast<EmulatedEvent*>(e);
+  }
+  void record(Event e) override {
+    auto* ev = static_cast<EmulatedEvent*>(e);
+    Queues& t = queues();
+    ev->queue = t.current;
+    t.q[t.current].push_back(Item{{}, ev, ++ev->recorded, false});
+  }
+  void wait(Event e) override {
+    auto* ev = static_cast<EmulatedEvent*>(e);
+    queues().q[queues().current].push_back(Item{{}, ev, ev->recorded, true});
+  }
+  void host_wait(Event e) override {
+    auto* ev = static_cast<EmulatedEvent*>(e);
+    if (ev->reached < ev->recorded) queues().drain(ev->queue, ev, ev->recorded);
+  }
+  // As cudaMemcpyAsync: pageable sources are read now, pageable destinations written before
+  // the call returns; device and pinned memory are touched only when the queue runs.
   void copy(void* dst, const void* src, std::size_t bytes) override {
-    if (bytes != 0) std::memmove(dst, src, bytes);
+    if (bytes == 0) return;
+    Queues& t = queues();
+    if (pageable(src)) {
+      auto snapshot = std::make_shared<std::vector<unsigned char>>(
+          static_cast<const unsigned char*>(src), static_cast<const unsigned char*>(src) + bytes);
+      t.push([dst, snapshot] { std::memcpy(dst, snapshot->data(), snapshot->size()); });
+    } else {
+      t.push([dst, src, bytes] { std::memmove(dst, src, bytes); });
+    }
+    if (pageable(dst)) t.drain(t.current);
   }
   void memset_zero(void* dst, std::size_t bytes) override {
-    if (bytes != 0) std::memset(dst, 0, bytes);
+    if (bytes != 0) queues().push([dst, bytes] { std::memset(dst, 0, bytes); });
   }
-  void synchronize() override {}
+  void synchronize() override { queues().drain_all(); }
 
   void block_abs_max(const float* x, std::size_t count, std::uint32_t* out) override {
-    for (std::size_t b = 0; b * kMaxnormBlock < count; ++b) out[b] = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      std::uint32_t& m = out[i / kMaxnormBlock];
-      const std::uint32_t v = abs_bits(x[i]);
-      m = v > m ? v : m;
-    }
+    queues().push([=] {
+      for (std::size_t b = 0; b * kMaxnormBlock < count; ++b) out[b] = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        std::uint32_t& m = out[i / kMaxnormBlock];
+        const std::uint32_t v = abs_bits(x[i]);
+        m = v > m ? v : m;
+      }
+    });
   }
   void maxnorm_encode(const float* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
-    for (std::size_t g = 0; g < group_count(a.count); ++g) maxnorm_encode_group(x, a, g, codes);
+    queues().push([=] {
+      for (std::size_t g = 0; g < group_count(a.count); ++g) maxnorm_encode_group(x, a, g, codes);
+    });
   }
   void maxnorm_decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
                       std::uint32_t* worst) override {
-    for (std::size_t g = 0; g < group_count(a.count); ++g) {
-      const std::uint32_t w = accumulate ? maxnorm_decode_group<true>(a, g, out)
-                                         : maxnorm_decode_group<false>(a, g, out);
-      *worst = w > *worst ? w : *worst;
-    }
+    queues().push([=] {
+      for (std::size_t g = 0; g < group_count(a.count); ++g) {
+        const std::uint32_t w = accumulate ? maxnorm_decode_group<true>(a, g, out)
+                                           : maxnorm_decode_group<false>(a, g, out);
+        *worst = w > *worst ? w : *worst;
+      }
+    });
   }
   void selected_abs_max(const float* x, const std::uint64_t* sel, std::size_t nsel,
                         std::uint32_t* out, std::size_t nblocks) override {
-    for (std::size_t b = 0; b < nblocks; ++b) out[b] = 0;
-    for (std::size_t k = 0; k < nsel; ++k) {
-      std::uint32_t& m = out[sel[k] / kMaxnormBlock];
-      const std::uint32_t v = abs_bits(x[sel[k]]);
-      m = v > m ? v : m;
-    }
+    queues().push([=] {
+      for (std::size_t b = 0; b < nblocks; ++b) out[b] = 0;
+      for (std::size_t k = 0; k < nsel; ++k) {
+        std::uint32_t& m = out[sel[k] / kMaxnormBlock];
+        const std::uint32_t v = abs_bits(x[sel[k]]);
+        m = v > m ? v : m;
+      }
+    });
   }
   void sketch_minmax(const float* x, std::size_t count, std::uint64_t* keys) override {
-    keys[0] = ~std::uint64_t{0};
-    keys[1] = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::uint64_t lo = min_candidate(x[i], i);
-      const std::uint64_t hi = max_candidate(x[i], i);
-      keys[0] = lo < keys[0] ? lo : keys[0];
-      keys[1] = hi > keys[1] ? hi : keys[1];
-    }
+    queues().push([=] {
+      keys[0] = ~std::uint64_t{0};
+      keys[1] = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint64_t lo = min_candidate(x[i], i);
+        const std::uint64_t hi = max_candidate(x[i], i);
+        keys[0] = lo < keys[0] ? lo : keys[0];
+        keys[1] = hi > keys[1] ? hi : keys[1];
+      }
+    });
   }
   void sketch_sample(const float* x, std::size_t count, std::size_t m, float* out) override {
-    for (std::size_t k = 0; k < m; ++k) out[k] = x[sketch_sample_index(k, count, m)];
+    queues().push([=] {
+      for (std::size_t k = 0; k < m; ++k) out[k] = x[sketch_sample_index(k, count, m)];
+    });
   }
   void sketch_encode(const float* x, const SketchArgs& a, const float* levels,
                      std::uint8_t* codes) override {
-    for (std::size_t g = 0; g < group_count(a.count); ++g) {
-      sketch_encode_group(x, a, levels, g, codes);
-    }
+    queues().push([=] {
+      for (std::size_t g = 0; g < group_count(a.count); ++g) {
+        sketch_encode_group(x, a, levels, g, codes);
+      }
+    });
   }
   void sketch_decode(const SketchArgs& a, const float* levels, const std::uint8_t* codes,
                      float* out, bool accumulate) override {
-    for (std::size_t g = 0; g < group_count(a.count); ++g) {
-      if (accumulate) {
-        sketch_decode_group<true>(a, levels, codes, g, out);
-      } else {
-        sketch_decode_group<false>(a, levels, codes, g, out);
+    queues().push([=] {
+      for (std::size_t g = 0; g < group_count(a.count); ++g) {
+        if (accumulate) {
+          sketch_decode_group<true>(a, levels, codes, g, out);
+        } else {
+          sketch_decode_group<false>(a, levels, codes, g, out);
+        }
       }
-    }
+    });
   }
   void topk_histogram(const float* x, std::size_t count, std::uint32_t prefix, std::uint32_t mask,
                       int shift, std::uint32_t* hist) override {
-    for (std::size_t d = 0; d < 65536; ++d) hist[d] = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::uint32_t key = topk_key(x[i]);
-      if ((key & mask) == prefix) ++hist[(key >> shift) & 0xFFFFu];
-    }
+    queues().push([=] {
+      for (std::size_t d = 0; d < 65536; ++d) hist[d] = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint32_t key = topk_key(x[i]);
+        if ((key & mask) == prefix) ++hist[(key >> shift) & 0xFFFFu];
+      }
+    });
   }
   void topk_tile_counts(const float* x, const TopkSelect& s, std::uint32_t* above,
                         std::uint32_t* equal) override {
-    for (std::size_t t = 0; t * kTopkTile < s.count; ++t) {
-      topk_tile_count(x, s, t, above + t, equal + t);
-    }
+    queues().push([=] {
+      for (std::size_t t = 0; t * kTopkTile < s.count; ++t) {
+        topk_tile_count(x, s, t, above + t, equal + t);
+      }
+    });
   }
   void topk_tile_write(const float* x, const TopkSelect& s, const std::uint64_t* above_before,
                        const std::uint64_t* equal_before, std::uint8_t* idx_out,
                        std::uint8_t* val_out) override {
-    for (std::size_t t = 0; t * kTopkTile < s.count; ++t) {
-      gpu::topk_tile_write(x, s, t, above_before[t], equal_before[t], idx_out, val_out);
-    }
+    queues().push([=] {
+      for (std::size_t t = 0; t * kTopkTile < s.count; ++t) {
+        gpu::topk_tile_write(x, s, t, above_before[t], equal_before[t], idx_out, val_out);
+      }
+    });
   }
   void topk_scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in, unsigned index_bytes,
                     std::size_t k, float* out, bool accumulate) override {
-    for (std::size_t m = 0; m < k; ++m) {
-      if (accumulate) {
-        topk_scatter_one<true>(idx_in, val_in, index_bytes, m, out);
-      } else {
-        topk_scatter_one<false>(idx_in, val_in, index_bytes, m, out);
+    queues().push([=] {
+      for (std::size_t m = 0; m < k; ++m) {
+        if (accumulate) {
+          topk_scatter_one<true>(idx_in, val_in, index_bytes, m, out);
+        } else {
+          topk_scatter_one<false>(idx_in, val_in, index_bytes, m, out);
+        }
       }
-    }
+    });
   }
   void square_sum_parts(const float* x, std::size_t count, double* parts) override {
-    for (unsigned j = 0; j < 8; ++j) parts[j] = square_sum_part(x, count, j);
+    queues().push([=] {
+      for (unsigned j = 0; j < 8; ++j) parts[j] = square_sum_part(x, count, j);
+    });
   }
   void maxnorm_mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
                     std::uint32_t levels2, std::uint8_t* out) override {
-    for (std::size_t g = 0; g < group_count(count); ++g) {
-      out[g] = maxnorm_mask_group(x, count, scales, levels, levels2, g);
-    }
+    queues().push([=] {
+      for (std::size_t g = 0; g < group_count(count); ++g) {
+        out[g] = maxnorm_mask_group(x, count, scales, levels, levels2, g);
+      }
+    });
   }
   void maxnorm_add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) override {
-    for (std::size_t g = 0; g < group_count(a.count); ++g) *bad |= maxnorm_add_group(a, g, out);
+    queues().push([=] {
+      for (std::size_t g = 0; g < group_count(a.count); ++g) *bad |= maxnorm_add_group(a, g, out);
+    });
   }
   void bucketed_scales(const float* x, const BucketedArgs& a, float* scales) override {
-    for (std::size_t b = 0; b < bucket_count(a); ++b) scales[b] = bucket_scale(x, a, b);
+    queues().push([=] {
+      for (std::size_t b = 0; b < bucket_count(a); ++b) scales[b] = bucket_scale(x, a, b);
+    });
   }
   void bucketed_encode(const float* x, const BucketedArgs& a, const float* scales,
                        std::uint8_t* codes) override {
-    for (std::size_t g = 0; g < group_count(a.count); ++g) {
-      bucketed_encode_group(x, a, scales, g, codes);
-    }
+    queues().push([=] {
+      for (std::size_t g = 0; g < group_count(a.count); ++g) {
+        bucketed_encode_group(x, a, scales, g, codes);
+      }
+    });
   }
   void bucketed_decode(const BucketedArgs& a, const float* scales, const std::uint8_t* codes,
                        float* out, bool accumulate, std::uint32_t* worst) override {
-    for (std::size_t g = 0; g < group_count(a.count); ++g) {
-      const std::uint32_t w = accumulate ? bucketed_decode_group<true>(a, scales, codes, g, out)
-                                         : bucketed_decode_group<false>(a, scales, codes, g, out);
-      *worst = w > *worst ? w : *worst;
-    }
+    queues().push([=] {
+      for (std::size_t g = 0; g < group_count(a.count); ++g) {
+        const std::uint32_t w = accumulate ? bucketed_decode_group<true>(a, scales, codes, g, out)
+                                           : bucketed_decode_group<false>(a, scales, codes, g, out);
+        *worst = w > *worst ? w : *worst;
+      }
+    });
   }
   void cast_encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) override {
-    for (std::size_t i = 0; i < count; ++i) {
-      codes[i] = half ? codec::float_to_half(x[i]) : codec::float_to_bf16(x[i]);
-    }
+    queues().push([=] {
+      for (std::size_t i = 0; i < count; ++i) {
+        codes[i] = half ? codec::float_to_half(x[i]) : codec::float_to_bf16(x[i]);
+      }
+    });
   }
   void cast_decode(bool half, const std::uint16_t* codes, std::size_t count, float* out,
                    bool accumulate) override {
-    for (std::size_t i = 0; i < count; ++i) {
-      const float v = half ? codec::half_to_float(codes[i]) : codec::bf16_to_float(codes[i]);
-      out[i] = accumulate ? out[i] + v : v;
-    }
+    queues().push([=] {
+      for (std::size_t i = 0; i < count; ++i) {
+        const float v = half ? codec::half_to_float(codes[i]) : codec::bf16_to_float(codes[i]);
+        out[i] = accumulate ? out[i] + v : v;
+      }
+    });
   }
   void add(float* out, const float* a, const float* b, std::size_t count, bool subtract) override {
-    for (std::size_t i = 0; i < count; ++i) out[i] = subtract ? a[i] - b[i] : a[i] + b[i];
+    queues().push([=] {
+      for (std::size_t i = 0; i < count; ++i) out[i] = subtract ? a[i] - b[i] : a[i] + b[i];
+    });
   }
   void cast_reduce_encode(bool half, const std::uint16_t* in, std::size_t count, float* acc,
                           std::uint16_t* out) override {
-    for (std::size_t i = 0; i < count; ++i) cast_reduce_encode_one(half, in, i, acc, out);
+    queues().push([=] {
+      for (std::size_t i = 0; i < count; ++i) cast_reduce_encode_one(half, in, i, acc, out);
+    });
   }
   void temporal_residual(const TemporalArgs& a, const float* x, float* r) override {
-    for (std::size_t i = 0; i < a.count; ++i) r[i] = gpu::temporal_residual(a, x, i);
+    queues().push([=] {
+      for (std::size_t i = 0; i < a.count; ++i) r[i] = gpu::temporal_residual(a, x, i);
+    });
   }
   void temporal_update(const TemporalArgs& a, const float* r, const float* d, float* e) override {
-    for (std::size_t i = 0; i < a.count; ++i) gpu::temporal_update(a, r, d, e, i);
+    queues().push([=] {
+      for (std::size_t i = 0; i < a.count; ++i) gpu::temporal_update(a, r, d, e, i);
+    });
   }
   void temporal_finish(float beta, float* o, float* y, std::size_t count,
                        std::uint64_t* sum) override {
-    for (std::size_t i = 0; i < count; ++i) *sum += gpu::temporal_finish(beta, o, y, i);
+    queues().push([=] {
+      for (std::size_t i = 0; i < count; ++i) *sum += gpu::temporal_finish(beta, o, y, i);
+    });
   }
   void divide(void* x, std::size_t count, bool is_double, int ranks) override {
-    if (is_double) {
-      auto* d = static_cast<double*>(x);
-      for (std::size_t i = 0; i < count; ++i) d[i] /= static_cast<double>(ranks);
-    } else {
-      auto* f = static_cast<float*>(x);
-      for (std::size_t i = 0; i < count; ++i) f[i] /= static_cast<float>(ranks);
-    }
+    queues().push([=] {
+      if (is_double) {
+        auto* d = static_cast<double*>(x);
+        for (std::size_t i = 0; i < count; ++i) d[i] /= static_cast<double>(ranks);
+      } else {
+        auto* f = static_cast<float*>(x);
+        for (std::size_t i = 0; i < count; ++i) f[i] /= static_cast<float>(ranks);
+      }
+    });
   }
 
  private:
+  static bool within(const std::map<std::uintptr_t, std::size_t>& m, std::uintptr_t a) {
+    auto it = m.upper_bound(a);
+    if (it == m.begin()) return false;
+    --it;
+    return a < it->first + it->second;
+  }
+  bool pageable(const void* p) const {
+    const auto a = reinterpret_cast<std::uintptr_t>(p);
+    std::lock_guard<std::mutex> lock(mu_);
+    return !within(blocks_, a) && !within(pinned_, a);
+  }
+
   mutable std::mutex mu_;
-  std::map<std::uintptr_t, std::size_t> blocks_;
+  std::map<std::uintptr_t, std::size_t> blocks_;  // device memory
+  std::map<std::uintptr_t, std::size_t> pinned_;  // host_alloc's page-locked stand-ins
 };
 
 }  // namespace

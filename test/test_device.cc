@@ -582,5 +582,86 @@ TEST(DeviceKernels, DivideMatchesTheHostLoop) {
   }
 }
 
+// Two queues ordered by events: a kernel on the compute queue, the copy queue waiting for it and
+// copying the result to pinned memory, the host waiting for the copy; and back (a copy, then a
+// kernel that waits for it). Both backends must give the kernel's result.
+TEST(DeviceQueues, EventsOrderKernelsAndCopies) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  const std::size_t n = 3 * 4096 + 5;
+  std::vector<float> x(n), y(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(i) * 0.5f;
+    y[i] = 1.0f - static_cast<float>(i);
+  }
+  const DeviceArray dx(*b, x.data(), 4 * n);
+  const DeviceArray dy(*b, y.data(), 4 * n);
+  const DeviceArray dz(*b, 4 * n);
+  gpu::EventPool events;
+  gpu::Buffer pinned;
+  auto* host = static_cast<float*>(pinned.get(*b, 4 * n, true));
+  for (int round = 0; round < 3; ++round) {
+    b->add(dz.as<float>(), dx.as<float>(), dy.as<float>(), n, round == 1);
+    b->record(events.get(*b, 0));
+    b->use_queue(gpu::Backend::Queue::kCopy);
+    b->wait(events.get(*b, 0));
+    b->copy(host, dz.as<float>(), 4 * n);
+    b->record(events.get(*b, 1));
+    b->use_queue(gpu::Backend::Queue::kCompute);
+    b->host_wait(events.get(*b, 1));
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(host[i], round == 1 ? x[i] - y[i] : x[i] + y[i]) << round << " " << i;
+    }
+  }
+  // copy queue first: pinned bytes to the device, then a kernel reading them
+  for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 7);
+  b->use_queue(gpu::Backend::Queue::kCopy);
+  b->copy(dz.as<float>(), host, 4 * n);
+  b->record(events.get(*b, 2));
+  b->use_queue(gpu::Backend::Queue::kCompute);
+  b->wait(events.get(*b, 2));
+  b->add(dz.as<float>(), dz.as<float>(), dx.as<float>(), n, false);
+  const std::vector<float> got = dz.read<float>(n);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], static_cast<float>(i % 7) + x[i]) << i;
+  // an event never recorded counts as reached
+  gpu::EventPool fresh;
+  b->host_wait(fresh.get(*b, 0));
+  b->synchronize();
+}
+
+#if !defined(CCOLL_TEST_CUDA)
+// The emulated queues run nothing until the host needs it, so a missing event shows: a copy on
+// the copy queue of what a kernel on the compute queue writes, with no wait between them, reads
+// the bytes from before the kernel. (On a GPU that is a race; here it is certain.)
+TEST(DeviceQueues, EmulatedQueuesExposeAMissingWait) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  b->set_stream(nullptr);
+  const std::size_t n = 100;
+  std::vector<float> x(n, 2.0f), zero(n, 0.0f);
+  const DeviceArray dx(*b, x.data(), 4 * n);
+  const DeviceArray dz(*b, zero.data(), 4 * n);
+  gpu::EventPool events;
+  gpu::Buffer pinned;
+  auto* host = static_cast<float*>(pinned.get(*b, 4 * n, true));
+  b->add(dz.as<float>(), dx.as<float>(), dx.as<float>(), n, false);  // z = 4
+  b->use_queue(gpu::Backend::Queue::kCopy);
+  b->copy(host, dz.as<float>(), 4 * n);  // no wait: runs before the kernel
+  b->record(events.get(*b, 0));
+  b->use_queue(gpu::Backend::Queue::kCompute);
+  b->host_wait(events.get(*b, 0));
+  EXPECT_EQ(host[0], 0.0f);
+  b->synchronize();
+  EXPECT_EQ(dz.read<float>(n)[0], 4.0f);
+  // a pageable destination is written before copy() returns, so it sees the queue's work
+  std::vector<float> page(n, -1.0f);
+  b->add(dz.as<float>(), dz.as<float>(), dx.as<float>(), n, false);  // z = 6
+  b->copy(page.data(), dz.as<float>(), 4 * n);
+  EXPECT_EQ(page[n - 1], 6.0f);
+}
+#endif
+
 }  // namespace
 }  // namespace ccoll
