@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace ccoll::codec {
@@ -78,7 +79,11 @@ struct DecodeJob {
   std::size_t count = 0;
   void* out = nullptr;
   bool accumulate = false;
+  bool skip = false;  ///< not decoded (set by the caller, e.g. for a poisoned payload)
 };
+
+/// A batch's per-job hook (Codec::encode_many, decode_many): called with the job's index.
+using JobFn = std::function<void(std::size_t)>;
 
 class Codec {
  public:
@@ -137,23 +142,26 @@ class Codec {
   virtual void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
                                  void* acc) = 0;
 
-  /// True when encode_many/decode_many save work over one call per block (the staged device
-  /// codecs: one wait per batch): the ring then batches a chunk's own encodes and decodes.
-  /// Otherwise it keeps one call per segment, interleaved with the transfers. Default false.
-  virtual bool batches() const { return false; }
-
-  /// encode() of every job, in order. Codecs whose encodes are queued work (the device codecs)
-  /// queue all of them and wait once, so the work of a whole chunk overlaps the caller's
-  /// transfers; the results must be what encode() gives. On a throw no job's output is valid.
-  virtual void encode_many(EncodeJob* jobs, std::size_t n) {
+  /// encode() of every job, in order. After job i's payload is complete, ready(i) is called
+  /// (when given), in index order, so a caller can send it while later jobs still encode: codecs
+  /// whose encodes are queued work (the staged device codecs) queue every job's kernel and copy
+  /// first, then hand each payload over as its copy lands. The bytes must be encode()'s. On a
+  /// throw, ready() has run for a prefix of the jobs and no later job's output is valid.
+  virtual void encode_many(EncodeJob* jobs, std::size_t n, const JobFn& ready = {}) {
     for (std::size_t i = 0; i < n; ++i) {
       jobs[i].bytes = encode(jobs[i].in, jobs[i].count, jobs[i].ctx, jobs[i].out);
+      if (ready) ready(i);
     }
   }
-  /// decode() or decode_accumulate() of every job (outputs must not overlap), batched like
-  /// encode_many(). Throws like decode when any payload is malformed.
-  virtual void decode_many(const DecodeJob* jobs, std::size_t n) {
+  /// decode() or decode_accumulate() of every job not marked `skip` (outputs must not overlap).
+  /// With `arrive`, arrive(i) is called in index order before job i is read and may set its
+  /// `in`, `bytes` and `skip` (count, out and accumulate are set before the call), so a caller
+  /// can hand over each payload as it arrives while the earlier ones decode. Throws like decode()
+  /// on a malformed payload; arrive() may then not have run for the later jobs.
+  virtual void decode_many(DecodeJob* jobs, std::size_t n, const JobFn& arrive = {}) {
     for (std::size_t i = 0; i < n; ++i) {
+      if (arrive) arrive(i);
+      if (jobs[i].skip) continue;
       if (jobs[i].accumulate) {
         decode_accumulate(jobs[i].in, jobs[i].bytes, jobs[i].count, jobs[i].out);
       } else {

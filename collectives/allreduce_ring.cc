@@ -22,7 +22,6 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
   const int r = e.rank();
   if (p == 1) return;
   const bool summable = e.codec().capabilities().summable;
-  const bool batch = e.codec().batches();
   // summable: scratch for the sum (one segment) and this rank's own codes (a chunk's segments)
   std::byte* sum = slots + L.slot_bytes();
   std::byte* own = sum + L.seg_capacity();
@@ -38,46 +37,49 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
   for (int k = 0; k + 1 < p; ++k) {
     const int send_chunk = ring_mod(r - k - 1, p);
     const int recv_chunk = ring_mod(r - k - 2, p);
-    if (k == 0) {  // step 0: this rank's own contribution to chunk r-1
-      for (std::size_t j = 0; j < L.nseg(send_chunk); ++j) {
-        std::byte* slot = slots + L.slot(send_chunk, j);
+    if (k == 0) {  // step 0: this rank's own contribution to chunk r-1, each segment sent
+                   // as soon as it is encoded
+      const std::size_t n0 = L.nseg(send_chunk);
+      codec::EncodeJob* jobs = e.workspace().encode_jobs(n0);
+      for (std::size_t j = 0; j < n0; ++j) {
         const std::size_t off = L.seg_offset(send_chunk, j);
-        const std::size_t n = e.encode(data + off * es, L.seg_elems(send_chunk, j),
-                                       static_cast<std::uint64_t>(r), off, slot);
-        sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
+        jobs[j] = codec::EncodeJob{data + off * es, L.seg_elems(send_chunk, j),
+                                   codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
+                                                       codec::BlockContext::Role::kOwn},
+                                   slots + L.slot(send_chunk, j), 0};
       }
+      e.encode_many(jobs, n0, [&](std::size_t j) {
+        sends[nsends++] = e.send(jobs[j].out, jobs[j].bytes, next, kTagReduceScatter);
+      });
     }
     const std::size_t nseg = L.nseg(recv_chunk);
     for (std::size_t j = 0; j < nseg; ++j) {
       recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagReduceScatter);
     }
     if (summable) {
-      // step k: this rank's codes of each segment of the arriving chunk (codecs that batch:
-      // all of them in one batch while the partial sums arrive, so a device codec's kernels
-      // and copies overlap the transfers; the others: each just before its add), added to
-      // each arriving partial sum of codes; forward the sum (or, at the last step, keep it
-      // as the chunk's final payload for the all-gather)
+      // step k: this rank's codes of each segment of the arriving chunk, encoded in one batch
+      // while the partial sums arrive (a device codec's kernels and copies overlap the
+      // transfers), each added to its arriving partial sum of codes as soon as both are there;
+      // forward the sum (or, at the last step, keep it as the chunk's final payload for the
+      // all-gather)
       codec::EncodeJob* jobs = e.workspace().encode_jobs(nseg);
       for (std::size_t j = 0; j < nseg; ++j) {
         const std::size_t off = L.seg_offset(recv_chunk, j);
         jobs[j] = codec::EncodeJob{data + off * es, L.seg_elems(recv_chunk, j),
                                    codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
                                                        codec::BlockContext::Role::kOwn},
-                                   own + (batch ? j : 0) * L.seg_capacity(), 0};
+                                   own + j * L.seg_capacity(), 0};
       }
-      if (batch) e.encode_many(jobs, nseg);
-      for (std::size_t j = 0; j < nseg; ++j) {
+      e.encode_many(jobs, nseg, [&](std::size_t j) {
         std::byte* slot = slots + L.slot(recv_chunk, j);
         const std::size_t off = L.seg_offset(recv_chunk, j);
-        const std::size_t cnt = L.seg_elems(recv_chunk, j);
         const std::size_t got = e.wait_recv(recvs[j]);
-        if (!batch) e.encode_many(jobs + j, 1);
-        const std::size_t n = e.add(slot, got, jobs[j].out, jobs[j].bytes, cnt,
+        const std::size_t n = e.add(slot, got, jobs[j].out, jobs[j].bytes, jobs[j].count,
                                     static_cast<std::uint64_t>(r), off, sum);
         e.copy_payload(slot, sum, n);
         if (final_sizes != nullptr && k + 2 == p) final_sizes[L.index(recv_chunk, j)] = n;
         if (k + 2 < p) sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
-      }
+      });
       continue;
     }
     // step k: reduce each arriving segment, then forward it as step k+1's send
@@ -109,7 +111,6 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
   std::size_t nsends = 0;
   const int next = ring_mod(r + 1, p);
   const int prev = ring_mod(r - 1, p);
-  const bool batch = e.codec().batches();
 
   for (int k = 0; k + 1 < p; ++k) {
     const int recv_chunk = ring_mod(r - k - 1, p);
@@ -122,20 +123,22 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
     for (std::size_t j = 0; j < nseg; ++j) {
       recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagAllgather);
     }
-    // step k: forward each arriving segment unchanged, then decode it (codecs that batch:
-    // the chunk's segments in one batch once all have arrived)
+    // step k: each segment forwarded unchanged as it arrives and handed to the decoder, which
+    // decodes the earlier ones meanwhile
     codec::DecodeJob* jobs = e.workspace().decode_jobs(nseg);
     for (std::size_t j = 0; j < nseg; ++j) {
+      jobs[j] = codec::DecodeJob{nullptr, 0, L.seg_elems(recv_chunk, j),
+                                 out + L.seg_offset(recv_chunk, j) * es, false};
+    }
+    e.decode_many(jobs, nseg, [&](std::size_t j) {
       std::byte* slot = slots + L.slot(recv_chunk, j);
       std::size_t got = e.wait_recv(recvs[j]);
       if (got == 0) got = e.write_poisoned(slot);  // keep the ring going, flag the failure
       sizes[L.index(recv_chunk, j)] = got;
       if (k + 2 < p) sends[nsends++] = e.send(slot, got, next, kTagAllgather);
-      jobs[j] = codec::DecodeJob{slot, got, L.seg_elems(recv_chunk, j),
-                                 out + L.seg_offset(recv_chunk, j) * es, false};
-      if (!batch) e.decode_many(jobs + j, 1);
-    }
-    if (batch) e.decode_many(jobs, nseg);
+      jobs[j].in = slot;
+      jobs[j].bytes = got;
+    });
   }
   // The owner takes its own chunk from the bytes everyone else decoded.
   codec::DecodeJob* jobs = e.workspace().decode_jobs(L.nseg(r));
@@ -156,12 +159,16 @@ void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, st
                       std::size_t* sizes, bool block_relative, codec::BlockContext::Role role) {
   const int r = e.rank();
   const std::size_t first = L.seg_offset(r, 0);
-  for (std::size_t j = 0; j < L.nseg(r); ++j) {
+  const std::size_t nseg = L.nseg(r);
+  codec::EncodeJob* jobs = e.workspace().encode_jobs(nseg);
+  for (std::size_t j = 0; j < nseg; ++j) {
     const std::size_t off = L.seg_offset(r, j);
-    sizes[L.index(r, j)] = e.encode(chunk + (off - first) * e.elem_bytes(), L.seg_elems(r, j),
-                                    static_cast<std::uint64_t>(r),
-                                    block_relative ? off - first : off, slots + L.slot(r, j), role);
+    jobs[j] = codec::EncodeJob{chunk + (off - first) * e.elem_bytes(), L.seg_elems(r, j),
+                               codec::BlockContext{0, 0, static_cast<std::uint64_t>(r),
+                                                   block_relative ? off - first : off, role},
+                               slots + L.slot(r, j), 0};
   }
+  e.encode_many(jobs, nseg, [&](std::size_t j) { sizes[L.index(r, j)] = jobs[j].bytes; });
 }
 
 }  // namespace

@@ -24,41 +24,69 @@ std::size_t Engine::encode(const void* in, std::size_t count, std::uint64_t stre
   return n;
 }
 
-void Engine::encode_many(codec::EncodeJob* jobs, std::size_t n) {
+void Engine::encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::JobFn& ready) {
   const auto t0 = Clock::now();
   for (std::size_t i = 0; i < n; ++i) {
     jobs[i].ctx.seed = cx_.seed;
     jobs[i].ctx.call = cx_.call;
   }
+  std::size_t handed = 0;  // jobs whose ready() has run
+  bool in_hook = false;    // what throws inside ready() is the schedule's, not the codec's
+  double hook_seconds = 0;
+  const codec::JobFn hand_over = [&](std::size_t i) {
+    if (poisoned_) poison_payload(jobs[i].out);
+    ++handed;
+    if (!ready) return;
+    const auto t = Clock::now();
+    in_hook = true;
+    ready(i);
+    in_hook = false;
+    hook_seconds += since(t);
+  };
   try {
-    cx_.codec.encode_many(jobs, n);
+    cx_.codec.encode_many(jobs, n, hand_over);
   } catch (const Error& err) {
-    poison(err.code(), err.what());  // no peer waits: every payload goes out poisoned
-    for (std::size_t i = 0; i < n; ++i) jobs[i].bytes = write_poisoned(jobs[i].out);
+    if (in_hook) throw;
+    poison(err.code(), err.what());  // no peer waits: the rest go out poisoned
+    for (std::size_t i = handed; i < n; ++i) {
+      jobs[i].bytes = write_poisoned(jobs[i].out);
+      hand_over(i);
+    }
   }
-  if (poisoned_) {
-    for (std::size_t i = 0; i < n; ++i) poison_payload(jobs[i].out);
-  }
-  cx_.counters.encode_seconds += since(t0);
+  cx_.counters.encode_seconds += since(t0) - hook_seconds;
 }
 
-void Engine::decode_many(codec::DecodeJob* jobs, std::size_t n) {
-  std::size_t valid = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    if (jobs[i].bytes == 0 && poisoned_) continue;  // the receive failed and poisoned this rank
-    if (payload_poisoned(jobs[i].in, jobs[i].bytes)) {
-      poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
-      continue;
-    }
-    jobs[valid++] = jobs[i];
-  }
+void Engine::decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive) {
   const auto t0 = Clock::now();
+  std::size_t arrived = 0;
+  bool in_hook = false;
+  double hook_seconds = 0;
+  const codec::JobFn take = [&](std::size_t i) {
+    ++arrived;
+    if (arrive) {
+      const auto t = Clock::now();
+      in_hook = true;
+      arrive(i);
+      in_hook = false;
+      hook_seconds += since(t);
+    }
+    codec::DecodeJob& j = jobs[i];
+    if (j.skip) return;
+    if (j.bytes == 0 && poisoned_) {
+      j.skip = true;  // the receive failed and poisoned this rank
+    } else if (payload_poisoned(j.in, j.bytes)) {
+      poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
+      j.skip = true;
+    }
+  };
   try {
-    cx_.codec.decode_many(jobs, valid);
+    cx_.codec.decode_many(jobs, n, take);
   } catch (const Error& err) {
+    if (in_hook) throw;
     poison(err.code(), err.what());
+    for (std::size_t i = arrived; i < n; ++i) take(i);  // the schedule still forwards them
   }
-  cx_.counters.decode_seconds += since(t0);
+  cx_.counters.decode_seconds += since(t0) - hook_seconds;
 }
 
 bool Engine::decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,

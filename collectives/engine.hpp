@@ -50,13 +50,17 @@ class Engine {
   bool decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
               bool accumulate);
 
-  /// encode() of a batch (codec::Codec::encode_many): the jobs' seed and call are set here; a
-  /// failed batch writes poisoned payloads and poisons this rank, as encode() does.
-  void encode_many(codec::EncodeJob* jobs, std::size_t n);
-  /// decode() of a batch (codec::Codec::decode_many): poisoned or empty payloads poison this rank
-  /// and are skipped (their outputs left untouched), as decode() does; the rest decode in one
-  /// batch. The jobs array is reordered.
-  void decode_many(codec::DecodeJob* jobs, std::size_t n);
+  /// encode() of a batch (codec::Codec::encode_many), with ready(i) called for every job in
+  /// order once its payload is complete (the schedule sends it there). The jobs' seed and call
+  /// are set here. When the codec fails, this rank is poisoned and every job not yet handed
+  /// over gets a poisoned payload and its ready() call, so no peer waits; payloads of a
+  /// poisoned rank are marked poisoned before ready() sees them.
+  void encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::JobFn& ready = {});
+  /// decode() of a batch (codec::Codec::decode_many), with arrive(i) (which sets job i's `in`
+  /// and `bytes`, e.g. after waiting for its receive) called for every job in order, even after
+  /// a failure. Poisoned or empty payloads poison this rank and are skipped (their outputs left
+  /// untouched), as decode() does; a malformed one poisons this rank.
+  void decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive = {});
 
   /// A re-encoding ring hop: decode-accumulates `in` into `acc` and encodes `acc` into `out`
   /// (codec::Codec::reduce_encode). A poisoned, empty or malformed `in` poisons this rank and

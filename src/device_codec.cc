@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <exception>
 #include <map>
 #include <mutex>
 #include <string>
@@ -48,6 +49,30 @@ codec::MaxNormParams maxnorm_params(const CodecSpec& s) {
   if (s.name == "randk") m.ratio = std::stod(param_value(s, "ratio"));
   return m;
 }
+
+std::size_t round16(std::size_t n) { return (n + 15) / 16 * 16; }
+
+// Leaves the backend on the compute queue when it goes out of scope; when that is by an
+// exception, first waits for everything queued (errors ignored: one is being thrown already), so
+// that no queued copy lands in a buffer the caller reuses.
+class QueueGuard {
+ public:
+  explicit QueueGuard(gpu::Backend& b) : b_(b), exceptions_(std::uncaught_exceptions()) {}
+  QueueGuard(const QueueGuard&) = delete;
+  QueueGuard& operator=(const QueueGuard&) = delete;
+  ~QueueGuard() {
+    b_.use_queue(gpu::Backend::Queue::kCompute);
+    if (std::uncaught_exceptions() == exceptions_) return;
+    try {
+      b_.synchronize();
+    } catch (...) {
+    }
+  }
+
+ private:
+  gpu::Backend& b_;
+  int exceptions_;
+};
 
 // What both device codecs share: the CPU codec they forward to, the backend, and the device
 // scratch (codes of one payload, a flag word) they reuse call after call.
@@ -290,54 +315,78 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     finish_body(out, at, codes, code_bytes);
     return at + code_bytes;
   }
-  bool batches() const override { return !resident_ && !sparse_; }
-  // Staged, dense: every job's kernel and copy queued, one wait for the batch.
-  void encode_many(codec::EncodeJob* jobs, std::size_t n) override {
+  // Staged, dense: every job's kernel queued on the compute queue and its copy to the host on
+  // the copy queue behind an event, so job i's copy overlaps job i+1's kernel; each payload is
+  // handed over (ready) as its copy lands, while the later ones are still on the device.
+  void encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::JobFn& ready) override {
     if (resident_ || sparse_) {
-      Codec::encode_many(jobs, n);
+      Codec::encode_many(jobs, n, ready);
       return;
     }
     std::size_t total = 0;
-    for (std::size_t i = 0; i < n; ++i) total += gpu::packed_size(jobs[i].count, width_);
+    for (std::size_t i = 0; i < n; ++i) total += round16(gpu::packed_size(jobs[i].count, width_));
     auto* dev = static_cast<std::uint8_t*>(batch_.get(b_, total, false));
+    const QueueGuard guard(b_);
     for (std::size_t i = 0; i < n; ++i) {
       const std::size_t at = encode_prefix(jobs[i].count, jobs[i].ctx, jobs[i].out);
       const std::size_t code_bytes = gpu::packed_size(jobs[i].count, width_);
       queue_codes(static_cast<const float*>(jobs[i].in), jobs[i].count, jobs[i].ctx, dev);
+      b_.record(events_.get(b_, 2 * i));
+      b_.use_queue(gpu::Backend::Queue::kCopy);
+      b_.wait(events_.get(b_, 2 * i));
       b_.copy(jobs[i].out + at, dev, code_bytes);
+      b_.record(events_.get(b_, 2 * i + 1));
+      b_.use_queue(gpu::Backend::Queue::kCompute);
       jobs[i].bytes = at + code_bytes;
-      dev += code_bytes;
+      dev += round16(code_bytes);
     }
-    b_.synchronize();
+    for (std::size_t i = 0; i < n; ++i) {
+      b_.host_wait(events_.get(b_, 2 * i + 1));
+      if (ready) ready(i);
+    }
   }
-  // Staged, dense: every job validated, its scales and codes copied and decoded in one queue,
-  // one wait, then every job's largest lane checked.
-  void decode_many(const codec::DecodeJob* jobs, std::size_t n) override {
+  // Staged, dense: each job, as it arrives, validated on the host, its scales and codes copied
+  // on the copy queue and decoded on the compute queue behind an event, so the copy of one
+  // overlaps the decode of the one before and both overlap the wait for the next; one wait at
+  // the end, then every job's largest lane checked.
+  void decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive) override {
     if (resident_ || sparse_) {
-      Codec::decode_many(jobs, n);
+      Codec::decode_many(jobs, n, arrive);
       return;
     }
-    layouts_.resize(n);
+    // room for each job's payload after its element offset (scales and codes): at most the
+    // codec's largest payload of that many elements
     std::size_t total = 0;
-    for (std::size_t i = 0; i < n; ++i) {  // validate everything before decoding anything
-      layouts_[i] = codec::maxnorm_layout(*target(), jobs[i].in, jobs[i].bytes, jobs[i].count);
-      total += (jobs[i].bytes - layouts_[i].scales_at + 15) / 16 * 16;
-    }
-    auto* dev = static_cast<std::uint8_t*>(batch_.get(b_, total + 4 * n, false));
-    auto* flags = reinterpret_cast<std::uint32_t*>(dev + total);
+    for (std::size_t i = 0; i < n; ++i) total += round16(target()->max_encoded_bytes(jobs[i].count));
+    auto* base = static_cast<std::uint8_t*>(batch_.get(b_, total + 4 * n, false));
+    auto* flags = reinterpret_cast<std::uint32_t*>(base + total);
+    layouts_.resize(n);
+    decoded_.clear();
+    const QueueGuard guard(b_);
     b_.memset_zero(flags, 4 * n);
+    std::uint8_t* dev = base;
     for (std::size_t i = 0; i < n; ++i) {
-      const codec::MaxnormLayout& l = layouts_[i];
+      std::uint8_t* room = dev;
+      dev += round16(target()->max_encoded_bytes(jobs[i].count));
+      if (arrive) arrive(i);
+      if (jobs[i].skip) continue;
+      const codec::MaxnormLayout& l = layouts_[i] =
+          codec::maxnorm_layout(*target(), jobs[i].in, jobs[i].bytes, jobs[i].count);
       if (jobs[i].count == 0) continue;
       const std::size_t tail = jobs[i].bytes - l.scales_at;
-      b_.copy(dev, jobs[i].in + l.scales_at, tail);
-      queue_decode(l, jobs[i].count, dev, jobs[i].out, jobs[i].accumulate, flags + i);
-      dev += (tail + 15) / 16 * 16;
+      if (tail > static_cast<std::size_t>(dev - room)) corrupt("longer than the codec's largest");
+      b_.use_queue(gpu::Backend::Queue::kCopy);
+      b_.copy(room, jobs[i].in + l.scales_at, tail);
+      b_.record(events_.get(b_, i));
+      b_.use_queue(gpu::Backend::Queue::kCompute);
+      b_.wait(events_.get(b_, i));
+      queue_decode(l, jobs[i].count, room, jobs[i].out, jobs[i].accumulate, flags + i);
+      decoded_.push_back(i);
     }
     flags_host_.resize(n);
     b_.copy(flags_host_.data(), flags, 4 * n);
     b_.synchronize();
-    for (std::size_t i = 0; i < n; ++i) {
+    for (const std::size_t i : decoded_) {
       if (flags_host_[i] > layouts_[i].limit) corrupt("code out of range");
     }
   }
@@ -510,7 +559,9 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   const std::vector<std::uint64_t>* selected_ = nullptr;  // randk: the encode's kept ones
   std::size_t ncodes_ = 0;
   gpu::Buffer batch_;  // encode_many/decode_many: every job's codes
+  gpu::EventPool events_;
   std::vector<codec::MaxnormLayout> layouts_;
+  std::vector<std::size_t> decoded_;
   std::vector<std::uint32_t> flags_host_;
 };
 

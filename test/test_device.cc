@@ -8,6 +8,7 @@
 //   where no CUDA device is usable.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -307,8 +308,8 @@ TEST_P(DeviceCodec, ReduceEncodeMatchesCpu) {
   EXPECT_EQ(0, std::memcmp(dacc.read<float>(n).data(), acc.data(), 4 * n));
 }
 
-// encode_many/decode_many (one wait per batch on the device): the bytes and floats of the
-// one-by-one calls, and a malformed payload in a batch rejected.
+// encode_many/decode_many (queued kernels and copies, payloads handed over and in one by one):
+// the bytes and floats of the one-by-one calls, and a malformed payload in a batch rejected.
 TEST_P(DeviceCodec, BatchesEqualOneByOne) {
   const std::size_t n = 2 * gpu::kMaxnormBlock + 4321;
   const std::vector<float> x = data(n, 31);
@@ -317,7 +318,11 @@ TEST_P(DeviceCodec, BatchesEqualOneByOne) {
   const std::size_t seg = 50000;
   const std::size_t jobs_n = (n + seg - 1) / seg;
   const std::size_t cap = cpu_->max_encoded_bytes(seg);
-  std::vector<std::byte> want(jobs_n * cap), got(jobs_n * cap);
+  std::vector<std::byte> want(jobs_n * cap);
+  // payloads in pinned memory, as the ring's slots are: copies into it complete asynchronously
+  gpu::Buffer got_buf;
+  auto* got = static_cast<std::byte*>(got_buf.get(*b_, jobs_n * cap, true));
+  std::memset(got, 0, jobs_n * cap);
   std::vector<codec::EncodeJob> jobs(jobs_n);
   std::vector<std::size_t> sizes(jobs_n);
   for (std::size_t j = 0; j < jobs_n; ++j) {
@@ -325,12 +330,19 @@ TEST_P(DeviceCodec, BatchesEqualOneByOne) {
     const std::size_t cnt = std::min(seg, n - off);
     const codec::BlockContext ctx{7, 9, 1, off, codec::BlockContext::Role::kOwn};
     sizes[j] = cpu_->encode(x.data() + off, cnt, ctx, want.data() + j * cap);
-    jobs[j] = codec::EncodeJob{dx.as<float>() + off, cnt, ctx, got.data() + j * cap, 0};
+    jobs[j] = codec::EncodeJob{dx.as<float>() + off, cnt, ctx, got + j * cap, 0};
   }
-  dev_->encode_many(jobs.data(), jobs_n);
+  // each payload must be complete when it is handed over, in order
+  std::vector<std::vector<std::byte>> handed;
+  dev_->encode_many(jobs.data(), jobs_n, [&](std::size_t j) {
+    ASSERT_EQ(j, handed.size());
+    handed.emplace_back(got + j * cap, got + j * cap + jobs[j].bytes);
+  });
+  ASSERT_EQ(handed.size(), jobs_n);
   for (std::size_t j = 0; j < jobs_n; ++j) {
     ASSERT_EQ(jobs[j].bytes, sizes[j]) << "job " << j;
-    ASSERT_EQ(0, std::memcmp(got.data() + j * cap, want.data() + j * cap, sizes[j]));
+    ASSERT_EQ(handed[j].size(), sizes[j]) << "job " << j;
+    ASSERT_EQ(0, std::memcmp(handed[j].data(), want.data() + j * cap, sizes[j])) << "job " << j;
   }
   std::vector<float> ref(n);
   const DeviceArray out(*b_, 4 * n);
@@ -343,6 +355,34 @@ TEST_P(DeviceCodec, BatchesEqualOneByOne) {
   }
   dev_->decode_many(djobs.data(), jobs_n);
   ASSERT_EQ(0, std::memcmp(out.read<float>(n).data(), ref.data(), 4 * n));
+  // payloads handed in one by one as they "arrive" (in pinned memory, as the ring's slots are,
+  // overwritten after the hand-over as a reused slot would be), job 1 skipped: its output keeps
+  // what it held
+  const std::vector<float> marker(n, -3.0f);
+  const DeviceArray out2(*b_, marker.data(), 4 * n);
+  gpu::Buffer pinned_buf;
+  auto* pinned = static_cast<std::byte*>(pinned_buf.get(*b_, jobs_n * cap, true));
+  std::size_t next = 0;
+  for (std::size_t j = 0; j < jobs_n; ++j) {
+    djobs[j].in = nullptr;
+    djobs[j].bytes = 0;
+    djobs[j].out = out2.as<float>() + j * seg;
+  }
+  dev_->decode_many(djobs.data(), jobs_n, [&](std::size_t j) {
+    ASSERT_EQ(j, next++);
+    std::memcpy(pinned + j * cap, want.data() + j * cap, sizes[j]);
+    djobs[j].in = pinned + j * cap;
+    djobs[j].bytes = sizes[j];
+    djobs[j].skip = j == 1;
+  });
+  ASSERT_EQ(next, jobs_n);
+  std::vector<float> ref2 = ref;
+  std::fill(ref2.begin() + seg, ref2.begin() + std::min(n, 2 * seg), -3.0f);
+  ASSERT_EQ(0, std::memcmp(out2.read<float>(n).data(), ref2.data(), 4 * n));
+  for (auto& j : djobs) {
+    j.in = want.data() + (&j - djobs.data()) * cap;
+    j.skip = false;
+  }
   djobs[1].bytes -= 1;  // truncated
   EXPECT_THROW(dev_->decode_many(djobs.data(), jobs_n), Error);
 }
