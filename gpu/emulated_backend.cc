@@ -90,8 +90,10 @@ class EmulatedBackend final : public Backend {
     blocks_[reinterpret_cast<std::uintptr_t>(p)] = n;
     return p;
   }
+  // cudaFree and cudaFreeHost wait for the device first; so do these (this thread's queues)
   void device_free(void* p) noexcept override {
     if (p == nullptr) return;
+    drain_quietly();
     {
       std::lock_guard<std::mutex> lock(mu_);
       blocks_.erase(reinterpret_cast<std::uintptr_t>(p));
@@ -108,6 +110,7 @@ class EmulatedBackend final : public Backend {
   }
   void host_free(void* p) noexcept override {
     if (p == nullptr) return;
+    drain_quietly();
     {
       std::lock_guard<std::mutex> lock(mu_);
       pinned_.erase(reinterpret_cast<std::uintptr_t>(p));
@@ -118,10 +121,7 @@ class EmulatedBackend final : public Backend {
   void use_queue(Queue q) override { queues().current = q == Queue::kCopy ? 1 : 0; }
   Event event_create() override { return new EmulatedEvent; }
   void event_destroy(Event e) noexcept override {
-    try {
-      queues().drain_all();  // nothing of this thread may still name it
-    } catch (...) {
-    }
+    drain_quietly();  // nothing of this thread may still name it
     delete static_cast<EmulatedEvent*>(e);
   }
   void record(Event e) override {
@@ -366,6 +366,12 @@ class EmulatedBackend final : public Backend {
   }
 
  private:
+  static void drain_quietly() noexcept {
+    try {
+      queues().drain_all();
+    } catch (...) {
+    }
+  }
   static bool within(const std::map<std::uintptr_t, std::size_t>& m, std::uintptr_t a) {
     auto it = m.upper_bound(a);
     if (it == m.begin()) return false;

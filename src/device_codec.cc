@@ -83,6 +83,34 @@ class DeviceCodecBase : public codec::ForwardingCodec {
     set_target(&cpu);
   }
   const std::string& spec() const override { return target()->spec(); }
+  // Staged: every job's kernels queued on the compute queue, each body's copy to the host on
+  // the copy queue behind an event, so job i's copy overlaps job i+1's kernels (codecs whose
+  // encode waits for the device midway, sketch and topk, still overlap one copy with that
+  // work); each payload handed over (ready) as its copy lands, while later ones still run.
+  void encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::JobFn& ready) override {
+    if (resident_) {
+      Codec::encode_many(jobs, n, ready);
+      return;
+    }
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < n; ++i) total += round16(target()->max_encoded_bytes(jobs[i].count));
+    auto* room = static_cast<std::uint8_t*>(batch_.get(b_, total, false));
+    {
+      const QueueGuard guard(b_);
+      const Batching batching(batching_);
+      for (std::size_t i = 0; i < n; ++i) {
+        job_ = i;
+        room_ = room;
+        room_bytes_ = round16(target()->max_encoded_bytes(jobs[i].count));
+        room += room_bytes_;
+        jobs[i].bytes = encode(jobs[i].in, jobs[i].count, jobs[i].ctx, jobs[i].out);
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      b_.host_wait(events_.get(b_, 2 * i + 1));
+      if (ready) ready(i);
+    }
+  }
   void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
     apply(in, bytes, count, out, false);
   }
@@ -117,14 +145,28 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   void put_prefix(std::byte* out, const std::byte* host, std::size_t n) {
     b_.copy(out, host, n);
   }
-  /// Where a kernel writes a payload's body: straight into `out` (resident), else device scratch.
+  /// Where a kernel writes a payload's body: straight into `out` (resident), else device scratch
+  /// (in a batch: the job's own room).
   std::uint8_t* body_target(std::byte* out, std::size_t at, std::size_t bytes) {
-    return resident_ ? reinterpret_cast<std::uint8_t*>(out + at) : scratch(bytes);
+    if (resident_) return reinterpret_cast<std::uint8_t*>(out + at);
+    if (!batching_) return scratch(bytes);
+    if (bytes > room_bytes_) throw Error(Status::kInternal, "device codec: body beyond its room");
+    return room_;
   }
-  /// Brings a body written by body_target() into the host payload (staged) and waits.
+  /// Brings a body written by body_target() into the host payload (staged) and waits; in a
+  /// batch, queues the copy on the copy queue behind the kernels instead and marks its end.
   void finish_body(std::byte* out, std::size_t at, const std::uint8_t* body, std::size_t bytes) {
-    if (!resident_ && bytes != 0) b_.copy(out + at, body, bytes);
-    b_.synchronize();
+    if (!batching_) {
+      if (!resident_ && bytes != 0) b_.copy(out + at, body, bytes);
+      b_.synchronize();
+      return;
+    }
+    b_.record(events_.get(b_, 2 * job_));
+    b_.use_queue(gpu::Backend::Queue::kCopy);
+    b_.wait(events_.get(b_, 2 * job_));
+    b_.copy(out + at, body, bytes);
+    b_.record(events_.get(b_, 2 * job_ + 1));
+    b_.use_queue(gpu::Backend::Queue::kCompute);
   }
   /// The largest value the kernel saw in *flag_device(), after the queued work.
   std::uint32_t read_flag() {
@@ -168,6 +210,8 @@ class DeviceCodecBase : public codec::ForwardingCodec {
 
   gpu::Backend& b_;
   bool resident_;  // payloads live in device memory (CUDA-aware MPI), not host memory
+  gpu::Buffer batch_;  // encode_many/decode_many: every job's device room
+  gpu::EventPool events_;
   // block maxima of the last scan: workspace of the const fallback test, not codec state
   mutable std::vector<float> maxima_;
   std::vector<std::byte> prefix_a_;  // host copies of device payloads' headers and scales
@@ -180,6 +224,18 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   gpu::Buffer flag_host_;
   mutable gpu::Buffer maxima_dev_;
   mutable gpu::Buffer maxima_host_;
+  // encode_many: set while its encodes run, with the current job's index and device room
+  struct Batching {
+    explicit Batching(bool& flag) : flag_(flag) { flag_ = true; }
+    ~Batching() { flag_ = false; }
+    Batching(const Batching&) = delete;
+    Batching& operator=(const Batching&) = delete;
+    bool& flag_;
+  };
+  bool batching_ = false;
+  std::size_t job_ = 0;
+  std::uint8_t* room_ = nullptr;
+  std::size_t room_bytes_ = 0;
 };
 
 class DeviceCast final : public DeviceCodecBase {
@@ -314,36 +370,6 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     queue_codes(static_cast<const float*>(in), count, ctx, codes);
     finish_body(out, at, codes, code_bytes);
     return at + code_bytes;
-  }
-  // Staged, dense: every job's kernel queued on the compute queue and its copy to the host on
-  // the copy queue behind an event, so job i's copy overlaps job i+1's kernel; each payload is
-  // handed over (ready) as its copy lands, while the later ones are still on the device.
-  void encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::JobFn& ready) override {
-    if (resident_ || sparse_) {
-      Codec::encode_many(jobs, n, ready);
-      return;
-    }
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < n; ++i) total += round16(gpu::packed_size(jobs[i].count, width_));
-    auto* dev = static_cast<std::uint8_t*>(batch_.get(b_, total, false));
-    const QueueGuard guard(b_);
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t at = encode_prefix(jobs[i].count, jobs[i].ctx, jobs[i].out);
-      const std::size_t code_bytes = gpu::packed_size(jobs[i].count, width_);
-      queue_codes(static_cast<const float*>(jobs[i].in), jobs[i].count, jobs[i].ctx, dev);
-      b_.record(events_.get(b_, 2 * i));
-      b_.use_queue(gpu::Backend::Queue::kCopy);
-      b_.wait(events_.get(b_, 2 * i));
-      b_.copy(jobs[i].out + at, dev, code_bytes);
-      b_.record(events_.get(b_, 2 * i + 1));
-      b_.use_queue(gpu::Backend::Queue::kCompute);
-      jobs[i].bytes = at + code_bytes;
-      dev += round16(code_bytes);
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-      b_.host_wait(events_.get(b_, 2 * i + 1));
-      if (ready) ready(i);
-    }
   }
   // Staged, dense: each job, as it arrives, validated on the host, its scales and codes copied
   // on the copy queue and decoded on the compute queue behind an event, so the copy of one
@@ -558,8 +584,6 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   float* scales_dev_ptr_ = nullptr;
   const std::vector<std::uint64_t>* selected_ = nullptr;  // randk: the encode's kept ones
   std::size_t ncodes_ = 0;
-  gpu::Buffer batch_;  // encode_many/decode_many: every job's codes
-  gpu::EventPool events_;
   std::vector<codec::MaxnormLayout> layouts_;
   std::vector<std::size_t> decoded_;
   std::vector<std::uint32_t> flags_host_;
