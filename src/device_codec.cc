@@ -92,23 +92,46 @@ class DeviceCodecBase : public codec::ForwardingCodec {
       Codec::encode_many(jobs, n, ready);
       return;
     }
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < n; ++i) total += round16(target()->max_encoded_bytes(jobs[i].count));
-    auto* room = static_cast<std::uint8_t*>(batch_.get(b_, total, false));
+    begin_batch(jobs, n, 0);
     {
       const QueueGuard guard(b_);
       const Batching batching(batching_);
       for (std::size_t i = 0; i < n; ++i) {
-        job_ = i;
-        room_ = room;
-        room_bytes_ = round16(target()->max_encoded_bytes(jobs[i].count));
-        room += room_bytes_;
+        next_job(i, jobs[i].count);
         jobs[i].bytes = encode(jobs[i].in, jobs[i].count, jobs[i].ctx, jobs[i].out);
       }
     }
     for (std::size_t i = 0; i < n; ++i) {
       b_.host_wait(events_.get(b_, 2 * i + 1));
       if (ready) ready(i);
+    }
+  }
+  // Staged: each job, as it arrives, validated on the host and its body copied on the copy
+  // queue, its kernels queued on the compute queue behind an event, so one job's copy overlaps
+  // the decode of the one before and both overlap the wait for the next; one wait at the end,
+  // then each job's flagged lanes checked.
+  void decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive) override {
+    if (resident_) {
+      Codec::decode_many(jobs, n, arrive);
+      return;
+    }
+    flags_ = reinterpret_cast<std::uint32_t*>(begin_batch(jobs, n, 4 * n));
+    checks_.clear();
+    {
+      const QueueGuard guard(b_);
+      const Batching batching(batching_);
+      for (std::size_t i = 0; i < n; ++i) {
+        next_job(i, jobs[i].count);
+        if (arrive) arrive(i);
+        if (jobs[i].skip) continue;
+        apply(jobs[i].in, jobs[i].bytes, jobs[i].count, jobs[i].out, jobs[i].accumulate);
+      }
+      flags_host_.resize(n);
+      b_.copy(flags_host_.data(), flags_, 4 * n);
+      b_.synchronize();
+    }
+    for (const auto& [i, limit] : checks_) {
+      if (flags_host_[i] > limit) reject_code();
     }
   }
   void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
@@ -120,6 +143,25 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   }
 
  protected:
+  /// Device room for a batch: per job, the codec's largest payload of its count (16-byte
+  /// aligned), handed out in order by next_job(); returns the `extra` bytes after them.
+  template <class Job>
+  std::uint8_t* begin_batch(const Job* jobs, std::size_t n, std::size_t extra) {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < n; ++i) total += room_for(jobs[i].count);
+    next_room_ = static_cast<std::uint8_t*>(batch_.get(b_, total + extra, false));
+    return next_room_ + total;
+  }
+  void next_job(std::size_t i, std::size_t count) {
+    job_ = i;
+    room_ = next_room_;
+    room_bytes_ = room_for(count);
+    next_room_ += room_bytes_;
+  }
+  std::size_t room_for(std::size_t count) const {
+    return round16(target()->max_encoded_bytes(count));
+  }
+
   /// Validates the payload `in` (host, or device when resident), then decodes (or adds, `acc`)
   /// it into device `out`.
   virtual void apply(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
@@ -168,6 +210,24 @@ class DeviceCodecBase : public codec::ForwardingCodec {
     b_.record(events_.get(b_, 2 * job_ + 1));
     b_.use_queue(gpu::Backend::Queue::kCompute);
   }
+  /// The end of apply(): waits for its kernels; in a batch, nothing (decode_many waits once).
+  void settle() {
+    if (!batching_) b_.synchronize();
+  }
+  /// The end of an apply() whose kernel flagged its largest lane in *flag_device(): rejects the
+  /// payload (reject_code) when that exceeds `limit`, now or, in a batch, after the batch.
+  void settle_flag(std::uint32_t limit) {
+    if (batching_) {
+      checks_.emplace_back(job_, limit);
+    } else if (read_flag() > limit) {
+      reject_code();
+    }
+  }
+  /// A payload's lanes exceeded their range (settle_flag).
+  [[noreturn]] virtual void reject_code() const {
+    throw Error(Status::kCorruptData,
+                "received " + target()->spec() + " payload rejected: code out of range");
+  }
   /// The largest value the kernel saw in *flag_device(), after the queued work.
   std::uint32_t read_flag() {
     std::uint32_t* host = flag_host();
@@ -182,11 +242,24 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   /// Device bytes [at, at + n) of payload `in`: in place when resident, else copied to scratch.
   const std::uint8_t* code_source(const std::byte* in, std::size_t at, std::size_t n) {
     if (resident_) return reinterpret_cast<const std::uint8_t*>(in + at);
+    if (batching_) {  // the job's room, copied on the copy queue, waited for by the compute queue
+      if (n > room_bytes_) throw Error(Status::kInternal, "device codec: body beyond its room");
+      b_.use_queue(gpu::Backend::Queue::kCopy);
+      b_.copy(room_, in + at, n);
+      b_.record(events_.get(b_, 2 * job_));
+      b_.use_queue(gpu::Backend::Queue::kCompute);
+      b_.wait(events_.get(b_, 2 * job_));
+      return room_;
+    }
     std::uint8_t* dev = scratch(n);
     b_.copy(dev, in + at, n);
     return dev;
   }
-  std::uint32_t* flag_device() { return static_cast<std::uint32_t*>(flag_.get(b_, 4, false)); }
+  /// The flag word of a kernel's check (in a batch: the job's own).
+  std::uint32_t* flag_device() {
+    if (batching_) return flags_ + job_;
+    return static_cast<std::uint32_t*>(flag_.get(b_, 4, false));
+  }
   std::uint32_t* flag_host() { return static_cast<std::uint32_t*>(flag_host_.get(b_, 4, true)); }
   /// The CPU codec's fallback test, on the block maxima of `count` device floats (max |x| is at
   /// most the limit exactly when every |x| is; a block holding a NaN has a NaN maximum).
@@ -224,7 +297,7 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   gpu::Buffer flag_host_;
   mutable gpu::Buffer maxima_dev_;
   mutable gpu::Buffer maxima_host_;
-  // encode_many: set while its encodes run, with the current job's index and device room
+  // encode_many, decode_many: set while the batch runs, with the current job's index and room
   struct Batching {
     explicit Batching(bool& flag) : flag_(flag) { flag_ = true; }
     ~Batching() { flag_ = false; }
@@ -233,9 +306,13 @@ class DeviceCodecBase : public codec::ForwardingCodec {
     bool& flag_;
   };
   bool batching_ = false;
+  std::uint32_t* flags_ = nullptr;  // decode_many: each job's flag word
+  std::vector<std::pair<std::size_t, std::uint32_t>> checks_;  // (job, limit) of settle_flag
+  std::vector<std::uint32_t> flags_host_;
   std::size_t job_ = 0;
   std::uint8_t* room_ = nullptr;
   std::size_t room_bytes_ = 0;
+  std::uint8_t* next_room_ = nullptr;
 };
 
 class DeviceCast final : public DeviceCodecBase {
@@ -285,7 +362,7 @@ class DeviceCast final : public DeviceCodecBase {
     const std::uint8_t* codes = code_source(in, wire::kHeaderBytes, 2 * count);
     b_.cast_decode(half_, reinterpret_cast<const std::uint16_t*>(codes), count,
                    static_cast<float*>(out), acc);
-    b_.synchronize();
+    settle();
   }
 
   bool half_;
@@ -371,52 +448,6 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     finish_body(out, at, codes, code_bytes);
     return at + code_bytes;
   }
-  // Staged, dense: each job, as it arrives, validated on the host, its scales and codes copied
-  // on the copy queue and decoded on the compute queue behind an event, so the copy of one
-  // overlaps the decode of the one before and both overlap the wait for the next; one wait at
-  // the end, then every job's largest lane checked.
-  void decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive) override {
-    if (resident_ || sparse_) {
-      Codec::decode_many(jobs, n, arrive);
-      return;
-    }
-    // room for each job's payload after its element offset (scales and codes): at most the
-    // codec's largest payload of that many elements
-    std::size_t total = 0;
-    for (std::size_t i = 0; i < n; ++i) total += round16(target()->max_encoded_bytes(jobs[i].count));
-    auto* base = static_cast<std::uint8_t*>(batch_.get(b_, total + 4 * n, false));
-    auto* flags = reinterpret_cast<std::uint32_t*>(base + total);
-    layouts_.resize(n);
-    decoded_.clear();
-    const QueueGuard guard(b_);
-    b_.memset_zero(flags, 4 * n);
-    std::uint8_t* dev = base;
-    for (std::size_t i = 0; i < n; ++i) {
-      std::uint8_t* room = dev;
-      dev += round16(target()->max_encoded_bytes(jobs[i].count));
-      if (arrive) arrive(i);
-      if (jobs[i].skip) continue;
-      const codec::MaxnormLayout& l = layouts_[i] =
-          codec::maxnorm_layout(*target(), jobs[i].in, jobs[i].bytes, jobs[i].count);
-      if (jobs[i].count == 0) continue;
-      const std::size_t tail = jobs[i].bytes - l.scales_at;
-      if (tail > static_cast<std::size_t>(dev - room)) corrupt("longer than the codec's largest");
-      b_.use_queue(gpu::Backend::Queue::kCopy);
-      b_.copy(room, jobs[i].in + l.scales_at, tail);
-      b_.record(events_.get(b_, i));
-      b_.use_queue(gpu::Backend::Queue::kCompute);
-      b_.wait(events_.get(b_, i));
-      queue_decode(l, jobs[i].count, room, jobs[i].out, jobs[i].accumulate, flags + i);
-      decoded_.push_back(i);
-    }
-    flags_host_.resize(n);
-    b_.copy(flags_host_.data(), flags, 4 * n);
-    b_.synchronize();
-    for (const std::size_t i : decoded_) {
-      if (flags_host_[i] > layouts_[i].limit) corrupt("code out of range");
-    }
-  }
-
   // Staged payloads are host memory: the CPU codec adds them. Device-resident payloads are
   // validated on the host (headers and scales, as the CPU add does) and added by the kernel.
   std::size_t add_encoded(const std::byte* a, std::size_t a_bytes, const std::byte* b,
@@ -466,6 +497,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   }
 
  private:
+  [[noreturn]] void reject_code() const override { corrupt("code out of range"); }
   [[noreturn]] void corrupt(const char* what) const {
     throw Error(Status::kCorruptData, std::string("received ") + (sparse_ ? "randk" : "maxnorm") +
                                           " payload rejected: " + what);
@@ -494,7 +526,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     const std::uint8_t* dev = code_source(in, l.scales_at, bytes - l.scales_at);
     b_.memset_zero(flag_device(), 4);
     queue_decode(l, count, dev, out, acc, flag_device());
-    if (read_flag() > l.limit) corrupt("code out of range");
+    settle_flag(l.limit);
   }
 
   // The payload's header, element offset and scales (staged: into `out`; resident: put there);
@@ -584,9 +616,6 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   float* scales_dev_ptr_ = nullptr;
   const std::vector<std::uint64_t>* selected_ = nullptr;  // randk: the encode's kept ones
   std::size_t ncodes_ = 0;
-  std::vector<codec::MaxnormLayout> layouts_;
-  std::vector<std::size_t> decoded_;
-  std::vector<std::uint32_t> flags_host_;
 };
 
 // qsgd, terngrad and sign: per-bucket scales and codes computed on the device, the payload
@@ -654,10 +683,11 @@ class DeviceBucketed final : public DeviceCodecBase {
     b_.memset_zero(flag_device(), 4);
     b_.bucketed_decode(a, reinterpret_cast<const float*>(dev), dev + 4 * nb,
                        static_cast<float*>(out), acc, flag_device());
-    if (read_flag() > 2 * a.levels) corrupt("code out of range");
+    settle_flag(2 * a.levels);
   }
 
  private:
+  [[noreturn]] void reject_code() const override { corrupt("code out of range"); }
   [[noreturn]] void corrupt(const char* what) const {
     throw Error(Status::kCorruptData, "received " + name_ + " payload rejected: " + what);
   }
@@ -734,7 +764,7 @@ class DeviceSketch final : public DeviceCodecBase {
         code_source(in, wire::kHeaderBytes, 4 * levels_ + gpu::packed_size(count, bits_));
     b_.sketch_decode(args(count), reinterpret_cast<const float*>(dev), dev + 4 * levels_,
                      static_cast<float*>(out), acc);
-    b_.synchronize();
+    settle();
   }
 
  private:
@@ -838,7 +868,7 @@ class DeviceTopk final : public DeviceCodecBase {
       b_.topk_scatter(dev, dev + k * ib, static_cast<unsigned>(ib), k, static_cast<float*>(out),
                       acc);
     }
-    b_.synchronize();
+    settle();
   }
 
  private:

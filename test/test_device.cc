@@ -396,12 +396,23 @@ TEST_P(DeviceCodec, MalformedPayloadsRejected) {
   std::vector<std::byte> p(dev_->max_encoded_bytes(n));
   const std::size_t np = dev_->encode(dx.as<float>(), n, {7, 0, 0, 0, {}}, p.data());
   const DeviceArray out(*b_, n * 4);
+  const DeviceArray out3(*b_, 3 * n * 4);
+  // alone, and in a batch between two valid payloads (whose checks run after the batch's work)
   auto rejects = [&](const std::vector<std::byte>& q, std::size_t bytes, const char* what) {
     try {
       dev_->decode(q.data(), bytes, n, out.as<float>());
       ADD_FAILURE() << what << ": accepted";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), Status::kCorruptData) << what << ": " << e.what();
+    }
+    std::vector<codec::DecodeJob> jobs = {{p.data(), np, n, out3.as<float>(), false},
+                                          {q.data(), bytes, n, out3.as<float>() + n, false},
+                                          {p.data(), np, n, out3.as<float>() + 2 * n, true}};
+    try {
+      dev_->decode_many(jobs.data(), jobs.size());
+      ADD_FAILURE() << what << ": accepted in a batch";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Status::kCorruptData) << what << " (batch): " << e.what();
     }
   };
   rejects(p, np - 1, "truncated");
