@@ -46,6 +46,11 @@ class Backend {
   /// backend, whose device memory is host memory. An MPI moves such payloads like a CUDA-aware
   /// one moves GPU memory.
   virtual bool host_accessible() const = 0;
+  /// The device that device memory `p` is on (cudaPointerAttributes::device); -1 for memory
+  /// that is not device memory.
+  virtual int device_of(const void* p) const = 0;
+  /// The calling thread's current device (cudaGetDevice), where ccoll's kernels run.
+  virtual int current_device() const = 0;
 
   virtual void* device_alloc(std::size_t bytes) = 0;
   virtual void device_free(void* p) noexcept = 0;
@@ -157,6 +162,9 @@ Backend* backend(const char** why = nullptr);
 
 /// A new emulated backend (see above).
 std::unique_ptr<Backend> make_emulated_backend();
+/// The emulated backend's current device of the calling thread (0 at first), as cudaSetDevice
+/// sets CUDA's: its device memory is tagged with the device current at allocation.
+void emulated_set_device(int device);
 
 /// Installs `b` as the backend (tests); null restores the default.
 void install_backend(std::unique_ptr<Backend> b);

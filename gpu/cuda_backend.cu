@@ -272,14 +272,20 @@ class CudaBackend final : public Backend {
  public:
   const char* name() const override { return "cuda"; }
   bool host_accessible() const override { return false; }
-  bool is_device_pointer(const void* p) const override {
-    if (p == nullptr) return false;
+  bool is_device_pointer(const void* p) const override { return device_of(p) >= 0; }
+  int device_of(const void* p) const override {
+    if (p == nullptr) return -1;
     cudaPointerAttributes attr{};
     if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
       cudaGetLastError();
-      return false;
+      return -1;
     }
-    return attr.type == cudaMemoryTypeDevice;
+    return attr.type == cudaMemoryTypeDevice ? attr.device : -1;
+  }
+  int current_device() const override {
+    int d = 0;
+    check(cudaGetDevice(&d), "cudaGetDevice");
+    return d;
   }
   void* device_alloc(std::size_t bytes) override {
     void* p = nullptr;

@@ -73,21 +73,35 @@ Queues& queues() {
   return t;
 }
 
+int& current_device_of_thread() {
+  thread_local int d = 0;
+  return d;
+}
+
+// A device allocation: its size and the device current when it was made.
+struct Block {
+  std::size_t bytes = 0;
+  int device = 0;
+};
+
 class EmulatedBackend final : public Backend {
  public:
   const char* name() const override { return "emulated"; }
   bool host_accessible() const override { return true; }
-  bool is_device_pointer(const void* p) const override {
+  bool is_device_pointer(const void* p) const override { return device_of(p) >= 0; }
+  int device_of(const void* p) const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return within(blocks_, reinterpret_cast<std::uintptr_t>(p));
+    const Block* b = find(blocks_, reinterpret_cast<std::uintptr_t>(p));
+    return b == nullptr ? -1 : b->device;
   }
+  int current_device() const override { return current_device_of_thread(); }
   // exactly `bytes` (at least 1), 256-byte aligned as cudaMalloc's: AddressSanitizer then sees
   // a kernel's read past the end of its buffer
   void* device_alloc(std::size_t bytes) override {
     const std::size_t n = bytes == 0 ? 1 : bytes;
     void* p = ::operator new (n, std::align_val_t{256});
     std::lock_guard<std::mutex> lock(mu_);
-    blocks_[reinterpret_cast<std::uintptr_t>(p)] = n;
+    blocks_[reinterpret_cast<std::uintptr_t>(p)] = Block{n, current_device_of_thread()};
     return p;
   }
   // cudaFree and cudaFreeHost wait for the device first; so do these (this thread's queues)
@@ -105,7 +119,7 @@ class EmulatedBackend final : public Backend {
     void* p = std::aligned_alloc(256, n);
     if (p == nullptr) throw std::bad_alloc();
     std::lock_guard<std::mutex> lock(mu_);
-    pinned_[reinterpret_cast<std::uintptr_t>(p)] = n;
+    pinned_[reinterpret_cast<std::uintptr_t>(p)] = Block{n, -1};
     return p;
   }
   void host_free(void* p) noexcept override {
@@ -372,25 +386,28 @@ class EmulatedBackend final : public Backend {
     } catch (...) {
     }
   }
-  static bool within(const std::map<std::uintptr_t, std::size_t>& m, std::uintptr_t a) {
+  // the block of `m` holding address `a`, or null
+  static const Block* find(const std::map<std::uintptr_t, Block>& m, std::uintptr_t a) {
     auto it = m.upper_bound(a);
-    if (it == m.begin()) return false;
+    if (it == m.begin()) return nullptr;
     --it;
-    return a < it->first + it->second;
+    return a < it->first + it->second.bytes ? &it->second : nullptr;
   }
   bool pageable(const void* p) const {
     const auto a = reinterpret_cast<std::uintptr_t>(p);
     std::lock_guard<std::mutex> lock(mu_);
-    return !within(blocks_, a) && !within(pinned_, a);
+    return find(blocks_, a) == nullptr && find(pinned_, a) == nullptr;
   }
 
   mutable std::mutex mu_;
-  std::map<std::uintptr_t, std::size_t> blocks_;  // device memory
-  std::map<std::uintptr_t, std::size_t> pinned_;  // host_alloc's page-locked stand-ins
+  std::map<std::uintptr_t, Block> blocks_;  // device memory
+  std::map<std::uintptr_t, Block> pinned_;  // host_alloc's page-locked stand-ins
 };
 
 }  // namespace
 
 std::unique_ptr<Backend> make_emulated_backend() { return std::make_unique<EmulatedBackend>(); }
+
+void emulated_set_device(int device) { current_device_of_thread() = device; }
 
 }  // namespace ccoll::gpu

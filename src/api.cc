@@ -230,6 +230,11 @@ bool mpi_cuda_aware() {
 struct Placement {
   gpu::Backend* device = nullptr;  // non-null: recvbuf is device memory
   bool mixed = false;              // one of sendbuf and recvbuf is device memory, not both
+  // a device buffer on a device other than the thread's current one: its argument, its device
+  bool recv_elsewhere = false;
+  int elsewhere_device = -1;
+  int current_device = -1;
+  const char* elsewhere_arg = nullptr;
   bool kernels = false;            // the codec runs on the device ("staged", "cuda-aware-mpi")
   bool resident = false;           // with kernels: payloads stay in device memory (MPI moves them)
   bool nccl = false;               // with resident: NCCL moves them, on the exact-length ring
@@ -331,6 +336,15 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
       bad.set(kArgSendbuf, Status::kInvalidArgument,
               "sendbuf: one of sendbuf and recvbuf is device memory and the other host memory "
               "(valid: both device memory or both host memory)");
+    }
+    if (pl.elsewhere_arg != nullptr) {
+      const std::string d = std::to_string(pl.elsewhere_device);
+      bad.set(pl.recv_elsewhere ? kArgRecvbuf : kArgSendbuf, Status::kInvalidArgument,
+              std::string(pl.elsewhere_arg) + ": memory of device " + d +
+                  ", but the calling thread's current device is " +
+                  std::to_string(pl.current_device) +
+                  " (valid: buffers on the current device; call cudaSetDevice(" + d +
+                  ") before ccoll)");
     }
     if (!in_place && overlaps(call.sendbuf, call.count * es, call.recvbuf, total * es)) {
       bad.set(kArgSendbuf, Status::kInvalidArgument,
@@ -695,7 +709,21 @@ void run(const Call& call, Stats& stats) {
                              b->is_device_pointer(call.sendbuf);
     pl.mixed = call.sendbuf != MPI_IN_PLACE && call.sendbuf != nullptr &&
                call.recvbuf != nullptr && recv_device != send_device;
-    if (recv_device && !pl.mixed) pl.device = b;
+    if (recv_device && !pl.mixed) {
+      pl.device = b;
+      // kernels and copies run on the current device: buffers elsewhere are an error
+      pl.current_device = b->current_device();
+      const int recv_on = b->device_of(call.recvbuf);
+      const int send_on = send_device ? b->device_of(call.sendbuf) : pl.current_device;
+      if (recv_on != pl.current_device) {
+        pl.recv_elsewhere = true;
+        pl.elsewhere_arg = "recvbuf";
+        pl.elsewhere_device = recv_on;
+      } else if (send_on != pl.current_device) {
+        pl.elsewhere_arg = "sendbuf";
+        pl.elsewhere_device = send_on;
+      }
+    }
   }
   if (pl.device == nullptr) {
     stats.transport = "host";

@@ -23,6 +23,7 @@ gpu::Backend& current() {
 }  // namespace
 
 void use_emulated_device() { gpu::install_backend(gpu::make_emulated_backend()); }
+void set_emulated_device(int device) { gpu::emulated_set_device(device); }
 
 const char* device_backend(const char** why) {
   gpu::Backend* b = gpu::backend(why);

@@ -354,6 +354,50 @@ TEST_F(DeviceBuffers, HostSendbufWithDeviceRecvbufRaisesOnEveryRank) {
   }
 }
 
+// Buffers on a device other than the calling thread's current one: every rank raises, the
+// rank at fault naming the argument, its device and the current one.
+TEST_F(DeviceBuffers, BuffersOnAnotherDeviceRaiseOnEveryRank) {
+  const char* why = "";
+  const char* name = ccoll::testing::device_backend(&why);
+  if (name == nullptr || std::string(name) != "emulated") {
+    GTEST_SKIP() << "needs the emulated device (several devices in one process)";
+  }
+  const std::size_t n = 100;
+  const std::vector<float> x(n, 1.0f);
+  const bool moved = rank_of(MPI_COMM_WORLD) == 0;  // only rank 0 is at fault
+  for (const bool recv_elsewhere : {true, false}) {
+    DeviceVec dx(x);  // device 0
+    if (moved) ccoll::testing::set_emulated_device(1);
+    {
+      DeviceVec dout(n);  // device 1 on rank 0
+      if (moved && recv_elsewhere) ccoll::testing::set_emulated_device(2);
+      try {
+        ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_,
+                                    {});
+        ADD_FAILURE() << "no error";
+      } catch (const ccoll::Error& e) {
+        EXPECT_EQ(e.code(), ccoll::Status::kInvalidArgument) << e.what();
+        const std::string what = e.what();
+        const char* arg = recv_elsewhere ? "recvbuf" : "sendbuf";
+        EXPECT_NE(what.find(arg), std::string::npos) << what;
+        if (moved) {
+          const std::string want = recv_elsewhere ? "memory of device 1, but the calling "
+                                                    "thread's current device is 2"
+                                                  : "memory of device 0, but the calling "
+                                                    "thread's current device is 1";
+          EXPECT_NE(what.find(want), std::string::npos) << what;
+        }
+      }
+      ccoll::testing::set_emulated_device(0);
+    }
+  }
+  // back on one device, the same call runs
+  DeviceVec dx(x);
+  DeviceVec dout(n);
+  ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, {});
+  EXPECT_EQ(dout.host()[0], static_cast<float>(size_of(MPI_COMM_WORLD)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
