@@ -58,9 +58,7 @@ class DqCodec final : public ForwardingCodec {
 
   std::size_t sum_slots() const override { return 1; }
   void local_sums(const void* data, std::size_t count, double* out) const override {
-    out[0] = interleaved_sum(static_cast<const T*>(data), count, [](T v) {
-      return static_cast<double>(v) * static_cast<double>(v);
-    });
+    out[0] = tiled_square_sum(static_cast<const T*>(data), count);
   }
   void set_sums(const double* summed, std::size_t n, double lr) override {
     const double norm = n > 0 && summed[0] > 0 ? std::sqrt(summed[0]) : 0.0;

@@ -51,6 +51,23 @@ double interleaved_sum(const T* x, std::size_t n, F&& term) {
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+/// Elements per tile of tiled_square_sum.
+inline constexpr std::size_t kSquareSumTile = 4096;
+
+/// Σ x[i]² in double by tiles of kSquareSumTile elements: each tile's interleaved_sum, the tiles'
+/// sums added in order (dq's norm). The tiles let a GPU compute it in parallel, 8 threads a
+/// tile, in this same order (gpu::square_sum_part).
+template <class T>
+double tiled_square_sum(const T* x, std::size_t n) {
+  double total = 0;
+  for (std::size_t at = 0; at < n; at += kSquareSumTile) {
+    const std::size_t len = n - at < kSquareSumTile ? n - at : kSquareSumTile;
+    total += interleaved_sum(x + at, len,
+                             [](T v) { return static_cast<double>(v) * static_cast<double>(v); });
+  }
+  return total;
+}
+
 /// A real parameter as spec strings spell it: the shortest text that parses back to `x`.
 inline std::string format_real(double x) {
   char buf[40];

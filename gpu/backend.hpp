@@ -112,9 +112,11 @@ class Backend {
   /// topk: out[index] = (or +=) value for the k kept elements of a validated payload.
   virtual void topk_scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in,
                             unsigned index_bytes, std::size_t k, float* out, bool accumulate) = 0;
-  /// The 8 parts of the CPU's interleaved sum of squares of x (square_sum_part) into parts[8]
-  /// (device doubles); the caller adds them pairwise as the CPU does.
-  virtual void square_sum_parts(const float* x, std::size_t count, double* parts) = 0;
+  /// The parts of the CPU's tiled sum of squares of x (codec::tiled_square_sum): for each tile t
+  /// of `tile` elements, parts[8t + j] = square_sum_part of the tile (device doubles); the caller
+  /// adds each tile's parts pairwise and the tiles in order, as the CPU does.
+  virtual void square_sum_parts(const float* x, std::size_t count, std::size_t tile,
+                                double* parts) = 0;
   /// out[b] = max of abs_bits(x[sel[k]]) over the `nsel` selected elements in block b (randk's
   /// scale pass); out (nblocks words) is zeroed first.
   virtual void selected_abs_max(const float* x, const std::uint64_t* sel, std::size_t nsel,

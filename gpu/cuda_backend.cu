@@ -150,8 +150,15 @@ __global__ void topk_scatter_kernel(const std::uint8_t* idx_in, const std::uint8
 
 // one thread per part: 8 sequential sums, the CPU's order (slow for large tensors: see
 // docs/design.md, dq)
-__global__ void square_sum_parts_kernel(const float* x, std::size_t count, double* parts) {
-  if (threadIdx.x < 8) parts[threadIdx.x] = square_sum_part(x, count, threadIdx.x);
+// one thread per part of a tile: 8 a tile
+__global__ void square_sum_parts_kernel(const float* x, std::size_t count, std::size_t tile,
+                                        double* parts) {
+  const std::size_t tiles = (count + tile - 1) / tile;
+  for (std::size_t k = global_thread(); k < 8 * tiles; k += grid_threads()) {
+    const std::size_t at = k / 8 * tile;
+    const std::size_t len = count - at < tile ? count - at : tile;
+    parts[k] = square_sum_part(x + at, len, static_cast<unsigned>(k % 8));
+  }
 }
 
 __global__ void maxnorm_mask_kernel(const float* x, std::size_t count, const float* scales,
@@ -435,8 +442,11 @@ class CudaBackend final : public Backend {
     }
     check(cudaGetLastError(), "topk_scatter launch");
   }
-  void square_sum_parts(const float* x, std::size_t count, double* parts) override {
-    square_sum_parts_kernel<<<1, 32, 0, stream()>>>(x, count, parts);
+  void square_sum_parts(const float* x, std::size_t count, std::size_t tile,
+                        double* parts) override {
+    if (count == 0) return;
+    square_sum_parts_kernel<<<grid_for(8 * ((count + tile - 1) / tile)), kThreads, 0, stream()>>>(
+        x, count, tile, parts);
     check(cudaGetLastError(), "square_sum_parts launch");
   }
   void maxnorm_mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,

@@ -283,9 +283,13 @@ class EmulatedBackend final : public Backend {
       }
     });
   }
-  void square_sum_parts(const float* x, std::size_t count, double* parts) override {
+  void square_sum_parts(const float* x, std::size_t count, std::size_t tile,
+                        double* parts) override {
     queues().push([=] {
-      for (unsigned j = 0; j < 8; ++j) parts[j] = square_sum_part(x, count, j);
+      for (std::size_t at = 0; at < count; at += tile) {
+        const std::size_t len = count - at < tile ? count - at : tile;
+        for (unsigned j = 0; j < 8; ++j) parts[8 * (at / tile) + j] = square_sum_part(x + at, len, j);
+      }
     });
   }
   void maxnorm_mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,

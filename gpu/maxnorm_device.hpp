@@ -159,9 +159,9 @@ CCOLL_HOST_DEVICE inline void get_group(const std::uint8_t* p, std::size_t nbyte
   }
 }
 
-/// Part j of the CPU's interleaved sum of squares (codecs/quantizers.hpp interleaved_sum):
-/// x[i]² in double over i ≡ j (mod 8), in increasing i. Sequential by construction: the CPU's
-/// order is what makes the sum reproducible, so one thread computes one part.
+/// Part j of the CPU's interleaved sum of squares (codecs/quantizers.hpp interleaved_sum) of
+/// one tile of tiled_square_sum: x[i]² in double over i ≡ j (mod 8), in increasing i. Sequential
+/// by construction (the order makes the sum reproducible): one thread computes one part.
 CCOLL_HOST_DEVICE inline double square_sum_part(const float* x, std::size_t n, unsigned j) {
   double p = 0;
   for (std::size_t i = j; i < n; i += 8) {

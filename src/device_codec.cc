@@ -1105,7 +1105,7 @@ class DeviceTemporal final : public codec::ForwardingCodec {
 };
 
 // dq (codecs/dq.cc) on the device: the squared norm by the square_sum_parts kernel in the CPU's
-// order, then the plan's CPU dq codec chooses the width (its state: the reference norm), and the
+// tiled order (8 threads a tile), then the plan's CPU dq codec chooses the width (its state: the reference norm), and the
 // device maxnorm of that width codes the call.
 class DeviceDq final : public codec::ForwardingCodec {
  public:
@@ -1130,14 +1130,20 @@ class DeviceDq final : public codec::ForwardingCodec {
   void reset_state() override { cpu_.reset_state(); }
   std::uint64_t state_fingerprint() const override { return cpu_.state_fingerprint(); }
   void local_sums(const void* data, std::size_t count, double* out) const override {
-    auto* dev = static_cast<double*>(parts_.get(b_, 8 * sizeof(double), false));
-    auto* host = static_cast<double*>(parts_host_.get(b_, 8 * sizeof(double), true));
-    b_.square_sum_parts(static_cast<const float*>(data), count, dev);
-    b_.copy(host, dev, 8 * sizeof(double));
+    const std::size_t tiles = (count + codec::kSquareSumTile - 1) / codec::kSquareSumTile;
+    const std::size_t bytes = 8 * sizeof(double) * (tiles == 0 ? 1 : tiles);
+    auto* dev = static_cast<double*>(parts_.get(b_, bytes, false));
+    auto* host = static_cast<double*>(parts_host_.get(b_, bytes, true));
+    b_.square_sum_parts(static_cast<const float*>(data), count, codec::kSquareSumTile, dev);
+    b_.copy(host, dev, 8 * sizeof(double) * tiles);
     b_.synchronize();
-    // pairwise, as interleaved_sum combines its parts
-    out[0] = ((host[0] + host[1]) + (host[2] + host[3])) +
-             ((host[4] + host[5]) + (host[6] + host[7]));
+    // each tile's parts pairwise, as interleaved_sum combines them; the tiles in order
+    double total = 0;
+    for (std::size_t t = 0; t < tiles; ++t) {
+      const double* h = host + 8 * t;
+      total += ((h[0] + h[1]) + (h[2] + h[3])) + ((h[4] + h[5]) + (h[6] + h[7]));
+    }
+    out[0] = total;
   }
   void set_sums(const double* summed, std::size_t n, double lr) override {
     cpu_.set_sums(summed, n, lr);
