@@ -8,6 +8,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -17,6 +18,7 @@
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
 #include "engine.hpp"
+#include "forwarding.hpp"
 #include "inproc_transport.hpp"
 #include "spec.hpp"
 #include "wire.hpp"
@@ -47,6 +49,8 @@ struct RunConfig {
   InprocFabric::Tamper tamper;
   /// Runs on each rank's codec before the schedule (the API's scale pass, emulated).
   std::function<void(codec::Codec&, int)> prepare;
+  /// Replaces each rank's codec (given the codec and the rank) before `prepare`.
+  std::function<std::unique_ptr<codec::Codec>(std::unique_ptr<codec::Codec>, int)> wrap;
 };
 
 struct RankResult {
@@ -66,6 +70,7 @@ std::vector<RankResult> run_ranks(
       p,
       [&](coll::Transport& t) {
         auto codec = make_codec(parse_codec_spec(rc.codec), dtype);
+        if (rc.wrap) codec = rc.wrap(std::move(codec), t.rank());
         coll::Workspace ws;
         RankResult& res = results[static_cast<std::size_t>(t.rank())];
         if (rc.prepare) rc.prepare(*codec, t.rank());
@@ -588,6 +593,75 @@ TEST(Corruption, RingAllreduceFailsOnEveryRank) {
         if (r.failed) continue;
         const auto out = from_bytes<float>(r.out);
         for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], exact_sum<float>(p, i));
+      }
+    }
+  }
+}
+
+// A codec whose n-th encode throws (as a device codec does on a CUDA error).
+class FailingEncode final : public codec::ForwardingCodec {
+ public:
+  FailingEncode(std::unique_ptr<codec::Codec> inner, int fail_at)
+      : inner_(std::move(inner)), left_(fail_at) {
+    set_target(inner_.get());
+  }
+  const std::string& spec() const override { return inner_->spec(); }
+  std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
+                     std::byte* out) override {
+    if (left_-- == 0) throw Error(Status::kCudaError, "injected encode failure");
+    return target()->encode(in, count, ctx, out);
+  }
+
+ private:
+  std::unique_ptr<codec::Codec> inner_;
+  int left_;
+};
+
+// An encode that fails in the middle of a batch (Codec::encode_many): the rank raises its
+// error, the jobs it had not handed over go out poisoned, no rank hangs, and every other rank
+// raises kCorruptData or holds the result of a clean run.
+TEST(Corruption, FailedEncodeInABatchFailsWithoutHanging) {
+  for (const char* spec : {"fp16", "maxnorm:bits=8"}) {
+    for (const int fail_at : {0, 2, 5, 11}) {
+      SCOPED_TRACE(std::string(spec) + " fail at encode " + std::to_string(fail_at));
+      const int p = 4;
+      const std::size_t count = 70001;
+      RunConfig rc;
+      rc.codec = spec;
+      rc.segment_elems = 4099;  // several segments a chunk: batches of several jobs
+      rc.prepare = [&](codec::Codec& c, int) {
+        c.set_call(42, 7);
+        std::vector<std::vector<float>> xs(p, std::vector<float>(count));
+        for (int r = 0; r < p; ++r) {
+          for (std::size_t i = 0; i < count; ++i) xs[r][i] = smooth_input(r, i);
+        }
+        testing_support::agree(c, xs);
+      };
+      auto run = [&] {
+        return run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+          std::vector<float> buf(count);
+          for (std::size_t i = 0; i < count; ++i) buf[i] = smooth_input(r, i);
+          coll::allreduce_ring(cx, buf.data(), count, false);
+          return as_bytes(buf);
+        });
+      };
+      const auto clean = run();
+      expect_identical(clean);
+      rc.wrap = [&](std::unique_ptr<codec::Codec> c, int r) -> std::unique_ptr<codec::Codec> {
+        if (r != 1) return c;
+        return std::make_unique<FailingEncode>(std::move(c), fail_at);
+      };
+      const auto res = run();
+      ASSERT_TRUE(res[1].failed);
+      EXPECT_EQ(res[1].code, Status::kCudaError) << res[1].message;
+      EXPECT_NE(res[1].message.find("injected"), std::string::npos) << res[1].message;
+      for (int r = 0; r < p; ++r) {
+        if (r == 1) continue;
+        if (res[r].failed) {
+          EXPECT_EQ(res[r].code, Status::kCorruptData) << res[r].message;
+        } else {
+          EXPECT_TRUE(res[r].out == clean[r].out) << "rank " << r;
+        }
       }
     }
   }
