@@ -565,12 +565,19 @@ std::vector<Corruption> corruptions() {
 
 TEST(Corruption, RingAllreduceFailsOnEveryRank) {
   for (const auto& corrupt : corruptions()) {
-    for (const int tag : {coll::kTagReduceScatter, coll::kTagAllgather}) {
-      SCOPED_TRACE(std::string(corrupt.name) + " tag " + std::to_string(tag));
+    // one segment a chunk, and several (a corrupt segment in the middle of a batch: the ones
+    // after it must still be received and forwarded)
+    const std::size_t big = 64 * 1024;
+    for (const auto& [seg, tag] : std::vector<std::pair<std::size_t, int>>{
+             {big, coll::kTagReduceScatter}, {big, coll::kTagAllgather},
+             {97, coll::kTagReduceScatter}, {97, coll::kTagAllgather}}) {
+      SCOPED_TRACE(std::string(corrupt.name) + " tag " + std::to_string(tag) + " segment " +
+                   std::to_string(seg));
       const int p = 4;
       std::mutex mu;
       bool done = false;
       RunConfig rc;
+      rc.segment_elems = seg;
       rc.tamper = [&](int src, int, int t, std::vector<std::byte>& m) {
         std::lock_guard<std::mutex> lock(mu);
         if (!done && src == 1 && t == tag) {

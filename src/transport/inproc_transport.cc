@@ -90,6 +90,11 @@ void run_inproc(int size, const std::function<void(coll::Transport&)>& body,
       try {
         InprocTransport t(fabric, r);
         body(t);
+        if (t.outstanding() != 0) {
+          throw Error(Status::kInternal, "inproc transport: rank " + std::to_string(r) + " left " +
+                                             std::to_string(t.outstanding()) +
+                                             " requests unwaited");
+        }
       } catch (...) {
         errors[static_cast<std::size_t>(r)] = std::current_exception();
       }
@@ -98,6 +103,14 @@ void run_inproc(int size, const std::function<void(coll::Transport&)>& body,
   for (auto& th : threads) th.join();
   for (auto& e : errors) {
     if (e) std::rethrow_exception(e);
+  }
+  for (const auto& [key, box] : fabric.boxes_) {
+    if (!box.messages.empty()) {
+      throw Error(Status::kInternal,
+                  "inproc transport: " + std::to_string(box.messages.size()) +
+                      " messages from rank " + std::to_string(std::get<0>(key)) + " to rank " +
+                      std::to_string(std::get<1>(key)) + " were never received");
+    }
   }
 }
 

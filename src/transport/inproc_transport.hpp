@@ -28,6 +28,7 @@ class InprocFabric {
 
  private:
   friend class InprocTransport;
+  friend void run_inproc(int, const std::function<void(coll::Transport&)>&, const Tamper&);
   using Key = std::tuple<int, int, int>;  // src, dst, tag
   struct Mailbox {
     std::uint64_t sent = 0;
@@ -50,6 +51,8 @@ class InprocTransport final : public coll::Transport {
   coll::Request isend(const void* buf, std::size_t bytes, int peer, int tag) override;
   coll::Request irecv(void* buf, std::size_t capacity, int peer, int tag) override;
   std::size_t wait(coll::Request& request) override;
+  /// Requests posted and not waited for yet.
+  std::size_t outstanding() const { return pending_.size() - free_.size(); }
 
  private:
   struct Pending {
@@ -67,7 +70,9 @@ class InprocTransport final : public coll::Transport {
 };
 
 /// Runs `body(transport)` on `size` threads, one per rank, and rethrows the first exception
-/// (after all threads have finished).
+/// (after all threads have finished). A body that returns with requests it never waited for, or
+/// leaves messages nobody received, is an error (kInternal): a schedule must finish every
+/// transfer it starts, even when it fails, or a later call's messages would match them.
 void run_inproc(int size, const std::function<void(coll::Transport&)>& body,
                 const InprocFabric::Tamper& tamper = {});
 
