@@ -167,6 +167,8 @@ std::unique_ptr<Backend> make_emulated_backend();
 /// The emulated backend's current device of the calling thread (0 at first), as cudaSetDevice
 /// sets CUDA's: its device memory is tagged with the device current at allocation.
 void emulated_set_device(int device);
+/// Device memory, pinned memory and events the emulated backends have created so far.
+std::size_t emulated_allocations();
 
 /// Installs `b` as the backend (tests); null restores the default.
 void install_backend(std::unique_ptr<Backend> b);

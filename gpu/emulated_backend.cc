@@ -7,6 +7,7 @@
 // the host needs it (synchronize, host_wait, a copy into pageable memory), and another queue runs
 // only as far as an event that a wait names. So a kernel that reads what a copy on the other
 // queue writes, without an event between them, reads stale bytes, and a test sees it.
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -73,6 +74,8 @@ Queues& queues() {
   return t;
 }
 
+std::atomic<std::size_t> g_allocations{0};
+
 int& current_device_of_thread() {
   thread_local int d = 0;
   return d;
@@ -99,7 +102,8 @@ class EmulatedBackend final : public Backend {
   // a kernel's read past the end of its buffer
   void* device_alloc(std::size_t bytes) override {
     const std::size_t n = bytes == 0 ? 1 : bytes;
-    void* p = ::operator new (n, std::align_val_t{256});
+    void* p = ::operator new(n, std::align_val_t{256});
+    ++g_allocations;
     std::lock_guard<std::mutex> lock(mu_);
     blocks_[reinterpret_cast<std::uintptr_t>(p)] = Block{n, current_device_of_thread()};
     return p;
@@ -118,6 +122,7 @@ class EmulatedBackend final : public Backend {
     const std::size_t n = (bytes + 255) / 256 * 256 + 256;
     void* p = std::aligned_alloc(256, n);
     if (p == nullptr) throw std::bad_alloc();
+    ++g_allocations;
     std::lock_guard<std::mutex> lock(mu_);
     pinned_[reinterpret_cast<std::uintptr_t>(p)] = Block{n, -1};
     return p;
@@ -133,7 +138,10 @@ class EmulatedBackend final : public Backend {
   }
   void set_stream(void*) override {}
   void use_queue(Queue q) override { queues().current = q == Queue::kCopy ? 1 : 0; }
-  Event event_create() override { return new EmulatedEvent; }
+  Event event_create() override {
+    ++g_allocations;
+    return new EmulatedEvent;
+  }
   void event_destroy(Event e) noexcept override {
     drain_quietly();  // nothing of this thread may still name it
     delete static_cast<EmulatedEvent*>(e);
@@ -413,5 +421,7 @@ class EmulatedBackend final : public Backend {
 std::unique_ptr<Backend> make_emulated_backend() { return std::make_unique<EmulatedBackend>(); }
 
 void emulated_set_device(int device) { current_device_of_thread() = device; }
+
+std::size_t emulated_allocations() { return g_allocations.load(); }
 
 }  // namespace ccoll::gpu

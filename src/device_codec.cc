@@ -1,6 +1,7 @@
 // Device codecs (device_codec.hpp) over the backend's kernels.
 #include "device_codec.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <exception>
@@ -377,7 +378,8 @@ class DeviceMaxnorm final : public DeviceCodecBase {
         levels_((1u << (p.bits - 1)) - 1),
         levels2_(p.fine_bits != 0 ? (1u << (p.fine_bits - 1)) - 1 : 0),
         requant_(p.requant),
-        sparse_(p.ratio > 0) {}
+        sparse_(p.ratio > 0),
+        ratio_(p.ratio) {}
 
   void begin_call(int ranks) override {
     ranks_ = static_cast<std::uint32_t>(ranks < 1 ? 1 : ranks);
@@ -401,7 +403,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     const auto& sel = codec::randk_selection(*target(), 0, count);
     const std::size_t nb = scale_slots(count);
     auto* dev = static_cast<std::uint32_t*>(sel_maxima_.get(b_, 4 * (nb + 1), false));
-    b_.selected_abs_max(static_cast<const float*>(data), upload(sel), sel.size(), dev, nb);
+    b_.selected_abs_max(static_cast<const float*>(data), upload(sel, count), sel.size(), dev, nb);
     std::vector<std::uint32_t> bits(nb);
     b_.copy(bits.data(), dev, 4 * nb);
     b_.synchronize();
@@ -471,7 +473,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     put_prefix(out, h, at);
     gpu::MaxnormAddArgs add;
     add.count = la.ncodes;
-    add.selected = la.selected != nullptr ? upload(*la.selected) : nullptr;
+    add.selected = la.selected != nullptr ? upload(*la.selected, count) : nullptr;
     add.a = reinterpret_cast<const std::uint8_t*>(a + la.codes_at);
     add.a_bytes = la.code_bytes;
     add.a_width = la.width;
@@ -503,8 +505,12 @@ class DeviceMaxnorm final : public DeviceCodecBase {
                                           " payload rejected: " + what);
   }
   // randk: the kept coordinates on the device (valid until the next upload)
-  const std::uint64_t* upload(const std::vector<std::uint64_t>& sel) const {
-    auto* dev = static_cast<std::uint64_t*>(sel_dev_.get(b_, 8 * (sel.size() + 1), false));
+  // (sized for the most a block of `count` elements can keep, as the CPU codec bounds it, so
+  // that the varying number of kept coordinates never reallocates after the first call)
+  const std::uint64_t* upload(const std::vector<std::uint64_t>& sel, std::size_t count) const {
+    const auto min_len = static_cast<std::size_t>(std::floor(1.0 / ratio_));
+    const std::size_t most = std::max(sel.size(), std::min(count, count / min_len + 2));
+    auto* dev = static_cast<std::uint64_t*>(sel_dev_.get(b_, 8 * (most + 1), false));
     b_.copy(dev, sel.data(), 8 * sel.size());
     b_.synchronize();  // `sel` is the CPU codec's, which the next call overwrites
     return dev;
@@ -551,12 +557,11 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   // Queues the kernel writing the codes of the encode encode_prefix() began at `codes`.
   void queue_codes(const float* x, std::size_t count, const codec::BlockContext& ctx,
                    std::uint8_t* codes) {
-    (void)count;
     if (ncodes_ == 0) return;
     const std::size_t first = ctx.offset / gpu::kMaxnormBlock;
     gpu::MaxnormEncodeArgs a;
     a.count = ncodes_;
-    a.selected = selected_ != nullptr ? upload(*selected_) : nullptr;
+    a.selected = selected_ != nullptr ? upload(*selected_, count) : nullptr;
     a.offset = ctx.offset;
     a.scales = scales_dev_ptr_ + first;
     a.first_block = first;
@@ -576,7 +581,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     gpu::MaxnormDecodeArgs a;
     a.count = l.ncodes;
     if (l.selected != nullptr) {  // randk: the other coordinates decode to zero
-      a.selected = upload(*l.selected);
+      a.selected = upload(*l.selected, count);
       if (!acc) b_.memset_zero(out, 4 * count);
     }
     a.offset = l.offset;
@@ -605,6 +610,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   std::uint32_t levels2_;
   bool requant_;
   bool sparse_;  // randk
+  double ratio_;  // randk: the kept fraction
   std::uint32_t ranks_ = 1;
   mutable gpu::Buffer sel_dev_;
   mutable gpu::Buffer sel_maxima_;

@@ -24,6 +24,7 @@ gpu::Backend& current() {
 
 void use_emulated_device() { gpu::install_backend(gpu::make_emulated_backend()); }
 void set_emulated_device(int device) { gpu::emulated_set_device(device); }
+std::size_t emulated_allocations() { return gpu::emulated_allocations(); }
 
 const char* device_backend(const char** why) {
   gpu::Backend* b = gpu::backend(why);

@@ -15,6 +15,8 @@ CCOLL_API void use_emulated_device();
 /// The emulated backend's current device for the calling thread (gpu::emulated_set_device):
 /// device memory allocated afterwards belongs to it, and calls run on it.
 CCOLL_API void set_emulated_device(int device);
+/// Device memory, pinned memory and events the emulated backend has created so far.
+CCOLL_API std::size_t emulated_allocations();
 /// Name of the current device backend ("cuda", "emulated"), or null (and `why`) without one.
 CCOLL_API const char* device_backend(const char** why);
 /// Device memory of the current backend, and copies to and from it (synchronous).

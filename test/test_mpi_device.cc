@@ -354,6 +354,47 @@ TEST_F(DeviceBuffers, HostSendbufWithDeviceRecvbufRaisesOnEveryRank) {
   }
 }
 
+// No allocation in a collective after the first call of a plan (docs/design.md), on the
+// device path too: device scratch, pinned staging and events are made on the first call and
+// reused. Buffers are allocated before the count is read, so only ccoll's own count.
+TEST_F(DeviceBuffers, NoDeviceAllocationAfterTheFirstCall) {
+  const char* why = "";
+  const char* name = ccoll::testing::device_backend(&why);
+  if (name == nullptr || std::string(name) != "emulated") {
+    GTEST_SKIP() << "needs the emulated device (it counts allocations)";
+  }
+  const int r = rank_of(MPI_COMM_WORLD);
+  const std::size_t n = 200003;
+  for (const char* codec :
+       {"maxnorm:bits=4", "maxnorm:bits=2/6", "fp16", "qsgd:bits=4", "sketch:bits=3",
+        "topk:ratio=0.1", "randk:ratio=0.1", "temporal:bits=4", "dq:max=8,min=2",
+        "maxnorm:bits=4,ef=1", "fp16,ef=1", "none"}) {
+    for (const bool allgather : {false, true}) {
+      if (allgather && std::string(codec).rfind("temporal", 0) == 0) continue;  // all-reduce only
+      SCOPED_TRACE(std::string(codec) + (allgather ? " allgather" : " allreduce"));
+      ccoll::Options opt;
+      opt.codec = codec;
+      opt.key = 11;
+      const std::size_t p = static_cast<std::size_t>(size_of(MPI_COMM_WORLD));
+      DeviceVec dx(input(n, r, 3));
+      DeviceVec dout(allgather ? n * p : n);
+      auto call = [&] {
+        if (allgather) {
+          ccoll::compressed_allgather(dx.data(), n, dout.data(), MPI_FLOAT, dev_comm_, opt);
+        } else {
+          ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_,
+                                      opt);
+        }
+      };
+      call();
+      call();
+      const std::size_t before = ccoll::testing::emulated_allocations();
+      for (int i = 0; i < 3; ++i) call();
+      EXPECT_EQ(ccoll::testing::emulated_allocations(), before);
+    }
+  }
+}
+
 // Buffers on a device other than the calling thread's current one: every rank raises, the
 // rank at fault naming the argument, its device and the current one.
 TEST_F(DeviceBuffers, BuffersOnAnotherDeviceRaiseOnEveryRank) {
