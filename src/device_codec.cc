@@ -1151,6 +1151,14 @@ class DeviceDq final : public codec::ForwardingCodec {
     }
     out[0] = total;
   }
+  // the chosen width's device codec encodes and decodes (dq changes neither): its batches
+  // pipeline across the streams
+  void encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::JobFn& ready) override {
+    target()->encode_many(jobs, n, ready);
+  }
+  void decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive) override {
+    target()->decode_many(jobs, n, arrive);
+  }
   void set_sums(const double* summed, std::size_t n, double lr) override {
     cpu_.set_sums(summed, n, lr);
     set_target(widths_[cpu_.bits_used() - min_].get());
