@@ -85,6 +85,29 @@ struct DecodeJob {
 /// A batch's per-job hook (Codec::encode_many, decode_many): called with the job's index.
 using JobFn = std::function<void(std::size_t)>;
 
+/// One hop of a batch (Codec::reduce_encode_many): decode-accumulate `in` into `acc`, then
+/// encode `acc` into `out` (which may be `in`); `out_bytes` receives the length.
+struct ReduceJob {
+  const std::byte* in = nullptr;
+  std::size_t bytes = 0;
+  std::size_t count = 0;
+  void* acc = nullptr;
+  BlockContext ctx;
+  std::byte* out = nullptr;
+  std::size_t out_bytes = 0;
+  bool skip = false;  ///< no payload to add (set by the caller): `acc` is encoded as it is
+};
+
+/// The caller's side of a hop batch (Codec::reduce_encode_many).
+struct HopHooks {
+  /// Waits until job i's payload is there and sets its `in`, `bytes` and `skip`.
+  JobFn arrive;
+  /// The same without waiting: false (and nothing set) when job i's payload is not there yet.
+  std::function<bool(std::size_t)> poll;
+  /// Job i's output is complete (the ring sends it here).
+  JobFn ready;
+};
+
 class Codec {
  public:
   virtual ~Codec() = default;
@@ -167,6 +190,22 @@ class Codec {
       } else {
         decode(jobs[i].in, jobs[i].bytes, jobs[i].count, jobs[i].out);
       }
+    }
+  }
+
+  /// reduce_encode() of every job (encode() alone of a job marked `skip`), in order. Each job
+  /// arrives exactly once, by hooks.arrive(i) or by a hooks.poll(i) that returned true, in index
+  /// order and before it is read; hooks.ready(i) follows, for every job in index order. A codec
+  /// whose hops are queued work (the staged device codecs) keeps several in flight: it polls for
+  /// the next payload while earlier hops run, and hands each output over as it completes. On a
+  /// throw, ready() has run for a prefix of the jobs, and no later job's output is valid.
+  virtual void reduce_encode_many(ReduceJob* jobs, std::size_t n, const HopHooks& hooks) {
+    for (std::size_t i = 0; i < n; ++i) {
+      hooks.arrive(i);
+      ReduceJob& j = jobs[i];
+      j.out_bytes = j.skip ? encode(j.acc, j.count, j.ctx, j.out)
+                           : reduce_encode(j.in, j.bytes, j.count, j.acc, j.ctx, j.out);
+      hooks.ready(i);
     }
   }
 

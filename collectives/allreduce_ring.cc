@@ -82,19 +82,42 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
       });
       continue;
     }
-    // step k: reduce each arriving segment, then forward it as step k+1's send
-    for (std::size_t j = 0; j < nseg; ++j) {
-      std::byte* slot = slots + L.slot(recv_chunk, j);
-      const std::size_t off = L.seg_offset(recv_chunk, j);
-      const std::size_t cnt = L.seg_elems(recv_chunk, j);
-      const std::size_t got = e.wait_recv(recvs[j]);
-      if (k + 2 < p) {  // add, re-encode in place (one fused pass where the codec has one)
-        const std::size_t n = e.reduce_encode(slot, got, cnt, data + off * es,
-                                              static_cast<std::uint64_t>(r), off, slot);
-        sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
-      } else {
-        e.decode(slot, got, cnt, data + off * es, /*accumulate=*/true);
+    // step k: reduce each arriving segment; before the last step, re-encode it in place and
+    // forward it as step k+1's send as soon as it is ready (a device codec keeps several hops
+    // in flight, polling for the next segment meanwhile); at the last step, add it in
+    auto arrived = [&, recv_chunk](std::size_t j, const std::byte*& in, std::size_t& bytes) {
+      in = slots + L.slot(recv_chunk, j);
+      bytes = e.wait_recv(recvs[j]);
+    };
+    if (k + 2 < p) {
+      codec::ReduceJob* jobs = e.workspace().reduce_jobs(nseg);
+      for (std::size_t j = 0; j < nseg; ++j) {
+        const std::size_t off = L.seg_offset(recv_chunk, j);
+        std::byte* slot = slots + L.slot(recv_chunk, j);
+        jobs[j] = codec::ReduceJob{nullptr, 0, L.seg_elems(recv_chunk, j), data + off * es,
+                                   codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
+                                                       codec::BlockContext::Role::kHop},
+                                   slot, 0, false};
       }
+      codec::HopHooks hooks;
+      hooks.arrive = [&](std::size_t j) { arrived(j, jobs[j].in, jobs[j].bytes); };
+      hooks.poll = [&](std::size_t j) {
+        if (!e.test_recv(recvs[j])) return false;
+        arrived(j, jobs[j].in, jobs[j].bytes);
+        return true;
+      };
+      hooks.ready = [&](std::size_t j) {
+        sends[nsends++] = e.send(jobs[j].out, jobs[j].out_bytes, next, kTagReduceScatter);
+      };
+      e.reduce_encode_many(jobs, nseg, hooks);
+    } else {
+      codec::DecodeJob* jobs = e.workspace().decode_jobs(nseg);
+      for (std::size_t j = 0; j < nseg; ++j) {
+        jobs[j] = codec::DecodeJob{nullptr, 0, L.seg_elems(recv_chunk, j),
+                                   data + L.seg_offset(recv_chunk, j) * es, true};
+      }
+      e.decode_many(jobs, nseg,
+                    [&](std::size_t j) { arrived(j, jobs[j].in, jobs[j].bytes); });
     }
   }
   for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);

@@ -48,7 +48,8 @@ class Workspace {
       : sizes_(std::move(o.sizes_)),
         requests_(std::move(o.requests_)),
         encode_jobs_(std::move(o.encode_jobs_)),
-        decode_jobs_(std::move(o.decode_jobs_)) {
+        decode_jobs_(std::move(o.decode_jobs_)),
+        reduce_jobs_(std::move(o.reduce_jobs_)) {
     std::swap(alloc_, o.alloc_);
     std::swap(bytes_, o.bytes_);
     std::swap(capacity_, o.capacity_);
@@ -90,6 +91,10 @@ class Workspace {
     if (decode_jobs_.size() < n) decode_jobs_.resize(n);
     return decode_jobs_.data();
   }
+  codec::ReduceJob* reduce_jobs(std::size_t n) {
+    if (reduce_jobs_.size() < n) reduce_jobs_.resize(n);
+    return reduce_jobs_.data();
+  }
   std::size_t capacity_bytes() const { return capacity_; }
 
  private:
@@ -110,6 +115,7 @@ class Workspace {
   std::vector<Request> requests_;
   std::vector<codec::EncodeJob> encode_jobs_;
   std::vector<codec::DecodeJob> decode_jobs_;
+  std::vector<codec::ReduceJob> reduce_jobs_;
 };
 
 /// How a schedule touches element data other than through the codec (the input copy of the

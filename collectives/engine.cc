@@ -137,6 +137,74 @@ std::size_t Engine::reduce_encode(const std::byte* in, std::size_t bytes, std::s
   return n;
 }
 
+void Engine::reduce_encode_many(codec::ReduceJob* jobs, std::size_t n,
+                                const codec::HopHooks& hooks) {
+  const auto t0 = Clock::now();
+  for (std::size_t i = 0; i < n; ++i) {
+    jobs[i].ctx.seed = cx_.seed;
+    jobs[i].ctx.call = cx_.call;
+  }
+  std::size_t arrived = 0;
+  std::size_t handed = 0;
+  bool in_hook = false;  // what throws inside a hook is the schedule's, not the codec's
+  double hook_seconds = 0;
+  auto hook = [&](auto&& f) {
+    const auto t = Clock::now();
+    in_hook = true;
+    const auto r = f();
+    in_hook = false;
+    hook_seconds += since(t);
+    return r;
+  };
+  auto take = [&](std::size_t i) {  // job i has arrived: skip what cannot be added
+    ++arrived;
+    codec::ReduceJob& j = jobs[i];
+    if (j.skip) return;
+    if (j.bytes == 0 && poisoned_) {
+      j.skip = true;  // the receive failed and poisoned this rank
+    } else if (payload_poisoned(j.in, j.bytes)) {
+      poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
+      j.skip = true;
+    }
+  };
+  codec::HopHooks mine;
+  mine.arrive = [&](std::size_t i) {
+    hook([&] {
+      hooks.arrive(i);
+      return 0;
+    });
+    take(i);
+  };
+  mine.poll = [&](std::size_t i) {
+    const bool here = hook([&] { return hooks.poll(i); });
+    if (here) take(i);
+    return here;
+  };
+  mine.ready = [&](std::size_t i) {
+    if (poisoned_) poison_payload(jobs[i].out);
+    ++handed;
+    hook([&] {
+      hooks.ready(i);
+      return 0;
+    });
+  };
+  try {
+    cx_.codec.reduce_encode_many(jobs, n, mine);
+  } catch (const Error& err) {
+    if (in_hook) throw;
+    poison(err.code(), err.what());
+    cx_.counters.decode_seconds += since(t0) - hook_seconds;
+    for (std::size_t i = handed; i < n; ++i) {  // the rest: `acc` as it is, marked poisoned
+      if (i >= arrived) mine.arrive(i);
+      jobs[i].out_bytes = encode(jobs[i].acc, jobs[i].count, jobs[i].ctx.stream,
+                                 jobs[i].ctx.offset, jobs[i].out, codec::BlockContext::Role::kHop);
+      mine.ready(i);
+    }
+    return;
+  }
+  cx_.counters.decode_seconds += since(t0) - hook_seconds;
+}
+
 std::size_t Engine::add(const std::byte* a, std::size_t a_bytes, const std::byte* own,
                         std::size_t own_bytes, std::size_t count, std::uint64_t stream,
                         std::uint64_t offset, std::byte* out) {
@@ -183,6 +251,14 @@ std::size_t Engine::wait_recv(Request& r) {
   cx_.counters.comm_seconds += since(t0);
   cx_.counters.bytes_received += n;
   return n;
+}
+
+bool Engine::test_recv(Request& r) {
+  try {
+    return cx_.transport.test(r);
+  } catch (const Error&) {
+    return true;  // wait_recv() reports it
+  }
 }
 
 void Engine::wait_send(Request& r) {

@@ -62,6 +62,14 @@ class Engine {
   /// untouched), as decode() does; a malformed one poisons this rank.
   void decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive = {});
 
+  /// reduce_encode() of a batch (codec::Codec::reduce_encode_many) with the schedule's hooks:
+  /// arrive(i) waits for job i's payload and sets `in` and `bytes`, poll(i) does the same only
+  /// when it is there (test_recv), ready(i) sends job i's output. As in reduce_encode(), a
+  /// poisoned, empty or malformed payload poisons this rank and the job's `acc` is encoded as it
+  /// is, marked poisoned; when the codec fails, every job not yet handed over still arrives and
+  /// goes out encoded that way, so the ring goes on.
+  void reduce_encode_many(codec::ReduceJob* jobs, std::size_t n, const codec::HopHooks& hooks);
+
   /// A re-encoding ring hop: decode-accumulates `in` into `acc` and encodes `acc` into `out`
   /// (codec::Codec::reduce_encode). A poisoned, empty or malformed `in` poisons this rank and
   /// `acc` is encoded as it is, marked poisoned, so the ring goes on.
@@ -85,6 +93,8 @@ class Engine {
   /// Waits for a receive; on a transport error poisons this rank and returns 0 (a message that
   /// really is empty also returns 0 without poisoning; decode() rejects it).
   std::size_t wait_recv(Request& r);
+  /// True when wait_recv(r) would return at once (Transport::test); never blocks.
+  bool test_recv(Request& r);
   void wait_send(Request& r);
 
   /// Throws ccoll::Error when this rank is poisoned; call once at the end of the schedule.

@@ -33,6 +33,12 @@ class Transport {
   /// kCorruptData when a message is longer than the receive's capacity, kMpiError (or the
   /// transport's own code) when the transport fails. The request is released either way.
   virtual std::size_t wait(Request& request) = 0;
+  /// True when the request has completed, so that wait() returns at once; never blocks. The
+  /// request stays outstanding until wait(). Default: true (wait() may then block).
+  virtual bool test(Request& request) {
+    (void)request;
+    return true;
+  }
 
   /// True when isend/irecv accept device (GPU) pointers.
   virtual bool accepts_device_memory() const { return false; }

@@ -79,6 +79,13 @@ std::size_t InprocTransport::wait(coll::Request& request) {
   return msg.size();
 }
 
+bool InprocTransport::test(coll::Request& request) {
+  const Pending& p = pending_.at(request.id);
+  if (!p.recv) return true;
+  std::lock_guard<std::mutex> lock(fabric_.mu_);
+  return fabric_.boxes_[p.key].messages.count(p.seq) != 0;
+}
+
 void run_inproc(int size, const std::function<void(coll::Transport&)>& body,
                 const InprocFabric::Tamper& tamper) {
   InprocFabric fabric(size);

@@ -51,6 +51,7 @@ class InprocTransport final : public coll::Transport {
   coll::Request isend(const void* buf, std::size_t bytes, int peer, int tag) override;
   coll::Request irecv(void* buf, std::size_t capacity, int peer, int tag) override;
   std::size_t wait(coll::Request& request) override;
+  bool test(coll::Request& request) override;
   /// Requests posted and not waited for yet.
   std::size_t outstanding() const { return pending_.size() - free_.size(); }
 

@@ -57,8 +57,8 @@ std::size_t MpiTransport::wait(coll::Request& request) {
   Slot& s = slots_.at(request.id);
   free_.push_back(request.id);
   request.id = static_cast<std::size_t>(-1);
-  MPI_Status status;
-  const int rc = MPI_Wait(&s.req, &status);
+  MPI_Status status = s.status;
+  const int rc = s.done ? s.rc : MPI_Wait(&s.req, &status);
   if (rc != MPI_SUCCESS) {
     int cls = 0;
     MPI_Error_class(rc, &cls);
@@ -73,6 +73,16 @@ std::size_t MpiTransport::wait(coll::Request& request) {
   int got = 0;
   CCOLL_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got));
   return static_cast<std::size_t>(got);
+}
+
+bool MpiTransport::test(coll::Request& request) {
+  Slot& s = slots_.at(request.id);
+  if (s.done) return true;
+  int flag = 0;
+  s.rc = MPI_Test(&s.req, &flag, &s.status);
+  // an error completes the request too: wait() reports it
+  s.done = flag != 0 || s.rc != MPI_SUCCESS;
+  return s.done;
 }
 
 }  // namespace ccoll

@@ -18,12 +18,16 @@ class MpiTransport final : public coll::Transport {
   coll::Request isend(const void* buf, std::size_t bytes, int peer, int tag) override;
   coll::Request irecv(void* buf, std::size_t capacity, int peer, int tag) override;
   std::size_t wait(coll::Request& request) override;
+  bool test(coll::Request& request) override;
 
  private:
   struct Slot {
     MPI_Request req = MPI_REQUEST_NULL;
     bool recv = false;
     std::size_t bytes = 0;
+    bool done = false;  // completed by test(): rc and status hold the outcome
+    int rc = MPI_SUCCESS;
+    MPI_Status status{};
   };
   coll::Request add(const Slot& s);
   MPI_Comm comm_;
