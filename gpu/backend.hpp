@@ -74,6 +74,9 @@ class Backend {
   virtual void record(Event e) = 0;
   virtual void wait(Event e) = 0;
   virtual void host_wait(Event e) = 0;
+  /// True when host_wait(e) would return at once (cudaEventQuery); never blocks. (The emulated
+  /// backend runs the queue up to `e` first, as a GPU would have by then.)
+  virtual bool query(Event e) = 0;
   /// Copies `bytes` between any two of host and device memory, asynchronously.
   virtual void copy(void* dst, const void* src, std::size_t bytes) = 0;
   virtual void memset_zero(void* dst, std::size_t bytes) = 0;
@@ -167,6 +170,10 @@ std::unique_ptr<Backend> make_emulated_backend();
 /// The emulated backend's current device of the calling thread (0 at first), as cudaSetDevice
 /// sets CUDA's: its device memory is tagged with the device current at allocation.
 void emulated_set_device(int device);
+/// Makes queue `queue` (0 compute, 1 copy, -1 none) of the emulated backends eager: it runs
+/// each item as it is queued unless a wait holds it (backend.hpp's emulated model otherwise runs
+/// nothing until forced). Tests run under each to expose a missing event either way.
+void emulated_set_eager(int queue);
 /// Device memory, pinned memory and events the emulated backends have created so far.
 std::size_t emulated_allocations();
 

@@ -329,6 +329,12 @@ class CudaBackend final : public Backend {
   void host_wait(Event e) override {
     check(cudaEventSynchronize(static_cast<cudaEvent_t>(e)), "cudaEventSynchronize");
   }
+  bool query(Event e) override {
+    const cudaError_t rc = cudaEventQuery(static_cast<cudaEvent_t>(e));
+    if (rc == cudaErrorNotReady) return false;
+    check(rc, "cudaEventQuery");
+    return true;
+  }
   void copy(void* dst, const void* src, std::size_t bytes) override {
     if (bytes == 0) return;
     check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDefault, stream()), "cudaMemcpyAsync");

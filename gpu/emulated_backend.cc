@@ -6,7 +6,10 @@
 // runs when it is queued. Each thread has a compute and a copy queue; a queue runs only as far as
 // the host needs it (synchronize, host_wait, a copy into pageable memory), and another queue runs
 // only as far as an event that a wait names. So a kernel that reads what a copy on the other
-// queue writes, without an event between them, reads stale bytes, and a test sees it.
+// queue writes, without an event between them, reads stale bytes, and a test sees it. One
+// queue may be made eager (emulated_set_eager, CCOLL_EMULATED_EAGER): it runs each item as it is
+// queued unless a wait holds it, which exposes the orderings the lazy model happens to get
+// right (a kernel that runs before the copy it forgot to wait for).
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -15,6 +18,7 @@
 #include <map>
 #include <mutex>
 #include <new>
+#include <string>
 #include <vector>
 
 #include "backend.hpp"
@@ -37,12 +41,36 @@ struct Item {
   bool is_wait = false;
 };
 
+// The queue that runs its items as soon as they are queued (as far as its waits allow), or -1
+// for none (emulated_set_eager).
+std::atomic<int> g_eager{-1};
+
 // This thread's two queues (a thread's stream and its copy stream).
 struct Queues {
   std::deque<Item> q[2];
   int current = 0;
 
-  void push(std::function<void()> f) { q[current].push_back(Item{std::move(f)}); }
+  void push(std::function<void()> f) { push_item(Item{std::move(f)}); }
+  void push_item(Item it) {
+    q[current].push_back(std::move(it));
+    if (current == g_eager.load()) advance(current);
+  }
+  // The eager queue: runs queue `i`'s front items until one waits for an event not reached
+  // (the other queue is not run for it: that is what exposes a missing wait the other way).
+  void advance(int i) {
+    while (!q[i].empty()) {
+      Item& front = q[i].front();
+      if (front.is_wait && front.event->reached < front.generation) return;
+      Item it = std::move(front);
+      q[i].pop_front();
+      if (it.is_wait) continue;
+      if (it.event != nullptr) {
+        if (it.event->reached < it.generation) it.event->reached = it.generation;
+      } else {
+        it.run();
+      }
+    }
+  }
   // Runs queue `i` until `until` reaches `generation` (null: until it is empty).
   void drain(int i, const EmulatedEvent* until = nullptr, std::uint64_t generation = 0) {
     while (until == nullptr || until->reached < generation) {
@@ -150,15 +178,19 @@ class EmulatedBackend final : public Backend {
     auto* ev = static_cast<EmulatedEvent*>(e);
     Queues& t = queues();
     ev->queue = t.current;
-    t.q[t.current].push_back(Item{{}, ev, ++ev->recorded, false});
+    t.push_item(Item{{}, ev, ++ev->recorded, false});
   }
   void wait(Event e) override {
     auto* ev = static_cast<EmulatedEvent*>(e);
-    queues().q[queues().current].push_back(Item{{}, ev, ev->recorded, true});
+    queues().push_item(Item{{}, ev, ev->recorded, true});
   }
   void host_wait(Event e) override {
     auto* ev = static_cast<EmulatedEvent*>(e);
     if (ev->reached < ev->recorded) queues().drain(ev->queue, ev, ev->recorded);
+  }
+  bool query(Event e) override {
+    host_wait(e);
+    return true;
   }
   // As cudaMemcpyAsync: pageable sources are read now, pageable destinations written before
   // the call returns; device and pinned memory are touched only when the queue runs.
@@ -418,9 +450,19 @@ class EmulatedBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_emulated_backend() { return std::make_unique<EmulatedBackend>(); }
+std::unique_ptr<Backend> make_emulated_backend() {
+  // CCOLL_EMULATED_EAGER=compute|copy: that queue runs work as it is queued (tests of ordering)
+  if (const char* e = std::getenv("CCOLL_EMULATED_EAGER")) {
+    const std::string v = e;
+    if (v == "compute") emulated_set_eager(0);
+    if (v == "copy") emulated_set_eager(1);
+  }
+  return std::make_unique<EmulatedBackend>();
+}
 
 void emulated_set_device(int device) { current_device_of_thread() = device; }
+
+void emulated_set_eager(int queue) { g_eager.store(queue); }
 
 std::size_t emulated_allocations() { return g_allocations.load(); }
 

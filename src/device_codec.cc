@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bitpack.hpp"
@@ -103,7 +104,7 @@ class DeviceCodecBase : public codec::ForwardingCodec {
       }
     }
     for (std::size_t i = 0; i < n; ++i) {
-      b_.host_wait(events_.get(b_, 2 * i + 1));
+      b_.host_wait(body_copied(i));
       if (ready) ready(i);
     }
   }
@@ -141,6 +142,57 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
                          void* acc) override {
     apply(in, bytes, count, acc, true);
+  }
+  std::size_t reduce_encode(const std::byte* in, std::size_t bytes, std::size_t count, void* acc,
+                            const codec::BlockContext& ctx, std::byte* out) override {
+    decode_accumulate(in, bytes, count, acc);
+    // in a batch the payload's body is copied in asynchronously; `out` may be `in`, so a codec
+    // whose encode() writes into the body's bytes on the host at once must let the copy finish
+    if (batching_ && host_writes_body()) b_.host_wait(events_.get(b_, 3 * job_));
+    return encode(acc, count, ctx, out);
+  }
+  // Staged: hops in flight together. A hop is queued as its payload arrives (copy in on the
+  // copy queue, the decode-add and encode kernels on the compute queue, copy out on the copy
+  // queue); while some are in flight, the next payload is polled for rather than waited for,
+  // and each output is handed over (ready) as soon as its copy has landed, in order.
+  void reduce_encode_many(codec::ReduceJob* jobs, std::size_t n,
+                          const codec::HopHooks& hooks) override {
+    if (resident_) {
+      Codec::reduce_encode_many(jobs, n, hooks);
+      return;
+    }
+    flags_ = reinterpret_cast<std::uint32_t*>(begin_batch(jobs, n, 4 * n));
+    hop_flags_ = static_cast<std::uint32_t*>(hop_flags_buf_.get(b_, 4 * n, true));
+    checks_.clear();
+    const QueueGuard guard(b_);
+    const Batching batching(batching_);
+    const Batching hopping(hopping_);
+    b_.memset_zero(flags_, 4 * n);
+    std::size_t queued = 0;
+    std::size_t handed = 0;
+    std::size_t checked = 0;  // checks_ entries of the jobs handed over
+    while (handed < n) {
+      bool moved = false;
+      // a payload: waited for when nothing is in flight, else only taken if it is there
+      if (queued < n && (queued == handed ? (hooks.arrive(queued), true) : hooks.poll(queued))) {
+        codec::ReduceJob& j = jobs[queued];
+        next_job(queued, j.count);
+        j.out_bytes = j.skip ? encode(j.acc, j.count, j.ctx, j.out)
+                             : reduce_encode(j.in, j.bytes, j.count, j.acc, j.ctx, j.out);
+        ++queued;
+        moved = true;
+      }
+      // the oldest hop in flight, once its output is on the host (all arrived: just wait)
+      if (handed < queued && (queued == n ? (b_.host_wait(body_copied(handed)), true)
+                                          : b_.query(body_copied(handed)))) {
+        for (; checked < checks_.size() && checks_[checked].first == handed; ++checked) {
+          if (hop_flags_[handed] > checks_[checked].second) reject_code();
+        }
+        hooks.ready(handed++);
+        moved = true;
+      }
+      if (!moved) std::this_thread::yield();
+    }
   }
 
  protected:
@@ -204,13 +256,17 @@ class DeviceCodecBase : public codec::ForwardingCodec {
       b_.synchronize();
       return;
     }
-    b_.record(events_.get(b_, 2 * job_));
+    b_.record(events_.get(b_, 3 * job_ + 1));  // the job's kernels are done
     b_.use_queue(gpu::Backend::Queue::kCopy);
-    b_.wait(events_.get(b_, 2 * job_));
+    b_.wait(events_.get(b_, 3 * job_ + 1));
     b_.copy(out + at, body, bytes);
-    b_.record(events_.get(b_, 2 * job_ + 1));
+    // a hop's decode flagged its lanes first: the flag comes with the body
+    if (hopping_) b_.copy(hop_flags_ + job_, flags_ + job_, 4);
+    b_.record(body_copied(job_));
     b_.use_queue(gpu::Backend::Queue::kCompute);
   }
+  /// Marks job i's body copied to the host (finish_body in a batch).
+  gpu::Backend::Event body_copied(std::size_t i) { return events_.get(b_, 3 * i + 2); }
   /// The end of apply(): waits for its kernels; in a batch, nothing (decode_many waits once).
   void settle() {
     if (!batching_) b_.synchronize();
@@ -224,6 +280,9 @@ class DeviceCodecBase : public codec::ForwardingCodec {
       reject_code();
     }
   }
+  /// True when encode() writes bytes after the payload's header on the host before it waits
+  /// for the device (maxnorm: its offset and scales; sketch: its table, after a wait anyway).
+  virtual bool host_writes_body() const { return false; }
   /// A payload's lanes exceeded their range (settle_flag).
   [[noreturn]] virtual void reject_code() const {
     throw Error(Status::kCorruptData,
@@ -247,9 +306,9 @@ class DeviceCodecBase : public codec::ForwardingCodec {
       if (n > room_bytes_) throw Error(Status::kInternal, "device codec: body beyond its room");
       b_.use_queue(gpu::Backend::Queue::kCopy);
       b_.copy(room_, in + at, n);
-      b_.record(events_.get(b_, 2 * job_));
+      b_.record(events_.get(b_, 3 * job_));
       b_.use_queue(gpu::Backend::Queue::kCompute);
-      b_.wait(events_.get(b_, 2 * job_));
+      b_.wait(events_.get(b_, 3 * job_));
       return room_;
     }
     std::uint8_t* dev = scratch(n);
@@ -307,6 +366,9 @@ class DeviceCodecBase : public codec::ForwardingCodec {
     bool& flag_;
   };
   bool batching_ = false;
+  bool hopping_ = false;  // reduce_encode_many: flags go to the host with each body
+  std::uint32_t* hop_flags_ = nullptr;
+  gpu::Buffer hop_flags_buf_;  // pinned
   std::uint32_t* flags_ = nullptr;  // decode_many: each job's flag word
   std::vector<std::pair<std::size_t, std::uint32_t>> checks_;  // (job, limit) of settle_flag
   std::vector<std::uint32_t> flags_host_;
@@ -381,6 +443,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
         sparse_(p.ratio > 0),
         ratio_(p.ratio) {}
 
+  bool host_writes_body() const override { return true; }  // encode_prefix's offset, scales
   void begin_call(int ranks) override {
     ranks_ = static_cast<std::uint32_t>(ranks < 1 ? 1 : ranks);
     target()->begin_call(ranks);
@@ -722,6 +785,7 @@ class DeviceSketch final : public DeviceCodecBase {
                unsigned clusters)
       : DeviceCodecBase(cpu, b, resident), bits_(bits), clusters_(clusters), levels_(1u << bits) {}
 
+  bool host_writes_body() const override { return true; }  // the level table
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
                      std::byte* out) override {
     const auto* x = static_cast<const float*>(in);

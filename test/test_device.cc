@@ -308,6 +308,119 @@ TEST_P(DeviceCodec, ReduceEncodeMatchesCpu) {
   EXPECT_EQ(0, std::memcmp(dacc.read<float>(n).data(), acc.data(), 4 * n));
 }
 
+// reduce_encode_many (hops in flight together, payloads polled for, outputs handed over as they
+// complete): the bytes and floats of one-by-one reduce_encode calls, with `out` = `in` in pinned
+// memory as in the ring, a payload that is not there at the first poll, and a skipped job
+// (encoded as it is); a malformed payload in the middle of a batch is rejected.
+TEST_P(DeviceCodec, HopBatchEqualsOneByOne) {
+  const std::size_t n = 2 * gpu::kMaxnormBlock + 4321;
+  const std::vector<float> x = data(n, 41);
+  const std::vector<float> y = data(n, 42);
+  const DeviceArray dx(*b_, x.data(), n * 4);
+  prepare(x, dx, 3, 5);
+  const std::size_t seg = 50000;
+  const std::size_t jobs_n = (n + seg - 1) / seg;
+  const std::size_t cap = cpu_->max_encoded_bytes(seg);
+  // what arrives: this rank's neighbour's payloads of x
+  std::vector<std::byte> incoming(jobs_n * cap);
+  std::vector<std::size_t> sizes(jobs_n);
+  for (std::size_t j = 0; j < jobs_n; ++j) {
+    const std::size_t off = j * seg;
+    const codec::BlockContext own{7, 5, 1, off, codec::BlockContext::Role::kOwn};
+    sizes[j] = cpu_->encode(x.data() + off, std::min(seg, n - off), own, incoming.data() + j * cap);
+  }
+  const std::size_t skipped = 1;
+  // one by one on the CPU
+  std::vector<float> acc = y;
+  std::vector<std::byte> want = incoming;
+  std::vector<std::size_t> want_bytes(jobs_n);
+  for (std::size_t j = 0; j < jobs_n; ++j) {
+    const std::size_t off = j * seg;
+    const std::size_t cnt = std::min(seg, n - off);
+    const codec::BlockContext hop{7, 5, 2, off, codec::BlockContext::Role::kHop};
+    std::byte* p = want.data() + j * cap;
+    want_bytes[j] = j == skipped ? cpu_->encode(acc.data() + off, cnt, hop, p)
+                                 : cpu_->reduce_encode(p, sizes[j], cnt, acc.data() + off, hop, p);
+  }
+  // as a batch on the device
+  const DeviceArray dacc(*b_, y.data(), n * 4);
+  gpu::Buffer slots_buf;
+  auto* slots = static_cast<std::byte*>(slots_buf.get(*b_, jobs_n * cap, true));
+  std::vector<codec::ReduceJob> jobs(jobs_n);
+  for (std::size_t j = 0; j < jobs_n; ++j) {
+    const std::size_t off = j * seg;
+    jobs[j] = codec::ReduceJob{nullptr, 0, std::min(seg, n - off), dacc.as<float>() + off,
+                               {7, 5, 2, off, codec::BlockContext::Role::kHop},
+                               slots + j * cap, 0, false};
+  }
+  std::vector<int> polls(jobs_n, 0);
+  std::vector<std::vector<std::byte>> handed;
+  std::size_t arrived = 0;
+  auto land = [&](std::size_t j) {
+    ASSERT_EQ(j, arrived++);
+    std::memcpy(slots + j * cap, incoming.data() + j * cap, sizes[j]);
+    jobs[j].in = slots + j * cap;
+    jobs[j].bytes = sizes[j];
+    jobs[j].skip = j == skipped;
+  };
+  codec::HopHooks hooks;
+  hooks.arrive = land;
+  hooks.poll = [&](std::size_t j) {
+    if (polls[j]++ == 0) return false;  // not there yet
+    land(j);
+    return true;
+  };
+  hooks.ready = [&](std::size_t j) {
+    ASSERT_EQ(j, handed.size());
+    ASSERT_LT(j, arrived);
+    handed.emplace_back(jobs[j].out, jobs[j].out + jobs[j].out_bytes);
+  };
+  dev_->reduce_encode_many(jobs.data(), jobs_n, hooks);
+  ASSERT_EQ(handed.size(), jobs_n);
+  for (std::size_t j = 0; j < jobs_n; ++j) {
+    ASSERT_EQ(handed[j].size(), want_bytes[j]) << "job " << j;
+    ASSERT_EQ(0, std::memcmp(handed[j].data(), want.data() + j * cap, want_bytes[j]))
+        << "job " << j;
+  }
+  ASSERT_EQ(0, std::memcmp(dacc.read<float>(n).data(), acc.data(), 4 * n));
+  // a truncated payload in the middle: rejected
+  arrived = 0;
+  handed.clear();
+  std::fill(polls.begin(), polls.end(), 0);
+  hooks.arrive = [&](std::size_t j) {
+    land(j);
+    if (j == 1) jobs[j].bytes -= 1;
+    jobs[j].skip = false;
+  };
+  hooks.poll = [&](std::size_t j) {
+    hooks.arrive(j);
+    return true;
+  };
+  EXPECT_THROW(dev_->reduce_encode_many(jobs.data(), jobs_n, hooks), Error);
+  EXPECT_LE(handed.size(), 1u);
+  // qsgd, terngrad: lanes out of range in the middle, found by the decode kernel, rejected
+  // before that job's output is handed over
+  if ((spec_.name == "qsgd" || spec_.name == "terngrad") && cpu_->bits_used() > 1) {
+    arrived = 0;
+    handed.clear();
+    hooks.arrive = [&](std::size_t j) {
+      land(j);
+      jobs[j].skip = false;
+      if (j == 1) {
+        const std::size_t code_bytes = (jobs[j].count * cpu_->bits_used() + 7) / 8;
+        std::memset(slots + j * cap + sizes[j] - code_bytes, 0xFF, code_bytes);
+      }
+    };
+    try {
+      dev_->reduce_encode_many(jobs.data(), jobs_n, hooks);
+      ADD_FAILURE() << "lanes out of range: accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Status::kCorruptData) << e.what();
+    }
+    EXPECT_LE(handed.size(), 1u);
+  }
+}
+
 // encode_many/decode_many (queued kernels and copies, payloads handed over and in one by one):
 // the bytes and floats of the one-by-one calls, and a malformed payload in a batch rejected.
 TEST_P(DeviceCodec, BatchesEqualOneByOne) {
