@@ -95,8 +95,8 @@ class DeviceCodecBase : public codec::ForwardingCodec {
       return;
     }
     begin_batch(jobs, n, 0);
+    const QueueGuard guard(b_);
     {
-      const QueueGuard guard(b_);
       const Batching batching(batching_);
       for (std::size_t i = 0; i < n; ++i) {
         next_job(i, jobs[i].count);
