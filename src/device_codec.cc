@@ -1015,9 +1015,11 @@ class DeviceFloats {
 // operations in its order.
 class DeviceErrorFeedback final : public codec::ForwardingCodec {
  public:
-  DeviceErrorFeedback(codec::Codec& cpu, gpu::Backend& b, std::unique_ptr<codec::Codec> cpu_inner,
+  DeviceErrorFeedback(codec::Codec& cpu, gpu::Backend& b, bool resident,
+                      std::unique_ptr<codec::Codec> cpu_inner,
                       std::unique_ptr<codec::Codec> dev_inner)
       : b_(b),
+        resident_(resident),
         spec_(cpu.spec()),
         cpu_inner_(std::move(cpu_inner)),
         inner_(std::move(dev_inner)),
@@ -1062,9 +1064,68 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
     b_.synchronize();
     return n;
   }
+  // Staged: every job's p = x + e queued, the inner codec's pipelined batch of p (payloads
+  // handed over as they land), then the residuals e = p - decode(payload) of the whole batch
+  // after the last hand-over, so error feedback delays no send. Same bytes and residuals as
+  // encode() job by job.
+  void encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::JobFn& ready) override {
+    bool shared = false;
+    std::size_t total = 0;
+    std::size_t end = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      shared = shared || jobs[i].ctx.role == codec::BlockContext::Role::kShared;
+      total += jobs[i].count;
+      end = std::max<std::size_t>(end, jobs[i].ctx.offset + jobs[i].count);
+    }
+    const bool own = n != 0 && jobs[0].ctx.role == codec::BlockContext::Role::kOwn;
+    bool mixed = false;
+    for (std::size_t i = 0; i < n; ++i) {
+      mixed = mixed || (jobs[i].ctx.role == codec::BlockContext::Role::kOwn) != own;
+    }
+    if (resident_ || shared || mixed) {
+      Codec::encode_many(jobs, n, ready);
+      return;
+    }
+    DeviceFloats& e = own ? own_ : hop_;
+    e.grow(end);
+    auto* p = static_cast<float*>(batch_p_.get(b_, 4 * (total + 1), false));
+    auto* d = static_cast<float*>(batch_d_.get(b_, 4 * (total + 1), false));
+    inner_jobs_.assign(jobs, jobs + n);
+    decode_jobs_.resize(n);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::size_t count = jobs[i].count;
+      b_.add(p + at, static_cast<const float*>(jobs[i].in), e.data() + jobs[i].ctx.offset, count,
+             false);
+      inner_jobs_[i].in = p + at;
+      decode_jobs_[i] = codec::DecodeJob{jobs[i].out, 0, count, d + at, false};
+      at += count;
+    }
+    inner_->encode_many(inner_jobs_.data(), n, [&](std::size_t i) {
+      jobs[i].bytes = inner_jobs_[i].bytes;
+      decode_jobs_[i].bytes = inner_jobs_[i].bytes;
+      if (ready) ready(i);
+    });
+    // a payload the caller has marked poisoned since (its rank failed) is not decoded: that
+    // call raises anyway
+    for (auto& j : decode_jobs_) j.skip = wire::is_poisoned(j.in, j.bytes);
+    inner_->decode_many(decode_jobs_.data(), n);
+    at = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      float* r = e.data() + jobs[i].ctx.offset;
+      if (!decode_jobs_[i].skip) b_.add(r, p + at, d + at, jobs[i].count, true);
+      at += jobs[i].count;
+    }
+    b_.synchronize();
+  }
+  // decode is the inner codec's: so are its batches
+  void decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive) override {
+    inner_->decode_many(jobs, n, arrive);
+  }
 
  private:
   gpu::Backend& b_;
+  bool resident_;
   std::string spec_;
   std::unique_ptr<codec::Codec> cpu_inner_;  // the inner device codec's CPU side
   std::unique_ptr<codec::Codec> inner_;
@@ -1072,6 +1133,11 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
   DeviceFloats hop_;
   mutable gpu::Buffer sum_;  // x + e
   gpu::Buffer decoded_;
+  // encode_many: every job's p = x + e and decoded payload, and the inner codec's jobs
+  gpu::Buffer batch_p_;
+  gpu::Buffer batch_d_;
+  std::vector<codec::EncodeJob> inner_jobs_;
+  std::vector<codec::DecodeJob> decode_jobs_;
 };
 
 // temporal (codecs/temporal.cc on the device) around the device maxnorm: the state xh, y and
@@ -1348,7 +1414,7 @@ std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Co
     inner.ef = false;
     auto cpu_inner = make_codec(inner, cpu.dtype());
     auto dev_inner = make_device_codec(inner, *cpu_inner, backend, resident);
-    return std::make_unique<DeviceErrorFeedback>(cpu, backend, std::move(cpu_inner),
+    return std::make_unique<DeviceErrorFeedback>(cpu, backend, resident, std::move(cpu_inner),
                                                  std::move(dev_inner));
   }
   if (spec.name == "dq") {  // device maxnorm codecs of every width
