@@ -1013,6 +1013,72 @@ class DeviceFloats {
 // for this rank's own encodes and one for its re-encodes of partial sums, in device memory; an
 // encode sends inner(x + e) and keeps e = (x + e) - decode(sent), with the CPU wrapper's float
 // operations in its order.
+// The role every job of a batch has, or kShared when they differ (then the batch runs job by
+// job).
+codec::BlockContext::Role uniform_role(const codec::EncodeJob* jobs, std::size_t n) {
+  for (std::size_t i = 1; i < n; ++i) {
+    if (jobs[i].ctx.role != jobs[0].ctx.role) return codec::BlockContext::Role::kShared;
+  }
+  return n == 0 ? codec::BlockContext::Role::kShared : jobs[0].ctx.role;
+}
+
+// One past the last element a batch's jobs cover.
+std::size_t batch_end(const codec::EncodeJob* jobs, std::size_t n) {
+  std::size_t end = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    end = std::max<std::size_t>(end, jobs[i].ctx.offset + jobs[i].count);
+  }
+  return end;
+}
+
+// The batch of a wrapper that encodes a transform of its input and updates state from what the
+// inner codec decodes of it (ef, temporal), without delaying a send: every job's transform
+// queued (pre: into device floats t), the inner codec's pipelined batch of the transforms
+// (payloads handed over as they land), one decode batch of the payloads after the last
+// hand-over, then every job's update (post: from t and the decoded d). Payloads marked
+// poisoned in the meantime (the caller's rank failed: the call raises) are not decoded.
+class WrapperBatch {
+ public:
+  explicit WrapperBatch(gpu::Backend& b) : b_(b) {}
+  template <class Pre, class Post>
+  void run(codec::Codec& inner, codec::EncodeJob* jobs, std::size_t n, const codec::JobFn& ready,
+           Pre&& pre, Post&& post) {
+    std::size_t total = 0;
+    for (std::size_t i = 0; i < n; ++i) total += jobs[i].count;
+    auto* t = static_cast<float*>(t_.get(b_, 4 * (total + 1), false));
+    auto* d = static_cast<float*>(d_.get(b_, 4 * (total + 1), false));
+    inner_jobs_.assign(jobs, jobs + n);
+    decode_jobs_.resize(n);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      pre(i, t + at);
+      inner_jobs_[i].in = t + at;
+      decode_jobs_[i] = codec::DecodeJob{jobs[i].out, 0, jobs[i].count, d + at, false};
+      at += jobs[i].count;
+    }
+    inner.encode_many(inner_jobs_.data(), n, [&](std::size_t i) {
+      jobs[i].bytes = inner_jobs_[i].bytes;
+      decode_jobs_[i].bytes = inner_jobs_[i].bytes;
+      if (ready) ready(i);
+    });
+    for (auto& j : decode_jobs_) j.skip = wire::is_poisoned(j.in, j.bytes);
+    inner.decode_many(decode_jobs_.data(), n);
+    at = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!decode_jobs_[i].skip) post(i, t + at, d + at);
+      at += jobs[i].count;
+    }
+    b_.synchronize();
+  }
+
+ private:
+  gpu::Backend& b_;
+  gpu::Buffer t_;
+  gpu::Buffer d_;
+  std::vector<codec::EncodeJob> inner_jobs_;
+  std::vector<codec::DecodeJob> decode_jobs_;
+};
+
 class DeviceErrorFeedback final : public codec::ForwardingCodec {
  public:
   DeviceErrorFeedback(codec::Codec& cpu, gpu::Backend& b, bool resident,
@@ -1024,7 +1090,8 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
         cpu_inner_(std::move(cpu_inner)),
         inner_(std::move(dev_inner)),
         own_(b),
-        hop_(b) {
+        hop_(b),
+        batch_(b) {
     set_target(inner_.get());
   }
 
@@ -1069,54 +1136,23 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
   // after the last hand-over, so error feedback delays no send. Same bytes and residuals as
   // encode() job by job.
   void encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::JobFn& ready) override {
-    bool shared = false;
-    std::size_t total = 0;
-    std::size_t end = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      shared = shared || jobs[i].ctx.role == codec::BlockContext::Role::kShared;
-      total += jobs[i].count;
-      end = std::max<std::size_t>(end, jobs[i].ctx.offset + jobs[i].count);
-    }
-    const bool own = n != 0 && jobs[0].ctx.role == codec::BlockContext::Role::kOwn;
-    bool mixed = false;
-    for (std::size_t i = 0; i < n; ++i) {
-      mixed = mixed || (jobs[i].ctx.role == codec::BlockContext::Role::kOwn) != own;
-    }
-    if (resident_ || shared || mixed) {
+    const codec::BlockContext::Role role = uniform_role(jobs, n);
+    if (resident_ || n == 0 || role == codec::BlockContext::Role::kShared) {
       Codec::encode_many(jobs, n, ready);
       return;
     }
-    DeviceFloats& e = own ? own_ : hop_;
-    e.grow(end);
-    auto* p = static_cast<float*>(batch_p_.get(b_, 4 * (total + 1), false));
-    auto* d = static_cast<float*>(batch_d_.get(b_, 4 * (total + 1), false));
-    inner_jobs_.assign(jobs, jobs + n);
-    decode_jobs_.resize(n);
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      const std::size_t count = jobs[i].count;
-      b_.add(p + at, static_cast<const float*>(jobs[i].in), e.data() + jobs[i].ctx.offset, count,
-             false);
-      inner_jobs_[i].in = p + at;
-      decode_jobs_[i] = codec::DecodeJob{jobs[i].out, 0, count, d + at, false};
-      at += count;
-    }
-    inner_->encode_many(inner_jobs_.data(), n, [&](std::size_t i) {
-      jobs[i].bytes = inner_jobs_[i].bytes;
-      decode_jobs_[i].bytes = inner_jobs_[i].bytes;
-      if (ready) ready(i);
-    });
-    // a payload the caller has marked poisoned since (its rank failed) is not decoded: that
-    // call raises anyway
-    for (auto& j : decode_jobs_) j.skip = wire::is_poisoned(j.in, j.bytes);
-    inner_->decode_many(decode_jobs_.data(), n);
-    at = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      float* r = e.data() + jobs[i].ctx.offset;
-      if (!decode_jobs_[i].skip) b_.add(r, p + at, d + at, jobs[i].count, true);
-      at += jobs[i].count;
-    }
-    b_.synchronize();
+    DeviceFloats& e = role == codec::BlockContext::Role::kOwn ? own_ : hop_;
+    e.grow(batch_end(jobs, n));
+    batch_.run(
+        *inner_, jobs, n, ready,
+        [&](std::size_t i, float* p) {
+          b_.add(p, static_cast<const float*>(jobs[i].in), e.data() + jobs[i].ctx.offset,
+                 jobs[i].count, false);
+        },
+        [&](std::size_t i, const float* p, const float* d) {
+          float* r = e.data() + jobs[i].ctx.offset;
+          b_.add(r, p, d, jobs[i].count, true);
+        });
   }
   // decode is the inner codec's: so are its batches
   void decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive) override {
@@ -1133,11 +1169,7 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
   DeviceFloats hop_;
   mutable gpu::Buffer sum_;  // x + e
   gpu::Buffer decoded_;
-  // encode_many: every job's p = x + e and decoded payload, and the inner codec's jobs
-  gpu::Buffer batch_p_;
-  gpu::Buffer batch_d_;
-  std::vector<codec::EncodeJob> inner_jobs_;
-  std::vector<codec::DecodeJob> decode_jobs_;
+  WrapperBatch batch_;
 };
 
 // temporal (codecs/temporal.cc on the device) around the device maxnorm: the state xh, y and
@@ -1145,9 +1177,11 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
 class DeviceTemporal final : public codec::ForwardingCodec {
  public:
   // `cpu`: the plan's CPU temporal codec, which answers what does not touch memory
-  DeviceTemporal(codec::Codec& cpu, gpu::Backend& b, std::unique_ptr<codec::Codec> cpu_inner,
-                 std::unique_ptr<codec::Codec> dev_inner, double beta, bool ef)
+  DeviceTemporal(codec::Codec& cpu, gpu::Backend& b, bool resident,
+                 std::unique_ptr<codec::Codec> cpu_inner, std::unique_ptr<codec::Codec> dev_inner,
+                 double beta, bool ef)
       : b_(b),
+        resident_(resident),
         cpu_(cpu),
         cpu_inner_(std::move(cpu_inner)),
         inner_(std::move(dev_inner)),
@@ -1155,7 +1189,8 @@ class DeviceTemporal final : public codec::ForwardingCodec {
         ef_(ef),
         xh_(b),
         y_(b),
-        e_(b) {
+        e_(b),
+        batch_(b) {
     set_target(inner_.get());
   }
 
@@ -1196,6 +1231,28 @@ class DeviceTemporal final : public codec::ForwardingCodec {
     b_.synchronize();
     return n;
   }
+  // Staged: as encode() job by job, in one WrapperBatch (residuals queued, the inner codec's
+  // pipelined batch, the state updates after the last hand-over).
+  void encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::JobFn& ready) override {
+    if (resident_ || uniform_role(jobs, n) != codec::BlockContext::Role::kOwn) {
+      Codec::encode_many(jobs, n, ready);
+      return;
+    }
+    grow(batch_end(jobs, n));
+    batch_.run(
+        *inner_, jobs, n, ready,
+        [&](std::size_t i, float* r) {
+          b_.temporal_residual(args(jobs[i].count, jobs[i].ctx.offset),
+                               static_cast<const float*>(jobs[i].in), r);
+        },
+        [&](std::size_t i, const float* r, const float* d) {
+          const std::size_t off = jobs[i].ctx.offset;
+          b_.temporal_update(args(jobs[i].count, off), r, d, ef_ ? e_.data() + off : nullptr);
+        });
+  }
+  void decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive) override {
+    inner_->decode_many(jobs, n, arrive);
+  }
   void finish_allreduce(void* out, std::size_t count) override {
     if (y_.size() != count) {
       y_.clear();
@@ -1225,6 +1282,7 @@ class DeviceTemporal final : public codec::ForwardingCodec {
   }
 
   gpu::Backend& b_;
+  bool resident_;
   codec::Codec& cpu_;
   std::unique_ptr<codec::Codec> cpu_inner_;
   std::unique_ptr<codec::Codec> inner_;
@@ -1238,6 +1296,7 @@ class DeviceTemporal final : public codec::ForwardingCodec {
   gpu::Buffer d_;
   gpu::Buffer sum_;
   gpu::Buffer sum_host_;
+  WrapperBatch batch_;
 };
 
 // dq (codecs/dq.cc) on the device: the squared norm by the square_sum_parts kernel in the CPU's
@@ -1405,7 +1464,7 @@ std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Co
     CodecSpec inner = parse_codec_spec("maxnorm:bits=" + param_value(spec, "bits"));
     auto cpu_inner = make_codec(inner, cpu.dtype());
     auto dev_inner = make_device_codec(inner, *cpu_inner, backend, resident);
-    return std::make_unique<DeviceTemporal>(cpu, backend, std::move(cpu_inner),
+    return std::make_unique<DeviceTemporal>(cpu, backend, resident, std::move(cpu_inner),
                                             std::move(dev_inner),
                                             std::stod(param_value(spec, "beta")), spec.ef);
   }
