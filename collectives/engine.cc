@@ -31,71 +31,48 @@ void Engine::encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::Job
     jobs[i].ctx.call = cx_.call;
   }
   std::size_t handed = 0;  // jobs whose ready() has run
-  bool in_hook = false;    // what throws inside ready() is the schedule's, not the codec's
-  double hook_seconds = 0;
+  Hooks hook;
   const codec::JobFn hand_over = [&](std::size_t i) {
     if (poisoned_) poison_payload(jobs[i].out);
     ++handed;
-    if (!ready) return;
-    const auto t = Clock::now();
-    in_hook = true;
-    ready(i);
-    in_hook = false;
-    hook_seconds += since(t);
+    if (ready) hook([&] { ready(i); });
   };
   try {
     cx_.codec.encode_many(jobs, n, hand_over);
   } catch (const Error& err) {
-    if (in_hook) throw;
+    if (hook.running) throw;
     poison(err.code(), err.what());  // no peer waits: the rest go out poisoned
     for (std::size_t i = handed; i < n; ++i) {
       jobs[i].bytes = write_poisoned(jobs[i].out);
       hand_over(i);
     }
   }
-  cx_.counters.encode_seconds += since(t0) - hook_seconds;
+  cx_.counters.encode_seconds += since(t0) - hook.seconds;
 }
 
 void Engine::decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive) {
   const auto t0 = Clock::now();
   std::size_t arrived = 0;
-  bool in_hook = false;
-  double hook_seconds = 0;
+  Hooks hook;
   const codec::JobFn take = [&](std::size_t i) {
     ++arrived;
-    if (arrive) {
-      const auto t = Clock::now();
-      in_hook = true;
-      arrive(i);
-      in_hook = false;
-      hook_seconds += since(t);
-    }
+    if (arrive) hook([&] { arrive(i); });
     codec::DecodeJob& j = jobs[i];
-    if (j.skip) return;
-    if (j.bytes == 0 && poisoned_) {
-      j.skip = true;  // the receive failed and poisoned this rank
-    } else if (payload_poisoned(j.in, j.bytes)) {
-      poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
-      j.skip = true;
-    }
+    if (!j.skip && unusable(j.in, j.bytes)) j.skip = true;
   };
   try {
     cx_.codec.decode_many(jobs, n, take);
   } catch (const Error& err) {
-    if (in_hook) throw;
+    if (hook.running) throw;
     poison(err.code(), err.what());
     for (std::size_t i = arrived; i < n; ++i) take(i);  // the schedule still forwards them
   }
-  cx_.counters.decode_seconds += since(t0) - hook_seconds;
+  cx_.counters.decode_seconds += since(t0) - hook.seconds;
 }
 
 bool Engine::decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
                     bool accumulate) {
-  if (bytes == 0 && poisoned_) return false;  // the receive failed and poisoned this rank
-  if (payload_poisoned(in, bytes)) {
-    poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
-    return false;
-  }
+  if (unusable(in, bytes)) return false;
   const auto t0 = Clock::now();
   try {
     if (accumulate) {
@@ -116,12 +93,7 @@ std::size_t Engine::reduce_encode(const std::byte* in, std::size_t bytes, std::s
                                   void* acc, std::uint64_t stream, std::uint64_t offset,
                                   std::byte* out) {
   const codec::BlockContext::Role hop = codec::BlockContext::Role::kHop;
-  if ((bytes == 0 && poisoned_) || payload_poisoned(in, bytes)) {
-    if (bytes != 0) {
-      poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
-    }
-    return encode(acc, count, stream, offset, out, hop);
-  }
+  if (unusable(in, bytes)) return encode(acc, count, stream, offset, out, hop);
   const auto t0 = Clock::now();
   std::size_t n = 0;
   try {
@@ -146,33 +118,15 @@ void Engine::reduce_encode_many(codec::ReduceJob* jobs, std::size_t n,
   }
   std::size_t arrived = 0;
   std::size_t handed = 0;
-  bool in_hook = false;  // what throws inside a hook is the schedule's, not the codec's
-  double hook_seconds = 0;
-  auto hook = [&](auto&& f) {
-    const auto t = Clock::now();
-    in_hook = true;
-    const auto r = f();
-    in_hook = false;
-    hook_seconds += since(t);
-    return r;
-  };
+  Hooks hook;
   auto take = [&](std::size_t i) {  // job i has arrived: skip what cannot be added
     ++arrived;
     codec::ReduceJob& j = jobs[i];
-    if (j.skip) return;
-    if (j.bytes == 0 && poisoned_) {
-      j.skip = true;  // the receive failed and poisoned this rank
-    } else if (payload_poisoned(j.in, j.bytes)) {
-      poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
-      j.skip = true;
-    }
+    if (!j.skip && unusable(j.in, j.bytes)) j.skip = true;
   };
   codec::HopHooks mine;
   mine.arrive = [&](std::size_t i) {
-    hook([&] {
-      hooks.arrive(i);
-      return 0;
-    });
+    hook([&] { hooks.arrive(i); });
     take(i);
   };
   mine.poll = [&](std::size_t i) {
@@ -183,17 +137,14 @@ void Engine::reduce_encode_many(codec::ReduceJob* jobs, std::size_t n,
   mine.ready = [&](std::size_t i) {
     if (poisoned_) poison_payload(jobs[i].out);
     ++handed;
-    hook([&] {
-      hooks.ready(i);
-      return 0;
-    });
+    hook([&] { hooks.ready(i); });
   };
   try {
     cx_.codec.reduce_encode_many(jobs, n, mine);
   } catch (const Error& err) {
-    if (in_hook) throw;
+    if (hook.running) throw;
     poison(err.code(), err.what());
-    cx_.counters.decode_seconds += since(t0) - hook_seconds;
+    cx_.counters.decode_seconds += since(t0) - hook.seconds;
     for (std::size_t i = handed; i < n; ++i) {  // the rest: `acc` as it is, marked poisoned
       if (i >= arrived) mine.arrive(i);
       jobs[i].out_bytes = encode(jobs[i].acc, jobs[i].count, jobs[i].ctx.stream,
@@ -202,7 +153,7 @@ void Engine::reduce_encode_many(codec::ReduceJob* jobs, std::size_t n,
     }
     return;
   }
-  cx_.counters.decode_seconds += since(t0) - hook_seconds;
+  cx_.counters.decode_seconds += since(t0) - hook.seconds;
 }
 
 std::size_t Engine::add(const std::byte* a, std::size_t a_bytes, const std::byte* own,
@@ -289,6 +240,13 @@ void Engine::copy_payload(std::byte* dst, const std::byte* src, std::size_t byte
   } else {
     std::memcpy(dst, src, bytes);
   }
+}
+
+bool Engine::unusable(const std::byte* in, std::size_t bytes) {
+  if (bytes == 0 && poisoned_) return true;  // the receive failed and poisoned this rank
+  if (!payload_poisoned(in, bytes)) return false;
+  poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
+  return true;
 }
 
 void Engine::poison(Status code, const std::string& why) {

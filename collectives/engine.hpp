@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstddef>
 #include <string>
+#include <type_traits>
 
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
@@ -114,6 +115,31 @@ class Engine {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
   void poison(Status code, const std::string& why);
+  /// True when a received payload cannot be used: empty after this rank's receive failed, or
+  /// poisoned by a peer (which poisons this rank).
+  bool unusable(const std::byte* in, std::size_t bytes);
+
+  /// Runs the schedule's hooks inside a batch: times them (the batch's codec time leaves them
+  /// out) and marks that an exception thrown meanwhile is the schedule's, not the codec's.
+  struct Hooks {
+    bool running = false;
+    double seconds = 0;
+    template <class F>
+    auto operator()(F&& f) {
+      const auto t = Clock::now();
+      running = true;
+      if constexpr (std::is_void_v<decltype(f())>) {
+        f();
+        running = false;
+        seconds += since(t);
+      } else {
+        const auto r = f();
+        running = false;
+        seconds += since(t);
+        return r;
+      }
+    }
+  };
 
   Context& cx_;
   std::size_t es_;
