@@ -3,7 +3,6 @@
 // rank), each rank's payload travels whole and every rank reduces all of them itself.
 #include "collectives.hpp"
 #include "engine.hpp"
-#include "wire.hpp"
 
 namespace ccoll::coll {
 
@@ -27,7 +26,9 @@ void allreduce_allgather(Context& cx, void* buf, std::size_t count, bool average
     Request q = e.recv(slot(in), cap, prev, kTagAllgather);
     sends[k] = e.send(slot(out), sizes[out], next, kTagAllgather);
     std::size_t got = e.wait_recv(q);
-    if (got == 0) got = wire::write_poisoned(slot(in));  // keep the ring going, flag the failure
+    // keep the ring going, flag the failure (through the payload operations: the slot may be
+    // device memory)
+    if (got == 0) got = e.write_poisoned(slot(in));
     sizes[in] = got;
   }
   for (int k = 0; k + 1 < p; ++k) e.wait_send(sends[k]);

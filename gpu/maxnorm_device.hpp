@@ -96,22 +96,49 @@ CCOLL_HOST_DEVICE constexpr unsigned group_size(std::size_t count, std::size_t g
   return count - 8 * g < 8 ? static_cast<unsigned>(count - 8 * g) : 8u;
 }
 
-/// Lane i of a packed stream of `nbytes` bytes (width <= 24); bytes past the end read as 0.
-CCOLL_HOST_DEVICE inline std::uint32_t lane_at(const std::uint8_t* p, std::size_t nbytes,
-                                               unsigned width, std::size_t i) {
-  const std::size_t bit = i * width;
-  const std::size_t byte = bit >> 3;
-  std::uint32_t v = 0;
-  for (unsigned k = 0; k < 4; ++k) {
-    if (byte + k < nbytes) v |= static_cast<std::uint32_t>(p[byte + k]) << (8 * k);
+/// Lanes wider than 16 bits (sums of many contributions: bits_for(2·j·s) reaches 17 at 8 bits
+/// and 259 ranks, and up to 32): a group of 8 is w <= 32 whole bytes in four 64-bit words.
+CCOLL_HOST_DEVICE inline void put_group_wide(std::uint8_t* out, std::size_t nbytes, unsigned w,
+                                             std::size_t g, const std::uint32_t* v, unsigned n) {
+  std::uint64_t words[4] = {0, 0, 0, 0};
+  for (unsigned j = 0; j < n; ++j) {
+    const unsigned pos = j * w;
+    const unsigned sh = pos & 63;
+    const std::uint64_t x = v[j];
+    words[pos >> 6] |= x << sh;
+    if (sh + w > 64) words[(pos >> 6) + 1] |= x >> (64 - sh);  // sh > 32 here: a valid shift
   }
-  return (v >> (bit & 7)) & ((1u << width) - 1u);
+  const std::size_t first = g * w;
+  for (unsigned k = 0; k < w && first + k < nbytes; ++k) {
+    out[first + k] = static_cast<std::uint8_t>(words[k >> 3] >> (8 * (k & 7)));
+  }
 }
 
-/// Writes the n <= 8 lanes of group g (values v[0..n), zero-padded) at width w <= 16: the bytes
+CCOLL_HOST_DEVICE inline void get_group_wide(const std::uint8_t* p, std::size_t nbytes, unsigned w,
+                                             std::size_t g, std::uint32_t* v, unsigned n) {
+  std::uint64_t words[4] = {0, 0, 0, 0};
+  const std::size_t first = g * w;
+  for (unsigned k = 0; k < w && first + k < nbytes; ++k) {
+    words[k >> 3] |= static_cast<std::uint64_t>(p[first + k]) << (8 * (k & 7));
+  }
+  const std::uint64_t mask = (std::uint64_t{1} << w) - 1;
+  for (unsigned j = 0; j < n; ++j) {
+    const unsigned pos = j * w;
+    const unsigned sh = pos & 63;
+    std::uint64_t x = words[pos >> 6] >> sh;
+    if (sh + w > 64) x |= words[(pos >> 6) + 1] << (64 - sh);
+    v[j] = static_cast<std::uint32_t>(x & mask);
+  }
+}
+
+/// Writes the n <= 8 lanes of group g (values v[0..n), zero-padded) at width w <= 32: the bytes
 /// [g·w, min((g+1)·w, nbytes)) of the stream. Groups own whole bytes, so threads never share one.
 CCOLL_HOST_DEVICE inline void put_group(std::uint8_t* out, std::size_t nbytes, unsigned w,
                                         std::size_t g, const std::uint32_t* v, unsigned n) {
+  if (w > 16) {
+    put_group_wide(out, nbytes, w, g, v, n);
+    return;
+  }
   std::uint64_t lo = 0;
   std::uint64_t hi = 0;
   for (unsigned j = 0; j < n; ++j) {
@@ -130,10 +157,14 @@ CCOLL_HOST_DEVICE inline void put_group(std::uint8_t* out, std::size_t nbytes, u
   }
 }
 
-/// Reads the n <= 8 lanes of group g at width w <= 16 into v: one load of the group's bytes
+/// Reads the n <= 8 lanes of group g at width w <= 32 into v: one load of the group's bytes
 /// [g·w, min((g+1)·w, nbytes)) instead of a few bytes per lane.
 CCOLL_HOST_DEVICE inline void get_group(const std::uint8_t* p, std::size_t nbytes, unsigned w,
                                         std::size_t g, std::uint32_t* v, unsigned n) {
+  if (w > 16) {
+    get_group_wide(p, nbytes, w, g, v, n);
+    return;
+  }
   std::uint64_t lo = 0;
   std::uint64_t hi = 0;
   const std::size_t first = g * w;
@@ -241,15 +272,14 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
   const std::uint64_t first = a.offset / kMaxnormBlock;
   std::uint32_t worst = 0;
   std::uint32_t lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  if (a.width <= 16) get_group(a.codes, a.code_bytes, a.width, g, lanes, n);
+  get_group(a.codes, a.code_bytes, a.width, g, lanes, n);
   for (unsigned j = 0; j < n; ++j) {
     const std::size_t i = i0 + j;
     const std::uint64_t e = a.selected != nullptr ? a.selected[i] : a.offset + i;
     const float m = a.scales[e / kMaxnormBlock - first];
     const bool fine = a.mask != nullptr && ((a.mask[e >> 3] >> (e & 7)) & 1) != 0;
     const float step = m / static_cast<float>(fine ? a.levels2 : a.levels) * a.mult;
-    const std::uint32_t u =
-        a.width <= 16 ? lanes[j] : lane_at(a.codes, a.code_bytes, a.width, i);
+    const std::uint32_t u = lanes[j];
     worst = u > worst ? u : worst;
     const float value = static_cast<float>(static_cast<std::int64_t>(u) - a.bias) * step;
     const std::size_t o = e - a.offset;
@@ -272,15 +302,8 @@ CCOLL_HOST_DEVICE inline unsigned maxnorm_add_group(const MaxnormAddArgs& a, std
   unsigned bad = 0;
   std::uint32_t xs[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::uint32_t ys[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  if (a.a_width <= 16 && a.b_width <= 16) {
-    get_group(a.a, a.a_bytes, a.a_width, g, xs, n);
-    get_group(a.b, a.b_bytes, a.b_width, g, ys, n);
-  } else {
-    for (unsigned j = 0; j < n; ++j) {
-      xs[j] = lane_at(a.a, a.a_bytes, a.a_width, i0 + j);
-      ys[j] = lane_at(a.b, a.b_bytes, a.b_width, i0 + j);
-    }
-  }
+  get_group(a.a, a.a_bytes, a.a_width, g, xs, n);
+  get_group(a.b, a.b_bytes, a.b_width, g, ys, n);
   if (!a.requant) {
     for (unsigned j = 0; j < n; ++j) {
       const std::uint32_t x = xs[j];

@@ -1108,13 +1108,11 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
   }
   // The scales cover what is really encoded: x + e_own (once the residual exists).
   void local_scales(const void* data, std::size_t count, double* out) const override {
-    if (own_.size() < count) {
-      inner_->local_scales(data, count, out);
-      return;
-    }
-    auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
-    b_.add(p, static_cast<const float*>(data), own_.data(), count, false);
-    inner_->local_scales(p, count, out);
+    inner_->local_scales(with_residual(data, count), count, out);
+  }
+  // Like the scales, the two-scale mask describes what is really encoded: x + e_own.
+  void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override {
+    inner_->local_mask(with_residual(data, count), count, out);
   }
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
                      std::byte* out) override {
@@ -1160,6 +1158,14 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
   }
 
  private:
+  // x + e_own on the device as encode() computes it (x itself before the first call)
+  const void* with_residual(const void* data, std::size_t count) const {
+    if (own_.size() < count) return data;
+    auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
+    b_.add(p, static_cast<const float*>(data), own_.data(), count, false);
+    return p;
+  }
+
   gpu::Backend& b_;
   bool resident_;
   std::string spec_;
@@ -1324,6 +1330,8 @@ class DeviceDq final : public codec::ForwardingCodec {
   unsigned bits_used() const override { return cpu_.bits_used(); }
   void reset_state() override { cpu_.reset_state(); }
   std::uint64_t state_fingerprint() const override { return cpu_.state_fingerprint(); }
+  // the sum pass is dq's own (the chosen width's maxnorm has none)
+  std::size_t sum_slots() const override { return cpu_.sum_slots(); }
   void local_sums(const void* data, std::size_t count, double* out) const override {
     const std::size_t tiles = (count + codec::kSquareSumTile - 1) / codec::kSquareSumTile;
     const std::size_t bytes = 8 * sizeof(double) * (tiles == 0 ? 1 : tiles);

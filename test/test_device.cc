@@ -103,6 +103,17 @@ class DeviceCodec : public ::testing::TestWithParam<const char*> {
   // (host) and `dx` (device): begin_call, set_call, scan, set_scales.
   void prepare(const std::vector<float>& x, const DeviceArray& dx, int ranks, std::uint64_t call) {
     const std::size_t n = x.size();
+    // the passes the API runs are the same on both sides (a device wrapper that inherits a
+    // query from the codec it wraps would skip or add one)
+    ASSERT_EQ(cpu_->sum_slots(), dev_->sum_slots());
+    ASSERT_EQ(cpu_->scale_slots(n), dev_->scale_slots(n));
+    ASSERT_EQ(cpu_->mask_bytes(n), dev_->mask_bytes(n));
+    ASSERT_EQ(cpu_->max_encoded_bytes(n), dev_->max_encoded_bytes(n));
+    ASSERT_EQ(cpu_->spec(), dev_->spec());
+    ASSERT_EQ(cpu_->unit_roundoff(), dev_->unit_roundoff());
+    const codec::Capabilities cw = cpu_->capabilities();
+    const codec::Capabilities cg = dev_->capabilities();
+    ASSERT_EQ(0, std::memcmp(&cw, &cg, sizeof cw));
     for (codec::Codec* c : {cpu_.get(), dev_.get()}) {
       c->begin_call(ranks);
       c->set_call(7, call);
@@ -216,6 +227,35 @@ TEST_P(DeviceCodec, SameBytesAndValuesAsCpu) {
       dec = out.read<float>(pc.count);
       ASSERT_EQ(0, pc.count == 0 ? 0 : std::memcmp(dec.data(), ref.data(), pc.count * 4));
     }
+  }
+}
+
+// Three calls in a row, each prepared (sums, scales, mask) and encoded whole: the state a call
+// leaves (error feedback's residual, temporal's prediction, dq's width) shapes the next call's
+// scales, mask and bytes identically on both sides. A wrapper that inherits a pass it should
+// override (ef=1's two-scale mask from x instead of x + e) differs from the second call on.
+TEST_P(DeviceCodec, SuccessiveCallsSameAsCpu) {
+  const std::size_t n = gpu::kMaxnormBlock + 777;
+  for (std::uint64_t call = 1; call <= 3; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    const std::vector<float> x = data(n, 20 + static_cast<unsigned>(call));
+    const DeviceArray dx(*b_, x.data(), n * 4);
+    prepare(x, dx, 2, call);
+    if (HasFatalFailure()) return;
+    const codec::BlockContext ctx{7, call, 0, 0, codec::BlockContext::Role::kOwn};
+    std::vector<std::byte> want(cpu_->max_encoded_bytes(n));
+    std::vector<std::byte> got(dev_->max_encoded_bytes(n));
+    const std::size_t nw = cpu_->encode(x.data(), n, ctx, want.data());
+    const std::size_t ng = dev_->encode(dx.as<float>(), n, ctx, got.data());
+    ASSERT_EQ(nw, ng);
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), nw));
+    std::vector<float> out(n);
+    cpu_->decode(want.data(), nw, n, out.data());
+    const DeviceArray dout(*b_, out.data(), 4 * n);
+    cpu_->finish_allreduce(out.data(), n);
+    dev_->finish_allreduce(dout.as<float>(), n);
+    ASSERT_EQ(0, std::memcmp(dout.read<float>(n).data(), out.data(), 4 * n));
+    ASSERT_EQ(cpu_->state_fingerprint(), dev_->state_fingerprint());
   }
 }
 
@@ -586,7 +626,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodec,
                                            "sign:bucket=3", "maxnorm:bits=4,ef=1",
                                            "qsgd:bits=4,ef=1", "fp16,ef=1", "temporal:bits=4",
                                            "temporal:beta=0.5,bits=3,ef=1", "maxnorm:bits=2/6",
-                                           "maxnorm:bits=3/8", "maxnorm:bits=4,sum=requant",
+                                           "maxnorm:bits=3/8", "maxnorm:bits=2/6,ef=1",
+                                           "maxnorm:bits=4,sum=requant",
                                            "maxnorm:bits=2/5,sum=requant", "dq:max=6,min=2",
                                            "dq:max=8,min=3,ef=1", "randk:ratio=0.1",
                                            "randk:bits=4,ratio=0.01",
@@ -703,6 +744,77 @@ TEST(DeviceKernels, SketchTakesTheFirstOfEqualExtremes) {
       ASSERT_EQ(nw, ng);
       EXPECT_EQ(0, std::memcmp(got.data(), want.data(), nw)) << sign << " " << minus_first;
     }
+  }
+}
+
+// Exact sums of many contributions widen the lanes past 16 bits (bits_for(2·j·s): 17 bits at
+// 8 bits from 259 contributions on): the resident add kernel and the decode handle every width
+// the CPU codec writes. 300 contributions added one by one, as a ring of 300 ranks adds them.
+TEST(DeviceKernels, ExactSumOf300ContributionsMatchesCpu) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  const int ranks = 300;
+  const CodecSpec spec = parse_codec_spec("maxnorm:bits=8");
+  auto cpu = make_codec(spec, codec::DType::kFloat32);
+  auto twin = make_codec(spec, codec::DType::kFloat32);
+  auto dev = make_device_codec(spec, *twin, *b, /*resident=*/true);
+  const std::size_t n = 1003;  // a partial group of 8 at the end
+  std::mt19937 gen(12);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = d(gen);
+  const DeviceArray dx(*b, x.data(), 4 * n);
+  for (codec::Codec* c : {cpu.get(), dev.get()}) {
+    c->begin_call(ranks);
+    c->set_call(7, 1);
+  }
+  std::vector<double> scales(cpu->scale_slots(n));
+  cpu->local_scales(x.data(), n, scales.data());
+  cpu->set_scales(scales.data(), scales.size());
+  dev->set_scales(scales.data(), scales.size());
+  const std::size_t cap = cpu->max_encoded_bytes(n);
+  std::vector<std::byte> sum(cap), next(cap), one(cap);
+  const DeviceArray dsum(*b, cap), dnext(*b, cap), done(*b, cap);
+  // contribution r: x encoded with stream r (its own stochastic rounding)
+  auto contribution = [&](int r) {
+    const codec::BlockContext ctx{7, 1, static_cast<std::uint64_t>(r), 0,
+                                  codec::BlockContext::Role::kOwn};
+    return ctx;
+  };
+  std::size_t ns = cpu->encode(x.data(), n, contribution(0), sum.data());
+  ASSERT_EQ(ns, dev->encode(dx.as<float>(), n, contribution(0), dsum.as<std::byte>()));
+  std::size_t nd = ns;
+  const DeviceArray* cur = &dsum;
+  const DeviceArray* other = &dnext;
+  for (int r = 1; r < ranks; ++r) {
+    const std::size_t n1 = cpu->encode(x.data(), n, contribution(r), one.data());
+    ASSERT_EQ(n1, dev->encode(dx.as<float>(), n, contribution(r), done.as<std::byte>()));
+    const std::size_t nw = cpu->add_encoded(sum.data(), ns, one.data(), n1, n, {}, next.data());
+    nd = dev->add_encoded(cur->as<std::byte>(), nd, done.as<std::byte>(), n1, n, {},
+                          other->as<std::byte>());
+    ASSERT_EQ(nw, nd) << "contribution " << r;
+    std::swap(sum, next);
+    std::swap(cur, other);
+    ns = nw;
+    if (r % 37 == 0 || r + 1 == ranks) {
+      ASSERT_EQ(0, std::memcmp(cur->read<std::byte>(nd).data(), sum.data(), ns)) << r;
+    }
+  }
+  // the lanes of 300 contributions are 17 bits wide: the payload is the header, the offset,
+  // one scale and 17-bit codes
+  EXPECT_EQ(ns, wire::kHeaderBytes + 8 + 4 + (n * 17 + 7) / 8);
+  std::vector<float> want(n);
+  cpu->decode(sum.data(), ns, n, want.data());
+  const DeviceArray out(*b, 4 * n);
+  dev->decode(cur->as<std::byte>(), nd, n, out.as<float>());
+  const std::vector<float> got = out.read<float>(n);
+  ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
+  // and the sum is right: 300·x within 300 steps of M/s
+  const float m = static_cast<float>(scales[0]);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_LE(std::fabs(got[i] - 300.0f * x[i]), 300.0f * m / 127.0f * 1.001f) << i;
   }
 }
 

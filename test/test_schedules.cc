@@ -674,6 +674,77 @@ TEST(Corruption, FailedEncodeInABatchFailsWithoutHanging) {
   }
 }
 
+// Payload operations that count the poison marks written through them (and write them as the
+// wire format does), standing in for device-resident payloads, which the CPU must not touch.
+class CountingPayloadOps final : public coll::PayloadOps {
+ public:
+  bool is_poisoned(const std::byte* p, std::size_t bytes) override {
+    return wire::is_poisoned(p, bytes);
+  }
+  void set_poisoned(std::byte* p) override {
+    ++marks;
+    wire::set_poisoned(p);
+  }
+  std::size_t write_poisoned(std::byte* out) override {
+    ++marks;
+    return wire::write_poisoned(out);
+  }
+  void copy(std::byte* dst, const std::byte* src, std::size_t bytes) override {
+    std::memcpy(dst, src, bytes);
+  }
+  int marks = 0;
+};
+
+// A failed receive (an empty message) is flagged in the payload through Context::payloads, so
+// that on device-resident payloads the mark goes through the device, never a CPU store into
+// device memory: the all-gather reduction and the ring.
+TEST(Corruption, FailedReceiveFlaggedThroughPayloadOps) {
+  for (const bool gather : {true, false}) {
+    SCOPED_TRACE(gather ? "allgather reduction" : "ring");
+    const int p = 3;
+    const std::size_t count = 1000;
+    std::mutex mu;
+    bool done = false;
+    std::vector<int> marks(p, 0);
+    std::vector<int> failed(p, 0);
+    run_inproc(
+        p,
+        [&](coll::Transport& t) {
+          auto codec = make_codec(parse_codec_spec(gather ? "topk:ratio=0.1" : "fp16"),
+                                  DType::kFloat32);
+          coll::Workspace ws;
+          coll::Counters counters;
+          CountingPayloadOps ops;
+          coll::Context cx{t, *codec, ws, counters};
+          cx.payloads = &ops;
+          cx.seed = 42;
+          cx.call = 7;
+          std::vector<float> buf(count);
+          for (std::size_t i = 0; i < count; ++i) buf[i] = input<float>(t.rank(), i);
+          try {
+            if (gather) {
+              coll::allreduce_allgather(cx, buf.data(), count, false);
+            } else {
+              coll::allreduce_ring(cx, buf.data(), count, false);
+            }
+          } catch (const Error& e) {
+            EXPECT_EQ(e.code(), Status::kCorruptData) << e.what();
+            failed[static_cast<std::size_t>(t.rank())] = 1;
+          }
+          marks[static_cast<std::size_t>(t.rank())] = ops.marks;
+        },
+        [&](int src, int, int, std::vector<std::byte>& m) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!done && src == 1) {
+            m.clear();
+            done = true;
+          }
+        });
+    EXPECT_EQ(1, failed[2]) << "the receiver of the empty message";
+    EXPECT_GE(marks[2], 1) << "its poison mark did not go through the payload operations";
+  }
+}
+
 TEST(Corruption, TreeAndBruckFailWithoutHanging) {
   for (const auto& corrupt : corruptions()) {
     for (const int p : {3, 4, 5}) {
