@@ -1,14 +1,23 @@
 // GPU kernel throughput next to a device-to-device cudaMemcpy of the same size, timed with CUDA
-// events on one stream (BENCHMARKING.md: ratios to a baseline measured in the same run).
+// events on one stream (ratios to a baseline measured in the same run).
 //
-//   ccoll_gpu_bench [--sizes 1M,16M,64M] [--reps 20]
+//   ccoll_gpu_bench [--sizes 1M,16M,64M] [--reps 20] [--emulated]
+//
+// --emulated runs the codec table on the emulated device (host memory, the kernels' per-thread
+// functions in host loops) with a host copy as the baseline: a check that the bench itself
+// works where no GPU is, not a measurement.
 //
 // Sizes are uncompressed fp32 bytes. Throughput = uncompressed bytes / kernel time; the ratio
-// column is that over the memcpy's bytes / time. Prints a Markdown table; exits 0 with a note
-// (and no table) where no CUDA device is usable.
+// column is that over the memcpy's bytes / time. Two parts: the maxnorm and cast kernels alone
+// (CUDA events around one launch), then every codec with device kernels through its device
+// codec with payloads in device memory (encode and decode-accumulate of the whole tensor as a
+// collective calls them, host steps and synchronization included, timed on the host), after its
+// call set-up (sum pass, scales, mask). Prints Markdown tables; where no CUDA device is usable,
+// prints a note and exits 0 (1 when CCOLL_REQUIRE_GPU=1, as the GPU check sets it).
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -18,6 +27,8 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "codec.hpp"
+#include "device_codec.hpp"
 #include "spec.hpp"
 
 namespace {
@@ -50,12 +61,90 @@ double time_it(int reps, const std::function<void()>& f) {
   return ms[ms.size() / 2] * 1e-3;
 }
 
+// Median wall-clock seconds of `reps` runs of `f` (after one warm-up); `f` synchronizes.
+double time_host(int reps, const std::function<void()>& f) {
+  f();
+  std::vector<double> s;
+  for (int i = 0; i < reps; ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+// Every codec with device kernels (device_codec.hpp), as the tables name them.
+const char* const kCodecs[] = {"fp16",
+                               "bf16",
+                               "maxnorm:bits=8",
+                               "maxnorm:bits=4",
+                               "maxnorm:bits=2",
+                               "maxnorm:bits=2/6",
+                               "maxnorm:bits=4,sum=requant",
+                               "maxnorm:bits=4,ef=1",
+                               "qsgd:bits=4",
+                               "terngrad",
+                               "sign",
+                               "randk:ratio=0.1",
+                               "sketch:bits=3",
+                               "topk:ratio=0.01",
+                               "temporal:bits=4",
+                               "dq:max=8,min=2"};
+
+// One codec's encode and decode-accumulate of `n` device floats `x` into `y`.
+void codec_rows(ccoll::gpu::Backend& b, const char* name, const float* x, float* y, std::size_t n,
+                int reps, double copy_gbs) {
+  namespace codec = ccoll::codec;
+  const ccoll::CodecSpec spec = ccoll::parse_codec_spec(name);
+  auto cpu = ccoll::make_codec(spec, codec::DType::kFloat32);
+  auto dev = ccoll::make_device_codec(spec, *cpu, b, /*resident=*/true);
+  if (dev == nullptr) {
+    std::printf("| %s | %zu MiB | (no device kernels) | |\n", name, (4 * n) >> 20);
+    return;
+  }
+  dev->begin_call(2);
+  dev->set_call(3, 1);
+  if (dev->sum_slots() != 0) {
+    double sums[4] = {0, 0, 0, 0};
+    dev->local_sums(x, n, sums);
+    dev->set_sums(sums, dev->sum_slots(), 0.0);
+  }
+  if (const std::size_t ns = dev->scale_slots(n); ns != 0) {
+    std::vector<double> scales(ns);
+    bool fallback = false;
+    if (!dev->scan(x, n, 2, scales.data(), fallback)) dev->local_scales(x, n, scales.data());
+    dev->set_scales(scales.data(), ns);
+  }
+  if (const std::size_t nm = dev->mask_bytes(n); nm != 0) {
+    std::vector<std::uint8_t> mask(nm);
+    dev->local_mask(x, n, mask.data());
+    dev->set_mask(mask.data(), nm);
+  }
+  auto* payload = static_cast<std::byte*>(b.device_alloc(dev->max_encoded_bytes(n)));
+  const codec::BlockContext ctx{3, 1, 0, 0, codec::BlockContext::Role::kOwn};
+  std::size_t bytes = 0;
+  const double enc = time_host(reps, [&] { bytes = dev->encode(x, n, ctx, payload); });
+  const double dec = time_host(reps, [&] {
+    dev->decode_accumulate(payload, bytes, n, y);
+    b.synchronize();
+  });
+  for (const auto& [what, sec] :
+       {std::pair<const char*, double>{"encode", enc}, {"decode-accumulate", dec}}) {
+    const double gbs = static_cast<double>(4 * n) / sec * 1e-9;
+    std::printf("| %s %s | %zu MiB | %.1f | %.2f |\n", name, what, (4 * n) >> 20, gbs,
+                gbs / copy_gbs);
+  }
+  b.device_free(payload);
+}
+
 std::vector<std::size_t> parse_sizes(const std::string& text) {
   std::vector<std::size_t> out;
   std::size_t at = 0;
   while (at <= text.size()) {
     const std::size_t comma = text.find(',', at);
-    const std::string item = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    const std::string item =
+        text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     out.push_back(ccoll::parse_byte_size(item, "--sizes"));
     if (comma == std::string::npos) break;
     at = comma + 1;
@@ -69,14 +158,17 @@ int main(int argc, char** argv) {
   std::vector<std::size_t> sizes = {std::size_t{1} << 20, std::size_t{16} << 20,
                                     std::size_t{64} << 20};
   int reps = 20;
+  bool emulated = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--sizes" && i + 1 < argc) {
+    if (a == "--emulated") {
+      emulated = true;
+    } else if (a == "--sizes" && i + 1 < argc) {
       sizes = parse_sizes(argv[++i]);
     } else if (a == "--reps" && i + 1 < argc) {
       reps = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "usage: %s [--sizes 1M,16M,64M] [--reps N]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--sizes 1M,16M,64M] [--reps N] [--emulated]\n", argv[0]);
       return 2;
     }
   }
@@ -84,19 +176,43 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ccoll_gpu_bench: --reps must be at least 1\n");
     return 2;
   }
+  if (emulated) {
+    const auto eb = ccoll::gpu::make_emulated_backend();
+    std::printf("# emulated device (a check of the bench, not a measurement), %d reps\n\n", reps);
+    for (const std::size_t bytes : sizes) {
+      const std::size_t n = bytes / 4;
+      std::vector<float> host(n, 0.25f);
+      for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 97) * 0.01f - 0.4f;
+      auto* x = static_cast<float*>(eb->device_alloc(bytes));
+      auto* y = static_cast<float*>(eb->device_alloc(bytes));
+      eb->copy(x, host.data(), bytes);
+      const double copy_s = time_host(reps, [&] {
+        eb->copy(y, x, bytes);
+        eb->synchronize();
+      });
+      const double copy_gbs = static_cast<double>(bytes) / copy_s * 1e-9;
+      std::printf("| codec | size | GB/s | vs copy |\n|---|---|---|---|\n");
+      for (const char* name : kCodecs) codec_rows(*eb, name, x, y, n, reps, copy_gbs);
+      eb->device_free(x);
+      eb->device_free(y);
+    }
+    return 0;
+  }
   const char* why = "";
   ccoll::gpu::Backend* b = ccoll::gpu::backend(&why);
   if (b == nullptr) {
     std::printf("ccoll_gpu_bench: no usable CUDA device (%s); nothing measured\n", why);
-    return 0;
+    // the GPU check requires a device: there, measuring nothing is a failure
+    const char* required = std::getenv("CCOLL_REQUIRE_GPU");
+    return required != nullptr && std::string(required) == "1" ? 1 : 0;
   }
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   std::printf("# device: %s (sm_%d%d), %d reps, median\n\n", prop.name, prop.major, prop.minor,
               reps);
-  std::printf("| kernel | size | GB/s | vs D2D memcpy |\n|---|---|---|---|\n");
   namespace gpu = ccoll::gpu;
   for (const std::size_t bytes : sizes) {
+    std::printf("| kernel | size | GB/s | vs D2D memcpy |\n|---|---|---|---|\n");
     const std::size_t n = bytes / 4;
     std::vector<float> host(n);
     std::mt19937 gen(1);
@@ -169,6 +285,11 @@ int main(int argc, char** argv) {
     row("fp16 encode", time_it(reps, [&] { b->cast_encode(true, x, n, half); }));
     row("fp16 decode-accumulate", time_it(reps, [&] { b->cast_decode(true, half, n, y, true); }));
     b->synchronize();
+    std::printf(
+        "\n| codec (device codec, payload in device memory) | size | GB/s | vs D2D memcpy "
+        "|\n|---|---|---|---|\n");
+    for (const char* name : kCodecs) codec_rows(*b, name, x, y, n, reps, copy_gbs);
+    std::printf("\n");
     for (void* p : {static_cast<void*>(x), static_cast<void*>(y), static_cast<void*>(codes),
                     static_cast<void*>(codes2), static_cast<void*>(maxima),
                     static_cast<void*>(scales), static_cast<void*>(flag)}) {

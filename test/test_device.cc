@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -911,6 +912,84 @@ TEST(DeviceQueues, EventsOrderKernelsAndCopies) {
   b->host_wait(fresh.get(*b, 0));
   b->synchronize();
 }
+
+#if defined(CCOLL_TEST_CUDA)
+// The GPU check (bench/gpu/run_gpu_checks.sh) sets CCOLL_REQUIRE_GPU=1: there a missing CUDA
+// device is a failure, not a reason to skip, so that no machine without a GPU can pass it.
+TEST(CudaBackend, PresentWhereRequired) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  const char* required = std::getenv("CCOLL_REQUIRE_GPU");
+  if (required != nullptr && std::string(required) == "1") {
+    ASSERT_NE(b, nullptr) << "CCOLL_REQUIRE_GPU=1 and no usable CUDA device: " << why;
+    EXPECT_STREQ(b->name(), "cuda");
+  } else if (b == nullptr) {
+    GTEST_SKIP() << "no usable CUDA device: " << why;
+  }
+}
+
+// More than 2^31 elements in one encode and one decode on the device (disabled by default: about
+// 20 GB of device memory; the GPU check runs it): element indices past 2^31 and every grid-stride
+// loop's later passes run. The device's output over the whole tensor is compared, on its last
+// segment, with the CPU codec's encode and decode of that segment alone (codes depend on the
+// element's position, its block's scale and the seed only).
+TEST(DeviceKernels, DISABLED_LargeCountMatchesCpuOnTheLastSegment) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  const std::size_t n = (std::size_t{1} << 31) + (std::size_t{1} << 20) + 13;
+  const std::size_t seg = 3 * gpu::kMaxnormBlock + 13;  // the tail: 3 whole blocks and a bit
+  const std::size_t off = n - seg;
+  std::vector<float> host(n);
+  for (std::size_t i = 0; i < n; ++i) {  // cheap, varied, position-dependent values
+    const std::uint32_t h =
+        static_cast<std::uint32_t>(i * 2654435761u) ^ static_cast<std::uint32_t>(i >> 29);
+    host[i] = (static_cast<float>(h >> 8) - 8388608.0f) * (1.0f / 8388608.0f);
+  }
+  const DeviceArray dx(*b, host.data(), 4 * n);
+  for (const char* name : {"maxnorm:bits=8", "maxnorm:bits=3", "fp16"}) {
+    SCOPED_TRACE(name);
+    const CodecSpec spec = parse_codec_spec(name);
+    auto cpu = make_codec(spec, codec::DType::kFloat32);
+    auto twin = make_codec(spec, codec::DType::kFloat32);
+    auto dev = make_device_codec(spec, *twin, *b, /*resident=*/true);
+    for (codec::Codec* c : {cpu.get(), dev.get()}) {
+      c->begin_call(2);
+      c->set_call(5, 9);
+    }
+    if (const std::size_t ns = dev->scale_slots(n); ns != 0) {
+      std::vector<double> scales(ns);
+      dev->local_scales(dx.as<float>(), n, scales.data());
+      // the CPU's scales of the tail's blocks equal the device's over the whole tensor
+      std::vector<double> tail(cpu->scale_slots(n));
+      cpu->local_scales(host.data(), n, tail.data());
+      for (std::size_t k = off / gpu::kMaxnormBlock; k < ns; ++k) {
+        ASSERT_EQ(tail[k], scales[k]) << k;
+      }
+      cpu->set_scales(scales.data(), ns);
+      dev->set_scales(scales.data(), ns);
+    }
+    const codec::BlockContext whole{5, 9, 0, 0, codec::BlockContext::Role::kOwn};
+    const codec::BlockContext last{5, 9, 0, off, codec::BlockContext::Role::kOwn};
+    const DeviceArray payload(*b, dev->max_encoded_bytes(n));
+    const std::size_t np = dev->encode(dx.as<float>(), n, whole, payload.as<std::byte>());
+    ASSERT_GT(np, n / 3);
+    std::vector<std::byte> want(cpu->max_encoded_bytes(seg));
+    const std::size_t nw = cpu->encode(host.data() + off, seg, last, want.data());
+    std::vector<float> ref(seg);
+    cpu->decode(want.data(), nw, seg, ref.data());
+    {
+      const DeviceArray out(*b, 4 * n);
+      dev->decode(payload.as<std::byte>(), np, n, out.as<float>());
+      std::vector<float> got(seg);
+      b->copy(got.data(), out.as<float>() + off, 4 * seg);
+      b->synchronize();
+      ASSERT_EQ(0, std::memcmp(got.data(), ref.data(), 4 * seg));
+    }
+  }
+}
+#endif
 
 #if !defined(CCOLL_TEST_CUDA)
 // The emulated queues run nothing until the host needs it, so a missing event shows: a copy on

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Builds the GPU check's binaries on a machine with the CUDA toolkit (no GPU needed) into one
+# folder that can travel to a GPU machine which has only the driver:
+#   bench/gpu/prepare_gpu_check.sh [BUNDLE_DIR]     (default gpu-check, in the repository root)
+# Then, on the GPU machine, from the repository root:
+#   bench/gpu/run_gpu_checks.sh OUT_DIR [BUNDLE_DIR]
+#
+# The bundle holds bin/ (the GPU unit tests with GoogleTest linked in, the kernel benchmark and,
+# for machines with Open MPI, the multi-rank device tests and the all-reduce benchmark), lib/
+# (the shared libraries they need that a bare GPU machine lacks: Highway, and libccoll for the
+# MPI programs), found through the binaries' rpath $ORIGIN/../lib, and MANIFEST (commit,
+# toolkit, architectures, and the newest C and C++ runtime versions the binaries need). The
+# CUDA runtime is linked statically, so the GPU machine needs only the NVIDIA driver, a C
+# library and a C++ runtime at least as new as MANIFEST's "needs" line.
+# Environment: CCOLL_GPU_ARCH (CUDA architectures, default 90), JOBS (default 2),
+#   CCOLL_GPU_BUILD_DIR (default build-gpu-check).
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+bundle=${1:-gpu-check}
+build=${CCOLL_GPU_BUILD_DIR:-build-gpu-check}
+arch=${CCOLL_GPU_ARCH:-90}
+jobs=${JOBS:-2}
+
+if ! command -v nvcc >/dev/null; then
+  echo "prepare_gpu_check: nvcc not found: the GPU check needs the CUDA toolkit to build" >&2
+  exit 1
+fi
+
+# NCCL stays out: its library is hundreds of MB, and its tests need MPI across ranks.
+cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCCOLL_ENABLE_CUDA=ON \
+  -DCCOLL_CUDA_ARCHITECTURES="$arch" -DCCOLL_CUDART_STATIC=ON -DCCOLL_ENABLE_NCCL=OFF \
+  -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib' \
+  -DCMAKE_EXE_LINKER_FLAGS= -DCMAKE_SHARED_LINKER_FLAGS=
+targets=(ccoll_gpu_tests ccoll_gpu_bench ccoll_mpi_device_tests ccoll_gpu_allreduce)
+cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/lib"
+cp "$build/test/ccoll_gpu_tests" "$build/test/ccoll_mpi_device_tests" "$bundle/bin/"
+cp "$build/bench/ccoll_gpu_bench" "$build/bench/ccoll_gpu_allreduce" "$bundle/bin/"
+# libccoll under its SONAME, as a file (links may not travel)
+cp -L "$build/src/libccoll.so" "$bundle/lib/$(objdump -p "$build/src/libccoll.so" | awk '/SONAME/ {print $2}')"
+strip --strip-debug "$bundle"/bin/*
+# The libraries to carry: Highway and ccoll's own. MPI must come from the machine that runs
+# the MPI programs (its launcher and library go together); the C library and the driver too.
+for bin in "$bundle"/bin/*; do
+  ldd "$bin" | awk '$3 ~ /^\// {print $3}' | grep -E '/lib(hwy|ccoll)[^/]*$' || true
+done | sort -u | while read -r lib; do
+  [ -e "$bundle/lib/$(basename "$lib")" ] || cp -L "$lib" "$bundle/lib/$(basename "$lib")"
+done
+strip --strip-debug "$bundle"/lib/*
+# every binary finds its libraries in the bundle: nothing resolves into the build tree
+if ldd "$bundle"/bin/* | grep -F "$(pwd)/$build"; then
+  echo "prepare_gpu_check: a binary still loads a library from the build tree" >&2
+  exit 1
+fi
+{
+  echo "commit: $(git rev-parse HEAD 2>/dev/null || echo unknown)$(git diff --quiet 2>/dev/null || echo ' (with uncommitted changes)')"
+  echo "built: $(date -u +%FT%TZ) on $(uname -m), $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME")"
+  echo "nvcc: $(nvcc --version | tail -1)"
+  echo "cuda architectures: $arch"
+  echo "glibc here: $(ldd --version | head -1)"
+  # the newest C and C++ runtime versions the bundle asks of the machine that runs it
+  echo "needs: $(objdump -T "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null |
+    grep -Eo 'GLIBC_[0-9.]+|GLIBCXX_[0-9.]+' | sort -t_ -k1,1 -k2V | awk -F_ '{m[$1]=$0} END {print m["GLIBC"], m["GLIBCXX"]}')"
+  echo "files:"
+  (cd "$bundle" && find bin lib -type f -printf '  %p %s bytes\n' | sort)
+} > "$bundle/MANIFEST"
+size=$(du -sm "$bundle" | cut -f1)
+echo "prepare_gpu_check: $bundle is ready (${size} MiB)"
+cat "$bundle/MANIFEST"
+if [ "$size" -ge 60 ]; then
+  echo "prepare_gpu_check: $bundle is ${size} MiB, more than the 60 MiB it must stay under" >&2
+  exit 1
+fi
