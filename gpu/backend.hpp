@@ -39,15 +39,16 @@ class Backend {
 
   /// "cuda" or "emulated".
   virtual const char* name() const = 0;
-  /// True for memory only the device can address (cudaMemoryTypeDevice). Host, pinned and
-  /// managed memory are host memory to ccoll.
+  /// True for device memory (cudaMemoryTypeDevice) and managed memory, which ccoll's kernels
+  /// and copies read on the caller's stream; host and pinned memory are host memory. Throws
+  /// ccoll::Error(kCudaError) when the device cannot tell (a sticky error, say).
   virtual bool is_device_pointer(const void* p) const = 0;
   /// True when the host (and so any MPI) can read and write device memory: the emulated
   /// backend, whose device memory is host memory. An MPI moves such payloads like a CUDA-aware
   /// one moves GPU memory.
   virtual bool host_accessible() const = 0;
-  /// The device that device memory `p` is on (cudaPointerAttributes::device); -1 for memory
-  /// that is not device memory.
+  /// The device that device (or managed) memory `p` is on (cudaPointerAttributes::device); -1
+  /// for host memory. Throws as is_device_pointer() does.
   virtual int device_of(const void* p) const = 0;
   /// The calling thread's current device (cudaGetDevice), where ccoll's kernels run.
   virtual int current_device() const = 0;
@@ -170,6 +171,9 @@ std::unique_ptr<Backend> make_emulated_backend();
 /// The emulated backend's current device of the calling thread (0 at first), as cudaSetDevice
 /// sets CUDA's: its device memory is tagged with the device current at allocation.
 void emulated_set_device(int device);
+/// Makes the emulated backends' pointer queries on the calling thread fail as CUDA's do after a
+/// sticky error (is_device_pointer and device_of throw kCudaError), or work again.
+void emulated_fail_pointer_queries(bool fail);
 /// Makes queue `queue` (0 compute, 1 copy, -1 none) of the emulated backends eager: it runs
 /// each item as it is queued unless a wait holds it (backend.hpp's emulated model otherwise runs
 /// nothing until forced). Tests run under each to expose a missing event either way.

@@ -2,8 +2,10 @@
 // thread per group of 8 elements (a group owns whole bytes of the packed output at any width),
 // grid-stride loops, launches and copies queued on the caller's stream. Compiled with
 // --fmad=false so that the float arithmetic is the CPU codecs' bit for bit.
+#include <cuda.h>  // the driver's types; its functions come through cudaGetDriverEntryPoint
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <string>
 
 #include "backend.hpp"
@@ -277,17 +279,39 @@ __global__ void divide_kernel(T* x, std::size_t count, T d) {
 
 class CudaBackend final : public Backend {
  public:
+  CudaBackend() {
+    // the two driver calls that tell whether any context exists without creating one
+    cudaDriverEntryPointQueryResult found{};
+    void* f = nullptr;
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &f, 12000, cudaEnableDefault,
+                                         &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess) {
+      ctx_get_current_ = reinterpret_cast<CtxGetCurrent>(f);
+    }
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &f, 12000,
+                                         cudaEnableDefault, &found) == cudaSuccess &&
+        found == cudaDriverEntryPointSuccess) {
+      primary_state_ = reinterpret_cast<PrimaryState>(f);
+    }
+    cudaGetLastError();
+    if (cudaGetDeviceCount(&devices_) != cudaSuccess) {
+      cudaGetLastError();
+      devices_ = 0;
+    }
+  }
   const char* name() const override { return "cuda"; }
   bool host_accessible() const override { return false; }
   bool is_device_pointer(const void* p) const override { return device_of(p) >= 0; }
+  // Device and managed memory are the device's (managed memory takes the device path: its
+  // kernels and copies run on the caller's stream, after the work that produced it). Any error
+  // is an error: since CUDA 11 an ordinary host pointer is not one (cudaMemoryTypeUnregistered),
+  // and after a sticky error device memory must not be taken for host memory.
   int device_of(const void* p) const override {
-    if (p == nullptr) return -1;
+    if (p == nullptr || !any_context()) return -1;
     cudaPointerAttributes attr{};
-    if (cudaPointerGetAttributes(&attr, p) != cudaSuccess) {
-      cudaGetLastError();
-      return -1;
-    }
-    return attr.type == cudaMemoryTypeDevice ? attr.device : -1;
+    check(cudaPointerGetAttributes(&attr, p), "cudaPointerGetAttributes");
+    return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device
+                                                                                    : -1;
   }
   int current_device() const override {
     int d = 0;
@@ -561,6 +585,35 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  using CtxGetCurrent = CUresult (*)(CUcontext*);
+  using PrimaryState = CUresult (*)(CUdevice, unsigned int*, int*);
+
+  // True once a CUDA context exists in the process (current on this thread, or a device's
+  // primary context active): only then can device memory exist. Asking creates none, so a
+  // CPU-only job on a GPU node never makes a context per rank to classify its host pointers.
+  // Without the driver's entry points every pointer is asked about.
+  bool any_context() const {
+    if (seen_context_.load(std::memory_order_relaxed)) return true;
+    if (ctx_get_current_ == nullptr || primary_state_ == nullptr) return true;
+    bool seen = false;
+    CUcontext c = nullptr;
+    if (ctx_get_current_(&c) == CUDA_SUCCESS && c != nullptr) seen = true;
+    for (int d = 0; !seen && d < devices_; ++d) {
+      unsigned int flags = 0;
+      int active = 0;
+      if (primary_state_(static_cast<CUdevice>(d), &flags, &active) == CUDA_SUCCESS && active) {
+        seen = true;
+      }
+    }
+    if (seen) seen_context_.store(true, std::memory_order_relaxed);
+    return seen;
+  }
+
+  CtxGetCurrent ctx_get_current_ = nullptr;
+  PrimaryState primary_state_ = nullptr;
+  int devices_ = 0;
+  mutable std::atomic<bool> seen_context_{false};
+
   // This thread's streams: the caller's (compute) and the backend's own copy stream, created
   // on first use; on_copy: calls go on the copy stream.
   struct Tls {

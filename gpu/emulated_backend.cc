@@ -109,6 +109,12 @@ int& current_device_of_thread() {
   return d;
 }
 
+// emulated_fail_pointer_queries: this thread's pointer queries fail (a sticky CUDA error)
+bool& pointer_queries_fail() {
+  thread_local bool f = false;
+  return f;
+}
+
 // A device allocation: its size and the device current when it was made.
 struct Block {
   std::size_t bytes = 0;
@@ -121,6 +127,10 @@ class EmulatedBackend final : public Backend {
   bool host_accessible() const override { return true; }
   bool is_device_pointer(const void* p) const override { return device_of(p) >= 0; }
   int device_of(const void* p) const override {
+    if (pointer_queries_fail()) {
+      throw Error(Status::kCudaError,
+                  "cudaPointerGetAttributes: an illegal memory access was encountered (emulated)");
+    }
     std::lock_guard<std::mutex> lock(mu_);
     const Block* b = find(blocks_, reinterpret_cast<std::uintptr_t>(p));
     return b == nullptr ? -1 : b->device;
@@ -461,6 +471,8 @@ std::unique_ptr<Backend> make_emulated_backend() {
 }
 
 void emulated_set_device(int device) { current_device_of_thread() = device; }
+
+void emulated_fail_pointer_queries(bool fail) { pointer_queries_fail() = fail; }
 
 void emulated_set_eager(int queue) { g_eager.store(queue); }
 

@@ -235,6 +235,9 @@ struct Placement {
   int elsewhere_device = -1;
   int current_device = -1;
   const char* elsewhere_arg = nullptr;
+  // the device could not tell where a buffer is: what failed (every rank raises it)
+  std::string probe_error;
+  Status probe_code = Status::kSuccess;
   bool kernels = false;            // the codec runs on the device ("staged", "cuda-aware-mpi")
   bool resident = false;           // with kernels: payloads stay in device memory (MPI moves them)
   bool nccl = false;               // with resident: NCCL moves them, on the exact-length ring
@@ -331,6 +334,11 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
       bad.set(kArgSendbuf, Status::kInvalidArgument,
               "sendbuf: null with count " + std::to_string(call.count) +
                   " (pass MPI_IN_PLACE to use recvbuf as input)");
+    }
+    if (!pl.probe_error.empty()) {
+      bad.set(kArgDevice, pl.probe_code,
+              "device buffers: could not tell whether sendbuf and recvbuf are device memory: " +
+                  pl.probe_error);
     }
     if (pl.mixed) {
       bad.set(kArgSendbuf, Status::kInvalidArgument,
@@ -703,7 +711,7 @@ void run(const Call& call, Stats& stats) {
   Placement pl;
   pl.user_recv = call.recvbuf;
   gpu::Backend* b = call.count > 0 ? gpu::backend() : nullptr;
-  if (b != nullptr) {
+  if (b != nullptr) try {
     const bool recv_device = call.recvbuf != nullptr && b->is_device_pointer(call.recvbuf);
     const bool send_device = call.sendbuf != MPI_IN_PLACE && call.sendbuf != nullptr &&
                              b->is_device_pointer(call.sendbuf);
@@ -724,12 +732,25 @@ void run(const Call& call, Stats& stats) {
         pl.elsewhere_device = send_on;
       }
     }
+  } catch (const Error& e) {
+    // a CUDA error while classifying: never take device memory for host memory; the call
+    // still takes part in the agreement, which raises it on every rank
+    pl = Placement{};
+    pl.user_recv = call.recvbuf;
+    pl.probe_error = e.what() + 7;
+    pl.probe_code = e.code();
   }
   if (pl.device == nullptr) {
     stats.transport = "host";
     run_placed(call, stats, pl);
     return;
   }
+  // the caller's stream serves this call only: later work of this thread (a state reset, a
+  // call without a stream) must not use a stream the caller may since have destroyed
+  struct StreamScope {
+    gpu::Backend& b;
+    ~StreamScope() { b.set_stream(nullptr); }
+  } stream_scope{*pl.device};
   pl.device->set_stream(call.options.cuda_stream);
   run_placed(call, stats, pl);
   if (pl.host_copy) pl.device->copy(pl.user_recv, pl.staged_recv, pl.out_bytes);

@@ -1,10 +1,14 @@
 // Communicator cache: an attribute on the user's communicator whose delete callback frees the
 // duplicate; a second attribute on MPI_COMM_SELF frees whatever is left at MPI_Finalize (the
-// standard deletes MPI_COMM_SELF's attributes first thing in MPI_Finalize).
+// standard deletes MPI_COMM_SELF's attributes first thing in MPI_Finalize), newest first: every
+// rank created its contexts in the same order (collectively), so every rank frees them in the
+// same order too, as freeing a duplicate (MPI_Comm_free) and an NCCL communicator
+// (ncclCommDestroy) needs.
 #include "comm_context.hpp"
 
+#include <cstdint>
+#include <map>
 #include <mutex>
-#include <set>
 
 #include "config.hpp"
 #include "mpi_check.hpp"
@@ -17,25 +21,34 @@ namespace {
 std::mutex g_mu;
 int g_keyval = MPI_KEYVAL_INVALID;
 int g_self_keyval = MPI_KEYVAL_INVALID;
-std::set<CommContext*> g_live;
+std::map<std::uint64_t, CommContext*> g_live;  // by creation order
+std::uint64_t g_created = 0;
 
 int delete_context(MPI_Comm, int, void* attr, void*) {
   auto* c = static_cast<CommContext*>(attr);
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    g_live.erase(c);
+    for (auto it = g_live.begin(); it != g_live.end(); ++it) {
+      if (it->second == c) {
+        g_live.erase(it);
+        break;
+      }
+    }
   }
   delete c;
   return MPI_SUCCESS;
 }
 
 int at_finalize(MPI_Comm, int, void*, void*) {
-  std::set<CommContext*> live;
+  std::map<std::uint64_t, CommContext*> live;
   {
     std::lock_guard<std::mutex> lock(g_mu);
     live = g_live;
   }
-  for (CommContext* c : live) MPI_Comm_delete_attr(c->user(), g_keyval);  // runs delete_context
+  // newest first, the same order on every rank (runs delete_context)
+  for (auto it = live.rbegin(); it != live.rend(); ++it) {
+    MPI_Comm_delete_attr(it->second->user(), g_keyval);
+  }
   MPI_Comm_free_keyval(&g_keyval);
   MPI_Comm_free_keyval(&g_self_keyval);
   return MPI_SUCCESS;
@@ -59,7 +72,7 @@ CommContext& CommContext::get(MPI_Comm user) {
   CCOLL_MPI_CHECK(MPI_Comm_set_attr(user, g_keyval, owned.get()));
   CommContext* c = owned.release();
   std::lock_guard<std::mutex> lock(g_mu);
-  g_live.insert(c);
+  g_live.emplace(g_created++, c);
   return *c;
 }
 
@@ -72,7 +85,7 @@ CommContext* CommContext::find(MPI_Comm user) {
 }
 
 coll::Transport& CommContext::nccl_transport() {
-  if (nccl_ == nullptr) nccl_ = make_nccl_transport(dup_);
+  if (nccl_ == nullptr) nccl_ = make_nccl_transport(dup_, env_config().nccl_timeout_s);
   return *nccl_;
 }
 

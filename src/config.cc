@@ -37,6 +37,16 @@ EnvConfig read_env() {
     }
     c.transport = v;
   }
+  if (const std::string v = getenv_str("CCOLL_NCCL_TIMEOUT"); !v.empty()) {
+    char* end = nullptr;
+    const double t = std::strtod(v.c_str(), &end);
+    if (end == v.c_str() || *end != '\0' || !(t >= 0) || !(t < 1e9)) {
+      throw Error(Status::kInvalidArgument,
+                  "CCOLL_NCCL_TIMEOUT: '" + v +
+                      "' is not a number of seconds (valid: a number >= 0, e.g. 600; 0: no limit)");
+    }
+    c.nccl_timeout_s = t;
+  }
   const std::string level = getenv_str("CCOLL_DEBUG");
   if (level.empty() || level == "NONE") {
     c.log_level = LogLevel::kNone;

@@ -8,6 +8,9 @@
 //   CCOLL_TRANSPORT      how device buffers move: auto (default), staged (payloads through
 //                        host memory) or mpi (payloads in device memory, moved by a CUDA-aware
 //                        MPI) or nccl (moved by NCCL, every rank)
+//   CCOLL_NCCL_TIMEOUT   seconds NCCL may take to create its communicator or to finish one
+//                        step's transfers before every rank gives up on it (default 600; 0: no
+//                        limit)
 #pragma once
 
 #include <cstddef>
@@ -24,6 +27,7 @@ struct EnvConfig {
   std::size_t segment_bytes = 192 * 1024;
   LogLevel log_level = LogLevel::kNone;
   std::string transport = "auto";
+  double nccl_timeout_s = 600;
 };
 
 /// The parsed environment; throws ccoll::Error(kInvalidArgument) naming the variable when a

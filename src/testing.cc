@@ -8,6 +8,7 @@
 
 #include "backend.hpp"
 #include "ccoll/error.hpp"
+#include "config.hpp"
 #include "nccl_transport.hpp"
 
 namespace ccoll::testing {
@@ -24,6 +25,7 @@ gpu::Backend& current() {
 
 void use_emulated_device() { gpu::install_backend(gpu::make_emulated_backend()); }
 void set_emulated_device(int device) { gpu::emulated_set_device(device); }
+void fail_emulated_pointer_queries(bool fail) { gpu::emulated_fail_pointer_queries(fail); }
 std::size_t emulated_allocations() { return gpu::emulated_allocations(); }
 
 const char* device_backend(const char** why) {
@@ -59,7 +61,7 @@ bool nccl_send_to_self(std::size_t bytes, std::string& why) {
     b.synchronize();
     bool same = false;
     {
-      auto t = make_nccl_transport(self);
+      auto t = make_nccl_transport(self, env_config().nccl_timeout_s);
       set_nccl_stream(*t, nullptr);
       t->begin_group();
       coll::Request s = t->isend(src, bytes, 0, 0);

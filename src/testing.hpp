@@ -15,6 +15,9 @@ CCOLL_API void use_emulated_device();
 /// The emulated backend's current device for the calling thread (gpu::emulated_set_device):
 /// device memory allocated afterwards belongs to it, and calls run on it.
 CCOLL_API void set_emulated_device(int device);
+/// Makes the emulated backend's pointer queries on the calling thread fail (as after a sticky
+/// CUDA error), or work again.
+CCOLL_API void fail_emulated_pointer_queries(bool fail);
 /// Device memory, pinned memory and events the emulated backend has created so far.
 CCOLL_API std::size_t emulated_allocations();
 /// Name of the current device backend ("cuda", "emulated"), or null (and `why`) without one.

@@ -434,6 +434,44 @@ TEST_F(DeviceBuffers, NoDeviceAllocationAfterTheFirstCall) {
   }
 }
 
+// A CUDA error while ccoll asks where a buffer is (a sticky error from the caller's own
+// kernels, say) is an error on every rank, never a reason to take device memory for host
+// memory; the rank at fault names the query.
+TEST_F(DeviceBuffers, PointerQueryFailureRaisesOnEveryRank) {
+  const char* why = "";
+  const char* name = ccoll::testing::device_backend(&why);
+  if (name == nullptr || std::string(name) != "emulated") {
+    GTEST_SKIP() << "needs the emulated device (it can make a pointer query fail)";
+  }
+  const std::size_t n = 1000;
+  DeviceVec dx(std::vector<float>(n, 1.0f));
+  DeviceVec dout(n);
+  const bool at_fault = rank_of(MPI_COMM_WORLD) == 0;
+  for (const char* codec : {"maxnorm:bits=8", "none"}) {
+    SCOPED_TRACE(codec);
+    ccoll::Options opt;
+    opt.codec = codec;
+    if (at_fault) ccoll::testing::fail_emulated_pointer_queries(true);
+    try {
+      ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt);
+      ADD_FAILURE() << "no error";
+    } catch (const ccoll::Error& e) {
+      EXPECT_EQ(e.code(), ccoll::Status::kCudaError) << e.what();
+      if (at_fault) {
+        EXPECT_NE(std::string(e.what()).find("cudaPointerGetAttributes"), std::string::npos)
+            << e.what();
+      } else {
+        EXPECT_NE(std::string(e.what()).find("rank 0"), std::string::npos) << e.what();
+      }
+    }
+    ccoll::testing::fail_emulated_pointer_queries(false);
+    // and the next call works
+    ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt);
+    const std::vector<float> got = dout.host();
+    EXPECT_EQ(got[0], static_cast<float>(size_of(MPI_COMM_WORLD)));
+  }
+}
+
 // Buffers on a device other than the calling thread's current one: every rank raises, the
 // rank at fault naming the argument, its device and the current one.
 TEST_F(DeviceBuffers, BuffersOnAnotherDeviceRaiseOnEveryRank) {

@@ -10,8 +10,12 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <cstring>
+#include <thread>
 #include <vector>
 
+#include "comm_setup.hpp"
 #include "mpi_check.hpp"
 #endif
 
@@ -20,20 +24,49 @@ namespace ccoll {
 #if CCOLL_ENABLE_NCCL
 namespace {
 
-void nccl_ok(ncclResult_t rc, const char* what) {
-  if (rc == ncclSuccess) return;
-  throw Error(Status::kNcclError, std::string(what) + ": " + ncclGetErrorString(rc));
+std::string nccl_text(ncclResult_t rc, ncclComm_t comm) {
+  std::string t = ncclGetErrorString(rc);
+  const char* last = ncclGetLastError(comm);
+  if (last != nullptr && *last != '\0') t += std::string(" (") + last + ")";
+  return t;
 }
 
 class NcclTransport final : public coll::Transport {
  public:
-  explicit NcclTransport(MPI_Comm comm) {
+  NcclTransport(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
     CCOLL_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
     CCOLL_MPI_CHECK(MPI_Comm_size(comm, &size_));
-    ncclUniqueId id{};
-    if (rank_ == 0) nccl_ok(ncclGetUniqueId(&id), "ncclGetUniqueId");
-    CCOLL_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, comm));
-    nccl_ok(ncclCommInitRank(&comm_, size_, id, rank_), "ncclCommInitRank");
+    if (cudaGetDevice(&device_) != cudaSuccess) {
+      cudaGetLastError();
+      device_ = -1;
+    }
+    // non-blocking creation, polled with a time limit, the outcome agreed by every rank
+    CommSetup s;
+    s.id_bytes = sizeof(ncclUniqueId);
+    s.make_id = [](void* id) -> std::string {
+      const ncclResult_t rc = ncclGetUniqueId(static_cast<ncclUniqueId*>(id));
+      return rc == ncclSuccess ? "" : std::string("ncclGetUniqueId: ") + ncclGetErrorString(rc);
+    };
+    s.start = [this](const void* id) -> std::string {
+      ncclUniqueId uid;
+      std::memcpy(&uid, id, sizeof uid);
+      ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+      config.blocking = 0;
+      const ncclResult_t rc = ncclCommInitRankConfig(&comm_, size_, uid, rank_, &config);
+      if (rc == ncclSuccess || rc == ncclInProgress) return "";
+      return "ncclCommInitRankConfig: " + nccl_text(rc, comm_);
+    };
+    s.poll = [this](std::string& why) -> int {
+      ncclResult_t st = ncclSuccess;
+      const ncclResult_t rc = ncclCommGetAsyncError(comm_, &st);
+      if (rc != ncclSuccess) st = rc;
+      if (st == ncclInProgress) return 0;
+      if (st == ncclSuccess) return 1;
+      why = "ncclCommInitRankConfig: " + nccl_text(st, comm_);
+      return -1;
+    };
+    s.abandon = [this] { abandon(); };
+    run_comm_setup(comm, s, timeout_s_, "NCCL");
   }
   ~NcclTransport() override {
     if (comm_ != nullptr) ncclCommDestroy(comm_);
@@ -45,14 +78,15 @@ class NcclTransport final : public coll::Transport {
   int size() const override { return size_; }
   bool accepts_device_memory() const override { return true; }
   void set_stream(void* s) { stream_ = static_cast<cudaStream_t>(s); }
+  int device() const { return device_; }
 
   coll::Request isend(const void* buf, std::size_t bytes, int peer, int) override {
-    nccl_ok(ncclSend(buf, bytes, ncclUint8, peer, comm_, stream_), "ncclSend");
+    settle(ncclSend(buf, bytes, ncclUint8, peer, usable(), stream_), "ncclSend");
     return add(bytes);
   }
   coll::Request irecv(void* buf, std::size_t capacity, int peer, int) override {
     // the exact-length ring posts the payload's exact length: NCCL has no shorter receive
-    nccl_ok(ncclRecv(buf, capacity, ncclUint8, peer, comm_, stream_), "ncclRecv");
+    settle(ncclRecv(buf, capacity, ncclUint8, peer, usable(), stream_), "ncclRecv");
     return add(capacity);
   }
   std::size_t wait(coll::Request& request) override {
@@ -61,25 +95,80 @@ class NcclTransport final : public coll::Transport {
     if (--outstanding_ == 0) lengths_.clear();
     if (queued_) {  // once per group: everything queued so far completes together
       queued_ = false;
-      const cudaError_t rc = cudaStreamSynchronize(stream_);
-      ncclResult_t async = ncclSuccess;
-      ncclCommGetAsyncError(comm_, &async);
-      nccl_ok(async, "NCCL (asynchronous)");
-      if (rc != cudaSuccess) {
-        cudaGetLastError();
-        throw Error(Status::kCudaError,
-                    std::string("cudaStreamSynchronize: ") + cudaGetErrorString(rc));
-      }
+      drain();
     }
     return bytes;
   }
-  void begin_group() override { nccl_ok(ncclGroupStart(), "ncclGroupStart"); }
+  void begin_group() override { settle(ncclGroupStart(), "ncclGroupStart"); }
   void end_group() override {
-    nccl_ok(ncclGroupEnd(), "ncclGroupEnd");
+    settle(ncclGroupEnd(), "ncclGroupEnd");
     queued_ = true;
   }
 
  private:
+  using Clock = std::chrono::steady_clock;
+
+  ncclComm_t usable() const {
+    if (comm_ == nullptr) {
+      throw Error(Status::kNcclError,
+                  "NCCL: this communicator's NCCL communicator was abandoned after an earlier "
+                  "failure; use a new MPI communicator");
+    }
+    return comm_;
+  }
+  bool late(Clock::time_point t0) const {
+    return timeout_s_ > 0 && std::chrono::duration<double>(Clock::now() - t0).count() > timeout_s_;
+  }
+  // Abandons the communicator (ncclCommAbort also ends its kernels still waiting on a peer)
+  // and throws.
+  [[noreturn]] void fail(const std::string& why) {
+    abandon();
+    throw Error(Status::kNcclError, "NCCL: " + why + "; the NCCL communicator was abandoned");
+  }
+  void abandon() noexcept {
+    if (comm_ != nullptr) ncclCommAbort(comm_);
+    comm_ = nullptr;
+  }
+  // A call of a non-blocking communicator may return ncclInProgress: wait for it to settle.
+  void settle(ncclResult_t rc, const char* what) {
+    const auto t0 = Clock::now();
+    while (rc == ncclInProgress) {
+      if (late(t0)) fail(std::string(what) + " did not complete within the time limit");
+      std::this_thread::yield();
+      if (ncclCommGetAsyncError(usable(), &rc) != ncclSuccess) rc = ncclInternalError;
+    }
+    if (rc != ncclSuccess) fail(std::string(what) + ": " + nccl_text(rc, comm_));
+  }
+  // Waits for the stream's transfers without blocking in CUDA: polls the stream and NCCL's
+  // asynchronous error, up to the time limit.
+  void drain() {
+    const auto t0 = Clock::now();
+    for (;;) {
+      const cudaError_t rc = cudaStreamQuery(stream_);
+      if (rc == cudaSuccess) break;
+      if (rc != cudaErrorNotReady) {
+        cudaGetLastError();
+        abandon();
+        throw Error(Status::kCudaError,
+                    std::string("cudaStreamQuery after NCCL transfers: ") + cudaGetErrorString(rc));
+      }
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(usable(), &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        fail("asynchronous error: " + nccl_text(async, comm_));
+      }
+      if (late(t0)) {
+        fail("a step's transfers did not complete within " + std::to_string(timeout_s_) +
+             " s (CCOLL_NCCL_TIMEOUT; a peer that stopped leaves its partners waiting)");
+      }
+      std::this_thread::yield();
+    }
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(usable(), &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      fail("asynchronous error: " + nccl_text(async, comm_));
+    }
+  }
   coll::Request add(std::size_t bytes) {
     lengths_.push_back(bytes);
     ++outstanding_;
@@ -88,8 +177,10 @@ class NcclTransport final : public coll::Transport {
 
   ncclComm_t comm_ = nullptr;
   cudaStream_t stream_ = nullptr;
+  double timeout_s_;
   int rank_ = 0;
   int size_ = 1;
+  int device_ = -1;
   bool queued_ = false;
   std::size_t outstanding_ = 0;
   std::vector<std::size_t> lengths_;
@@ -97,22 +188,26 @@ class NcclTransport final : public coll::Transport {
 
 }  // namespace
 
-std::unique_ptr<coll::Transport> make_nccl_transport(MPI_Comm comm) {
-  return std::make_unique<NcclTransport>(comm);
+std::unique_ptr<coll::Transport> make_nccl_transport(MPI_Comm comm, double timeout_s) {
+  return std::make_unique<NcclTransport>(comm, timeout_s);
 }
 
 void set_nccl_stream(coll::Transport& t, void* stream) {
   static_cast<NcclTransport&>(t).set_stream(stream);
 }
 
+int nccl_device(const coll::Transport& t) { return static_cast<const NcclTransport&>(t).device(); }
+
 #else
 
-std::unique_ptr<coll::Transport> make_nccl_transport(MPI_Comm) {
+std::unique_ptr<coll::Transport> make_nccl_transport(MPI_Comm, double) {
   throw Error(Status::kUnsupported,
               "CCOLL_TRANSPORT=nccl: ccoll was built without NCCL (CCOLL_ENABLE_NCCL=OFF)");
 }
 
 void set_nccl_stream(coll::Transport&, void*) {}
+
+int nccl_device(const coll::Transport&) { return -1; }
 
 #endif
 

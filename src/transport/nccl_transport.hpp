@@ -1,13 +1,17 @@
 // NCCL point-to-point transport for device-resident payloads (CCOLL_TRANSPORT=nccl). No NCCL or
 // CUDA header here: the transport is made through these functions.
 //
-// The NCCL communicator is made once per ccoll communicator context: rank 0's ncclUniqueId is
-// broadcast over MPI and every rank calls ncclCommInitRank (collective, so the API only makes it
-// after the agreement has established that every rank takes this path). NCCL needs one GPU per
-// rank. Sends and receives are queued on the call's stream inside ncclGroupStart/End (the
+// The NCCL communicator is made once per ccoll communicator context, on the first call that
+// takes NCCL (collective: the agreement has established that every rank takes this path):
+// rank 0's ncclUniqueId and status travel in one MPI broadcast, every rank creates its
+// communicator non-blocking and polls it up to CCOLL_NCCL_TIMEOUT, and the ranks agree on the
+// outcome (comm_setup.hpp), so a failure on any rank is an error on every rank, never a hang.
+// NCCL needs one GPU per rank; the communicator belongs to the device current when it was made.
+// Sends and receives are queued on the call's stream inside ncclGroupStart/End (the
 // exact-length ring starts each step's transfers in one group) and match in issue order per
-// peer (tags are not used); a wait synchronizes the stream once per group and reports NCCL's
-// asynchronous errors.
+// peer (tags are not used). A wait polls the stream and NCCL's asynchronous error once per
+// group, up to CCOLL_NCCL_TIMEOUT; on an error or the time limit the NCCL communicator is
+// aborted (which ends its kernels still waiting on a peer) and every later use raises.
 #pragma once
 
 #include <mpi.h>
@@ -18,12 +22,16 @@
 
 namespace ccoll {
 
-/// The NCCL transport of `comm` (collective over it); throws ccoll::Error(kUnsupported) when
-/// ccoll was built without NCCL, kNcclError when NCCL fails.
-std::unique_ptr<coll::Transport> make_nccl_transport(MPI_Comm comm);
+/// The NCCL transport of `comm` (collective over it), its creation limited to `timeout_s`
+/// seconds (0: no limit); throws ccoll::Error(kUnsupported) when ccoll was built without NCCL,
+/// kNcclError (on every rank) when NCCL fails on any rank.
+std::unique_ptr<coll::Transport> make_nccl_transport(MPI_Comm comm, double timeout_s);
 
 /// The cudaStream_t (as void*; null: the default stream) the next transfers of `t`, which
 /// make_nccl_transport() made, are queued on.
 void set_nccl_stream(coll::Transport& t, void* stream);
+
+/// The device the NCCL communicator of `t` belongs to (-1: unknown).
+int nccl_device(const coll::Transport& t);
 
 }  // namespace ccoll
