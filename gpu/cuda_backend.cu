@@ -37,6 +37,44 @@ __device__ std::size_t global_thread() {
 __device__ std::size_t grid_threads() {
   return static_cast<std::size_t>(gridDim.x) * blockDim.x;
 }
+__device__ unsigned lane_id() { return threadIdx.x & 31u; }
+
+// Reductions of one value per thread to one per block (kThreads threads), so that a kernel
+// makes one global atomic per block instead of one per thread on the same address. Every
+// thread of the block must call them.
+template <class T, class Op>
+__device__ T warp_reduce(T v, Op op) {
+  for (int o = 16; o > 0; o >>= 1) v = op(v, __shfl_down_sync(0xFFFFFFFFu, v, o));
+  return v;
+}
+template <class T, class Op>
+__device__ T block_reduce(T v, Op op, T identity) {  // the result in thread 0
+  __shared__ T part[kThreads / 32];
+  v = warp_reduce(v, op);
+  if (lane_id() == 0) part[threadIdx.x / 32] = v;
+  __syncthreads();
+  if (threadIdx.x < 32) {
+    v = threadIdx.x < kThreads / 32 ? part[threadIdx.x] : identity;
+    v = warp_reduce(v, op);
+  }
+  __syncthreads();  // `part` may be reused by the caller's next reduction
+  return v;
+}
+struct MinOp {
+  __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const {
+    return b < a ? b : a;
+  }
+};
+struct MaxOp {
+  __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const {
+    return b > a ? b : a;
+  }
+};
+struct SumOp {  // modulo 2^64: order-free
+  __device__ unsigned long long operator()(unsigned long long a, unsigned long long b) const {
+    return a + b;
+  }
+};
 
 __global__ void abs_max_kernel(const float* x, std::size_t count, std::uint32_t* out) {
   for (std::size_t tile = blockIdx.x; tile * kScanTile < count; tile += gridDim.x) {
@@ -71,10 +109,21 @@ __global__ void maxnorm_decode_kernel(MaxnormDecodeArgs a, float* out, std::uint
   if ((threadIdx.x & 31) == 0 && w != 0) atomicMax(worst, w);
 }
 
+// The selected indices increase, so a warp's lanes mostly share a scale block: the lanes of
+// one block take their maximum first and one of them updates it (max: any order). The loop's
+// trip count is the warp's, so that every lane takes part in each match.
 __global__ void selected_abs_max_kernel(const float* x, const std::uint64_t* sel, std::size_t nsel,
                                         std::uint32_t* out) {
-  for (std::size_t k = global_thread(); k < nsel; k += grid_threads()) {
-    atomicMax(out + sel[k] / kMaxnormBlock, abs_bits(x[sel[k]]));  // max: any order
+  constexpr unsigned long long kNone = ~0ull;
+  for (std::size_t base = global_thread() - lane_id(); base < nsel; base += grid_threads()) {
+    const std::size_t k = base + lane_id();
+    const unsigned long long block = k < nsel ? sel[k] / kMaxnormBlock : kNone;
+    const std::uint32_t v = k < nsel ? abs_bits(x[sel[k]]) : 0u;
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, block);
+    const std::uint32_t m = __reduce_max_sync(peers, v);
+    if (block != kNone && lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
+      atomicMax(out + block, m);
+    }
   }
 }
 
@@ -88,8 +137,13 @@ __global__ void sketch_minmax_kernel(const float* x, std::size_t count,
     lo = a < lo ? a : lo;
     hi = b > hi ? b : hi;
   }
-  atomicMin(keys, lo);  // min and max: any order
-  atomicMax(keys + 1, hi);
+  // min and max: any order; one atomic per block
+  lo = block_reduce(lo, MinOp{}, ~0ull);
+  hi = block_reduce(hi, MaxOp{}, 0ull);
+  if (threadIdx.x == 0) {
+    atomicMin(keys, lo);
+    atomicMax(keys + 1, hi);
+  }
 }
 
 __global__ void sketch_sample_kernel(const float* x, std::size_t count, std::size_t m,
@@ -116,29 +170,75 @@ __global__ void sketch_decode_kernel(SketchArgs a, const float* levels, const st
   }
 }
 
+// Warp-aggregated counts: the lanes of a warp that hit the same digit add once (the many equal
+// keys of a narrow prefix, or of zeros, would otherwise queue on one address). The loop's trip
+// count is the warp's, so that every lane takes part in each match.
 __global__ void topk_histogram_kernel(const float* x, std::size_t count, std::uint32_t prefix,
                                       std::uint32_t mask, int shift, std::uint32_t* hist) {
-  for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
-    const std::uint32_t key = topk_key(x[i]);
-    if ((key & mask) == prefix) atomicAdd(hist + ((key >> shift) & 0xFFFFu), 1u);  // counts
+  constexpr unsigned kNoDigit = 0x10000u;
+  for (std::size_t base = global_thread() - lane_id(); base < count; base += grid_threads()) {
+    const std::size_t i = base + lane_id();
+    unsigned digit = kNoDigit;
+    if (i < count) {
+      const std::uint32_t key = topk_key(x[i]);
+      if ((key & mask) == prefix) digit = (key >> shift) & 0xFFFFu;
+    }
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, digit);
+    if (digit != kNoDigit && lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
+      atomicAdd(hist + digit, static_cast<unsigned>(__popc(peers)));  // counts: any order
+    }
   }
 }
 
+// One warp per tile (kThreads / 32 tiles a block): the lanes count a strided share each and the
+// warp adds them.
 __global__ void topk_tile_counts_kernel(const float* x, TopkSelect s, std::uint32_t* above,
                                         std::uint32_t* equal) {
   const std::size_t tiles = (s.count + kTopkTile - 1) / kTopkTile;
-  for (std::size_t t = global_thread(); t < tiles; t += grid_threads()) {
-    topk_tile_count(x, s, t, above + t, equal + t);
+  const std::size_t warps = grid_threads() / 32;
+  for (std::size_t t = global_thread() / 32; t < tiles; t += warps) {
+    const std::size_t begin = t * kTopkTile;
+    const std::size_t end = begin + kTopkTile < s.count ? begin + kTopkTile : s.count;
+    unsigned a = 0;
+    unsigned e = 0;
+    for (std::size_t i = begin + lane_id(); i < end; i += 32) {
+      const unsigned k = topk_class(x, s, i, end);
+      a += k == 1 ? 1u : 0u;
+      e += k == 2 ? 1u : 0u;
+    }
+    a = __reduce_add_sync(0xFFFFFFFFu, a);
+    e = __reduce_add_sync(0xFFFFFFFFu, e);
+    if (lane_id() == 0) {
+      above[t] = a;
+      equal[t] = e;
+    }
   }
 }
 
+// One warp per tile, 32 elements at a time in index order (topk_device.hpp).
 __global__ void topk_tile_write_kernel(const float* x, TopkSelect s,
                                        const std::uint64_t* above_before,
                                        const std::uint64_t* equal_before, std::uint8_t* idx_out,
                                        std::uint8_t* val_out) {
   const std::size_t tiles = (s.count + kTopkTile - 1) / kTopkTile;
-  for (std::size_t t = global_thread(); t < tiles; t += grid_threads()) {
-    topk_tile_write(x, s, t, above_before[t], equal_before[t], idx_out, val_out);
+  const std::size_t warps = grid_threads() / 32;
+  for (std::size_t t = global_thread() / 32; t < tiles; t += warps) {
+    const std::size_t begin = t * kTopkTile;
+    const std::size_t end = begin + kTopkTile < s.count ? begin + kTopkTile : s.count;
+    std::uint64_t above = above_before[t];
+    std::uint64_t equal = equal_before[t];
+    for (std::size_t c = begin; c < end; c += kTopkLanes) {
+      const std::size_t i = c + lane_id();
+      const unsigned k = topk_class(x, s, i, end);
+      const std::uint32_t mask_above = __ballot_sync(0xFFFFFFFFu, k == 1);
+      const std::uint32_t mask_equal = __ballot_sync(0xFFFFFFFFu, k == 2);
+      if (i < end) {
+        topk_chunk_write(x, s, i, lane_id(), mask_above, mask_equal, above, equal, idx_out,
+                         val_out);
+      }
+      above += popcount32(mask_above);
+      equal += popcount32(mask_equal);
+    }
   }
 }
 
@@ -262,7 +362,8 @@ __global__ void temporal_finish_kernel(float beta, float* o, float* y, std::size
   for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
     s += temporal_finish(beta, o, y, i);
   }
-  if (s != 0) atomicAdd(sum, s);  // sums mod 2^64: order-free
+  s = block_reduce(s, SumOp{}, 0ull);  // sums mod 2^64: order-free; one atomic per block
+  if (threadIdx.x == 0 && s != 0) atomicAdd(sum, s);
 }
 
 template <bool kSubtract>
@@ -448,16 +549,16 @@ class CudaBackend final : public Backend {
   void topk_tile_counts(const float* x, const TopkSelect& s, std::uint32_t* above,
                         std::uint32_t* equal) override {
     if (s.count == 0) return;
-    topk_tile_counts_kernel<<<grid_for((s.count + kTopkTile - 1) / kTopkTile), kThreads, 0,
-                              stream()>>>(x, s, above, equal);
+    topk_tile_counts_kernel<<<grid_for(32 * ((s.count + kTopkTile - 1) / kTopkTile)), kThreads,
+                              0, stream()>>>(x, s, above, equal);
     check(cudaGetLastError(), "topk_tile_counts launch");
   }
   void topk_tile_write(const float* x, const TopkSelect& s, const std::uint64_t* above_before,
                        const std::uint64_t* equal_before, std::uint8_t* idx_out,
                        std::uint8_t* val_out) override {
     if (s.count == 0) return;
-    topk_tile_write_kernel<<<grid_for((s.count + kTopkTile - 1) / kTopkTile), kThreads, 0,
-                             stream()>>>(x, s, above_before, equal_before, idx_out, val_out);
+    topk_tile_write_kernel<<<grid_for(32 * ((s.count + kTopkTile - 1) / kTopkTile)), kThreads,
+                             0, stream()>>>(x, s, above_before, equal_before, idx_out, val_out);
     check(cudaGetLastError(), "topk_tile_write launch");
   }
   void topk_scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in, unsigned index_bytes,

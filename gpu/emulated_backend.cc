@@ -316,8 +316,48 @@ class EmulatedBackend final : public Backend {
                        const std::uint64_t* equal_before, std::uint8_t* idx_out,
                        std::uint8_t* val_out) override {
     queues().push([=] {
-      for (std::size_t t = 0; t * kTopkTile < s.count; ++t) {
-        gpu::topk_tile_write(x, s, t, above_before[t], equal_before[t], idx_out, val_out);
+      // the CUDA kernel's warp per tile, its 32 lanes in turn: the masks first (the ballot),
+      // then each lane's write. On a GPU the writes run in any order, so every position must
+      // be written exactly once: checked here, where an overlap would otherwise be overwritten
+      // in order and go unseen.
+      std::vector<bool> written(s.kept, false);
+      const std::size_t tiles = (s.count + kTopkTile - 1) / kTopkTile;
+      for (std::size_t t = 0; t < tiles; ++t) {
+        const std::size_t begin = t * kTopkTile;
+        const std::size_t end = begin + kTopkTile < s.count ? begin + kTopkTile : s.count;
+        std::uint64_t above = above_before[t];
+        std::uint64_t equal = equal_before[t];
+        for (std::size_t c = begin; c < end; c += kTopkLanes) {
+          std::uint32_t mask_above = 0;
+          std::uint32_t mask_equal = 0;
+          for (unsigned lane = 0; lane < kTopkLanes; ++lane) {
+            const unsigned k = topk_class(x, s, c + lane, end);
+            mask_above |= (k == 1 ? 1u : 0u) << lane;
+            mask_equal |= (k == 2 ? 1u : 0u) << lane;
+          }
+          for (unsigned lane = 0; lane < kTopkLanes; ++lane) {
+            if (c + lane >= end) continue;
+            const std::uint64_t pos = topk_chunk_write(x, s, c + lane, lane, mask_above,
+                                                       mask_equal, above, equal, idx_out, val_out);
+            if (pos == kTopkNotKept) continue;
+            if (pos >= s.kept || written[pos]) {
+              throw Error(Status::kInternal, "emulated topk_tile_write: position " +
+                                                 std::to_string(pos) + " of " +
+                                                 std::to_string(s.kept) +
+                                                 " written twice or out of range");
+            }
+            written[pos] = true;
+          }
+          above += popcount32(mask_above);
+          equal += popcount32(mask_equal);
+        }
+      }
+      for (std::size_t pos = 0; pos < s.kept; ++pos) {
+        if (!written[pos]) {
+          throw Error(Status::kInternal,
+                      "emulated topk_tile_write: position " + std::to_string(pos) + " of " +
+                          std::to_string(s.kept) + " never written");
+        }
       }
     });
   }

@@ -3,8 +3,9 @@
 // 16-bit digits (the histograms counted on the device, the digits picked on the host by the
 // CPU codec's own step), then every element above t and the first `need` equal to t, in index
 // order. The order is kept by tiles: each tile counts its elements above and equal to t, the
-// host turns the counts into each tile's first output position, and one thread per tile writes
-// its elements in index order.
+// host turns the counts into each tile's first output position, and one warp per tile writes
+// its elements in index order, 32 at a time: each lane classifies one element of the chunk, the
+// warp's masks of above and equal lanes (__ballot_sync) give each kept element its position.
 #pragma once
 
 #include <cstddef>
@@ -46,34 +47,51 @@ CCOLL_HOST_DEVICE inline void topk_tile_count(const float* x, const TopkSelect& 
   *equal = e;
 }
 
-/// Writes tile t's kept elements (index, little-endian, and value) at their positions: before
-/// the tile, `above_before` elements above the threshold and `equal_before` equal to it.
-CCOLL_HOST_DEVICE inline void topk_tile_write(const float* x, const TopkSelect& s, std::size_t t,
-                                              std::uint64_t above_before,
-                                              std::uint64_t equal_before, std::uint8_t* idx_out,
-                                              std::uint8_t* val_out) {
-  const std::size_t begin = t * kTopkTile;
-  const std::size_t end = begin + kTopkTile < s.count ? begin + kTopkTile : s.count;
-  std::uint64_t above = above_before;
-  std::uint64_t equal = equal_before;
-  for (std::size_t i = begin; i < end; ++i) {
-    const std::uint32_t key = topk_key(x[i]);
-    bool keep = key > s.threshold;
-    const std::uint64_t taken_equal = equal < s.need ? equal : s.need;
-    if (key == s.threshold) {
-      keep = equal < s.need;
-      ++equal;
-    }
-    if (!keep) continue;
-    const std::uint64_t pos = above + taken_equal;
-    if (key > s.threshold) ++above;
-    const std::uint64_t i64 = i;
-    for (unsigned b = 0; b < s.index_bytes; ++b) {
-      idx_out[pos * s.index_bytes + b] = static_cast<std::uint8_t>(i64 >> (8 * b));
-    }
-    const std::uint32_t bits = codec::float_bits(x[i]);
-    for (unsigned b = 0; b < 4; ++b) val_out[pos * 4 + b] = static_cast<std::uint8_t>(bits >> (8 * b));
+/// Lanes of the warp that writes a tile: chunk c of the tile is its elements [32c, 32c + 32).
+inline constexpr unsigned kTopkLanes = 32;
+
+CCOLL_HOST_DEVICE inline unsigned popcount32(std::uint32_t v) {
+#if defined(__CUDA_ARCH__)
+  return static_cast<unsigned>(__popc(v));
+#else
+  return static_cast<unsigned>(__builtin_popcount(v));
+#endif
+}
+
+/// Element i of a tile ending at `end`: 1 above the threshold, 2 equal to it, 0 otherwise (or
+/// past the end).
+CCOLL_HOST_DEVICE inline unsigned topk_class(const float* x, const TopkSelect& s, std::size_t i,
+                                             std::size_t end) {
+  if (i >= end) return 0;
+  const std::uint32_t key = topk_key(x[i]);
+  return key > s.threshold ? 1u : (key == s.threshold ? 2u : 0u);
+}
+
+/// Lane `lane`'s element i of a chunk, written at its position when it is kept; returns the
+/// position, or kTopkNotKept. `above` and `equal`: the elements above and equal to the threshold
+/// before the chunk (the tile's above_before and equal_before plus the chunks before);
+/// mask_above and mask_equal: bit l set when lane l's element is above or equal.
+inline constexpr std::uint64_t kTopkNotKept = ~std::uint64_t{0};
+CCOLL_HOST_DEVICE inline std::uint64_t topk_chunk_write(const float* x, const TopkSelect& s, std::size_t i,
+                                               unsigned lane, std::uint32_t mask_above,
+                                               std::uint32_t mask_equal, std::uint64_t above,
+                                               std::uint64_t equal, std::uint8_t* idx_out,
+                                               std::uint8_t* val_out) {
+  const bool is_above = ((mask_above >> lane) & 1u) != 0;
+  const bool is_equal = ((mask_equal >> lane) & 1u) != 0;
+  if (!is_above && !is_equal) return kTopkNotKept;
+  const std::uint32_t earlier = lane == 0 ? 0u : (0xFFFFFFFFu >> (32 - lane));
+  const std::uint64_t eq_rank = equal + popcount32(mask_equal & earlier);  // equal ones before i
+  if (is_equal && eq_rank >= s.need) return kTopkNotKept;  // only the first `need` equal ones
+  const std::uint64_t pos = above + popcount32(mask_above & earlier) +
+                            (eq_rank < s.need ? eq_rank : s.need);
+  const std::uint64_t i64 = i;
+  for (unsigned b = 0; b < s.index_bytes; ++b) {
+    idx_out[pos * s.index_bytes + b] = static_cast<std::uint8_t>(i64 >> (8 * b));
   }
+  const std::uint32_t bits = codec::float_bits(x[i]);
+  for (unsigned b = 0; b < 4; ++b) val_out[pos * 4 + b] = static_cast<std::uint8_t>(bits >> (8 * b));
+  return pos;
 }
 
 /// Decodes kept element m of a validated payload: out[index] = (or +=) value (indices are

@@ -819,6 +819,34 @@ TEST(DeviceKernels, ExactSumOf300ContributionsMatchesCpu) {
   }
 }
 
+// topk where most magnitudes tie with the threshold: only the first `need` equal ones are kept,
+// in index order across tiles and the 32-element chunks of the ordered write.
+TEST(DeviceKernels, TopkKeepsTheFirstOfTiedMagnitudes) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  for (const char* name : {"topk:ratio=0.1", "topk:ratio=0.5"}) {
+    SCOPED_TRACE(name);
+    const CodecSpec spec = parse_codec_spec(name);
+    auto cpu = make_codec(spec, codec::DType::kFloat32);
+    auto twin = make_codec(spec, codec::DType::kFloat32);
+    auto dev = make_device_codec(spec, *twin, *b);
+    const std::size_t n = 3 * gpu::kTopkTile + 77;
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = i % 3 == 0 ? -1.0f : 1.0f;  // all tie
+    for (std::size_t i = 5; i < n; i += 97) x[i] = 2.0f;                  // a few above
+    const DeviceArray dx(*b, x.data(), 4 * n);
+    std::vector<std::byte> want(cpu->max_encoded_bytes(n));
+    std::vector<std::byte> got(dev->max_encoded_bytes(n));
+    const codec::BlockContext ctx{1, 2, 0, 0, codec::BlockContext::Role::kOwn};
+    const std::size_t nw = cpu->encode(x.data(), n, ctx, want.data());
+    const std::size_t ng = dev->encode(dx.as<float>(), n, ctx, got.data());
+    ASSERT_EQ(nw, ng);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), nw));
+  }
+}
+
 // temporal's output step and its state checksum (what the agreement compares across ranks).
 TEST(DeviceKernels, TemporalFinishMatchesCpu) {
   const char* why = "";
