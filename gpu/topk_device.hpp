@@ -72,11 +72,10 @@ CCOLL_HOST_DEVICE inline unsigned topk_class(const float* x, const TopkSelect& s
 /// before the chunk (the tile's above_before and equal_before plus the chunks before);
 /// mask_above and mask_equal: bit l set when lane l's element is above or equal.
 inline constexpr std::uint64_t kTopkNotKept = ~std::uint64_t{0};
-CCOLL_HOST_DEVICE inline std::uint64_t topk_chunk_write(const float* x, const TopkSelect& s, std::size_t i,
-                                               unsigned lane, std::uint32_t mask_above,
-                                               std::uint32_t mask_equal, std::uint64_t above,
-                                               std::uint64_t equal, std::uint8_t* idx_out,
-                                               std::uint8_t* val_out) {
+CCOLL_HOST_DEVICE inline std::uint64_t topk_chunk_write(
+    const float* x, const TopkSelect& s, std::size_t i, unsigned lane, std::uint32_t mask_above,
+    std::uint32_t mask_equal, std::uint64_t above, std::uint64_t equal, std::uint8_t* idx_out,
+    std::uint8_t* val_out) {
   const bool is_above = ((mask_above >> lane) & 1u) != 0;
   const bool is_equal = ((mask_equal >> lane) & 1u) != 0;
   if (!is_above && !is_equal) return kTopkNotKept;
