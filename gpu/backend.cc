@@ -69,22 +69,28 @@ EventPool::~EventPool() {
 }
 
 Backend::Event EventPool::get(Backend& b, std::size_t i) {
-  if (backend_ != &b) {
+  const int device = b.current_device();
+  if (backend_ != &b || device_ != device) {
     for (Backend::Event e : events_) backend_->event_destroy(e);
     events_.clear();
     backend_ = &b;
+    device_ = device;
   }
   while (events_.size() <= i) events_.push_back(b.event_create());
   return events_[i];
 }
 
 void* Buffer::get(Backend& b, std::size_t bytes, bool host) {
-  if (p_ != nullptr && backend_ == &b && host_ == host && size_ >= bytes) return p_;
+  const int device = host ? -1 : b.current_device();  // pinned memory serves every device
+  if (p_ != nullptr && backend_ == &b && host_ == host && device_ == device && size_ >= bytes) {
+    return p_;
+  }
   release();
   const std::size_t n = bytes == 0 ? 1 : bytes;
   p_ = host ? b.host_alloc(n) : b.device_alloc(n);
   backend_ = &b;
   host_ = host;
+  device_ = device;
   size_ = n;
   return p_;
 }

@@ -184,7 +184,8 @@ std::size_t emulated_allocations();
 /// Installs `b` as the backend (tests); null restores the default.
 void install_backend(std::unique_ptr<Backend> b);
 
-/// Events of a backend, created on first use and destroyed with the pool.
+/// Events of a backend, created on first use and destroyed with the pool; made again when the
+/// calling thread's current device is another than the one they were made on.
 class EventPool {
  public:
   EventPool() = default;
@@ -196,10 +197,13 @@ class EventPool {
 
  private:
   Backend* backend_ = nullptr;
+  int device_ = -1;
   std::vector<Backend::Event> events_;
 };
 
-/// A grow-only buffer of device or pinned host memory from a backend, freed with it.
+/// A grow-only buffer of device or pinned host memory from a backend, freed with it. Device
+/// memory is allocated again when the calling thread's current device is another than the one
+/// it is on (kernels run on the current device).
 class Buffer {
  public:
   Buffer() = default;
@@ -214,6 +218,7 @@ class Buffer {
   void release() noexcept;
   Backend* backend_ = nullptr;
   bool host_ = false;
+  int device_ = -1;
   void* p_ = nullptr;
   std::size_t size_ = 0;
 };

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <map>
 #include <string>
 
 #include "backend.hpp"
@@ -434,8 +435,17 @@ class CudaBackend final : public Backend {
   void set_stream(void* stream) override { tls().compute = static_cast<cudaStream_t>(stream); }
   void use_queue(Queue q) override {
     Tls& t = tls();
-    if (q == Queue::kCopy && t.copy == nullptr) {
-      check(cudaStreamCreateWithFlags(&t.copy, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (q == Queue::kCopy) {
+      // the copy stream of the current device (a stream belongs to the device it was made on)
+      const int d = current_device();
+      if (t.copy == nullptr || t.copy_device != d) {
+        cudaStream_t& s = t.copies[d];
+        if (s == nullptr) {
+          check(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), "cudaStreamCreate");
+        }
+        t.copy = s;
+        t.copy_device = d;
+      }
     }
     t.on_copy = q == Queue::kCopy;
   }
@@ -719,10 +729,12 @@ class CudaBackend final : public Backend {
   // on first use; on_copy: calls go on the copy stream.
   struct Tls {
     cudaStream_t compute = nullptr;
-    cudaStream_t copy = nullptr;
+    cudaStream_t copy = nullptr;  // the current device's copy stream, once used
+    int copy_device = -1;
+    std::map<int, cudaStream_t> copies;  // a copy stream per device
     bool on_copy = false;
     ~Tls() {
-      if (copy != nullptr) cudaStreamDestroy(copy);
+      for (const auto& [device, s] : copies) cudaStreamDestroy(s);
     }
   };
   static Tls& tls() {

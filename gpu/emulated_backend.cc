@@ -31,6 +31,7 @@ struct EmulatedEvent {
   std::uint64_t recorded = 0;  // generation of the latest record()
   std::uint64_t reached = 0;   // generation its queue has reached
   int queue = 0;
+  int device = 0;  // the device current when it was made
 };
 
 // One queued item: work, an event's record, or a wait for an event's generation.
@@ -178,7 +179,9 @@ class EmulatedBackend final : public Backend {
   void use_queue(Queue q) override { queues().current = q == Queue::kCopy ? 1 : 0; }
   Event event_create() override {
     ++g_allocations;
-    return new EmulatedEvent;
+    auto* ev = new EmulatedEvent;
+    ev->device = current_device_of_thread();
+    return ev;
   }
   void event_destroy(Event e) noexcept override {
     drain_quietly();  // nothing of this thread may still name it
@@ -186,6 +189,12 @@ class EmulatedBackend final : public Backend {
   }
   void record(Event e) override {
     auto* ev = static_cast<EmulatedEvent*>(e);
+    if (ev->device != current_device_of_thread()) {  // as cudaEventRecord refuses it
+      throw Error(Status::kCudaError,
+                  "cudaEventRecord: the event belongs to device " + std::to_string(ev->device) +
+                      ", the current device is " + std::to_string(current_device_of_thread()) +
+                      " (emulated)");
+    }
     Queues& t = queues();
     ev->queue = t.current;
     t.push_item(Item{{}, ev, ++ev->recorded, false});
@@ -222,6 +231,8 @@ class EmulatedBackend final : public Backend {
   void synchronize() override { queues().drain_all(); }
 
   void block_abs_max(const float* x, std::size_t count, std::uint32_t* out) override {
+    on_current_device(x, "block_abs_max");
+    on_current_device(out, "block_abs_max");
     queues().push([=] {
       for (std::size_t b = 0; b * kMaxnormBlock < count; ++b) out[b] = 0;
       for (std::size_t i = 0; i < count; ++i) {
@@ -232,6 +243,8 @@ class EmulatedBackend final : public Backend {
     });
   }
   void maxnorm_encode(const float* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
+    on_current_device(x, "maxnorm_encode");
+    on_current_device(codes, "maxnorm_encode");
     queues().push([=] {
       for (std::size_t g = 0; g < group_count(a.count); ++g) maxnorm_encode_group(x, a, g, codes);
     });
@@ -419,6 +432,8 @@ class EmulatedBackend final : public Backend {
     });
   }
   void cast_encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) override {
+    on_current_device(x, "cast_encode");
+    on_current_device(codes, "cast_encode");
     queues().push([=] {
       for (std::size_t i = 0; i < count; ++i) {
         codes[i] = half ? codec::float_to_half(x[i]) : codec::float_to_bf16(x[i]);
@@ -481,6 +496,17 @@ class EmulatedBackend final : public Backend {
     }
   }
   // the block of `m` holding address `a`, or null
+  // A kernel's operand on another device than the current one faults on a GPU (no peer
+  // access is enabled): an error here too.
+  void on_current_device(const void* p, const char* kernel) const {
+    const int d = device_of(p);
+    if (d >= 0 && d != current_device_of_thread()) {
+      throw Error(Status::kCudaError,
+                  std::string(kernel) + ": an operand is memory of device " + std::to_string(d) +
+                      ", the current device is " + std::to_string(current_device_of_thread()) +
+                      " (emulated illegal address)");
+    }
+  }
   static const Block* find(const std::map<std::uintptr_t, Block>& m, std::uintptr_t a) {
     auto it = m.upper_bound(a);
     if (it == m.begin()) return nullptr;

@@ -409,6 +409,16 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     pl.kernels = compress && has_device_kernels(spec, dtype) &&
                  (algo == coll::Algorithm::kAuto || algo == coll::Algorithm::kRing);
     pl.nccl = pl.kernels && env.transport == "nccl";
+    // an NCCL communicator belongs to the device it was made on
+    if (coll::Transport* t = ctx.nccl_transport_if_made();
+        pl.nccl && !pl.device->host_accessible() && t != nullptr &&
+        nccl_device(*t) != pl.current_device) {
+      const std::string d = std::to_string(nccl_device(*t));
+      bad.set(kArgDevice, Status::kInvalidArgument,
+              "CCOLL_TRANSPORT=nccl: this communicator's NCCL communicator belongs to device " +
+                  d + ", but the current device is " + std::to_string(pl.current_device) +
+                  " (valid: call on device " + d + ", or on another communicator)");
+    }
     pl.resident = pl.kernels && (pl.nccl || env.transport == "mpi" ||
                                  (env.transport == "auto" && cuda_aware && mpi_cuda_aware()));
     if (!pl.kernels) {

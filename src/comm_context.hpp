@@ -109,6 +109,8 @@ class CommContext {
   /// The NCCL transport of this communicator, made on first use (collective: every rank must
   /// ask in the same call).
   coll::Transport& nccl_transport();
+  /// The NCCL transport if it was made already, else null (no communication).
+  coll::Transport* nccl_transport_if_made() { return nccl_.get(); }
   /// Counts every collective call on this communicator; equal on all ranks.
   std::uint64_t next_call() { return calls_++; }
   /// Finds or creates the plan for `key`. Beyond kMaxStatelessPlans the least recently used

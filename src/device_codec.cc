@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <tuple>
 #include <thread>
 #include <vector>
 
@@ -1409,12 +1410,17 @@ class BackendAllocator final : public coll::Workspace::Allocator {
   bool host_;
 };
 
+// One allocator per backend and kind, and for device memory per device: a workspace whose
+// allocator changes frees its memory (Workspace::set_allocator), so a plan used on another
+// device than before gets payload memory on the current one.
 coll::Workspace::Allocator& allocator(gpu::Backend& backend, bool host) {
   static std::mutex mu;
   // never destroyed: plans may free their workspace at exit
-  static auto* all = new std::map<std::pair<gpu::Backend*, bool>, std::unique_ptr<BackendAllocator>>;
+  static auto* all =
+      new std::map<std::tuple<gpu::Backend*, bool, int>, std::unique_ptr<BackendAllocator>>;
+  const int device = host ? -1 : backend.current_device();
   std::lock_guard<std::mutex> lock(mu);
-  auto& slot = (*all)[{&backend, host}];
+  auto& slot = (*all)[{&backend, host, device}];
   if (slot == nullptr) slot = std::make_unique<BackendAllocator>(backend, host);
   return *slot;
 }

@@ -28,8 +28,8 @@ bool has_device_kernels(const CodecSpec& spec, codec::DType dtype);
 std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
                                                 gpu::Backend& backend, bool resident = false);
 
-/// Device memory of `backend` for a plan's workspace (the payloads of the resident path); one
-/// per backend, never freed.
+/// Device memory of `backend` for a plan's workspace (the payloads of the resident path), on the
+/// calling thread's current device; one per backend and device, never freed.
 coll::Workspace::Allocator& device_allocator(gpu::Backend& backend);
 
 /// The schedules' payload operations on device-resident payloads: headers cross to the host.

@@ -434,6 +434,40 @@ TEST_F(DeviceBuffers, NoDeviceAllocationAfterTheFirstCall) {
   }
 }
 
+// A thread that moves to another device between calls: the plan's device scratch and events
+// were made on the first device, and kernels and events must not use them on the second (the
+// emulated backend fails a kernel operand or an event of another device, as a GPU does).
+TEST_F(DeviceBuffers, CallsFollowTheCurrentDevice) {
+  const char* why = "";
+  const char* name = ccoll::testing::device_backend(&why);
+  if (name == nullptr || std::string(name) != "emulated") {
+    GTEST_SKIP() << "needs the emulated device (several devices in one process)";
+  }
+  const int r = rank_of(MPI_COMM_WORLD);
+  const std::size_t n = 200003;
+  for (const char* codec : {"maxnorm:bits=8", "fp16", "maxnorm:bits=4,ef=1"}) {
+    SCOPED_TRACE(codec);
+    ccoll::Options opt;
+    opt.codec = codec;
+    opt.key = 21;
+    opt.algorithm = "ring";
+    for (const int device : {0, 1, 0}) {
+      ccoll::testing::set_emulated_device(device);
+      const std::vector<float> x = input(n, r, 40 + static_cast<unsigned>(device));
+      std::vector<float> want(n);
+      ccoll::compressed_allreduce(x.data(), want.data(), n, MPI_FLOAT, MPI_SUM, host_comm_, opt);
+      DeviceVec dx(x);
+      DeviceVec dout(n);
+      ccoll::Stats ds;
+      opt.stats = &ds;
+      ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt);
+      opt.stats = nullptr;
+      ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n)) << "device " << device;
+    }
+  }
+  ccoll::testing::set_emulated_device(0);
+}
+
 // A CUDA error while ccoll asks where a buffer is (a sticky error from the caller's own
 // kernels, say) is an error on every rank, never a reason to take device memory for host
 // memory; the rank at fault names the query.
