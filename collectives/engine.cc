@@ -16,7 +16,7 @@ std::size_t Engine::encode(const void* in, std::size_t count, std::uint64_t stre
   } catch (const Error& err) {
     // a failed encode (a device error) must not leave peers waiting: send a poisoned payload,
     // finish the schedule, and throw at the end on every rank that depends on it
-    poison(err.code(), err.what());
+    poison(err.code(), err.message());
     n = write_poisoned(out);
   }
   if (poisoned_) poison_payload(out);
@@ -41,7 +41,7 @@ void Engine::encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::Job
     cx_.codec.encode_many(jobs, n, hand_over);
   } catch (const Error& err) {
     if (hook.running) throw;
-    poison(err.code(), err.what());  // no peer waits: the rest go out poisoned
+    poison(err.code(), err.message());  // no peer waits: the rest go out poisoned
     for (std::size_t i = handed; i < n; ++i) {
       jobs[i].bytes = write_poisoned(jobs[i].out);
       hand_over(i);
@@ -64,7 +64,7 @@ void Engine::decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::Job
     cx_.codec.decode_many(jobs, n, take);
   } catch (const Error& err) {
     if (hook.running) throw;
-    poison(err.code(), err.what());
+    poison(err.code(), err.message());
     for (std::size_t i = arrived; i < n; ++i) take(i);  // the schedule still forwards them
   }
   cx_.counters.decode_seconds += since(t0) - hook.seconds;
@@ -81,7 +81,7 @@ bool Engine::decode(const std::byte* in, std::size_t bytes, std::size_t count, v
       cx_.codec.decode(in, bytes, count, out);
     }
   } catch (const Error& err) {
-    poison(err.code(), err.what());
+    poison(err.code(), err.message());
     cx_.counters.decode_seconds += since(t0);
     return false;
   }
@@ -100,7 +100,7 @@ std::size_t Engine::reduce_encode(const std::byte* in, std::size_t bytes, std::s
     n = cx_.codec.reduce_encode(in, bytes, count, acc,
                                 {cx_.seed, cx_.call, stream, offset, hop}, out);
   } catch (const Error& err) {
-    poison(err.code(), err.what());
+    poison(err.code(), err.message());
     cx_.counters.decode_seconds += since(t0);
     return encode(acc, count, stream, offset, out, hop);
   }
@@ -143,7 +143,7 @@ void Engine::reduce_encode_many(codec::ReduceJob* jobs, std::size_t n,
     cx_.codec.reduce_encode_many(jobs, n, mine);
   } catch (const Error& err) {
     if (hook.running) throw;
-    poison(err.code(), err.what());
+    poison(err.code(), err.message());
     cx_.counters.decode_seconds += since(t0) - hook.seconds;
     for (std::size_t i = handed; i < n; ++i) {  // the rest: `acc` as it is, marked poisoned
       if (i >= arrived) mine.arrive(i);
@@ -169,7 +169,7 @@ std::size_t Engine::add(const std::byte* a, std::size_t a_bytes, const std::byte
           a, a_bytes, own, own_bytes, count,
           {cx_.seed, cx_.call, stream, offset, codec::BlockContext::Role::kHop}, out);
     } catch (const Error& err) {
-      poison(err.code(), err.what());
+      poison(err.code(), err.message());
     }
   }
   if (poisoned_) {
@@ -196,7 +196,7 @@ std::size_t Engine::wait_recv(Request& r) {
   try {
     n = cx_.transport.wait(r);
   } catch (const Error& err) {
-    poison(err.code(), err.what());
+    poison(err.code(), err.message());
     n = 0;
   }
   cx_.counters.comm_seconds += since(t0);

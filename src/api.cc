@@ -24,6 +24,7 @@
 #include "collectives.hpp"
 #include "comm_context.hpp"
 #include "config.hpp"
+#include "data_path.hpp"
 #include "device_codec.hpp"
 #include "mpi_check.hpp"
 #include "nccl_transport.hpp"
@@ -301,7 +302,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   try {
     env = env_config();
   } catch (const Error& e) {
-    bad.set(kArgEnvironment, e.code(), e.what() + 7);
+    bad.set(kArgEnvironment, e.code(), e.message());
   }
   codec::DType dtype = codec::DType::kFloat32;
   if (!codec_dtype(call.datatype, dtype)) {
@@ -369,7 +370,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   try {
     spec = parse_codec_spec(codec_text);
   } catch (const Error& e) {
-    bad.set(kArgCodec, e.code(), e.what() + 7);
+    bad.set(kArgCodec, e.code(), e.message());
   }
   if (!allreduce && bad.arg == kArgNone && spec.allreduce_only) {
     bad.set(kArgCodec, Status::kUnsupported,
@@ -382,7 +383,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     algo = coll::parse_algorithm(opt.algorithm == "auto" && !env.algorithm.empty() ? env.algorithm
                                                                                    : opt.algorithm);
   } catch (const Error& e) {
-    bad.set(kArgAlgorithm, e.code(), e.what() + 7);
+    bad.set(kArgAlgorithm, e.code(), e.message());
   }
   if (!allreduce && algo == coll::Algorithm::kAllgather) {
     bad.set(kArgAlgorithm, Status::kInvalidArgument,
@@ -425,8 +426,8 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
       try {
         stage_in(call, pl, ctx, es);
       } catch (const Error& e) {
-        bad.set(kArgDevice, e.code(), std::string("device buffers: copy to the host failed: ") +
-                                          e.what());
+        bad.set(kArgDevice, e.code(),
+                "device buffers: copy to the host failed: " + e.message());
       }
     }
   }
@@ -469,7 +470,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
                              nscales != 0 ? plan->scales.data() : nullptr, fallback);
       }
     } catch (const Error& e) {
-      bad.set(kArgCodec, e.code(), e.what() + 7);
+      bad.set(kArgCodec, e.code(), e.message());
     }
   }
 
@@ -547,17 +548,19 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     try {
       stage_in(call, pl, ctx, es);
     } catch (const Error& e) {
-      stage_error = e.what();
+      stage_error = e.message();
       stage_code = e.code();
       call.recvbuf = ctx.stage_recv().get(*pl.device, pl.out_bytes, true);
       if (!in_place) call.sendbuf = ctx.stage_send().get(*pl.device, call.count * es, true);
     }
   }
-  stats.transport = pl.nccl ? (pl.device->host_accessible() ? "nccl-emulated" : "nccl")
-                    : pl.resident  ? "cuda-aware-mpi"
-                    : pl.kernels ? "staged"
-                    : pl.host_copy ? "host-copy"
-                                   : "host";
+  const DataPath path = pl.nccl ? (pl.device->host_accessible() ? DataPath::kNcclEmulated
+                                                                 : DataPath::kNccl)
+                        : pl.resident  ? DataPath::kCudaAwareMpi
+                        : pl.kernels   ? DataPath::kStaged
+                        : pl.host_copy ? DataPath::kHostCopy
+                                       : DataPath::kHost;
+  stats.transport = data_path_name(path);
 
   const std::uint64_t call_no = ctx.next_call();
   stats.input_bytes = call.count * es;
@@ -747,11 +750,11 @@ void run(const Call& call, Stats& stats) {
     // still takes part in the agreement, which raises it on every rank
     pl = Placement{};
     pl.user_recv = call.recvbuf;
-    pl.probe_error = e.what() + 7;
+    pl.probe_error = e.message();
     pl.probe_code = e.code();
   }
   if (pl.device == nullptr) {
-    stats.transport = "host";
+    stats.transport = data_path_name(DataPath::kHost);
     run_placed(call, stats, pl);
     return;
   }

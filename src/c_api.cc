@@ -4,6 +4,7 @@
 
 #include "ccoll/ccoll.h"
 #include "ccoll/ccoll.hpp"
+#include "data_path.hpp"
 
 namespace {
 
@@ -34,10 +35,7 @@ void copy_stats(const ccoll::Stats& s, ccoll_stats_t* out) {
   out->total_seconds = s.total_seconds;
   out->fell_back = s.fell_back ? 1 : 0;
   out->bits = s.bits;
-  out->transport = "";
-  for (const char* t : {"host", "staged", "host-copy", "cuda-aware-mpi"}) {
-    if (s.transport == t) out->transport = t;
-  }
+  out->transport = ccoll::data_path_static_name(s.transport);
 }
 
 template <class F>

@@ -73,10 +73,10 @@ const EnvConfig& env_config() {
     try {
       config = read_env();
     } catch (const Error& e) {
-      error = e.what();
+      error = e.message();
     }
   });
-  if (!error.empty()) throw Error(Status::kInvalidArgument, error.substr(7));  // drop "ccoll: "
+  if (!error.empty()) throw Error(Status::kInvalidArgument, error);
   return config;
 }
 

@@ -4,7 +4,7 @@
 namespace ccoll {
 
 Error::Error(Status code, const std::string& message)
-    : std::runtime_error("ccoll: " + message), code_(code) {}
+    : std::runtime_error("ccoll: " + message), code_(code), message_(message) {}
 
 const char* status_string(Status status) noexcept {
   switch (status) {

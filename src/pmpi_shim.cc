@@ -87,7 +87,7 @@ ShimConfig read_config() {
       c.stats = s == "1";
     }
   } catch (const ccoll::Error& e) {
-    c.error = e.what() + std::strlen("ccoll: ");  // rethrown later, which adds the prefix again
+    c.error = e.message();  // rethrown later, as an Error again
   }
   return c;
 }

@@ -491,6 +491,7 @@ TEST_F(DeviceBuffers, PointerQueryFailureRaisesOnEveryRank) {
       ADD_FAILURE() << "no error";
     } catch (const ccoll::Error& e) {
       EXPECT_EQ(e.code(), ccoll::Status::kCudaError) << e.what();
+      EXPECT_EQ(std::string(e.what()).find("ccoll: ", 1), std::string::npos) << e.what();
       if (at_fault) {
         EXPECT_NE(std::string(e.what()).find("cudaPointerGetAttributes"), std::string::npos)
             << e.what();

@@ -662,6 +662,8 @@ TEST(Corruption, FailedEncodeInABatchFailsWithoutHanging) {
       ASSERT_TRUE(res[1].failed);
       EXPECT_EQ(res[1].code, Status::kCudaError) << res[1].message;
       EXPECT_NE(res[1].message.find("injected"), std::string::npos) << res[1].message;
+      // the codec's message wrapped once: one "ccoll: " prefix (Error::message())
+      EXPECT_EQ(res[1].message.find("ccoll: ", 1), std::string::npos) << res[1].message;
       for (int r = 0; r < p; ++r) {
         if (r == 1) continue;
         if (res[r].failed) {

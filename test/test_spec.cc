@@ -1,8 +1,12 @@
 // Spec-string parsing: canonical forms, and errors that name the argument and the valid choices.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
+#include "data_path.hpp"
 #include "spec.hpp"
 
 namespace ccoll {
@@ -121,6 +125,21 @@ TEST(Spec, AutoSelection) {
   EXPECT_EQ(coll::select_allreduce(Algorithm::kRing, 1 << 20, 4, 4, true), Algorithm::kRing);
   EXPECT_EQ(coll::select_allgather(Algorithm::kAuto, 16, 4, 4), Algorithm::kTree);
   EXPECT_EQ(coll::select_allgather(Algorithm::kAuto, 1 << 20, 4, 4), Algorithm::kRing);
+}
+
+// Every data path has a distinct name, which the C API's lookup finds (a name it lacked came
+// out as "" in ccoll_stats_t::transport); an unknown name is "".
+TEST(DataPaths, NamesAreDistinctAndFound) {
+  std::set<std::string> seen;
+  for (const DataPath p : {DataPath::kHost, DataPath::kHostCopy, DataPath::kStaged,
+                           DataPath::kCudaAwareMpi, DataPath::kNccl, DataPath::kNcclEmulated}) {
+    const std::string name = data_path_name(p);
+    EXPECT_FALSE(name.empty());
+    EXPECT_TRUE(seen.insert(name).second) << name;
+    EXPECT_EQ(data_path_static_name(name), data_path_name(p));  // the static string itself
+  }
+  EXPECT_STREQ(data_path_static_name("gpu"), "");
+  EXPECT_STREQ(data_path_static_name(""), "");
 }
 
 }  // namespace

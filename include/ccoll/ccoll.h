@@ -45,8 +45,8 @@ typedef struct ccoll_stats {
   double total_seconds;
   int fell_back; /**< 1 when the call was done uncompressed by MPI (see ccoll::Stats). */
   unsigned bits; /**< Bits per element of the codes sent (see ccoll::Stats::bits). */
-  /** How the data moved (see ccoll::Stats::transport): "host", "staged", "host-copy",
-      "cuda-aware-mpi", or "" when the call stopped before choosing; a static string. */
+  /** How the data moved (see ccoll::Stats::transport): "host", "host-copy", "staged",
+      "cuda-aware-mpi", "nccl", or "" when the call stopped before choosing; a static string. */
   const char* transport;
 } ccoll_stats_t;
 

@@ -45,7 +45,8 @@ struct Stats {
   /// How the data moved: "host" (host buffers), "staged" (device buffers: the codec ran on the
   /// GPU and only payloads crossed to the host for MPI), "host-copy" (device buffers copied
   /// whole to the host and back, the codec on the CPU: codecs without device kernels, or
-  /// uncompressed calls).
+  /// uncompressed calls), "cuda-aware-mpi" (payloads stayed in device memory and MPI moved
+  /// them), "nccl" (payloads stayed in device memory and NCCL moved them).
   std::string transport;
 };
 

@@ -26,17 +26,20 @@ enum class Status : int {
 /// Short name of a status ("invalid argument", ...); never null.
 CCOLL_API const char* status_string(Status status) noexcept;
 
-/// The one exception type of ccoll. what() names the failing argument or operation and, for
-/// invalid arguments, lists the valid choices. Collective calls raise it on every rank of the
-/// communicator (see ccoll.hpp).
+/// The one exception type of ccoll. what() is "ccoll: " followed by message(), which names the
+/// failing argument or operation and, for invalid arguments, lists the valid choices. Collective
+/// calls raise it on every rank of the communicator (see ccoll.hpp).
 class CCOLL_API Error : public std::runtime_error {
  public:
   Error(Status code, const std::string& message);
   /// The status code (never Status::kSuccess).
   Status code() const noexcept { return code_; }
+  /// The message without what()'s "ccoll: " prefix, for wrapping it into another message.
+  const std::string& message() const noexcept { return message_; }
 
  private:
   Status code_;
+  std::string message_;
 };
 
 }  // namespace ccoll

@@ -24,6 +24,8 @@ void run_comm_setup(MPI_Comm comm, const CommSetup& s, double timeout_s, const c
     std::string why;
     try {
       why = s.make_id(msg.data() + sizeof(int));
+    } catch (const Error& e) {
+      why = e.message();
     } catch (const std::exception& e) {
       why = e.what();
     }
@@ -62,6 +64,8 @@ void run_comm_setup(MPI_Comm comm, const CommSetup& s, double timeout_s, const c
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
+  } catch (const Error& e) {
+    why = e.message();
   } catch (const std::exception& e) {
     why = e.what();
   }
