@@ -1,4 +1,4 @@
-// dq:min=Bmin,max=Bmax[,kappa=K] — dynamic bit-width per call (ALGORITHMS.md section 8),
+// dq:min=Bmin,max=Bmax[,kappa=K] — dynamic bit-width per call (docs/design.md, "The research codecs"),
 // over the summable maxnorm at the chosen width.
 //
 // Before the scale pass every rank contributes ||x_i||^2 to one MPI_SUM all-reduce, so all ranks

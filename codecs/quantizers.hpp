@@ -1,4 +1,4 @@
-// Factories of the quantizing codecs (ALGORITHMS.md sections 2-4).
+// Factories of the quantizing codecs (docs/design.md, "Codecs in this build").
 #pragma once
 
 #include <algorithm>
@@ -75,7 +75,7 @@ inline std::string format_real(double x) {
   return std::string(buf, r.ptr);
 }
 
-/// Parameters of the maxnorm family (ALGORITHMS.md section 2).
+/// Parameters of the maxnorm family (docs/design.md, "Codecs in this build").
 struct MaxNormParams {
   unsigned bits = 8;       ///< B: 2^(B-1) - 1 levels per sign (the coarse ones when two-scale)
   unsigned fine_bits = 0;  ///< B2 of bits=B1/B2 (two-scale); 0: single scale

@@ -1,4 +1,4 @@
-// sketch:bits=B[,clusters=K] — cluster-aware sketch quantization (ALGORITHMS.md section 6).
+// sketch:bits=B[,clusters=K] — cluster-aware sketch quantization (docs/design.md, "The research codecs").
 //
 // Per payload (one block of a schedule):
 //  1. A quantile sketch: a fixed-size strided sample of the values (kSample at most, sorted;

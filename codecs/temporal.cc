@@ -1,5 +1,5 @@
 // temporal:bits=B[,beta=0.9][,ef=1] — momentum-difference predictive coding in all-reduce form
-// (ALGORITHMS.md section 7), a closed-loop DPCM around the summable maxnorm:bits=B.
+// (docs/design.md, "The research codecs"), a closed-loop DPCM around the summable maxnorm:bits=B.
 //
 // State per tensor (the plan's tensor key), indexed by element:
 //   xh — this rank's reconstruction of its own input (what the receivers can attribute to it),

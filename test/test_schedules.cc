@@ -222,7 +222,6 @@ class LossyAllreduce
 
 template <class T>
 void check_lossy(const std::string& codec, Algorithm algo, int p) {
-  const double u = make_codec(parse_codec_spec(codec), dtype_of<T>())->unit_roundoff();
   for (const std::size_t count :
        {std::size_t{0}, std::size_t{1}, std::size_t{3}, static_cast<std::size_t>(p - 1),
         std::size_t{1000}, std::size_t{65543}}) {
@@ -234,16 +233,14 @@ void check_lossy(const std::string& codec, Algorithm algo, int p) {
     const auto res = allreduce<T>(p, count, rc);
     expect_identical(res);
     const auto out = from_bytes<T>(res[0].out);
-    // the documented bound: p (u + 2^-23) × Σ_i max|x_i| (max|x_i| = 20 here)
-    const double tol = p * (u + 0x1p-23) * 20.0 * p;
     double worst = 0;
     for (std::size_t i = 0; i < count; ++i) {
       worst = std::max(
           worst, std::fabs(static_cast<double>(out[i]) - static_cast<double>(exact_sum<T>(p, i))));
     }
-    EXPECT_LE(worst, tol);
     // Integer-valued inputs up to 160 in magnitude are exact in fp16 and bf16 (8 significant
-    // bits cover 0..256), so here the codecs must reproduce the exact sum.
+    // bits cover 0..256), so here the codecs must reproduce the exact sum. (The rounding bound
+    // is checked on non-integer data in LossyRoundingStaysIdenticalAcrossRanks.)
     EXPECT_EQ(worst, 0.0);
   }
 }
@@ -263,37 +260,42 @@ INSTANTIATE_TEST_SUITE_P(Codecs, LossyAllreduce,
                                             ::testing::Values(1, 2, 3, 4, 5, 8),
                                             ::testing::Bool()));
 
-// Non-integer data: rounding really happens; every rank must still see the same bits.
+// Non-integer data: rounding really happens; every rank must still see the same bits, and the
+// mean stays within the documented bound p (u + 2^-23) × max|x| (the mean of p sums).
 TEST(Allreduce, LossyRoundingStaysIdenticalAcrossRanks) {
-  for (const Algorithm algo : {Algorithm::kRing, Algorithm::kTree}) {
-    for (const int p : {3, 5, 6, 7}) {
-      RunConfig rc;
-      rc.codec = "fp16";
-      rc.algorithm = algo;
-      rc.average = true;
-      rc.segment_elems = 100;
-      const std::size_t count = 777;
-      const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
-        std::vector<float> buf(count);
+  for (const char* codec : {"fp16", "bf16"}) {
+    for (const Algorithm algo : {Algorithm::kRing, Algorithm::kTree}) {
+      for (const int p : {3, 5, 6, 7}) {
+        SCOPED_TRACE(std::string(codec) + " p " + std::to_string(p));
+        const double u = make_codec(parse_codec_spec(codec), DType::kFloat32)->unit_roundoff();
+        RunConfig rc;
+        rc.codec = codec;
+        rc.algorithm = algo;
+        rc.average = true;
+        rc.segment_elems = 100;
+        const std::size_t count = 777;
+        const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+          std::vector<float> buf(count);
+          for (std::size_t i = 0; i < count; ++i) {
+            buf[i] = std::sin(0.1f * static_cast<float>(i) + static_cast<float>(r)) * 3.3f;
+          }
+          if (algo == Algorithm::kTree) {
+            coll::allreduce_recursive_doubling(cx, buf.data(), count, true);
+          } else {
+            coll::allreduce_ring(cx, buf.data(), count, true);
+          }
+          return as_bytes(buf);
+        });
+        expect_identical(res);
+        const auto out = from_bytes<float>(res[0].out);
         for (std::size_t i = 0; i < count; ++i) {
-          buf[i] = std::sin(0.1f * static_cast<float>(i) + static_cast<float>(r)) * 3.3f;
+          double ref = 0;
+          for (int r = 0; r < p; ++r) {
+            ref += std::sin(0.1f * static_cast<float>(i) + static_cast<float>(r)) * 3.3f;
+          }
+          ref /= p;
+          EXPECT_LE(std::fabs(out[i] - ref), p * (u + 0x1p-23) * 3.3) << i;
         }
-        if (algo == Algorithm::kTree) {
-          coll::allreduce_recursive_doubling(cx, buf.data(), count, true);
-        } else {
-          coll::allreduce_ring(cx, buf.data(), count, true);
-        }
-        return as_bytes(buf);
-      });
-      expect_identical(res);
-      const auto out = from_bytes<float>(res[0].out);
-      for (std::size_t i = 0; i < count; ++i) {
-        double ref = 0;
-        for (int r = 0; r < p; ++r) {
-          ref += std::sin(0.1f * static_cast<float>(i) + static_cast<float>(r)) * 3.3f;
-        }
-        ref /= p;
-        EXPECT_LE(std::fabs(out[i] - ref), p * (0x1p-11 + 0x1p-23) * 3.3 * p / p) << i;
       }
     }
   }

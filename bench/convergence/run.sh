@@ -3,15 +3,14 @@
 # seed and data order, and writes bench/results/convergence/ (README.md with the table and the
 # claims checked, loss/accuracy plot, raw JSON lines). One command:
 #   bench/convergence/run.sh [-n RANKS] [-e EPOCHS] [-d DATA_DIR] [-o OUTDIR]
-# Defaults: 4 ranks, 10 epochs, ../shared/data/mnist when it exists (else generated data, said in
-# the report), OUTDIR bench/results/convergence. Needs a build in ./build (ccoll_train) and
+# Defaults: 4 ranks, 10 epochs, DATA_DIR from CCOLL_MNIST_DIR when set (a folder of MNIST IDX
+# files; else generated data, said in the report), OUTDIR bench/results/convergence. Needs a build in ./build (ccoll_train) and
 # python3 with matplotlib (Debian: python3-matplotlib).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 RANKS=4
 EPOCHS=10
-DATA=""
-[ -d ../shared/data/mnist ] && DATA=../shared/data/mnist
+DATA=${CCOLL_MNIST_DIR:-}
 OUT=bench/results/convergence
 while getopts "n:e:d:o:h" opt; do
   case $opt in

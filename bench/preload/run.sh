@@ -2,7 +2,7 @@
 # The mpi4py trainer (bench/preload/mpi4py_mnist.py) twice on P local ranks: as it is, and under
 # libccoll_mpi with CCOLL_CODEC (default maxnorm:bits=8) and CCOLL_STATS=1, which prints the
 # bytes that went on the wire at MPI_Finalize. The trainer is not changed between the runs.
-#   bench/preload/run.sh [-n P] [-c CODEC] [-- trainer options, e.g. --data ../shared/data/mnist]
+#   bench/preload/run.sh [-n P] [-c CODEC] [-- trainer options, e.g. --data MNIST_DIR]
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 P=4
