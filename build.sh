@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # ccoll's two commands, from a fresh clone:
 #   ./build.sh run    install what is missing, build, run compressed all-reduce on 4 MPI ranks
-#   ./build.sh test   install what is missing, build, run the whole CTest suite (unit, MPI,
-#                     package consumer), the unit tests again under ASan+UBSan, and every
-#                     decoder under libFuzzer for a few seconds (when clang is installed)
+#   ./build.sh test   install what is missing, check the sources' format (clang-format), build,
+#                     run the whole CTest suite (unit, MPI, package consumer), the unit tests
+#                     again under ASan+UBSan, and every decoder under libFuzzer for a few
+#                     seconds (when clang is installed)
 # Environment: JOBS (parallel build jobs, default 2), BUILD_DIR (default build),
 #   CCOLL_SKIP_SANITIZER=1 / CCOLL_SKIP_FUZZ=1 (test: skip those passes), CI=true (warnings
 #   are errors).
@@ -13,7 +14,7 @@ cmd=${1:-}
 JOBS=${JOBS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
 
-usage() { sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; }
 
 install_missing() {
   local missing=()
@@ -21,6 +22,7 @@ install_missing() {
   command -v g++ >/dev/null || missing+=(g++)
   command -v make >/dev/null || missing+=(make)
   command -v pkg-config >/dev/null || missing+=(pkg-config)
+  command -v clang-format >/dev/null || missing+=(clang-format)
   command -v mpiexec >/dev/null || missing+=(openmpi-bin)
   command -v mpicxx >/dev/null || missing+=(libopenmpi-dev)
   [ -f /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
@@ -51,6 +53,16 @@ mpi_env() {
   export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 }
 
+# Every C, C++ and CUDA source of the repository in its style (.clang-format).
+format_check() {
+  if ! git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
+    echo "build.sh: not a git checkout; skipping the format check"
+    return 0
+  fi
+  git ls-files -z '*.c' '*.h' '*.cc' '*.hpp' '*.cu' | xargs -0 clang-format --dry-run -Werror
+  echo "build.sh: sources formatted ($(clang-format --version))"
+}
+
 configure() {
   local extra=()
   [ "${CI:-}" = "true" ] && extra+=(-DCCOLL_WARNINGS_AS_ERRORS=ON)
@@ -68,6 +80,7 @@ case "$cmd" in
     ;;
   test)
     install_missing
+    format_check
     configure
     cmake --build "$BUILD_DIR" -j "$JOBS"
     mpi_env

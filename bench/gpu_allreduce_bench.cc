@@ -111,7 +111,8 @@ int main(int argc, char** argv) {
   if (rank_ == 0) {
     std::printf("# %d ranks, %d GPU(s) per node (%s), mean of %d calls after 2 warm-up calls\n\n",
                 p, ndev, prop.name, iters);
-    std::printf("| size | method | transport | ms | speedup vs copy+MPI |\n|---|---|---|---|---|\n");
+    std::printf(
+        "| size | method | transport | ms | speedup vs copy+MPI |\n|---|---|---|---|---|\n");
   }
   for (const std::size_t bytes : sizes) {
     const std::size_t n = bytes / 4;

@@ -100,13 +100,15 @@ void usage() {
       "                                in decode, and the rest (agreement, copies, scales)\n"
       "  -h, --help                    this help\n",
       kProgram,
-      kGloo ? "  --codec ALG                   Gloo all-reduce: ring, ring_chunked, halving_doubling\n"
-              "                                (repeatable or a comma list). Default: ring\n"
-              "  --iface NAME                  interface of Gloo's TCP device (default:\n"
-              "                                $CCOLL_CLUSTER_IFACE, else lo)\n"
-            : "  --codec SPEC                  ccoll codec spec (repeatable; a comma list of plain\n"
-              "                                names works too). Default: none\n"
-              "  --algorithm auto|ring|tree|allgather  ccoll schedule (default auto)\n",
+      kGloo
+          ? "  --codec ALG                   Gloo all-reduce: ring, ring_chunked, "
+            "halving_doubling\n"
+            "                                (repeatable or a comma list). Default: ring\n"
+            "  --iface NAME                  interface of Gloo's TCP device (default:\n"
+            "                                $CCOLL_CLUSTER_IFACE, else lo)\n"
+          : "  --codec SPEC                  ccoll codec spec (repeatable; a comma list of plain\n"
+            "                                names works too). Default: none\n"
+            "  --algorithm auto|ring|tree|allgather  ccoll schedule (default auto)\n",
       kAllgather ? "Allgather" : "Allreduce");
 }
 
@@ -301,7 +303,8 @@ int main(int argc, char** argv) {
   for (const auto& c : args.codecs) {
     if (kGloo) {
       if (c != "ring" && c != "ring_chunked" && c != "halving_doubling") {
-        fail("--codec: '" + c + "' is not a Gloo all-reduce (valid: ring, ring_chunked, "
+        fail("--codec: '" + c +
+             "' is not a Gloo all-reduce (valid: ring, ring_chunked, "
              "halving_doubling)");
       }
       continue;
@@ -328,8 +331,8 @@ int main(int argc, char** argv) {
     gloo_ctx = std::make_shared<gloo::rendezvous::Context>(rank_, size_);
     gloo_ctx->connectFullMesh(store, device);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: rank %d: Gloo setup on interface '%s' failed: %s\n", kProgram,
-                 rank_, args.iface.c_str(), e.what());
+    std::fprintf(stderr, "%s: rank %d: Gloo setup on interface '%s' failed: %s\n", kProgram, rank_,
+                 args.iface.c_str(), e.what());
     MPI_Abort(MPI_COMM_WORLD, 2);
   }
   MPI_Barrier(MPI_COMM_WORLD);
@@ -515,10 +518,11 @@ int main(int argc, char** argv) {
         for (double& v : phase) v = v / std::max(1, profiled) * 1e3 / size_;
         MPI_Reduce(phase, mean, 4, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
         if (rank_ == 0) {
-          std::printf("# profile %zu %s encode_ms %.3f comm_ms %.3f decode_ms %.3f other_ms %.3f "
-                      "total_ms %.3f\n",
-                      count * sizeof(float), codec.c_str(), mean[0], mean[1], mean[2],
-                      std::max(0.0, mean[3] - mean[0] - mean[1] - mean[2]), mean[3]);
+          std::printf(
+              "# profile %zu %s encode_ms %.3f comm_ms %.3f decode_ms %.3f other_ms %.3f "
+              "total_ms %.3f\n",
+              count * sizeof(float), codec.c_str(), mean[0], mean[1], mean[2],
+              std::max(0.0, mean[3] - mean[0] - mean[1] - mean[2]), mean[3]);
         }
       }
     }

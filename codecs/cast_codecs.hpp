@@ -1,6 +1,6 @@
 // The cast codecs: "none" (elements as they are) and "fp16"/"bf16" (round-to-nearest-even casts,
-// docs/design.md, "Codecs in this build"). Neither 16-bit format is summable: schedules decode, add in the
-// element type, and re-encode at each hop.
+// docs/design.md, "Codecs in this build"). Neither 16-bit format is summable: schedules decode, add
+// in the element type, and re-encode at each hop.
 #pragma once
 
 #include <memory>

@@ -1,5 +1,5 @@
-// dq:min=Bmin,max=Bmax[,kappa=K] — dynamic bit-width per call (docs/design.md, "The research codecs"),
-// over the summable maxnorm at the chosen width.
+// dq:min=Bmin,max=Bmax[,kappa=K] — dynamic bit-width per call (docs/design.md, "The research
+// codecs"), over the summable maxnorm at the chosen width.
 //
 // Before the scale pass every rank contributes ||x_i||^2 to one MPI_SUM all-reduce, so all ranks
 // know the global squared norm G and choose the same width. With a_t the caller's learning-rate
@@ -47,9 +47,7 @@ class DqCodec final : public ForwardingCodec {
     return by_bits_.back()->max_encoded_bytes(count);  // the widest codes
   }
   unsigned bits_used() const override { return bits_; }
-  void reset_state() override {
-    ref_ = 0;
-  }
+  void reset_state() override { ref_ = 0; }
   std::uint64_t state_fingerprint() const override {
     std::uint64_t b = 0;
     std::memcpy(&b, &ref_, sizeof b);

@@ -1,4 +1,5 @@
-// The `ef=1` modifier: error feedback (EF-SGD, docs/design.md, "Codecs in this build") around any codec.
+// The `ef=1` modifier: error feedback (EF-SGD, docs/design.md, "Codecs in this build") around any
+// codec.
 //
 // Two residuals per tensor, indexed by element offset:
 // - own: p = x + e_own; send C(p); e_own = p - D(C(p)) for this rank's own contributions;

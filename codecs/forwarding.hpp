@@ -37,8 +37,8 @@ class ForwardingCodec : public Codec {
                          void* acc) override {
     target_->decode_accumulate(in, bytes, count, acc);
   }
-  // reduce_encode, encode_many and decode_many are not forwarded: Codec's default calls this wrapper's decode_accumulate and
-  // encode, which is what a wrapper that changes either needs
+  // reduce_encode, encode_many and decode_many are not forwarded: Codec's default calls this
+  // wrapper's decode_accumulate and encode, which is what a wrapper that changes either needs
   void reset_state() override { target_->reset_state(); }
   unsigned bits_used() const override { return target_->bits_used(); }
   std::uint64_t state_fingerprint() const override { return target_->state_fingerprint(); }
@@ -55,15 +55,11 @@ class ForwardingCodec : public Codec {
   }
   void begin_call(int ranks) override { target_->begin_call(ranks); }
   void set_call(std::uint64_t seed, std::uint64_t call) override { target_->set_call(seed, call); }
-  std::size_t scale_slots(std::size_t count) const override {
-    return target_->scale_slots(count);
-  }
+  std::size_t scale_slots(std::size_t count) const override { return target_->scale_slots(count); }
   void local_scales(const void* data, std::size_t count, double* out) const override {
     target_->local_scales(data, count, out);
   }
-  void set_scales(const double* shared, std::size_t n) override {
-    target_->set_scales(shared, n);
-  }
+  void set_scales(const double* shared, std::size_t n) override { target_->set_scales(shared, n); }
   std::size_t mask_bytes(std::size_t count) const override { return target_->mask_bytes(count); }
   void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override {
     target_->local_mask(data, count, out);

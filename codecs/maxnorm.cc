@@ -1,4 +1,5 @@
-// The maxnorm family — all-reduce-compatible shared-scale quantization (docs/design.md, "Codecs in this build").
+// The maxnorm family — all-reduce-compatible shared-scale quantization (docs/design.md, "Codecs in
+// this build").
 //
 // Scale: M_b = max over ranks of max|x| in block b (kBlock elements of the tensor), agreed in a
 // small MAX all-reduce before the data moves. Levels s = 2^(B-1) - 1 per sign; q = sgn(x)·
@@ -170,9 +171,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   std::size_t payload_bytes(std::size_t count, std::uint64_t offset,
                             std::uint32_t contributions) const override {
     // randk: as many codes as the call's shared selection keeps there
-    const std::size_t ncodes = sparse_ ? (selection_.select(seed_, call_, offset, count, sel_),
-                                          sel_.size())
-                                       : count;
+    const std::size_t ncodes =
+        sparse_ ? (selection_.select(seed_, call_, offset, count, sel_), sel_.size()) : count;
     return wire::kHeaderBytes + 8 + 4 * blocks_spanned(offset, count) +
            packed_bytes(ncodes, width(contributions));
   }
@@ -415,7 +415,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     return static_cast<std::size_t>(w.finish() - out);
   }
 
- /// maxnorm_layout(): parse(), and randk's kept coordinates.
+  /// maxnorm_layout(): parse(), and randk's kept coordinates.
   MaxnormLayout layout(const std::byte* in, std::size_t bytes, std::size_t count) const {
     const View v = parse(in, bytes, count);
     MaxnormLayout l;
@@ -576,9 +576,9 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
 #if CCOLL_HAVE_HWY
       if constexpr (std::is_same_v<T, float>) {
         if (fine_bits_ == 0 && v.width == 8) {  // byte lanes: one vector pass
-          const std::uint32_t top = apply_bytes_hwy(
-              reinterpret_cast<const std::uint8_t*>(v.codes) + i, end - i, step,
-              static_cast<std::int32_t>(bias_j), kAccumulate, out + i);
+          const std::uint32_t top =
+              apply_bytes_hwy(reinterpret_cast<const std::uint8_t*>(v.codes) + i, end - i, step,
+                              static_cast<std::int32_t>(bias_j), kAccumulate, out + i);
           worst = std::max(worst, top);
           i = end;
           continue;

@@ -100,19 +100,19 @@ inline float maxnorm_scale_float(double shared) {
 
 /// Where the parts of a validated maxnorm payload lie (the device codecs decode from it).
 struct MaxnormLayout {
-  std::uint64_t offset = 0;     ///< element offset of the payload's first element
-  std::size_t nblocks = 0;      ///< scales it carries (f32 each), from byte scales_at
+  std::uint64_t offset = 0;  ///< element offset of the payload's first element
+  std::size_t nblocks = 0;   ///< scales it carries (f32 each), from byte scales_at
   std::size_t scales_at = 0;
-  std::size_t codes_at = 0;     ///< byte offset of the packed codes
+  std::size_t codes_at = 0;  ///< byte offset of the packed codes
   std::size_t code_bytes = 0;
-  unsigned width = 0;           ///< bits per lane
-  std::uint32_t levels = 0;     ///< s
-  std::int64_t bias = 0;        ///< lane offset (j·s; sum=requant: s)
-  std::uint32_t limit = 0;      ///< largest valid lane (2·bias); the lanes are not checked here
+  unsigned width = 0;        ///< bits per lane
+  std::uint32_t levels = 0;  ///< s
+  std::int64_t bias = 0;     ///< lane offset (j·s; sum=requant: s)
+  std::uint32_t limit = 0;   ///< largest valid lane (2·bias); the lanes are not checked here
   std::uint32_t contributions = 0;  ///< j
-  std::uint32_t levels2 = 0;    ///< two-scale: s2 of the fine coordinates; 0 otherwise
-  bool requant = false;         ///< sum=requant: a lane stands for j times its code
-  std::size_t ncodes = 0;       ///< codes in the payload (randk: the kept coordinates)
+  std::uint32_t levels2 = 0;        ///< two-scale: s2 of the fine coordinates; 0 otherwise
+  bool requant = false;             ///< sum=requant: a lane stands for j times its code
+  std::size_t ncodes = 0;           ///< codes in the payload (randk: the kept coordinates)
   /// randk: the kept coordinates (tensor indices, increasing), valid until the codec's next
   /// call; null for the dense codecs
   const std::vector<std::uint64_t>* selected = nullptr;

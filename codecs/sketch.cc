@@ -1,4 +1,5 @@
-// sketch:bits=B[,clusters=K] — cluster-aware sketch quantization (docs/design.md, "The research codecs").
+// sketch:bits=B[,clusters=K] — cluster-aware sketch quantization (docs/design.md, "The research
+// codecs").
 //
 // Per payload (one block of a schedule):
 //  1. A quantile sketch: a fixed-size strided sample of the values (kSample at most, sorted;
@@ -94,8 +95,8 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
         const T v = x[i + k];
         // the interval [lv[j], lv[j+1]] holding v: lv[j] <= v, j as large as possible below
         // the last level (levels may repeat; any bracketing interval is unbiased)
-        std::size_t j = static_cast<std::size_t>(
-                            std::upper_bound(lv + 1, lv + levels_ - 1, v) - lv) - 1;
+        std::size_t j =
+            static_cast<std::size_t>(std::upper_bound(lv + 1, lv + levels_ - 1, v) - lv) - 1;
         const T lo = lv[j];
         const T hi = lv[j + 1];
         std::uint32_t code = static_cast<std::uint32_t>(j);
@@ -175,8 +176,8 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
       start_[kc] = m;
       for (unsigned j = 1; j < kc; ++j) {
         const double mid = 0.5 * (centroid_[j - 1] + centroid_[j]);
-        start_[j] = static_cast<std::size_t>(
-            std::upper_bound(sample_.begin(), sample_.end(), mid) - sample_.begin());
+        start_[j] = static_cast<std::size_t>(std::upper_bound(sample_.begin(), sample_.end(), mid) -
+                                             sample_.begin());
         start_[j] = std::max(start_[j], start_[j - 1]);
       }
       for (unsigned j = 0; j < kc; ++j) {
@@ -243,8 +244,8 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
       const double a = edge_[j];
       const double b = edge_[j + 1];
       for (std::size_t q = 0; q < alloc[j]; ++q) {
-        level_[k++] = static_cast<T>(a + (b - a) * static_cast<double>(q) /
-                                             static_cast<double>(alloc[j]));
+        level_[k++] =
+            static_cast<T>(a + (b - a) * static_cast<double>(q) / static_cast<double>(alloc[j]));
       }
     }
     level_[k] = mx;
@@ -258,13 +259,14 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
     if (levels_ >= 3 && mn < T(0) && mx > T(0) && nzero * levels_ >= m) {
       std::size_t best = 1;
       for (std::size_t q = 2; q + 1 < levels_; ++q) {
-        if (std::fabs(static_cast<double>(level_[q])) < std::fabs(static_cast<double>(level_[best])))
+        if (std::fabs(static_cast<double>(level_[q])) <
+            std::fabs(static_cast<double>(level_[best])))
           best = q;
       }
       level_[best] = T(0);
       std::sort(level_.begin(), level_.end());
-      zero_level_ = static_cast<std::size_t>(
-          std::lower_bound(level_.begin(), level_.end(), T(0)) - level_.begin());
+      zero_level_ = static_cast<std::size_t>(std::lower_bound(level_.begin(), level_.end(), T(0)) -
+                                             level_.begin());
     }
     refine_levels();
     // rounding to T must not break the order the encoder's search relies on

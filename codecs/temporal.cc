@@ -30,8 +30,7 @@ namespace {
 template <class T>
 class TemporalCodec final : public ForwardingCodec {
  public:
-  TemporalCodec(std::unique_ptr<Codec> inner, unsigned bits, double beta, bool ef,
-                std::string spec)
+  TemporalCodec(std::unique_ptr<Codec> inner, unsigned bits, double beta, bool ef, std::string spec)
       : inner_(std::move(inner)),
         bits_(bits),
         beta_(static_cast<T>(beta)),

@@ -105,6 +105,7 @@ class TopKCodec final : public ApplyingCodec<TopKCodec<T>, T> {
     std::memcpy(&k, &v, sizeof k);
     return k & ~(Key{1} << (kKeyBits - 1));  // |v| as bits: ordered like the magnitudes
   }
+
  public:
   double ratio() const { return ratio_; }
   /// Everything apply() checks before it writes; returns the number of kept elements.

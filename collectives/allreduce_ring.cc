@@ -94,10 +94,15 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
       for (std::size_t j = 0; j < nseg; ++j) {
         const std::size_t off = L.seg_offset(recv_chunk, j);
         std::byte* slot = slots + L.slot(recv_chunk, j);
-        jobs[j] = codec::ReduceJob{nullptr, 0, L.seg_elems(recv_chunk, j), data + off * es,
+        jobs[j] = codec::ReduceJob{nullptr,
+                                   0,
+                                   L.seg_elems(recv_chunk, j),
+                                   data + off * es,
                                    codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
                                                        codec::BlockContext::Role::kHop},
-                                   slot, 0, false};
+                                   slot,
+                                   0,
+                                   false};
       }
       codec::HopHooks hooks;
       hooks.arrive = [&](std::size_t j) { arrived(j, jobs[j].in, jobs[j].bytes); };
@@ -116,8 +121,7 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
         jobs[j] = codec::DecodeJob{nullptr, 0, L.seg_elems(recv_chunk, j),
                                    data + L.seg_offset(recv_chunk, j) * es, true};
       }
-      e.decode_many(jobs, nseg,
-                    [&](std::size_t j) { arrived(j, jobs[j].in, jobs[j].bytes); });
+      e.decode_many(jobs, nseg, [&](std::size_t j) { arrived(j, jobs[j].in, jobs[j].bytes); });
     }
   }
   for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);

@@ -69,8 +69,7 @@ class Workspace {
   std::byte* bytes(std::size_t n) {
     if (capacity_ < n) {
       release();
-      bytes_ = static_cast<std::byte*>(alloc_ != nullptr ? alloc_->allocate(n)
-                                                         : ::operator new(n));
+      bytes_ = static_cast<std::byte*>(alloc_ != nullptr ? alloc_->allocate(n) : ::operator new(n));
       capacity_ = n;
     }
     return bytes_;
@@ -186,8 +185,7 @@ inline void allreduce_ring(Context& cx, void* buf, std::size_t count, bool avera
 /// codec::Codec::payload_bytes, waits for them, then reduces. Same payloads and results as
 /// allreduce_ring, with the step's transfers in lock step instead of pipelined per segment.
 /// Needs a codec with fixed payload lengths (payload_bytes != 0) and at least 2 ranks.
-void allreduce_ring_exact(Context& cx, const void* in, void* out, std::size_t count,
-                          bool average);
+void allreduce_ring_exact(Context& cx, const void* in, void* out, std::size_t count, bool average);
 /// The ring all-gather with exact-length receives (see allreduce_ring_exact).
 void allgather_ring_exact(Context& cx, const void* send, std::size_t count, void* recv);
 

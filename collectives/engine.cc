@@ -97,8 +97,8 @@ std::size_t Engine::reduce_encode(const std::byte* in, std::size_t bytes, std::s
   const auto t0 = Clock::now();
   std::size_t n = 0;
   try {
-    n = cx_.codec.reduce_encode(in, bytes, count, acc,
-                                {cx_.seed, cx_.call, stream, offset, hop}, out);
+    n = cx_.codec.reduce_encode(in, bytes, count, acc, {cx_.seed, cx_.call, stream, offset, hop},
+                                out);
   } catch (const Error& err) {
     poison(err.code(), err.message());
     cx_.counters.decode_seconds += since(t0);
@@ -147,8 +147,8 @@ void Engine::reduce_encode_many(codec::ReduceJob* jobs, std::size_t n,
     cx_.counters.decode_seconds += since(t0) - hook.seconds;
     for (std::size_t i = handed; i < n; ++i) {  // the rest: `acc` as it is, marked poisoned
       if (i >= arrived) mine.arrive(i);
-      jobs[i].out_bytes = encode(jobs[i].acc, jobs[i].count, jobs[i].ctx.stream,
-                                 jobs[i].ctx.offset, jobs[i].out, codec::BlockContext::Role::kHop);
+      jobs[i].out_bytes = encode(jobs[i].acc, jobs[i].count, jobs[i].ctx.stream, jobs[i].ctx.offset,
+                                 jobs[i].out, codec::BlockContext::Role::kHop);
       mine.ready(i);
     }
     return;
@@ -219,7 +219,8 @@ void Engine::wait_send(Request& r) {
 }
 
 bool Engine::payload_poisoned(const std::byte* p, std::size_t bytes) {
-  return cx_.payloads != nullptr ? cx_.payloads->is_poisoned(p, bytes) : wire::is_poisoned(p, bytes);
+  return cx_.payloads != nullptr ? cx_.payloads->is_poisoned(p, bytes)
+                                 : wire::is_poisoned(p, bytes);
 }
 
 void Engine::poison_payload(std::byte* p) {

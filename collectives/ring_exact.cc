@@ -43,8 +43,10 @@ struct ExactRing {
       const std::size_t have = sizes[L.index(sc, j)];
       std::byte* slot = slots + L.slot(sc, j);
       if (have != want && !e.payload_poisoned(slot, have)) {
-        e.fail(Status::kInternal, "payload of " + std::to_string(have) + " bytes where the codec "
-                                  "said " + std::to_string(want));
+        e.fail(Status::kInternal, "payload of " + std::to_string(have) +
+                                      " bytes where the codec "
+                                      "said " +
+                                      std::to_string(want));
         e.poison_payload(slot);
       }
       sends[j] = e.send(slot, want, next, tag);
@@ -104,8 +106,7 @@ void require_exact(Engine& e, const RingLayout& L, std::size_t count) {
 
 }  // namespace
 
-void allreduce_ring_exact(Context& cx, const void* in, void* out, std::size_t count,
-                          bool average) {
+void allreduce_ring_exact(Context& cx, const void* in, void* out, std::size_t count, bool average) {
   Engine e(cx);
   const int p = e.size();
   const int r = e.rank();
@@ -157,8 +158,8 @@ void allreduce_ring_exact(Context& cx, const void* in, void* out, std::size_t co
         const std::size_t cnt = L.seg_elems(rc, j);
         std::byte* slot = slots + L.slot(rc, j);
         if (k + 2 < p) {
-          sizes[L.index(rc, j)] = e.reduce_encode(slot, got, cnt, data + off * es, own_stream,
-                                                  off, slot);
+          sizes[L.index(rc, j)] =
+              e.reduce_encode(slot, got, cnt, data + off * es, own_stream, off, slot);
         } else {
           e.decode(slot, got, cnt, data + off * es, /*accumulate=*/true);
         }
@@ -182,8 +183,7 @@ void allgather_ring_exact(Context& cx, const void* send, std::size_t count, void
   std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
   ExactRing ring{e, L, slots, sizes, true};
   // chunks are equal (count each), so chunk r of `recv` is rank r's block
-  ring.encode_chunk(e.rank(), static_cast<const std::byte*>(send),
-                    codec::BlockContext::Role::kOwn);
+  ring.encode_chunk(e.rank(), static_cast<const std::byte*>(send), codec::BlockContext::Role::kOwn);
   ring.allgather(1, static_cast<std::byte*>(recv));
   e.finish();
 }

@@ -35,9 +35,7 @@ unsigned grid_for(std::size_t items) {
 __device__ std::size_t global_thread() {
   return blockIdx.x * static_cast<std::size_t>(blockDim.x) + threadIdx.x;
 }
-__device__ std::size_t grid_threads() {
-  return static_cast<std::size_t>(gridDim.x) * blockDim.x;
-}
+__device__ std::size_t grid_threads() { return static_cast<std::size_t>(gridDim.x) * blockDim.x; }
 __device__ unsigned lane_id() { return threadIdx.x & 31u; }
 
 // Reductions of one value per thread to one per block (kThreads threads), so that a kernel
@@ -128,8 +126,7 @@ __global__ void selected_abs_max_kernel(const float* x, const std::uint64_t* sel
   }
 }
 
-__global__ void sketch_minmax_kernel(const float* x, std::size_t count,
-                                     unsigned long long* keys) {
+__global__ void sketch_minmax_kernel(const float* x, std::size_t count, unsigned long long* keys) {
   unsigned long long lo = ~0ull;
   unsigned long long hi = 0;
   for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
@@ -147,8 +144,7 @@ __global__ void sketch_minmax_kernel(const float* x, std::size_t count,
   }
 }
 
-__global__ void sketch_sample_kernel(const float* x, std::size_t count, std::size_t m,
-                                     float* out) {
+__global__ void sketch_sample_kernel(const float* x, std::size_t count, std::size_t m, float* out) {
   for (std::size_t k = global_thread(); k < m; k += grid_threads()) {
     out[k] = x[sketch_sample_index(k, count, m)];
   }
@@ -385,13 +381,13 @@ class CudaBackend final : public Backend {
     // the two driver calls that tell whether any context exists without creating one
     cudaDriverEntryPointQueryResult found{};
     void* f = nullptr;
-    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &f, 12000, cudaEnableDefault,
-                                         &found) == cudaSuccess &&
+    if (cudaGetDriverEntryPointByVersion("cuCtxGetCurrent", &f, 12000, cudaEnableDefault, &found) ==
+            cudaSuccess &&
         found == cudaDriverEntryPointSuccess) {
       ctx_get_current_ = reinterpret_cast<CtxGetCurrent>(f);
     }
-    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &f, 12000,
-                                         cudaEnableDefault, &found) == cudaSuccess &&
+    if (cudaGetDriverEntryPointByVersion("cuDevicePrimaryCtxGetState", &f, 12000, cudaEnableDefault,
+                                         &found) == cudaSuccess &&
         found == cudaDriverEntryPointSuccess) {
       primary_state_ = reinterpret_cast<PrimaryState>(f);
     }
@@ -413,7 +409,7 @@ class CudaBackend final : public Backend {
     cudaPointerAttributes attr{};
     check(cudaPointerGetAttributes(&attr, p), "cudaPointerGetAttributes");
     return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device
-                                                                                    : -1;
+                                                                                   : -1;
   }
   int current_device() const override {
     int d = 0;
@@ -487,8 +483,8 @@ class CudaBackend final : public Backend {
     if (count == 0) return;
     memset_zero(out, sizeof(std::uint32_t) * ((count + kMaxnormBlock - 1) / kMaxnormBlock));
     const std::size_t tiles = (count + kScanTile - 1) / kScanTile;
-    abs_max_kernel<<<static_cast<unsigned>(tiles < 65535 ? tiles : 65535), kThreads, 0,
-                     stream()>>>(x, count, out);
+    abs_max_kernel<<<static_cast<unsigned>(tiles < 65535 ? tiles : 65535), kThreads, 0, stream()>>>(
+        x, count, out);
     check(cudaGetLastError(), "block_abs_max launch");
   }
   void maxnorm_encode(const float* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
@@ -552,34 +548,34 @@ class CudaBackend final : public Backend {
                       int shift, std::uint32_t* hist) override {
     memset_zero(hist, 4 * 65536);
     if (count == 0) return;
-    topk_histogram_kernel<<<grid_for(count), kThreads, 0, stream()>>>(x, count, prefix, mask,
-                                                                     shift, hist);
+    topk_histogram_kernel<<<grid_for(count), kThreads, 0, stream()>>>(x, count, prefix, mask, shift,
+                                                                      hist);
     check(cudaGetLastError(), "topk_histogram launch");
   }
   void topk_tile_counts(const float* x, const TopkSelect& s, std::uint32_t* above,
                         std::uint32_t* equal) override {
     if (s.count == 0) return;
-    topk_tile_counts_kernel<<<grid_for(32 * ((s.count + kTopkTile - 1) / kTopkTile)), kThreads,
-                              0, stream()>>>(x, s, above, equal);
+    topk_tile_counts_kernel<<<grid_for(32 * ((s.count + kTopkTile - 1) / kTopkTile)), kThreads, 0,
+                              stream()>>>(x, s, above, equal);
     check(cudaGetLastError(), "topk_tile_counts launch");
   }
   void topk_tile_write(const float* x, const TopkSelect& s, const std::uint64_t* above_before,
                        const std::uint64_t* equal_before, std::uint8_t* idx_out,
                        std::uint8_t* val_out) override {
     if (s.count == 0) return;
-    topk_tile_write_kernel<<<grid_for(32 * ((s.count + kTopkTile - 1) / kTopkTile)), kThreads,
-                             0, stream()>>>(x, s, above_before, equal_before, idx_out, val_out);
+    topk_tile_write_kernel<<<grid_for(32 * ((s.count + kTopkTile - 1) / kTopkTile)), kThreads, 0,
+                             stream()>>>(x, s, above_before, equal_before, idx_out, val_out);
     check(cudaGetLastError(), "topk_tile_write launch");
   }
   void topk_scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in, unsigned index_bytes,
                     std::size_t k, float* out, bool accumulate) override {
     if (k == 0) return;
     if (accumulate) {
-      topk_scatter_kernel<true><<<grid_for(k), kThreads, 0, stream()>>>(idx_in, val_in,
-                                                                       index_bytes, k, out);
+      topk_scatter_kernel<true>
+          <<<grid_for(k), kThreads, 0, stream()>>>(idx_in, val_in, index_bytes, k, out);
     } else {
-      topk_scatter_kernel<false><<<grid_for(k), kThreads, 0, stream()>>>(idx_in, val_in,
-                                                                        index_bytes, k, out);
+      topk_scatter_kernel<false>
+          <<<grid_for(k), kThreads, 0, stream()>>>(idx_in, val_in, index_bytes, k, out);
     }
     check(cudaGetLastError(), "topk_scatter launch");
   }
@@ -653,7 +649,7 @@ class CudaBackend final : public Backend {
                           std::uint16_t* out) override {
     if (count == 0) return;
     cast_reduce_encode_kernel<<<grid_for(count), kThreads, 0, stream()>>>(half, in, count, acc,
-                                                                         out);
+                                                                          out);
     check(cudaGetLastError(), "cast_reduce_encode launch");
   }
   void temporal_residual(const TemporalArgs& a, const float* x, float* r) override {

@@ -141,7 +141,7 @@ class EmulatedBackend final : public Backend {
   // a kernel's read past the end of its buffer
   void* device_alloc(std::size_t bytes) override {
     const std::size_t n = bytes == 0 ? 1 : bytes;
-    void* p = ::operator new(n, std::align_val_t{256});
+    void* p = ::operator new (n, std::align_val_t{256});
     ++g_allocations;
     std::lock_guard<std::mutex> lock(mu_);
     blocks_[reinterpret_cast<std::uintptr_t>(p)] = Block{n, current_device_of_thread()};
@@ -190,10 +190,10 @@ class EmulatedBackend final : public Backend {
   void record(Event e) override {
     auto* ev = static_cast<EmulatedEvent*>(e);
     if (ev->device != current_device_of_thread()) {  // as cudaEventRecord refuses it
-      throw Error(Status::kCudaError,
-                  "cudaEventRecord: the event belongs to device " + std::to_string(ev->device) +
-                      ", the current device is " + std::to_string(current_device_of_thread()) +
-                      " (emulated)");
+      throw Error(Status::kCudaError, "cudaEventRecord: the event belongs to device " +
+                                          std::to_string(ev->device) + ", the current device is " +
+                                          std::to_string(current_device_of_thread()) +
+                                          " (emulated)");
     }
     Queues& t = queues();
     ev->queue = t.current;
@@ -350,14 +350,13 @@ class EmulatedBackend final : public Backend {
           }
           for (unsigned lane = 0; lane < kTopkLanes; ++lane) {
             if (c + lane >= end) continue;
-            const std::uint64_t pos = topk_chunk_write(x, s, c + lane, lane, mask_above,
-                                                       mask_equal, above, equal, idx_out, val_out);
+            const std::uint64_t pos = topk_chunk_write(x, s, c + lane, lane, mask_above, mask_equal,
+                                                       above, equal, idx_out, val_out);
             if (pos == kTopkNotKept) continue;
             if (pos >= s.kept || written[pos]) {
-              throw Error(Status::kInternal, "emulated topk_tile_write: position " +
-                                                 std::to_string(pos) + " of " +
-                                                 std::to_string(s.kept) +
-                                                 " written twice or out of range");
+              throw Error(Status::kInternal,
+                          "emulated topk_tile_write: position " + std::to_string(pos) + " of " +
+                              std::to_string(s.kept) + " written twice or out of range");
             }
             written[pos] = true;
           }
@@ -367,9 +366,9 @@ class EmulatedBackend final : public Backend {
       }
       for (std::size_t pos = 0; pos < s.kept; ++pos) {
         if (!written[pos]) {
-          throw Error(Status::kInternal,
-                      "emulated topk_tile_write: position " + std::to_string(pos) + " of " +
-                          std::to_string(s.kept) + " never written");
+          throw Error(Status::kInternal, "emulated topk_tile_write: position " +
+                                             std::to_string(pos) + " of " + std::to_string(s.kept) +
+                                             " never written");
         }
       }
     });
@@ -391,7 +390,8 @@ class EmulatedBackend final : public Backend {
     queues().push([=] {
       for (std::size_t at = 0; at < count; at += tile) {
         const std::size_t len = count - at < tile ? count - at : tile;
-        for (unsigned j = 0; j < 8; ++j) parts[8 * (at / tile) + j] = square_sum_part(x + at, len, j);
+        for (unsigned j = 0; j < 8; ++j)
+          parts[8 * (at / tile) + j] = square_sum_part(x + at, len, j);
       }
     });
   }
@@ -501,10 +501,10 @@ class EmulatedBackend final : public Backend {
   void on_current_device(const void* p, const char* kernel) const {
     const int d = device_of(p);
     if (d >= 0 && d != current_device_of_thread()) {
-      throw Error(Status::kCudaError,
-                  std::string(kernel) + ": an operand is memory of device " + std::to_string(d) +
-                      ", the current device is " + std::to_string(current_device_of_thread()) +
-                      " (emulated illegal address)");
+      throw Error(Status::kCudaError, std::string(kernel) + ": an operand is memory of device " +
+                                          std::to_string(d) + ", the current device is " +
+                                          std::to_string(current_device_of_thread()) +
+                                          " (emulated illegal address)");
     }
   }
   static const Block* find(const std::map<std::uintptr_t, Block>& m, std::uintptr_t a) {

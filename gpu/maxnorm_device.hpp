@@ -53,9 +53,9 @@ struct MaxnormDecodeArgs {
   std::size_t code_bytes = 0;
   unsigned width = 0;
   std::uint32_t levels = 0;
-  std::int64_t bias = 0;     ///< j·s for a sum of j contributions (sum=requant: s)
-  std::uint32_t limit = 0;   ///< largest valid lane, 2·bias
-  float mult = 1.0f;         ///< sum=requant: j (a lane stands for j times its code)
+  std::int64_t bias = 0;               ///< j·s for a sum of j contributions (sum=requant: s)
+  std::uint32_t limit = 0;             ///< largest valid lane, 2·bias
+  float mult = 1.0f;                   ///< sum=requant: j (a lane stands for j times its code)
   std::uint32_t levels2 = 0;           ///< two-scale: s2
   const std::uint8_t* mask = nullptr;  ///< two-scale: the agreed mask (see MaxnormEncodeArgs)
 };

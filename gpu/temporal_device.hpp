@@ -27,8 +27,8 @@ CCOLL_HOST_DEVICE inline float temporal_residual(const TemporalArgs& a, const fl
 }
 
 /// After the encode of residual r decoded to d: xh <- beta·xh + d; ef: e <- r - d.
-CCOLL_HOST_DEVICE inline void temporal_update(const TemporalArgs& a, const float* r,
-                                              const float* d, float* e, std::size_t i) {
+CCOLL_HOST_DEVICE inline void temporal_update(const TemporalArgs& a, const float* r, const float* d,
+                                              float* e, std::size_t i) {
   a.xh[i] = a.beta * a.xh[i] + d[i];
   if (e != nullptr) e[i] = r[i] - d[i];
 }

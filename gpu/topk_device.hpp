@@ -82,22 +82,24 @@ CCOLL_HOST_DEVICE inline std::uint64_t topk_chunk_write(
   const std::uint32_t earlier = lane == 0 ? 0u : (0xFFFFFFFFu >> (32 - lane));
   const std::uint64_t eq_rank = equal + popcount32(mask_equal & earlier);  // equal ones before i
   if (is_equal && eq_rank >= s.need) return kTopkNotKept;  // only the first `need` equal ones
-  const std::uint64_t pos = above + popcount32(mask_above & earlier) +
-                            (eq_rank < s.need ? eq_rank : s.need);
+  const std::uint64_t pos =
+      above + popcount32(mask_above & earlier) + (eq_rank < s.need ? eq_rank : s.need);
   const std::uint64_t i64 = i;
   for (unsigned b = 0; b < s.index_bytes; ++b) {
     idx_out[pos * s.index_bytes + b] = static_cast<std::uint8_t>(i64 >> (8 * b));
   }
   const std::uint32_t bits = codec::float_bits(x[i]);
-  for (unsigned b = 0; b < 4; ++b) val_out[pos * 4 + b] = static_cast<std::uint8_t>(bits >> (8 * b));
+  for (unsigned b = 0; b < 4; ++b)
+    val_out[pos * 4 + b] = static_cast<std::uint8_t>(bits >> (8 * b));
   return pos;
 }
 
 /// Decodes kept element m of a validated payload: out[index] = (or +=) value (indices are
 /// distinct, so threads never share an output).
 template <bool kAccumulate>
-CCOLL_HOST_DEVICE inline void topk_scatter_one(const std::uint8_t* idx_in, const std::uint8_t* val_in,
-                                               unsigned index_bytes, std::size_t m, float* out) {
+CCOLL_HOST_DEVICE inline void topk_scatter_one(const std::uint8_t* idx_in,
+                                               const std::uint8_t* val_in, unsigned index_bytes,
+                                               std::size_t m, float* out) {
   std::uint64_t idx = 0;
   for (unsigned b = 0; b < index_bytes; ++b) {
     idx |= static_cast<std::uint64_t>(idx_in[m * index_bytes + b]) << (8 * b);

@@ -239,13 +239,13 @@ struct Placement {
   // the device could not tell where a buffer is: what failed (every rank raises it)
   std::string probe_error;
   Status probe_code = Status::kSuccess;
-  bool kernels = false;            // the codec runs on the device ("staged", "cuda-aware-mpi")
-  bool resident = false;           // with kernels: payloads stay in device memory (MPI moves them)
-  bool nccl = false;               // with resident: NCCL moves them, on the exact-length ring
-  bool host_copy = false;          // the call runs on host copies ("host-copy"), copied back
-  void* user_recv = nullptr;       // the caller's recvbuf
-  void* staged_recv = nullptr;     // the host copy of recvbuf
-  std::size_t out_bytes = 0;       // bytes of recvbuf the call writes
+  bool kernels = false;         // the codec runs on the device ("staged", "cuda-aware-mpi")
+  bool resident = false;        // with kernels: payloads stay in device memory (MPI moves them)
+  bool nccl = false;            // with resident: NCCL moves them, on the exact-length ring
+  bool host_copy = false;       // the call runs on host copies ("host-copy"), copied back
+  void* user_recv = nullptr;    // the caller's recvbuf
+  void* staged_recv = nullptr;  // the host copy of recvbuf
+  std::size_t out_bytes = 0;    // bytes of recvbuf the call writes
 };
 
 // The host-copy path: this rank's input copied from the device into pinned host buffers, and
@@ -416,8 +416,8 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
         nccl_device(*t) != pl.current_device) {
       const std::string d = std::to_string(nccl_device(*t));
       bad.set(kArgDevice, Status::kInvalidArgument,
-              "CCOLL_TRANSPORT=nccl: this communicator's NCCL communicator belongs to device " +
-                  d + ", but the current device is " + std::to_string(pl.current_device) +
+              "CCOLL_TRANSPORT=nccl: this communicator's NCCL communicator belongs to device " + d +
+                  ", but the current device is " + std::to_string(pl.current_device) +
                   " (valid: call on device " + d + ", or on another communicator)");
     }
     pl.resident = pl.kernels && (pl.nccl || env.transport == "mpi" ||
@@ -426,8 +426,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
       try {
         stage_in(call, pl, ctx, es);
       } catch (const Error& e) {
-        bad.set(kArgDevice, e.code(),
-                "device buffers: copy to the host failed: " + e.message());
+        bad.set(kArgDevice, e.code(), "device buffers: copy to the host failed: " + e.message());
       }
     }
   }
@@ -445,8 +444,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
                          : (reinterpret_cast<std::uintptr_t>(pl.user_recv) * 31 + call.count) | 1;
       }
       plan = &ctx.plan(key, spec.canonical);
-      if (pl.kernels &&
-          (plan->device_codec == nullptr || plan->device_resident != pl.resident)) {
+      if (pl.kernels && (plan->device_codec == nullptr || plan->device_resident != pl.resident)) {
         plan->device_codec = make_device_codec(spec, *plan->codec, *pl.device, pl.resident);
         plan->device_resident = pl.resident;
         log(LogLevel::kInfo, rank,
@@ -490,9 +488,9 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   // 53 bits of the output-shaping state's fingerprint, exact as a double
   put_pair(v, kState,
            plan != nullptr
-               ? static_cast<double>((pl.kernels ? plan->device_codec : plan->codec)
-                                         ->state_fingerprint() &
-                                     ((1ull << 53) - 1))
+               ? static_cast<double>(
+                     (pl.kernels ? plan->device_codec : plan->codec)->state_fingerprint() &
+                     ((1ull << 53) - 1))
                : 0.0);
   v[kFallback] = fallback ? 1 : 0;
   v[kDeviceRing] = pl.kernels ? 1 : 0;
@@ -554,12 +552,12 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
       if (!in_place) call.sendbuf = ctx.stage_send().get(*pl.device, call.count * es, true);
     }
   }
-  const DataPath path = pl.nccl ? (pl.device->host_accessible() ? DataPath::kNcclEmulated
-                                                                 : DataPath::kNccl)
-                        : pl.resident  ? DataPath::kCudaAwareMpi
-                        : pl.kernels   ? DataPath::kStaged
-                        : pl.host_copy ? DataPath::kHostCopy
-                                       : DataPath::kHost;
+  const DataPath path =
+      pl.nccl        ? (pl.device->host_accessible() ? DataPath::kNcclEmulated : DataPath::kNccl)
+      : pl.resident  ? DataPath::kCudaAwareMpi
+      : pl.kernels   ? DataPath::kStaged
+      : pl.host_copy ? DataPath::kHostCopy
+                     : DataPath::kHost;
   stats.transport = data_path_name(path);
 
   const std::uint64_t call_no = ctx.next_call();
@@ -608,8 +606,8 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     double sums[4] = {0, 0, 0, 0};
     if (nsums > 4) throw Error(Status::kInternal, "codec asks for more than 4 summed values");
     codec.local_sums(input, call.count, sums);
-    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, static_cast<int>(nsums), MPI_DOUBLE,
-                                  MPI_SUM, ctx.comm()));
+    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sums, static_cast<int>(nsums), MPI_DOUBLE, MPI_SUM,
+                                  ctx.comm()));
     codec.set_sums(sums, nsums, opt.lr);
     stats.control_bytes += nsums * sizeof(double);
   }
@@ -680,12 +678,12 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     // device codecs take the ring, or (auto, codecs that ask for it, not NCCL) the all-gather
     // reduction; every rank derives the same choice from agreed values
     const bool nccl_any = v[kNccl] != 0;
-    algo = device_ring ? (algo == coll::Algorithm::kAuto && codec.capabilities().gather_reduce &&
-                                  !nccl_any
-                              ? coll::Algorithm::kAllgather
-                              : coll::Algorithm::kRing)
-                       : coll::select_allreduce(algo, call.count, es, p,
-                                                codec.capabilities().gather_reduce);
+    algo =
+        device_ring
+            ? (algo == coll::Algorithm::kAuto && codec.capabilities().gather_reduce && !nccl_any
+                   ? coll::Algorithm::kAllgather
+                   : coll::Algorithm::kRing)
+            : coll::select_allreduce(algo, call.count, es, p, codec.capabilities().gather_reduce);
     stats.algorithm = coll::algorithm_name(algo);
     if (pl.nccl) {
       coll::allreduce_ring_exact(cx, input, recv, call.count, opt.average);
@@ -724,34 +722,36 @@ void run(const Call& call, Stats& stats) {
   Placement pl;
   pl.user_recv = call.recvbuf;
   gpu::Backend* b = call.count > 0 ? gpu::backend() : nullptr;
-  if (b != nullptr) try {
-    const bool recv_device = call.recvbuf != nullptr && b->is_device_pointer(call.recvbuf);
-    const bool send_device = call.sendbuf != MPI_IN_PLACE && call.sendbuf != nullptr &&
-                             b->is_device_pointer(call.sendbuf);
-    pl.mixed = call.sendbuf != MPI_IN_PLACE && call.sendbuf != nullptr &&
-               call.recvbuf != nullptr && recv_device != send_device;
-    if (recv_device && !pl.mixed) {
-      pl.device = b;
-      // kernels and copies run on the current device: buffers elsewhere are an error
-      pl.current_device = b->current_device();
-      const int recv_on = b->device_of(call.recvbuf);
-      const int send_on = send_device ? b->device_of(call.sendbuf) : pl.current_device;
-      if (recv_on != pl.current_device) {
-        pl.recv_elsewhere = true;
-        pl.elsewhere_arg = "recvbuf";
-        pl.elsewhere_device = recv_on;
-      } else if (send_on != pl.current_device) {
-        pl.elsewhere_arg = "sendbuf";
-        pl.elsewhere_device = send_on;
+  if (b != nullptr) {
+    try {
+      const bool recv_device = call.recvbuf != nullptr && b->is_device_pointer(call.recvbuf);
+      const bool send_device = call.sendbuf != MPI_IN_PLACE && call.sendbuf != nullptr &&
+                               b->is_device_pointer(call.sendbuf);
+      pl.mixed = call.sendbuf != MPI_IN_PLACE && call.sendbuf != nullptr &&
+                 call.recvbuf != nullptr && recv_device != send_device;
+      if (recv_device && !pl.mixed) {
+        pl.device = b;
+        // kernels and copies run on the current device: buffers elsewhere are an error
+        pl.current_device = b->current_device();
+        const int recv_on = b->device_of(call.recvbuf);
+        const int send_on = send_device ? b->device_of(call.sendbuf) : pl.current_device;
+        if (recv_on != pl.current_device) {
+          pl.recv_elsewhere = true;
+          pl.elsewhere_arg = "recvbuf";
+          pl.elsewhere_device = recv_on;
+        } else if (send_on != pl.current_device) {
+          pl.elsewhere_arg = "sendbuf";
+          pl.elsewhere_device = send_on;
+        }
       }
+    } catch (const Error& e) {
+      // a CUDA error while classifying: never take device memory for host memory; the call
+      // still takes part in the agreement, which raises it on every rank
+      pl = Placement{};
+      pl.user_recv = call.recvbuf;
+      pl.probe_error = e.message();
+      pl.probe_code = e.code();
     }
-  } catch (const Error& e) {
-    // a CUDA error while classifying: never take device memory for host memory; the call
-    // still takes part in the agreement, which raises it on every rank
-    pl = Placement{};
-    pl.user_recv = call.recvbuf;
-    pl.probe_error = e.message();
-    pl.probe_code = e.code();
   }
   if (pl.device == nullptr) {
     stats.transport = data_path_name(DataPath::kHost);
@@ -956,7 +956,7 @@ bool run_auto(const Call& call, Stats& stats) {
     while ((bytes >> (size_class + 1)) != 0) ++size_class;
     AutoChoice& a = ctx.auto_choice(allreduce ? 0 : 1, es, size_class);
     if (a.ncandidates == 0) {
-      a.init(bytes < kAutoMinBytes       ? AutoChoice::Band::kSmall
+      a.init(bytes < kAutoMinBytes      ? AutoChoice::Band::kSmall
              : bytes < kAutoMiddleBytes ? AutoChoice::Band::kMiddle
                                         : AutoChoice::Band::kLarge);
     }
@@ -969,8 +969,8 @@ bool run_auto(const Call& call, Stats& stats) {
     } else {
       Options opt = call.options;
       opt.codec = candidate == AutoChoice::kCodec ? spec.canonical : "none";
-      const Call inner{call.kind, call.fn,  call.sendbuf, call.recvbuf, call.count,
-                       call.datatype, call.op, call.comm,  opt};
+      const Call inner{call.kind,     call.fn, call.sendbuf, call.recvbuf, call.count,
+                       call.datatype, call.op, call.comm,    opt};
       run(inner, stats);
     }
     if (a.choice >= 0) return true;
@@ -980,8 +980,8 @@ bool run_auto(const Call& call, Stats& stats) {
     }
     if (++a.calls == a.tuning_calls()) {
       // the slowest rank's time is the collective's time
-      CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a.seconds, AutoChoice::kMaxCandidates,
-                                    MPI_DOUBLE, MPI_MAX, ctx.comm()));
+      CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a.seconds, AutoChoice::kMaxCandidates, MPI_DOUBLE,
+                                    MPI_MAX, ctx.comm()));
       int best = AutoChoice::kMpi;  // plain MPI unless a candidate is clearly faster
       double best_s = a.seconds[AutoChoice::kMpi] * AutoChoice::kMargin;
       for (int k = 0; k < a.ncandidates; ++k) {

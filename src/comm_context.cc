@@ -126,7 +126,8 @@ void CommContext::evict() {
       log(LogLevel::kWarn, rank(),
           "more than " + std::to_string(kMaxStatefulPlans) +
               " stateful tensors on one communicator: dropping the state of the least recently "
-              "used one (codec " + it->key.codec + ")");
+              "used one (codec " +
+              it->key.codec + ")");
       it = plans_.erase(it);
       --stateful;
     }

@@ -38,7 +38,7 @@ struct Plan {
   PlanKey key;
   std::unique_ptr<codec::Codec> codec;
   coll::Workspace workspace;
-  std::vector<double> scales;  // the scale pass's buffer
+  std::vector<double> scales;      // the scale pass's buffer
   std::vector<std::uint8_t> mask;  // the mask pass's buffer
   /// The device codec over `codec` (device buffers, codecs with kernels), made on first use.
   std::unique_ptr<codec::Codec> device_codec;

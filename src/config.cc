@@ -32,8 +32,8 @@ EnvConfig read_env() {
   }
   if (const std::string v = getenv_str("CCOLL_TRANSPORT"); !v.empty()) {
     if (v != "auto" && v != "staged" && v != "nccl" && v != "mpi") {
-      throw Error(Status::kInvalidArgument,
-                  "CCOLL_TRANSPORT: unknown transport '" + v + "' (valid: auto, staged, mpi, nccl)");
+      throw Error(Status::kInvalidArgument, "CCOLL_TRANSPORT: unknown transport '" + v +
+                                                "' (valid: auto, staged, mpi, nccl)");
     }
     c.transport = v;
   }

@@ -8,8 +8,8 @@
 #include <map>
 #include <mutex>
 #include <string>
-#include <tuple>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "bitpack.hpp"
@@ -81,8 +81,7 @@ class QueueGuard {
 // scratch (codes of one payload, a flag word) they reuse call after call.
 class DeviceCodecBase : public codec::ForwardingCodec {
  public:
-  DeviceCodecBase(codec::Codec& cpu, gpu::Backend& b, bool resident)
-      : b_(b), resident_(resident) {
+  DeviceCodecBase(codec::Codec& cpu, gpu::Backend& b, bool resident) : b_(b), resident_(resident) {
     set_target(&cpu);
   }
   const std::string& spec() const override { return target()->spec(); }
@@ -238,9 +237,7 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   }
   /// Writes `n` host bytes at `host` to the start of device payload `out`, asynchronously:
   /// `host` must stay unchanged until the caller's next synchronize (finish_body, read_flag).
-  void put_prefix(std::byte* out, const std::byte* host, std::size_t n) {
-    b_.copy(out, host, n);
-  }
+  void put_prefix(std::byte* out, const std::byte* host, std::size_t n) { b_.copy(out, host, n); }
   /// Where a kernel writes a payload's body: straight into `out` (resident), else device scratch
   /// (in a batch: the job's own room).
   std::uint8_t* body_target(std::byte* out, std::size_t at, std::size_t bytes) {
@@ -343,7 +340,7 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   }
 
   gpu::Backend& b_;
-  bool resident_;  // payloads live in device memory (CUDA-aware MPI), not host memory
+  bool resident_;      // payloads live in device memory (CUDA-aware MPI), not host memory
   gpu::Buffer batch_;  // encode_many/decode_many: every job's device room
   gpu::EventPool events_;
   // block maxima of the last scan: workspace of the const fallback test, not codec state
@@ -369,8 +366,8 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   bool batching_ = false;
   bool hopping_ = false;  // reduce_encode_many: flags go to the host with each body
   std::uint32_t* hop_flags_ = nullptr;
-  gpu::Buffer hop_flags_buf_;  // pinned
-  std::uint32_t* flags_ = nullptr;  // decode_many: each job's flag word
+  gpu::Buffer hop_flags_buf_;                                  // pinned
+  std::uint32_t* flags_ = nullptr;                             // decode_many: each job's flag word
   std::vector<std::pair<std::size_t, std::uint32_t>> checks_;  // (job, limit) of settle_flag
   std::vector<std::uint32_t> flags_host_;
   std::size_t job_ = 0;
@@ -397,20 +394,20 @@ class DeviceCast final : public DeviceCodecBase {
     return wire::kHeaderBytes + 2 * count;
   }
   // The ring hop in one kernel: decode the received codes, add into the partial sum, re-encode.
-  std::size_t reduce_encode(const std::byte* in, std::size_t bytes, std::size_t count,
-                            void* acc, const codec::BlockContext&, std::byte* out) override {
+  std::size_t reduce_encode(const std::byte* in, std::size_t bytes, std::size_t count, void* acc,
+                            const codec::BlockContext&, std::byte* out) override {
     const std::uint32_t param = static_cast<std::uint32_t>(codec::DType::kFloat32);
-    wire::expect_payload(host_prefix(in, bytes, wire::kHeaderBytes, prefix_a_), bytes, id(),
-                         param, count, 2 * count);
+    wire::expect_payload(host_prefix(in, bytes, wire::kHeaderBytes, prefix_a_), bytes, id(), param,
+                         count, 2 * count);
     const auto* codes_in =
         reinterpret_cast<const std::uint16_t*>(code_source(in, wire::kHeaderBytes, 2 * count));
     std::byte header[wire::kHeaderBytes];
     wire::write_header(resident_ ? header : out, {id(), 0, param, count});
     if (resident_) put_prefix(out, header, wire::kHeaderBytes);
     // staged: the kernel reads the copied codes in scratch and writes them back in place
-    std::uint8_t* codes_out = resident_ ? reinterpret_cast<std::uint8_t*>(out + wire::kHeaderBytes)
-                                        : const_cast<std::uint8_t*>(
-                                              reinterpret_cast<const std::uint8_t*>(codes_in));
+    std::uint8_t* codes_out =
+        resident_ ? reinterpret_cast<std::uint8_t*>(out + wire::kHeaderBytes)
+                  : const_cast<std::uint8_t*>(reinterpret_cast<const std::uint8_t*>(codes_in));
     b_.cast_reduce_encode(half_, codes_in, count, static_cast<float*>(acc),
                           reinterpret_cast<std::uint16_t*>(codes_out));
     finish_body(out, wire::kHeaderBytes, codes_out, 2 * count);
@@ -673,7 +670,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   std::uint32_t levels_;
   std::uint32_t levels2_;
   bool requant_;
-  bool sparse_;  // randk
+  bool sparse_;   // randk
   double ratio_;  // randk: the kept fraction
   std::uint32_t ranks_ = 1;
   mutable gpu::Buffer sel_dev_;
@@ -782,8 +779,7 @@ class DeviceBucketed final : public DeviceCodecBase {
 // level table fitted on the host by the CPU codec's own code, the codes by the kernel.
 class DeviceSketch final : public DeviceCodecBase {
  public:
-  DeviceSketch(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned bits,
-               unsigned clusters)
+  DeviceSketch(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned bits, unsigned clusters)
       : DeviceCodecBase(cpu, b, resident), bits_(bits), clusters_(clusters), levels_(1u << bits) {}
 
   bool host_writes_body() const override { return true; }  // the level table
@@ -1307,12 +1303,11 @@ class DeviceTemporal final : public codec::ForwardingCodec {
 };
 
 // dq (codecs/dq.cc) on the device: the squared norm by the square_sum_parts kernel in the CPU's
-// tiled order (8 threads a tile), then the plan's CPU dq codec chooses the width (its state: the reference norm), and the
-// device maxnorm of that width codes the call.
+// tiled order (8 threads a tile), then the plan's CPU dq codec chooses the width (its state: the
+// reference norm), and the device maxnorm of that width codes the call.
 class DeviceDq final : public codec::ForwardingCodec {
  public:
-  DeviceDq(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned min_bits,
-           unsigned max_bits)
+  DeviceDq(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned min_bits, unsigned max_bits)
       : b_(b), cpu_(cpu), min_(min_bits) {
     for (unsigned bits = min_bits; bits <= max_bits; ++bits) {
       CodecSpec s = parse_codec_spec("maxnorm:bits=" + std::to_string(bits));

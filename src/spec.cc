@@ -197,8 +197,7 @@ const std::vector<Entry>& registry() {
        {uint_param("min", 2, 8), uint_param("max", 2, 8),
         real_range_param("kappa", 1e-6, 1e6, false, "a number in [1e-6, 1e6], e.g. 1", "1")},
        [](const CodecSpec& s, codec::DType t) {
-         return codec::make_dq_codec(t, param(s, "min"), param(s, "max"),
-                                     real_param(s, "kappa"));
+         return codec::make_dq_codec(t, param(s, "min"), param(s, "max"), real_param(s, "kappa"));
        },
        kStateful,
        [](const CodecSpec& s, const std::string& text) {

@@ -16,7 +16,7 @@ namespace ccoll {
 struct CodecSpec {
   std::string name;
   std::vector<std::pair<std::string, std::string>> params;  ///< Sorted by key.
-  bool ef = false;        ///< The ef=1 modifier (error feedback), accepted by every codec.
+  bool ef = false;  ///< The ef=1 modifier (error feedback), accepted by every codec.
   /// The codec keeps state between calls (ef=1, temporal, dq): its plans are keyed per tensor.
   bool stateful = false;
   /// The codec transforms all-reduce outputs and has no all-gather form (temporal).
@@ -39,8 +39,8 @@ std::vector<std::string> codec_names();
 /// p·u. Codecs that re-encode partial sums compound: each hop's error is part of the next
 /// hop's input, E_k <= (1+u)·E_(k-1) + u·Σ max|x_i|, so E_p <= ((1+u)^p - 1)·Σ max|x_i|.
 /// A summable codec whose add re-quantizes (lossy_add) adds u·Σ_(j=2..p) j for the re-roundings
-/// of j-contribution sums. All get p·2^-23 for the fp32 additions and the final division. 0 for one rank or a
-/// lossless codec.
+/// of j-contribution sums. All get p·2^-23 for the fp32 additions and the final division. 0 for one
+/// rank or a lossless codec.
 double allreduce_error_bound(const codec::Codec& codec, int ranks);
 
 /// Parses a byte size with an optional K/M/G (binary) suffix, e.g. "64K"; throws

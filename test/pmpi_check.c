@@ -49,8 +49,7 @@ static int* members(MPI_Comm comm, int* n) {
   return out;
 }
 
-static void report(const char* name, MPI_Comm comm, const void* result, size_t bytes,
-                   double err) {
+static void report(const char* name, MPI_Comm comm, const void* result, size_t bytes, double err) {
   const uint64_t h = fnv1a(result, bytes);
   unsigned long long mine = (unsigned long long)h, lo = 0, hi = 0;
   MPI_Allreduce(&mine, &lo, 1, MPI_UNSIGNED_LONG_LONG, MPI_MIN, comm);
@@ -61,8 +60,8 @@ static void report(const char* name, MPI_Comm comm, const void* result, size_t b
 }
 
 /* Sum all-reduce of n elements of type (MPI_FLOAT, MPI_DOUBLE or MPI_INT) with op on comm. */
-static void allreduce_case(const char* name, MPI_Comm comm, MPI_Datatype type, MPI_Op op,
-                           int n, int in_place) {
+static void allreduce_case(const char* name, MPI_Comm comm, MPI_Datatype type, MPI_Op op, int n,
+                           int in_place) {
   int me, p;
   MPI_Comm_rank(comm, &me);
   int* world = members(comm, &p);

@@ -137,7 +137,8 @@ class DeviceCodec : public ::testing::TestWithParam<const char*> {
     bool fb_want = false;
     bool fb_got = false;
     const bool scanned_want = cpu_->scan(x.data(), n, ranks, ns ? want.data() : nullptr, fb_want);
-    const bool scanned_got = dev_->scan(dx.as<float>(), n, ranks, ns ? got.data() : nullptr, fb_got);
+    const bool scanned_got =
+        dev_->scan(dx.as<float>(), n, ranks, ns ? got.data() : nullptr, fb_got);
     ASSERT_EQ(fb_want, fb_got);
     if (ns == 0) return;
     if (!scanned_want) cpu_->local_scales(x.data(), n, want.data());
@@ -390,9 +391,14 @@ TEST_P(DeviceCodec, HopBatchEqualsOneByOne) {
   std::vector<codec::ReduceJob> jobs(jobs_n);
   for (std::size_t j = 0; j < jobs_n; ++j) {
     const std::size_t off = j * seg;
-    jobs[j] = codec::ReduceJob{nullptr, 0, std::min(seg, n - off), dacc.as<float>() + off,
+    jobs[j] = codec::ReduceJob{nullptr,
+                               0,
+                               std::min(seg, n - off),
+                               dacc.as<float>() + off,
                                {7, 5, 2, off, codec::BlockContext::Role::kHop},
-                               slots + j * cap, 0, false};
+                               slots + j * cap,
+                               0,
+                               false};
   }
   std::vector<int> polls(jobs_n, 0);
   std::vector<std::vector<std::byte>> handed;
@@ -509,8 +515,8 @@ TEST_P(DeviceCodec, BatchesEqualOneByOne) {
   for (std::size_t j = 0; j < jobs_n; ++j) {
     const std::size_t cnt = std::min(seg, n - j * seg);
     cpu_->decode(want.data() + j * cap, sizes[j], cnt, ref.data() + j * seg);
-    djobs[j] = codec::DecodeJob{want.data() + j * cap, sizes[j], cnt, out.as<float>() + j * seg,
-                                false};
+    djobs[j] =
+        codec::DecodeJob{want.data() + j * cap, sizes[j], cnt, out.as<float>() + j * seg, false};
   }
   dev_->decode_many(djobs.data(), jobs_n);
   ASSERT_EQ(0, std::memcmp(out.read<float>(n).data(), ref.data(), 4 * n));
@@ -586,8 +592,8 @@ TEST_P(DeviceCodec, MalformedPayloadsRejected) {
   if (cpu_->bits_used() > 1 && spec_.name != "sketch") {
     q = p;
     // maxnorm's codes follow header, offset and the one scale of block 0 (randk: fewer codes)
-    const std::size_t code_bytes = maxnorm_payload ? np - wire::kHeaderBytes - 8 - 4
-                                                   : (n * cpu_->bits_used() + 7) / 8;
+    const std::size_t code_bytes =
+        maxnorm_payload ? np - wire::kHeaderBytes - 8 - 4 : (n * cpu_->bits_used() + 7) / 8;
     std::memset(q.data() + np - code_bytes, 0xFF, code_bytes);  // lanes 2^w - 1 > 2s
     rejects(q, np, "lane out of range");
   }
@@ -618,25 +624,20 @@ TEST_P(DeviceCodec, FallbackTestAgrees) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodec,
-                         ::testing::Values("fp16", "bf16", "maxnorm:bits=2", "maxnorm:bits=3",
-                                           "maxnorm:bits=4", "maxnorm:bits=5", "maxnorm:bits=6",
-                                           "maxnorm:bits=7", "maxnorm:bits=8", "auto:bits=4",
-                                           "qsgd:bits=4", "qsgd:bits=2,bucket=100",
-                                           "qsgd:bits=8,bucket=7", "terngrad", "sign",
-                                           "sign:bucket=3", "maxnorm:bits=4,ef=1",
-                                           "qsgd:bits=4,ef=1", "fp16,ef=1", "temporal:bits=4",
-                                           "temporal:beta=0.5,bits=3,ef=1", "maxnorm:bits=2/6",
-                                           "maxnorm:bits=3/8", "maxnorm:bits=2/6,ef=1",
-                                           "maxnorm:bits=4,sum=requant",
-                                           "maxnorm:bits=2/5,sum=requant", "dq:max=6,min=2",
-                                           "dq:max=8,min=3,ef=1", "randk:ratio=0.1",
-                                           "randk:bits=4,ratio=0.01",
-                                           "randk:bits=3,ratio=0.3,ef=1", "sketch:bits=3",
-                                           "sketch:bits=2,clusters=2", "sketch:bits=4,ef=1",
-                                           "topk:ratio=0.01", "topk:ratio=0.3",
-                                           "topk:ratio=0.05,ef=1"),
-                         param_name);
+INSTANTIATE_TEST_SUITE_P(
+    Kernels, DeviceCodec,
+    ::testing::Values("fp16", "bf16", "maxnorm:bits=2", "maxnorm:bits=3", "maxnorm:bits=4",
+                      "maxnorm:bits=5", "maxnorm:bits=6", "maxnorm:bits=7", "maxnorm:bits=8",
+                      "auto:bits=4", "qsgd:bits=4", "qsgd:bits=2,bucket=100",
+                      "qsgd:bits=8,bucket=7", "terngrad", "sign", "sign:bucket=3",
+                      "maxnorm:bits=4,ef=1", "qsgd:bits=4,ef=1", "fp16,ef=1", "temporal:bits=4",
+                      "temporal:beta=0.5,bits=3,ef=1", "maxnorm:bits=2/6", "maxnorm:bits=3/8",
+                      "maxnorm:bits=2/6,ef=1", "maxnorm:bits=4,sum=requant",
+                      "maxnorm:bits=2/5,sum=requant", "dq:max=6,min=2", "dq:max=8,min=3,ef=1",
+                      "randk:ratio=0.1", "randk:bits=4,ratio=0.01", "randk:bits=3,ratio=0.3,ef=1",
+                      "sketch:bits=3", "sketch:bits=2,clusters=2", "sketch:bits=4,ef=1",
+                      "topk:ratio=0.01", "topk:ratio=0.3", "topk:ratio=0.05,ef=1"),
+    param_name);
 
 // Device-resident payloads (the CUDA-aware MPI path): the same bytes in device memory, the
 // same decoded floats, the same sums from the add kernel, and the same rejections.
@@ -674,7 +675,8 @@ TEST_P(DeviceCodecResident, SameBytesSumsAndRejections) {
     if (cpu_->capabilities().summable && !spec_.ef) {
       const std::size_t nw2 = cpu_->encode(x.data() + off, cnt, c1, want2.data());
       ASSERT_EQ(nw2, dev_->encode(dx.as<float>() + off, cnt, c1, dp2.as<std::byte>()));
-      const std::size_t ns = cpu_->add_encoded(want.data(), nw, want2.data(), nw2, cnt, {}, sum.data());
+      const std::size_t ns =
+          cpu_->add_encoded(want.data(), nw, want2.data(), nw2, cnt, {}, sum.data());
       const std::size_t nd = dev_->add_encoded(dp.as<std::byte>(), ng, dp2.as<std::byte>(), nw2,
                                                cnt, {}, dsum.as<std::byte>());
       ASSERT_EQ(ns, nd);
@@ -835,7 +837,7 @@ TEST(DeviceKernels, TopkKeepsTheFirstOfTiedMagnitudes) {
     const std::size_t n = 3 * gpu::kTopkTile + 77;
     std::vector<float> x(n);
     for (std::size_t i = 0; i < n; ++i) x[i] = i % 3 == 0 ? -1.0f : 1.0f;  // all tie
-    for (std::size_t i = 5; i < n; i += 97) x[i] = 2.0f;                  // a few above
+    for (std::size_t i = 5; i < n; i += 97) x[i] = 2.0f;                   // a few above
     const DeviceArray dx(*b, x.data(), 4 * n);
     std::vector<std::byte> want(cpu->max_encoded_bytes(n));
     std::vector<std::byte> got(dev->max_encoded_bytes(n));

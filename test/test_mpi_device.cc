@@ -169,8 +169,8 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
           std::vector<float> want(n, NAN);
           if (in_place) want = x;
           opt.stats = &hs;
-          ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : x.data(), want.data(), n,
-                                      MPI_FLOAT, MPI_SUM, host_comm_, opt);
+          ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : x.data(), want.data(), n, MPI_FLOAT,
+                                      MPI_SUM, host_comm_, opt);
           DeviceVec dx(x);
           DeviceVec dout(std::vector<float>(n, NAN));
           opt.algorithm = "auto";
@@ -182,9 +182,8 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
           ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
           EXPECT_EQ(hs.transport, "host");
           EXPECT_EQ(ds.transport, p > 1 && has_kernels(codec) ? kernel_transport() : "host-copy");
-          EXPECT_EQ(ds.algorithm, p > 1 && has_kernels(codec) && !(gather && !nccl)
-                                      ? "ring"
-                                      : hs.algorithm);
+          EXPECT_EQ(ds.algorithm,
+                    p > 1 && has_kernels(codec) && !(gather && !nccl) ? "ring" : hs.algorithm);
           EXPECT_EQ(ds.wire_bytes_sent, hs.wire_bytes_sent);
           if (!in_place) {  // the input is only read
             ASSERT_EQ(0, std::memcmp(dx.host().data(), x.data(), 4 * n));
@@ -202,7 +201,8 @@ TEST_F(DeviceBuffers, AllgatherEqualsHostBuffers) {
   for (const char* codec : {"maxnorm:bits=4", "fp16", "sign", "none"}) {
     for (const std::size_t n : {std::size_t{1}, std::size_t{1001}, std::size_t{70001}}) {
       for (const bool in_place : {false, true}) {
-        SCOPED_TRACE(std::string(codec) + " n=" + std::to_string(n) + (in_place ? " in place" : ""));
+        SCOPED_TRACE(std::string(codec) + " n=" + std::to_string(n) +
+                     (in_place ? " in place" : ""));
         ++seed;
         const std::vector<float> x = input(n, r, seed);
         const std::size_t total = n * static_cast<std::size_t>(p);
@@ -220,8 +220,8 @@ TEST_F(DeviceBuffers, AllgatherEqualsHostBuffers) {
         DeviceVec dout(start);
         opt.algorithm = "auto";
         opt.stats = &ds;
-        ccoll::compressed_allgather(in_place ? MPI_IN_PLACE : dx.data(), n, dout.data(),
-                                    MPI_FLOAT, dev_comm_, opt);
+        ccoll::compressed_allgather(in_place ? MPI_IN_PLACE : dx.data(), n, dout.data(), MPI_FLOAT,
+                                    dev_comm_, opt);
         ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * total));
         EXPECT_EQ(ds.transport, p > 1 && has_kernels(codec) ? kernel_transport() : "host-copy");
       }
@@ -246,10 +246,10 @@ TEST_F(DeviceBuffers, MixedRanksInteroperate) {
       // with device kernels the device ranks' ring must be taken by the host ranks under auto;
       // host-copy codecs, and topk (whose auto is its all-gather reduction), keep the explicit
       // ring of the reference
-      opt.algorithm = has_kernels(codec) && std::string(codec) != "topk:ratio=0.1" ? "auto" : "ring";
+      opt.algorithm =
+          has_kernels(codec) && std::string(codec) != "topk:ratio=0.1" ? "auto" : "ring";
       std::vector<float> got(n);
-      if (transport_env() == "nccl" && has_kernels(codec) &&
-          size_of(MPI_COMM_WORLD) > 1) {
+      if (transport_env() == "nccl" && has_kernels(codec) && size_of(MPI_COMM_WORLD) > 1) {
         // NCCL is all ranks or none: a rank with host buffers cannot join it
         try {
           if (r % 2 == 0) {
@@ -404,10 +404,9 @@ TEST_F(DeviceBuffers, NoDeviceAllocationAfterTheFirstCall) {
   }
   const int r = rank_of(MPI_COMM_WORLD);
   const std::size_t n = 200003;
-  for (const char* codec :
-       {"maxnorm:bits=4", "maxnorm:bits=2/6", "fp16", "qsgd:bits=4", "sketch:bits=3",
-        "topk:ratio=0.1", "randk:ratio=0.1", "temporal:bits=4", "dq:max=8,min=2",
-        "maxnorm:bits=4,ef=1", "fp16,ef=1", "none"}) {
+  for (const char* codec : {"maxnorm:bits=4", "maxnorm:bits=2/6", "fp16", "qsgd:bits=4",
+                            "sketch:bits=3", "topk:ratio=0.1", "randk:ratio=0.1", "temporal:bits=4",
+                            "dq:max=8,min=2", "maxnorm:bits=4,ef=1", "fp16,ef=1", "none"}) {
     for (const bool allgather : {false, true}) {
       if (allgather && std::string(codec).rfind("temporal", 0) == 0) continue;  // all-reduce only
       SCOPED_TRACE(std::string(codec) + (allgather ? " allgather" : " allreduce"));
@@ -525,8 +524,7 @@ TEST_F(DeviceBuffers, BuffersOnAnotherDeviceRaiseOnEveryRank) {
       DeviceVec dout(n);  // device 1 on rank 0
       if (moved && recv_elsewhere) ccoll::testing::set_emulated_device(2);
       try {
-        ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_,
-                                    {});
+        ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, {});
         ADD_FAILURE() << "no error";
       } catch (const ccoll::Error& e) {
         EXPECT_EQ(e.code(), ccoll::Status::kInvalidArgument) << e.what();

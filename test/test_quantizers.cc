@@ -277,9 +277,8 @@ TEST(MaxNorm, ScanEqualsNeedsFallbackAndLocalScales) {
   std::normal_distribution<double> nd(0.0, 3.0);
   const double big = std::numeric_limits<float>::max() / 3;
   const std::vector<std::pair<std::size_t, double>> specials = {
-      {0, 0.0},       {5, -0.0},       {65535, 7.5},   {65536, -9.25},
-      {70000, big},   {70001, -big},   {130000, NAN},  {130001, INFINITY},
-      {131071, -INFINITY}};
+      {0, 0.0},      {5, -0.0},     {65535, 7.5},       {65536, -9.25},     {70000, big},
+      {70001, -big}, {130000, NAN}, {130001, INFINITY}, {131071, -INFINITY}};
   for (const char* spec : {"maxnorm:bits=8", "maxnorm:bits=4,ef=1", "maxnorm:bits=2/6"}) {
     for (const DType t : {DType::kFloat32, DType::kFloat64}) {
       auto c = make_codec(parse_codec_spec(spec), t);
@@ -292,8 +291,8 @@ TEST(MaxNorm, ScanEqualsNeedsFallbackAndLocalScales) {
           }
           std::vector<float> xf(xd.begin(), xd.end());
           const void* x = t == DType::kFloat32 ? static_cast<const void*>(xf.data()) : xd.data();
-          SCOPED_TRACE(::testing::Message() << spec << " " << dtype_name(t) << " n " << n
-                                            << " specials " << with);
+          SCOPED_TRACE(::testing::Message()
+                       << spec << " " << dtype_name(t) << " n " << n << " specials " << with);
           for (int ranks : {1, 2, 3, 4}) {
             const std::size_t ns = c->scale_slots(n);
             std::vector<double> scanned(ns, -1.0);
@@ -332,8 +331,7 @@ TEST(MaxNorm, ScalesWhoseSumsOverflowFallBackAndAreRejected) {
     ADD_FAILURE() << "accepted, decoded to " << out;
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), Status::kCorruptData);
-    EXPECT_NE(std::string(e.what()).find("scale too large for 3 contributions"),
-              std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("scale too large for 3 contributions"), std::string::npos)
         << e.what();
   }
 }
@@ -348,8 +346,8 @@ TEST(MaxNorm, ByteLanesMatchTheScalarReference) {
   std::vector<std::byte> out(c->max_encoded_bytes(n));
   std::vector<float> y(n);
   std::vector<float> acc(n);
-  const std::pair<std::size_t, std::size_t> chunks[] = {
-      {0, n}, {1, 4099}, {2, 3}, {3, 1}, {65533, 4478}, {70000, 11}, {5, 0}};
+  const std::pair<std::size_t, std::size_t> chunks[] = {{0, n},        {1, 4099},   {2, 3}, {3, 1},
+                                                        {65533, 4478}, {70000, 11}, {5, 0}};
   for (const auto& [off, count] : chunks) {
     SCOPED_TRACE(::testing::Message() << "offset " << off << " count " << count);
     const BlockContext ctx{9, 0x1234567890ull, 3, off};
@@ -849,11 +847,22 @@ namespace {
 // produces (what a transport with exact receives, NCCL, posts), or 0 for the value-dependent
 // codecs; at every offset, block boundary and contribution count.
 TEST(PayloadBytes, ExactForEveryFixedSizeCodec) {
-  const std::vector<std::string> specs = {
-      "none",     "fp16",         "bf16",       "maxnorm:bits=2",      "maxnorm:bits=8",
-      "maxnorm:bits=3/6",         "maxnorm:bits=4,sum=requant",         "qsgd:bits=4,bucket=100",
-      "terngrad", "sign:bucket=7", "maxnorm:bits=4,ef=1", "temporal:bits=3",
-      "dq:max=6,min=2",           "topk:ratio=0.1",     "randk:ratio=0.1", "sketch:bits=3"};
+  const std::vector<std::string> specs = {"none",
+                                          "fp16",
+                                          "bf16",
+                                          "maxnorm:bits=2",
+                                          "maxnorm:bits=8",
+                                          "maxnorm:bits=3/6",
+                                          "maxnorm:bits=4,sum=requant",
+                                          "qsgd:bits=4,bucket=100",
+                                          "terngrad",
+                                          "sign:bucket=7",
+                                          "maxnorm:bits=4,ef=1",
+                                          "temporal:bits=3",
+                                          "dq:max=6,min=2",
+                                          "topk:ratio=0.1",
+                                          "randk:ratio=0.1",
+                                          "sketch:bits=3"};
   const int ranks = 4;
   for (const auto& text : specs) {
     SCOPED_TRACE(text);
@@ -882,7 +891,8 @@ TEST(PayloadBytes, ExactForEveryFixedSizeCodec) {
         ASSERT_EQ(na, c->payload_bytes(n, off, 1)) << "off " << off << " n " << n;
         if (!c->capabilities().summable || c->capabilities().stateful) continue;
         const std::size_t nb = c->encode(xs[1].data() + off, n, {1, 2, 1, off, {}}, b.data());
-        std::size_t ns = c->add_encoded(a.data(), na, b.data(), nb, n, {1, 2, 0, off, {}}, s.data());
+        std::size_t ns =
+            c->add_encoded(a.data(), na, b.data(), nb, n, {1, 2, 0, off, {}}, s.data());
         ASSERT_EQ(ns, c->payload_bytes(n, off, 2));
         for (std::uint32_t j = 3; j <= static_cast<std::uint32_t>(ranks); ++j) {
           ns = c->add_encoded(s.data(), ns, a.data(), na, n, {1, 2, 0, off, {}}, b.data());

@@ -104,7 +104,8 @@ TEST(Sketch, Unbiased) {
     for (std::size_t i = 0; i < x.size(); ++i) mean[i] += y[i];
     if (t == 0) {
       const auto lv = levels_of(enc, 3);
-      for (std::size_t k = 1; k < lv.size(); ++k) width = std::max(width, double(lv[k] - lv[k - 1]));
+      for (std::size_t k = 1; k < lv.size(); ++k)
+        width = std::max(width, double(lv[k] - lv[k - 1]));
     }
   }
   const double tol = 6 * width / 2 / std::sqrt(static_cast<double>(trials)) + 1e-7;

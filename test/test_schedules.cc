@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
-#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -570,9 +570,11 @@ TEST(Corruption, RingAllreduceFailsOnEveryRank) {
     // one segment a chunk, and several (a corrupt segment in the middle of a batch: the ones
     // after it must still be received and forwarded)
     const std::size_t big = 64 * 1024;
-    for (const auto& [seg, tag] : std::vector<std::pair<std::size_t, int>>{
-             {big, coll::kTagReduceScatter}, {big, coll::kTagAllgather},
-             {97, coll::kTagReduceScatter}, {97, coll::kTagAllgather}}) {
+    for (const auto& [seg, tag] :
+         std::vector<std::pair<std::size_t, int>>{{big, coll::kTagReduceScatter},
+                                                  {big, coll::kTagAllgather},
+                                                  {97, coll::kTagReduceScatter},
+                                                  {97, coll::kTagAllgather}}) {
       SCOPED_TRACE(std::string(corrupt.name) + " tag " + std::to_string(tag) + " segment " +
                    std::to_string(seg));
       const int p = 4;
@@ -714,8 +716,8 @@ TEST(Corruption, FailedReceiveFlaggedThroughPayloadOps) {
     run_inproc(
         p,
         [&](coll::Transport& t) {
-          auto codec = make_codec(parse_codec_spec(gather ? "topk:ratio=0.1" : "fp16"),
-                                  DType::kFloat32);
+          auto codec =
+              make_codec(parse_codec_spec(gather ? "topk:ratio=0.1" : "fp16"), DType::kFloat32);
           coll::Workspace ws;
           coll::Counters counters;
           CountingPayloadOps ops;
@@ -874,14 +876,22 @@ void expect_same_both_ways(
 // The exact-length ring (NCCL's schedule) gives the pipelined ring's bytes: all-reduce (summable,
 // re-encoding, stateful, two-scale, re-quantizing sums; sum and mean; in place) and all-gather.
 TEST(ExactRing, SameResultsAsThePipelinedRing) {
-  const char* specs[] = {"none", "fp16", "maxnorm:bits=2", "maxnorm:bits=8", "maxnorm:bits=2/6",
-                         "maxnorm:bits=4,sum=requant", "qsgd:bits=4", "sign",
-                         "maxnorm:bits=3,ef=1", "randk:ratio=0.1,bits=4", "sketch:bits=3",
+  const char* specs[] = {"none",
+                         "fp16",
+                         "maxnorm:bits=2",
+                         "maxnorm:bits=8",
+                         "maxnorm:bits=2/6",
+                         "maxnorm:bits=4,sum=requant",
+                         "qsgd:bits=4",
+                         "sign",
+                         "maxnorm:bits=3,ef=1",
+                         "randk:ratio=0.1,bits=4",
+                         "sketch:bits=3",
                          "topk:ratio=0.1"};
   for (const char* spec : specs) {
     for (const int p : {2, 3, 4, 5, 8}) {
-      for (const std::size_t count : {std::size_t{1}, std::size_t{3}, std::size_t{1000},
-                                      std::size_t{70001}}) {
+      for (const std::size_t count :
+           {std::size_t{1}, std::size_t{3}, std::size_t{1000}, std::size_t{70001}}) {
         for (const bool average : {false, true}) {
           SCOPED_TRACE(std::string(spec) + " p=" + std::to_string(p) + " count " +
                        std::to_string(count) + (average ? " average" : ""));

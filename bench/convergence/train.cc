@@ -6,10 +6,10 @@
 // buffers) are averaged with ccoll::compressed_allreduce and the codec under test.
 //
 // Optimizers: sgd (momentum), adam, and qadam — quantized Adam with error feedback
-// (docs/design.md, "The research codecs") as a reference optimizer on the public API: gradients through
-// compressed_allreduce with the gradient codec (use ef=1), weights sharded across ranks (each
-// rank runs Adam on its shard in fp32) and re-assembled every step with compressed_allgather and
-// --weight-codec (use ef=1); the model computes with the gathered, quantized weights.
+// (docs/design.md, "The research codecs") as a reference optimizer on the public API: gradients
+// through compressed_allreduce with the gradient codec (use ef=1), weights sharded across ranks
+// (each rank runs Adam on its shard in fp32) and re-assembled every step with compressed_allgather
+// and --weight-codec (use ef=1); the model computes with the gathered, quantized weights.
 //
 // Per epoch it prints train loss, test accuracy and the bits per element sent; at the end it
 // appends one JSON object to --out (curves, accuracy, wire bytes, reconstruction error of the
@@ -99,24 +99,42 @@ Args parse(int argc, char** argv) {
       }
       return x;
     };
-    if (k == "--data") a.data = val();
-    else if (k == "--model") a.model = val();
-    else if (k == "--hidden") a.hidden = static_cast<int>(num(1, 4096));
-    else if (k == "--optimizer") a.optimizer = val();
-    else if (k == "--lr") a.lr = num(1e-9, 10);
-    else if (k == "--momentum") a.momentum = num(0, 0.999);
-    else if (k == "--epochs") a.epochs = static_cast<int>(num(1, 1000));
-    else if (k == "--batch") a.batch = static_cast<int>(num(1, 1 << 20));
-    else if (k == "--steps") a.max_steps = static_cast<long>(num(1, 1e9));
-    else if (k == "--codec") a.codec = val();
-    else if (k == "--weight-codec") a.weight_codec = val();
-    else if (k == "--comm") a.comm = val();
-    else if (k == "--train") a.train = static_cast<std::size_t>(num(1, 1e7));
-    else if (k == "--test") a.test = static_cast<std::size_t>(num(1, 1e7));
-    else if (k == "--seed") a.seed = static_cast<unsigned>(num(0, 1e9));
-    else if (k == "--no-error") a.measure_error = false;
-    else if (k == "--out") a.out = val();
-    else if (k == "--label") a.label = val();
+    if (k == "--data")
+      a.data = val();
+    else if (k == "--model")
+      a.model = val();
+    else if (k == "--hidden")
+      a.hidden = static_cast<int>(num(1, 4096));
+    else if (k == "--optimizer")
+      a.optimizer = val();
+    else if (k == "--lr")
+      a.lr = num(1e-9, 10);
+    else if (k == "--momentum")
+      a.momentum = num(0, 0.999);
+    else if (k == "--epochs")
+      a.epochs = static_cast<int>(num(1, 1000));
+    else if (k == "--batch")
+      a.batch = static_cast<int>(num(1, 1 << 20));
+    else if (k == "--steps")
+      a.max_steps = static_cast<long>(num(1, 1e9));
+    else if (k == "--codec")
+      a.codec = val();
+    else if (k == "--weight-codec")
+      a.weight_codec = val();
+    else if (k == "--comm")
+      a.comm = val();
+    else if (k == "--train")
+      a.train = static_cast<std::size_t>(num(1, 1e7));
+    else if (k == "--test")
+      a.test = static_cast<std::size_t>(num(1, 1e7));
+    else if (k == "--seed")
+      a.seed = static_cast<unsigned>(num(0, 1e9));
+    else if (k == "--no-error")
+      a.measure_error = false;
+    else if (k == "--out")
+      a.out = val();
+    else if (k == "--label")
+      a.label = val();
     else if (k == "-h" || k == "--help") {
       usage();
       MPI_Finalize();
@@ -126,11 +144,13 @@ Args parse(int argc, char** argv) {
       fail("unknown option '" + k + "'");
     }
   }
-  if (a.model != "mlp" && a.model != "softmax") fail("--model: '" + a.model + "' (valid: mlp, softmax)");
+  if (a.model != "mlp" && a.model != "softmax")
+    fail("--model: '" + a.model + "' (valid: mlp, softmax)");
   if (a.optimizer != "sgd" && a.optimizer != "adam" && a.optimizer != "qadam") {
     fail("--optimizer: '" + a.optimizer + "' (valid: sgd, adam, qadam)");
   }
-  if (a.comm != "grad" && a.comm != "momentum") fail("--comm: '" + a.comm + "' (valid: grad, momentum)");
+  if (a.comm != "grad" && a.comm != "momentum")
+    fail("--comm: '" + a.comm + "' (valid: grad, momentum)");
   if (a.comm == "momentum" && a.optimizer != "sgd") fail("--comm momentum needs --optimizer sgd");
   if (a.batch % size_ != 0) {
     fail("--batch " + std::to_string(a.batch) + " is not a multiple of the " +
@@ -152,8 +172,8 @@ Args parse(int argc, char** argv) {
 
 struct Dataset {
   std::size_t dim = 784;
-  std::vector<float> x;          // n × dim
-  std::vector<std::uint8_t> y;   // n
+  std::vector<float> x;         // n × dim
+  std::vector<std::uint8_t> y;  // n
   std::size_t n() const { return y.size(); }
 };
 
@@ -169,18 +189,21 @@ bool read_file(const std::string& path, std::vector<unsigned char>& out) {
 }
 
 std::uint32_t be32(const unsigned char* p) {
-  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) | p[3];
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         p[3];
 }
 
 bool load_mnist(const std::string& dir, Dataset& d, std::string& why) {
   std::vector<unsigned char> img;
   std::vector<unsigned char> lab;
   const std::string base = dir + "/t10k-";
-  if (!read_file(base + "images-idx3-ubyte.gz", img) && !read_file(base + "images-idx3-ubyte", img)) {
+  if (!read_file(base + "images-idx3-ubyte.gz", img) &&
+      !read_file(base + "images-idx3-ubyte", img)) {
     why = "cannot read " + base + "images-idx3-ubyte[.gz]";
     return false;
   }
-  if (!read_file(base + "labels-idx1-ubyte.gz", lab) && !read_file(base + "labels-idx1-ubyte", lab)) {
+  if (!read_file(base + "labels-idx1-ubyte.gz", lab) &&
+      !read_file(base + "labels-idx1-ubyte", lab)) {
     why = "cannot read " + base + "labels-idx1-ubyte[.gz]";
     return false;
   }
@@ -233,7 +256,9 @@ void generate(Dataset& d, std::size_t n, unsigned seed) {
 struct Model {
   std::size_t in = 784;
   std::size_t hidden = 0;  // 0: softmax regression
-  std::size_t size() const { return hidden == 0 ? 10 * in + 10 : hidden * in + hidden + 10 * hidden + 10; }
+  std::size_t size() const {
+    return hidden == 0 ? 10 * in + 10 : hidden * in + hidden + 10 * hidden + 10;
+  }
 
   void init(std::vector<float>& w, unsigned seed) const {
     std::mt19937 gen(seed);
@@ -258,9 +283,9 @@ struct Model {
     for (std::size_t s = 0; s < n; ++s) {
       const float* x = d.x.data() + idx[s] * in;
       const int y = d.y[idx[s]];
-      const float* wo;   // output layer weights (10 × k)
+      const float* wo;  // output layer weights (10 × k)
       const float* bo;
-      const float* feat; // its input features
+      const float* feat;  // its input features
       std::size_t k;
       if (hidden == 0) {
         wo = w.data();
@@ -300,7 +325,8 @@ struct Model {
       float dz[10];
       for (int c = 0; c < 10; ++c) {
         dz[c] = (static_cast<float>(std::exp(static_cast<double>(z[c] - zmax)) / sum) -
-                 (c == y ? 1.0f : 0.0f)) * scale;
+                 (c == y ? 1.0f : 0.0f)) *
+                scale;
       }
       float* gwo = g + (wo - w.data());
       float* gbo = g + (bo - w.data());
@@ -399,24 +425,27 @@ int main(int argc, char** argv) {
   model.init(w, args.seed);  // every rank: the same seed, the same weights
 
   // qadam: shards of the (padded) parameter vector, master copy of this rank's shard in fp32
-  const std::size_t shard = (np + static_cast<std::size_t>(size_) - 1) / static_cast<std::size_t>(size_);
+  const std::size_t shard =
+      (np + static_cast<std::size_t>(size_) - 1) / static_cast<std::size_t>(size_);
   std::vector<float> master;
   std::vector<float> gathered;
   if (args.optimizer == "qadam") {
-    master.assign(w.begin() + std::min(np, shard * rank_), w.begin() + std::min(np, shard * (rank_ + 1)));
+    master.assign(w.begin() + std::min(np, shard * rank_),
+                  w.begin() + std::min(np, shard * (rank_ + 1)));
     master.resize(shard, 0.0f);
     gathered.assign(shard * static_cast<std::size_t>(size_), 0.0f);
   }
 
   if (rank_ == 0) {
-    std::printf("# ccoll_train: %s; %s %s (%zu parameters), %s lr %g, batch %d over %d ranks, "
-                "codec %s (%s)%s%s\n",
-                source.c_str(), args.model.c_str(),
-                args.model == "mlp" ? ("hidden " + std::to_string(args.hidden)).c_str() : "",
-                np, args.optimizer.c_str(), args.lr, args.batch, size_, args.codec.c_str(),
-                args.comm == "momentum" ? "momentum buffers" : "gradients",
-                args.optimizer == "qadam" ? ", weights " : "",
-                args.optimizer == "qadam" ? args.weight_codec.c_str() : "");
+    std::printf(
+        "# ccoll_train: %s; %s %s (%zu parameters), %s lr %g, batch %d over %d ranks, "
+        "codec %s (%s)%s%s\n",
+        source.c_str(), args.model.c_str(),
+        args.model == "mlp" ? ("hidden " + std::to_string(args.hidden)).c_str() : "", np,
+        args.optimizer.c_str(), args.lr, args.batch, size_, args.codec.c_str(),
+        args.comm == "momentum" ? "momentum buffers" : "gradients",
+        args.optimizer == "qadam" ? ", weights " : "",
+        args.optimizer == "qadam" ? args.weight_codec.c_str() : "");
     std::fflush(stdout);
   }
 
@@ -432,10 +461,10 @@ int main(int argc, char** argv) {
   std::vector<double> losses;
   std::vector<double> accuracies;
   std::vector<double> test_losses;
-  double wire_grad = 0;    // bytes this rank sent for the averaged quantity (payloads + control)
-  double wire_weights = 0; // qadam: bytes this rank sent for the weights
-  double err_num = 0;      // sum over steps of ||avg - exact||^2
-  double err_den = 0;      // sum over steps of ||exact||^2
+  double wire_grad = 0;     // bytes this rank sent for the averaged quantity (payloads + control)
+  double wire_weights = 0;  // qadam: bytes this rank sent for the weights
+  double err_num = 0;       // sum over steps of ||avg - exact||^2
+  double err_den = 0;       // sum over steps of ||exact||^2
   double bits_sum = 0;
   long steps = 0;
   bool stop = false;
@@ -455,7 +484,8 @@ int main(int argc, char** argv) {
       const std::size_t* idx = order.data() + s * args.batch + rank_ * local;
       std::fill(g.begin(), g.end(), 0.0f);
       std::size_t correct = 0;
-      const double loss = model.run(w, data, idx, static_cast<std::size_t>(local), g.data(), correct);
+      const double loss =
+          model.run(w, data, idx, static_cast<std::size_t>(local), g.data(), correct);
       double loss_all = 0;
       const double mine = loss / local;
       MPI_Allreduce(&mine, &loss_all, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
@@ -547,37 +577,37 @@ int main(int argc, char** argv) {
   // step, summed over ranks), i.e. 32 for uncompressed fp32 plus headers
   const double moved = size_ > 1 ? 2.0 * (size_ - 1) * static_cast<double>(np) * steps : 1.0;
   const double grad_bits = size_ > 1 ? 8 * sums[0] / moved : 0;
-  const double wmoved = size_ > 1 ? (size_ - 1.0) * static_cast<double>(shard) * size_ * steps : 1.0;
+  const double wmoved =
+      size_ > 1 ? (size_ - 1.0) * static_cast<double>(shard) * size_ * steps : 1.0;
   const double weight_bits = size_ > 1 && args.optimizer == "qadam" ? 8 * sums[1] / wmoved : 0;
   const double rel_err = err_den > 0 ? std::sqrt(err_num / err_den) : 0;
   const double mean_bits = steps > 0 ? bits_sum / steps : 0;
   if (rank_ == 0) {
-    std::printf("final: test accuracy %.2f%%, %.2f bits/element on the wire (gradients%s), "
-                "%.3g MB sent in all, relative error of the average %.3g, %.1f s\n",
-                accuracies.empty() ? 0.0 : accuracies.back(), grad_bits,
-                args.optimizer == "qadam" ? (", weights " + std::to_string(weight_bits)).c_str() : "",
-                (sums[0] + sums[1]) / 1e6, rel_err, MPI_Wtime() - t_start);
+    std::printf(
+        "final: test accuracy %.2f%%, %.2f bits/element on the wire (gradients%s), "
+        "%.3g MB sent in all, relative error of the average %.3g, %.1f s\n",
+        accuracies.empty() ? 0.0 : accuracies.back(), grad_bits,
+        args.optimizer == "qadam" ? (", weights " + std::to_string(weight_bits)).c_str() : "",
+        (sums[0] + sums[1]) / 1e6, rel_err, MPI_Wtime() - t_start);
     if (!args.out.empty()) {
       FILE* f = std::fopen(args.out.c_str(), "a");
       if (f == nullptr) fail("--out: cannot open " + args.out);
-      std::fprintf(f,
-                   "{\"label\": \"%s\", \"codec\": \"%s\", \"weight_codec\": \"%s\", "
-                   "\"optimizer\": \"%s\", \"comm\": \"%s\", \"model\": \"%s\", \"ranks\": %d, "
-                   "\"data\": \"%s\", \"steps\": %ld, \"params\": %zu, \"final_accuracy\": %.4f, "
-                   "\"final_loss\": %.6g, \"final_test_loss\": %.6g, "
-                   "\"grad_bits_per_element\": %.4f, "
-                   "\"weight_bits_per_element\": %.4f, \"wire_bytes\": %.0f, "
-                   "\"relative_error\": %.6g, \"mean_codec_bits\": %.3f, \"loss\": %s, "
-                   "\"accuracy\": %s}\n",
-                   json_escape(args.label).c_str(), json_escape(args.codec).c_str(),
-                   json_escape(args.weight_codec).c_str(), args.optimizer.c_str(),
-                   args.comm.c_str(), args.model.c_str(), size_,
-                   args.data.empty() ? "generated" : "mnist", steps, np,
-                   accuracies.empty() ? 0.0 : accuracies.back(),
-                   losses.empty() ? 0.0 : losses.back(),
-                   test_losses.empty() ? 0.0 : test_losses.back(), grad_bits, weight_bits,
-                   sums[0] + sums[1], rel_err, mean_bits, json_array(losses).c_str(),
-                   json_array(accuracies).c_str());
+      std::fprintf(
+          f,
+          "{\"label\": \"%s\", \"codec\": \"%s\", \"weight_codec\": \"%s\", "
+          "\"optimizer\": \"%s\", \"comm\": \"%s\", \"model\": \"%s\", \"ranks\": %d, "
+          "\"data\": \"%s\", \"steps\": %ld, \"params\": %zu, \"final_accuracy\": %.4f, "
+          "\"final_loss\": %.6g, \"final_test_loss\": %.6g, "
+          "\"grad_bits_per_element\": %.4f, "
+          "\"weight_bits_per_element\": %.4f, \"wire_bytes\": %.0f, "
+          "\"relative_error\": %.6g, \"mean_codec_bits\": %.3f, \"loss\": %s, "
+          "\"accuracy\": %s}\n",
+          json_escape(args.label).c_str(), json_escape(args.codec).c_str(),
+          json_escape(args.weight_codec).c_str(), args.optimizer.c_str(), args.comm.c_str(),
+          args.model.c_str(), size_, args.data.empty() ? "generated" : "mnist", steps, np,
+          accuracies.empty() ? 0.0 : accuracies.back(), losses.empty() ? 0.0 : losses.back(),
+          test_losses.empty() ? 0.0 : test_losses.back(), grad_bits, weight_bits, sums[0] + sums[1],
+          rel_err, mean_bits, json_array(losses).c_str(), json_array(accuracies).c_str());
       std::fclose(f);
     }
   }

@@ -39,9 +39,8 @@ struct Stats {
   /// Bits per element of the codes this call sent: the width dq chose for the call, a
   /// fixed-width quantizer's width; 0 for casts, sparse codecs and uncompressed calls.
   unsigned bits = 0;
-  std::string codec;  ///< Canonical spec of the codec used ("none" when uncompressed).
-  std::string
-      algorithm;  ///< Schedule used: "ring", "tree", "allgather", "local" (1 rank), "mpi".
+  std::string codec;      ///< Canonical spec of the codec used ("none" when uncompressed).
+  std::string algorithm;  ///< Schedule used: "ring", "tree", "allgather", "local" (1 rank), "mpi".
   /// How the data moved: "host" (host buffers), "staged" (device buffers: the codec ran on the
   /// GPU and only payloads crossed to the host for MPI), "host-copy" (device buffers copied
   /// whole to the host and back, the codec on the CPU: codecs without device kernels, or

@@ -113,10 +113,10 @@ void run_inproc(int size, const std::function<void(coll::Transport&)>& body,
   }
   for (const auto& [key, box] : fabric.boxes_) {
     if (!box.messages.empty()) {
-      throw Error(Status::kInternal,
-                  "inproc transport: " + std::to_string(box.messages.size()) +
-                      " messages from rank " + std::to_string(std::get<0>(key)) + " to rank " +
-                      std::to_string(std::get<1>(key)) + " were never received");
+      throw Error(Status::kInternal, "inproc transport: " + std::to_string(box.messages.size()) +
+                                         " messages from rank " + std::to_string(std::get<0>(key)) +
+                                         " to rank " + std::to_string(std::get<1>(key)) +
+                                         " were never received");
     }
   }
 }

@@ -81,8 +81,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (payload_size != 0) std::memcpy(host_payload.data(), data + 3, payload_size);
   DeviceBytes device_payload(payload_size);
   if (payload_size != 0) std::memcpy(device_payload.p, data + 3, payload_size);
-  std::byte* payload_ptr = CCOLL_FUZZ_RESIDENT ? static_cast<std::byte*>(device_payload.p)
-                                               : host_payload.data();
+  std::byte* payload_ptr =
+      CCOLL_FUZZ_RESIDENT ? static_cast<std::byte*>(device_payload.p) : host_payload.data();
   DeviceBytes device_out(4 * count);
   std::memset(device_out.p, 0, 4 * count);
   float* out_ptr = static_cast<float*>(device_out.p);
