@@ -443,7 +443,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
             opt.key != 0 ? opt.key
                          : (reinterpret_cast<std::uintptr_t>(pl.user_recv) * 31 + call.count) | 1;
       }
-      plan = &ctx.plan(key, spec.canonical);
+      plan = &ctx.plan(key, spec);
       if (pl.kernels && (plan->device_codec == nullptr || plan->device_resident != pl.resident)) {
         plan->device_codec = make_device_codec(spec, *plan->codec, *pl.device, pl.resident);
         plan->device_resident = pl.resident;
@@ -886,7 +886,8 @@ void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::si
   key.count = call.count;
   key.dtype = dtype;
   key.codec = "none";
-  Plan& plan = ctx.plan(key, key.codec);
+  static const CodecSpec none = parse_codec_spec("none");
+  Plan& plan = ctx.plan(key, none);
   coll::Counters counters;
   coll::Context cx{ctx.transport(), *plan.codec, plan.workspace, counters};
   cx.call = ctx.next_call();  // every rank takes the same candidate on the same call

@@ -111,40 +111,50 @@ CommContext::~CommContext() {
   if (dup_ != MPI_COMM_NULL) MPI_Comm_free(&dup_);
 }
 
+std::size_t PlanKeyHash::operator()(const PlanKey& k) const noexcept {
+  std::size_t h = std::hash<std::string>{}(k.codec);
+  for (const std::uint64_t v :
+       {static_cast<std::uint64_t>(k.kind), static_cast<std::uint64_t>(k.count),
+        static_cast<std::uint64_t>(k.dtype), k.tensor_key}) {
+    h ^= std::hash<std::uint64_t>{}(v) + 0x9E3779B97F4A7C15ull + (h << 6) + (h >> 2);
+  }
+  return h;
+}
+
 void CommContext::evict() {
-  std::size_t stateless = 0;
-  std::size_t stateful = 0;
-  for (const Plan& q : plans_) ++(q.key.tensor_key != 0 ? stateful : stateless);
-  // walk from the least recently used end
-  for (auto it = plans_.end(); it != plans_.begin();) {
+  // walk from the least recently used end while a class is over its limit
+  for (auto it = plans_.end(); it != plans_.begin() && (stateless_ > kMaxStatelessPlans ||
+                                                        stateful_ > kMaxStatefulPlans);) {
     --it;
     const bool is_stateful = it->key.tensor_key != 0;
-    if (!is_stateful && stateless > kMaxStatelessPlans) {
+    if (!is_stateful && stateless_ > kMaxStatelessPlans) {
+      index_.erase(it->key);
       it = plans_.erase(it);
-      --stateless;
-    } else if (is_stateful && stateful > kMaxStatefulPlans) {
+      --stateless_;
+    } else if (is_stateful && stateful_ > kMaxStatefulPlans) {
       log(LogLevel::kWarn, rank(),
           "more than " + std::to_string(kMaxStatefulPlans) +
               " stateful tensors on one communicator: dropping the state of the least recently "
               "used one (codec " +
               it->key.codec + ")");
+      index_.erase(it->key);
       it = plans_.erase(it);
-      --stateful;
+      --stateful_;
     }
   }
 }
 
-Plan& CommContext::plan(const PlanKey& key, const std::string& codec_spec) {
-  for (auto it = plans_.begin(); it != plans_.end(); ++it) {
-    if (it->key == key) {
-      plans_.splice(plans_.begin(), plans_, it);
-      return plans_.front();
-    }
+Plan& CommContext::plan(const PlanKey& key, const CodecSpec& spec) {
+  if (const auto found = index_.find(key); found != index_.end()) {
+    plans_.splice(plans_.begin(), plans_, found->second);  // iterators stay valid
+    return plans_.front();
   }
   Plan p;
   p.key = key;
-  p.codec = make_codec(parse_codec_spec(codec_spec), key.dtype);
+  p.codec = make_codec(spec, key.dtype);
   plans_.push_front(std::move(p));
+  index_.emplace(key, plans_.begin());
+  ++(key.tensor_key != 0 ? stateful_ : stateless_);
   evict();
   log(LogLevel::kInfo, rank(),
       "new plan: " + std::string(key.kind == 0 ? "allreduce" : "allgather") +

@@ -11,11 +11,13 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "backend.hpp"
 #include "codec.hpp"
 #include "collectives.hpp"
+#include "spec.hpp"
 #include "transport/mpi_transport.hpp"
 
 namespace ccoll {
@@ -31,6 +33,10 @@ struct PlanKey {
     return kind == o.kind && count == o.count && dtype == o.dtype && codec == o.codec &&
            tensor_key == o.tensor_key;
   }
+};
+
+struct PlanKeyHash {
+  std::size_t operator()(const PlanKey& k) const noexcept;
 };
 
 /// A codec instance plus the workspace it runs with, created once and reused call after call.
@@ -113,11 +119,12 @@ class CommContext {
   coll::Transport* nccl_transport_if_made() { return nccl_.get(); }
   /// Counts every collective call on this communicator; equal on all ranks.
   std::uint64_t next_call() { return calls_++; }
-  /// Finds or creates the plan for `key`. Beyond kMaxStatelessPlans the least recently used
+  /// Finds (one hash lookup) or creates the plan for `key`, whose codec `spec` describes
+  /// (key.codec is spec.canonical). Beyond kMaxStatelessPlans the least recently used
   /// stateless plan is freed (it only holds workspace). Plans of stateful codecs (ef=1) hold a
   /// tensor's residual, so they are kept up to kMaxStatefulPlans per communicator; beyond that
   /// the least recently used one is freed with a warning (its tensor restarts from zero state).
-  Plan& plan(const PlanKey& key, const std::string& codec_spec);
+  Plan& plan(const PlanKey& key, const CodecSpec& spec);
   /// codec=auto's state for a size class; created untuned on first use.
   AutoChoice& auto_choice(int kind, std::size_t elem_bytes, unsigned size_class) {
     return auto_[(static_cast<std::uint64_t>(kind) << 40) | (elem_bytes << 8) | size_class];
@@ -144,6 +151,9 @@ class CommContext {
   std::unique_ptr<coll::Transport> nccl_;
   std::uint64_t calls_ = 0;
   std::list<Plan> plans_;  // most recently used first
+  std::unordered_map<PlanKey, std::list<Plan>::iterator, PlanKeyHash> index_;  // into plans_
+  std::size_t stateful_ = 0;   // plans of plans_ with a tensor key
+  std::size_t stateless_ = 0;  // the others
   std::map<std::uint64_t, AutoChoice> auto_;
   gpu::Buffer stage_send_;
   gpu::Buffer stage_recv_;
