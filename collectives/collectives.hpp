@@ -171,6 +171,34 @@ Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t e
 Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t elem_bytes,
                            int ranks);
 
+/// The schedules a call runs.
+enum class Schedule {
+  kRing,             ///< allreduce_ring / allgather_ring
+  kExactRing,        ///< allreduce_ring_exact / allgather_ring_exact (transports like NCCL)
+  kTree,             ///< allreduce_recursive_doubling / allgather_bruck
+  kAllgatherReduce,  ///< allreduce_allgather
+};
+/// Stats::algorithm's name of a schedule: "ring" (both rings), "tree" or "allgather".
+const char* schedule_name(Schedule s);
+
+/// What decides a call's schedule. Every rank must pass equal values (the API takes them from
+/// the agreement), so every rank runs the same schedule.
+struct ScheduleQuery {
+  bool allreduce = true;
+  Algorithm requested = Algorithm::kAuto;
+  std::size_t count = 0;
+  std::size_t elem_bytes = 4;
+  int ranks = 1;
+  bool gather_reduce = false;  ///< the codec asks for the all-gather reduction (Capabilities)
+  bool device_codecs = false;  ///< some rank runs device codecs: they take the ring schedules
+  bool exact_lengths = false;  ///< the transport needs exact lengths in grouped steps (NCCL)
+};
+
+/// The one place a call's schedule is chosen: the transport's needs first (the exact ring),
+/// then the device codecs' (the ring, or for auto the all-gather reduction of a codec that asks
+/// for it), then the requested algorithm or, for auto, the size-based choice above.
+Schedule select_schedule(const ScheduleQuery& q);
+
 /// All-reduce (sum, or mean when `average`) of the `count` elements at `in` into `out`
 /// (`in` == `out`: in place; otherwise they must not overlap and `in` is only read):
 /// ring reduce-scatter + ring all-gather, pipelined in segments. Summable codecs read `in`

@@ -41,6 +41,41 @@ Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t e
   return Algorithm::kRing;
 }
 
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::kRing:
+    case Schedule::kExactRing:
+      return "ring";
+    case Schedule::kTree:
+      return "tree";
+    case Schedule::kAllgatherReduce:
+      return "allgather";
+  }
+  return "ring";
+}
+
+Schedule select_schedule(const ScheduleQuery& q) {
+  if (q.exact_lengths) return Schedule::kExactRing;
+  if (q.allreduce) {
+    if (q.device_codecs) {
+      return q.requested == Algorithm::kAuto && q.gather_reduce ? Schedule::kAllgatherReduce
+                                                                : Schedule::kRing;
+    }
+    switch (select_allreduce(q.requested, q.count, q.elem_bytes, q.ranks, q.gather_reduce)) {
+      case Algorithm::kTree:
+        return Schedule::kTree;
+      case Algorithm::kAllgather:
+        return Schedule::kAllgatherReduce;
+      default:
+        return Schedule::kRing;
+    }
+  }
+  if (q.device_codecs) return Schedule::kRing;
+  return select_allgather(q.requested, q.count, q.elem_bytes, q.ranks) == Algorithm::kTree
+             ? Schedule::kTree
+             : Schedule::kRing;
+}
+
 Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t elem_bytes,
                            int ranks) {
   if (requested != Algorithm::kAuto) return requested;

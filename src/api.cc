@@ -674,39 +674,49 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     }
   } copy{stats, counters};
   stats.bits = codec.bits_used();
+  // every rank derives the same schedule from agreed values
+  coll::ScheduleQuery q;
+  q.allreduce = allreduce;
+  q.requested = algo;
+  q.count = call.count;
+  q.elem_bytes = es;
+  q.ranks = p;
+  q.gather_reduce = codec.capabilities().gather_reduce;
+  q.device_codecs = device_ring;
+  q.exact_lengths = v[kNccl] != 0;
+  const coll::Schedule schedule = coll::select_schedule(q);
+  stats.algorithm = coll::schedule_name(schedule);
   if (allreduce) {
-    // device codecs take the ring, or (auto, codecs that ask for it, not NCCL) the all-gather
-    // reduction; every rank derives the same choice from agreed values
-    const bool nccl_any = v[kNccl] != 0;
-    algo =
-        device_ring
-            ? (algo == coll::Algorithm::kAuto && codec.capabilities().gather_reduce && !nccl_any
-                   ? coll::Algorithm::kAllgather
-                   : coll::Algorithm::kRing)
-            : coll::select_allreduce(algo, call.count, es, p, codec.capabilities().gather_reduce);
-    stats.algorithm = coll::algorithm_name(algo);
-    if (pl.nccl) {
-      coll::allreduce_ring_exact(cx, input, recv, call.count, opt.average);
-    } else if (algo == coll::Algorithm::kTree) {
-      copy_input();
-      coll::allreduce_recursive_doubling(cx, recv, call.count, opt.average);
-    } else if (algo == coll::Algorithm::kAllgather) {
-      copy_input();
-      coll::allreduce_allgather(cx, recv, call.count, opt.average);
-    } else {
-      coll::allreduce_ring(cx, input, recv, call.count, opt.average);
+    switch (schedule) {
+      case coll::Schedule::kExactRing:
+        coll::allreduce_ring_exact(cx, input, recv, call.count, opt.average);
+        break;
+      case coll::Schedule::kTree:
+        copy_input();
+        coll::allreduce_recursive_doubling(cx, recv, call.count, opt.average);
+        break;
+      case coll::Schedule::kAllgatherReduce:
+        copy_input();
+        coll::allreduce_allgather(cx, recv, call.count, opt.average);
+        break;
+      case coll::Schedule::kRing:
+        coll::allreduce_ring(cx, input, recv, call.count, opt.average);
+        break;
     }
     codec.finish_allreduce(recv, call.count);  // temporal: beta·y_prev + decoded sum
   } else {
     copy_input();
-    algo = device_ring ? coll::Algorithm::kRing : coll::select_allgather(algo, call.count, es, p);
-    stats.algorithm = coll::algorithm_name(algo);
-    if (pl.nccl) {
-      coll::allgather_ring_exact(cx, own, call.count, recv);
-    } else if (algo == coll::Algorithm::kTree) {
-      coll::allgather_bruck(cx, own, call.count, recv);
-    } else {
-      coll::allgather_ring(cx, own, call.count, recv);
+    switch (schedule) {
+      case coll::Schedule::kExactRing:
+        coll::allgather_ring_exact(cx, own, call.count, recv);
+        break;
+      case coll::Schedule::kTree:
+        coll::allgather_bruck(cx, own, call.count, recv);
+        break;
+      case coll::Schedule::kAllgatherReduce:  // an all-reduce schedule: rejected up front
+      case coll::Schedule::kRing:
+        coll::allgather_ring(cx, own, call.count, recv);
+        break;
     }
   }
   if (!log_enabled(LogLevel::kTrace)) return;  // no message strings on the hot path

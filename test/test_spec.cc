@@ -127,6 +127,47 @@ TEST(Spec, AutoSelection) {
   EXPECT_EQ(coll::select_allgather(Algorithm::kAuto, 1 << 20, 4, 4), Algorithm::kRing);
 }
 
+// The one choice of a call's schedule: the transport's needs, then the device codecs', then the
+// request or auto's size rule.
+TEST(Spec, ScheduleSelection) {
+  using coll::Algorithm;
+  using coll::Schedule;
+  coll::ScheduleQuery q;
+  q.ranks = 4;
+  q.count = 1 << 20;
+  EXPECT_EQ(coll::select_schedule(q), Schedule::kRing);
+  q.count = 16;
+  EXPECT_EQ(coll::select_schedule(q), Schedule::kTree);
+  q.gather_reduce = true;
+  EXPECT_EQ(coll::select_schedule(q), Schedule::kAllgatherReduce);
+  q.requested = Algorithm::kRing;
+  EXPECT_EQ(coll::select_schedule(q), Schedule::kRing);
+  // device codecs take the ring, or auto's all-gather reduction for a codec that asks for it
+  q.device_codecs = true;
+  EXPECT_EQ(coll::select_schedule(q), Schedule::kRing);
+  q.requested = Algorithm::kAuto;
+  EXPECT_EQ(coll::select_schedule(q), Schedule::kAllgatherReduce);
+  q.gather_reduce = false;
+  EXPECT_EQ(coll::select_schedule(q), Schedule::kRing);  // even below the tree's size
+  // a transport that needs exact lengths (NCCL) takes the exact ring, whatever else
+  q.gather_reduce = true;
+  q.exact_lengths = true;
+  EXPECT_EQ(coll::select_schedule(q), Schedule::kExactRing);
+  EXPECT_STREQ(coll::schedule_name(Schedule::kExactRing), "ring");
+  // all-gather: the tree (Bruck) when small, the ring otherwise or with device codecs
+  coll::ScheduleQuery g;
+  g.allreduce = false;
+  g.ranks = 4;
+  g.count = 16;
+  EXPECT_EQ(coll::select_schedule(g), Schedule::kTree);
+  EXPECT_STREQ(coll::schedule_name(Schedule::kTree), "tree");
+  g.device_codecs = true;
+  EXPECT_EQ(coll::select_schedule(g), Schedule::kRing);
+  g.device_codecs = false;
+  g.count = 1 << 20;
+  EXPECT_EQ(coll::select_schedule(g), Schedule::kRing);
+}
+
 // Every data path has a distinct name, which the C API's lookup finds (a name it lacked came
 // out as "" in ccoll_stats_t::transport); an unknown name is "".
 TEST(DataPaths, NamesAreDistinctAndFound) {
