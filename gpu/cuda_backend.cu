@@ -195,7 +195,7 @@ __global__ void topk_tile_counts_kernel(const float* x, TopkSelect s, std::uint3
   const std::size_t warps = grid_threads() / 32;
   for (std::size_t t = global_thread() / 32; t < tiles; t += warps) {
     const std::size_t begin = t * kTopkTile;
-    const std::size_t end = begin + kTopkTile < s.count ? begin + kTopkTile : s.count;
+    const std::size_t end = topk_tile_end(s, t);
     unsigned a = 0;
     unsigned e = 0;
     for (std::size_t i = begin + lane_id(); i < end; i += 32) {
@@ -221,7 +221,7 @@ __global__ void topk_tile_write_kernel(const float* x, TopkSelect s,
   const std::size_t warps = grid_threads() / 32;
   for (std::size_t t = global_thread() / 32; t < tiles; t += warps) {
     const std::size_t begin = t * kTopkTile;
-    const std::size_t end = begin + kTopkTile < s.count ? begin + kTopkTile : s.count;
+    const std::size_t end = topk_tile_end(s, t);
     std::uint64_t above = above_before[t];
     std::uint64_t equal = equal_before[t];
     for (std::size_t c = begin; c < end; c += kTopkLanes) {

@@ -337,7 +337,7 @@ class EmulatedBackend final : public Backend {
       const std::size_t tiles = (s.count + kTopkTile - 1) / kTopkTile;
       for (std::size_t t = 0; t < tiles; ++t) {
         const std::size_t begin = t * kTopkTile;
-        const std::size_t end = begin + kTopkTile < s.count ? begin + kTopkTile : s.count;
+        const std::size_t end = topk_tile_end(s, t);
         std::uint64_t above = above_before[t];
         std::uint64_t equal = equal_before[t];
         for (std::size_t c = begin; c < end; c += kTopkLanes) {

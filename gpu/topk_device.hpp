@@ -31,17 +31,31 @@ struct TopkSelect {
   unsigned index_bytes = 4;
 };
 
+/// One past the last element of tile t.
+CCOLL_HOST_DEVICE inline std::size_t topk_tile_end(const TopkSelect& s, std::size_t t) {
+  const std::size_t end = (t + 1) * kTopkTile;
+  return end < s.count ? end : s.count;
+}
+
+/// Element i of a tile ending at `end`: 1 above the threshold, 2 equal to it, 0 otherwise (or
+/// past the end).
+CCOLL_HOST_DEVICE inline unsigned topk_class(const float* x, const TopkSelect& s, std::size_t i,
+                                             std::size_t end) {
+  if (i >= end) return 0;
+  const std::uint32_t key = topk_key(x[i]);
+  return key > s.threshold ? 1u : (key == s.threshold ? 2u : 0u);
+}
+
 /// Tile t's elements above the threshold and equal to it.
 CCOLL_HOST_DEVICE inline void topk_tile_count(const float* x, const TopkSelect& s, std::size_t t,
                                               std::uint32_t* above, std::uint32_t* equal) {
-  const std::size_t begin = t * kTopkTile;
-  const std::size_t end = begin + kTopkTile < s.count ? begin + kTopkTile : s.count;
+  const std::size_t end = topk_tile_end(s, t);
   std::uint32_t a = 0;
   std::uint32_t e = 0;
-  for (std::size_t i = begin; i < end; ++i) {
-    const std::uint32_t key = topk_key(x[i]);
-    a += key > s.threshold ? 1u : 0u;
-    e += key == s.threshold ? 1u : 0u;
+  for (std::size_t i = t * kTopkTile; i < end; ++i) {
+    const unsigned k = topk_class(x, s, i, end);
+    a += k == 1 ? 1u : 0u;
+    e += k == 2 ? 1u : 0u;
   }
   *above = a;
   *equal = e;
@@ -56,15 +70,6 @@ CCOLL_HOST_DEVICE inline unsigned popcount32(std::uint32_t v) {
 #else
   return static_cast<unsigned>(__builtin_popcount(v));
 #endif
-}
-
-/// Element i of a tile ending at `end`: 1 above the threshold, 2 equal to it, 0 otherwise (or
-/// past the end).
-CCOLL_HOST_DEVICE inline unsigned topk_class(const float* x, const TopkSelect& s, std::size_t i,
-                                             std::size_t end) {
-  if (i >= end) return 0;
-  const std::uint32_t key = topk_key(x[i]);
-  return key > s.threshold ? 1u : (key == s.threshold ? 2u : 0u);
 }
 
 /// Lane `lane`'s element i of a chunk, written at its position when it is kept; returns the

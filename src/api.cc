@@ -734,22 +734,21 @@ void run(const Call& call, Stats& stats) {
   gpu::Backend* b = call.count > 0 ? gpu::backend() : nullptr;
   if (b != nullptr) {
     try {
-      const bool recv_device = call.recvbuf != nullptr && b->is_device_pointer(call.recvbuf);
-      const bool send_device = call.sendbuf != MPI_IN_PLACE && call.sendbuf != nullptr &&
-                               b->is_device_pointer(call.sendbuf);
-      pl.mixed = call.sendbuf != MPI_IN_PLACE && call.sendbuf != nullptr &&
-                 call.recvbuf != nullptr && recv_device != send_device;
+      // one pointer query per buffer: its device, or -1 for host memory
+      const bool has_send = call.sendbuf != MPI_IN_PLACE && call.sendbuf != nullptr;
+      const int recv_on = call.recvbuf != nullptr ? b->device_of(call.recvbuf) : -1;
+      const int send_on = has_send ? b->device_of(call.sendbuf) : -1;
+      const bool recv_device = recv_on >= 0;
+      pl.mixed = has_send && call.recvbuf != nullptr && recv_device != (send_on >= 0);
       if (recv_device && !pl.mixed) {
         pl.device = b;
         // kernels and copies run on the current device: buffers elsewhere are an error
         pl.current_device = b->current_device();
-        const int recv_on = b->device_of(call.recvbuf);
-        const int send_on = send_device ? b->device_of(call.sendbuf) : pl.current_device;
         if (recv_on != pl.current_device) {
           pl.recv_elsewhere = true;
           pl.elsewhere_arg = "recvbuf";
           pl.elsewhere_device = recv_on;
-        } else if (send_on != pl.current_device) {
+        } else if (has_send && send_on != pl.current_device) {
           pl.elsewhere_arg = "sendbuf";
           pl.elsewhere_device = send_on;
         }

@@ -21,32 +21,27 @@ namespace {
 std::mutex g_mu;
 int g_keyval = MPI_KEYVAL_INVALID;
 int g_self_keyval = MPI_KEYVAL_INVALID;
-std::map<std::uint64_t, CommContext*> g_live;  // by creation order
+std::map<CommContext*, std::uint64_t> g_live;  // each live context's creation number
 std::uint64_t g_created = 0;
 
 int delete_context(MPI_Comm, int, void* attr, void*) {
   auto* c = static_cast<CommContext*>(attr);
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    for (auto it = g_live.begin(); it != g_live.end(); ++it) {
-      if (it->second == c) {
-        g_live.erase(it);
-        break;
-      }
-    }
+    g_live.erase(c);
   }
   delete c;
   return MPI_SUCCESS;
 }
 
 int at_finalize(MPI_Comm, int, void*, void*) {
-  std::map<std::uint64_t, CommContext*> live;
+  std::map<std::uint64_t, CommContext*> by_creation;
   {
     std::lock_guard<std::mutex> lock(g_mu);
-    live = g_live;
+    for (const auto& [c, n] : g_live) by_creation.emplace(n, c);
   }
   // newest first, the same order on every rank (runs delete_context)
-  for (auto it = live.rbegin(); it != live.rend(); ++it) {
+  for (auto it = by_creation.rbegin(); it != by_creation.rend(); ++it) {
     MPI_Comm_delete_attr(it->second->user(), g_keyval);
   }
   MPI_Comm_free_keyval(&g_keyval);
@@ -72,7 +67,7 @@ CommContext& CommContext::get(MPI_Comm user) {
   CCOLL_MPI_CHECK(MPI_Comm_set_attr(user, g_keyval, owned.get()));
   CommContext* c = owned.release();
   std::lock_guard<std::mutex> lock(g_mu);
-  g_live.emplace(g_created++, c);
+  g_live.emplace(c, g_created++);
   return *c;
 }
 

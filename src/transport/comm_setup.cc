@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <exception>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -11,6 +13,15 @@
 #include "mpi_check.hpp"
 
 namespace ccoll {
+namespace {
+
+// A step's failure as text: a ccoll::Error's message without its prefix, else what().
+std::string message_of(const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  return err != nullptr ? err->message() : e.what();
+}
+
+}  // namespace
 
 void run_comm_setup(MPI_Comm comm, const CommSetup& s, double timeout_s, const char* lib) {
   int rank = 0;
@@ -24,10 +35,8 @@ void run_comm_setup(MPI_Comm comm, const CommSetup& s, double timeout_s, const c
     std::string why;
     try {
       why = s.make_id(msg.data() + sizeof(int));
-    } catch (const Error& e) {
-      why = e.message();
     } catch (const std::exception& e) {
-      why = e.what();
+      why = message_of(e);
     }
     const int status = why.empty() ? 0 : 1;
     std::memcpy(msg.data(), &status, sizeof status);
@@ -64,10 +73,8 @@ void run_comm_setup(MPI_Comm comm, const CommSetup& s, double timeout_s, const c
       }
       std::this_thread::sleep_for(std::chrono::microseconds(200));
     }
-  } catch (const Error& e) {
-    why = e.message();
   } catch (const std::exception& e) {
-    why = e.what();
+    why = message_of(e);
   }
 
   // the lowest failing rank, or `size` when every rank succeeded

@@ -140,13 +140,12 @@ class NcclTransport final : public coll::Transport {
     if (rc != ncclSuccess) fail(std::string(what) + ": " + nccl_text(rc, comm_));
   }
   // Waits for the stream's transfers without blocking in CUDA: polls the stream and NCCL's
-  // asynchronous error, up to the time limit.
+  // asynchronous error (also once the stream is done), up to the time limit.
   void drain() {
     const auto t0 = Clock::now();
     for (;;) {
       const cudaError_t rc = cudaStreamQuery(stream_);
-      if (rc == cudaSuccess) break;
-      if (rc != cudaErrorNotReady) {
+      if (rc != cudaSuccess && rc != cudaErrorNotReady) {
         cudaGetLastError();
         abandon();
         throw Error(Status::kCudaError,
@@ -157,16 +156,12 @@ class NcclTransport final : public coll::Transport {
       if (async != ncclSuccess && async != ncclInProgress) {
         fail("asynchronous error: " + nccl_text(async, comm_));
       }
+      if (rc == cudaSuccess) return;
       if (late(t0)) {
         fail("a step's transfers did not complete within " + std::to_string(timeout_s_) +
              " s (CCOLL_NCCL_TIMEOUT; a peer that stopped leaves its partners waiting)");
       }
       std::this_thread::yield();
-    }
-    ncclResult_t async = ncclSuccess;
-    ncclCommGetAsyncError(usable(), &async);
-    if (async != ncclSuccess && async != ncclInProgress) {
-      fail("asynchronous error: " + nccl_text(async, comm_));
     }
   }
   coll::Request add(std::size_t bytes) {
