@@ -8,7 +8,10 @@
 // decode(mine) + decode(theirs), and fp addition of two values is commutative. Before the
 // result is sent to folded ranks, every rank passes it through the codec once more (shared
 // stream), so that the folded ranks' decoded copy equals everyone else's.
+#include <chrono>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "collectives.hpp"
 #include "engine.hpp"
@@ -170,6 +173,77 @@ void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, boo
     }
   }
   e.finish();
+}
+
+namespace {
+
+// A receive of exactly `bytes` bytes (the peers passed the same count).
+void expect_bytes(Transport& t, Request& q, std::size_t bytes) {
+  const std::size_t got = t.wait(q);
+  if (got != bytes) {
+    throw Error(Status::kCorruptData, "recursive doubling: a message of " + std::to_string(got) +
+                                          " bytes where " + std::to_string(bytes) +
+                                          " were expected (do all ranks pass the same count?)");
+  }
+}
+
+template <class T>
+void plain_doubling(Transport& t, T* buf, std::size_t count, Counters& counters) {
+  const int p = t.size();
+  const int r = t.rank();
+  const std::size_t bytes = count * sizeof(T);
+  thread_local std::vector<T> tmp;
+  tmp.resize(count);
+  const Doubling d(p);
+  const int rem = d.rem;
+  const int newrank = d.newrank(r);
+  const auto t0 = std::chrono::steady_clock::now();
+  if (r < 2 * rem) {
+    if (newrank < 0) {
+      Request s = t.isend(buf, bytes, r + 1, kTagPlainDoubling);
+      t.wait(s);
+      counters.bytes_sent += bytes;
+    } else {
+      Request q = t.irecv(tmp.data(), bytes, r - 1, kTagPlainDoubling);
+      expect_bytes(t, q, bytes);
+      for (std::size_t i = 0; i < count; ++i) buf[i] = tmp[i] + buf[i];
+    }
+  }
+  if (newrank >= 0) {
+    for (int mask = 1; mask < d.pof2; mask <<= 1) {
+      const int peer = d.partner(newrank, mask);
+      Request q = t.irecv(tmp.data(), bytes, peer, kTagPlainDoubling);
+      Request s = t.isend(buf, bytes, peer, kTagPlainDoubling);
+      t.wait(s);
+      expect_bytes(t, q, bytes);
+      counters.bytes_sent += bytes;
+      for (std::size_t i = 0; i < count; ++i) buf[i] = buf[i] + tmp[i];
+    }
+  }
+  if (r < 2 * rem) {
+    if (newrank >= 0) {
+      Request s = t.isend(buf, bytes, r - 1, kTagPlainDoubling);
+      t.wait(s);
+      counters.bytes_sent += bytes;
+    } else {
+      Request q = t.irecv(buf, bytes, r + 1, kTagPlainDoubling);
+      expect_bytes(t, q, bytes);
+    }
+  }
+  counters.bytes_received = counters.bytes_sent;
+  counters.comm_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+void allreduce_recursive_doubling_plain(Transport& t, void* buf, std::size_t count,
+                                        codec::DType dtype, Counters& counters) {
+  if (dtype == codec::DType::kFloat64) {
+    plain_doubling(t, static_cast<double*>(buf), count, counters);
+  } else {
+    plain_doubling(t, static_cast<float*>(buf), count, counters);
+  }
 }
 
 }  // namespace ccoll::coll

@@ -221,6 +221,15 @@ void allgather_ring_exact(Context& cx, const void* send, std::size_t count, void
 /// and out around it.
 void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, bool average);
 
+/// The sum of `count` host elements at `buf`, in place, by recursive doubling with no codec and
+/// no headers: one exchange of the raw elements per level, as lean as MPI's own (codec=auto's
+/// latency path). Partners compute a + b and b + a, which IEEE addition makes bit-identical;
+/// non-powers of two fold the first 2·rem ranks in (odd ranks add their even neighbour) and out
+/// (odd ranks send the result back), so every rank ends with the same bits. A message of the
+/// wrong length is an error of the transport (kCorruptData).
+void allreduce_recursive_doubling_plain(Transport& t, void* buf, std::size_t count,
+                                        codec::DType dtype, Counters& counters);
+
 /// All-reduce by all-gather: every rank encodes its whole input once, the payloads travel
 /// around a ring unchanged, and every rank decodes all p of them in rank order into `buf`, so all
 /// ranks add the same values in the same order. Per-rank traffic (p-1) × one payload: the

@@ -20,6 +20,7 @@ inline constexpr int kTagDoubling = 103;
 inline constexpr int kTagFoldIn = 104;
 inline constexpr int kTagFoldOut = 105;
 inline constexpr int kTagBruck = 106;
+inline constexpr int kTagPlainDoubling = 107;
 
 inline int ring_mod(int a, int p) { return ((a % p) + p) % p; }
 

@@ -1,6 +1,5 @@
-// Support for tests that drive codecs without MPI: the API's per-call agreement passes
-// emulated (the scale pass: MAX of every rank's local scales; the two-scale mask pass: AND of
-// the masks), and gradient-like test data.
+// Support for tests that drive codecs without MPI: the API's set-up rounds over several ranks'
+// inputs in one process, and gradient-like test data.
 #pragma once
 
 #include <algorithm>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "codec.hpp"
+#include "setup_rounds.hpp"
 
 namespace ccoll::testing_support {
 
@@ -24,25 +24,18 @@ inline std::vector<float> gradient_like(std::size_t n, unsigned seed) {
   return v;
 }
 
+/// The scale and mask rounds of the API (setup_rounds.hpp) over every rank's input `xs`,
+/// combined in this process; the sum round is left to the test (dq's tests drive it by hand).
 template <class T>
 void agree(codec::Codec& c, const std::vector<std::vector<T>>& xs) {
-  const std::size_t n = xs[0].size();
-  std::vector<double> scales(c.scale_slots(n), 0.0);
-  std::vector<double> mine(scales.size());
-  for (const auto& x : xs) {
-    c.local_scales(x.data(), n, mine.data());
-    for (std::size_t b = 0; b < scales.size(); ++b) scales[b] = std::max(scales[b], mine[b]);
-  }
-  c.set_scales(scales.data(), scales.size());
-  const std::size_t nm = c.mask_bytes(n);
-  if (nm == 0) return;
-  std::vector<std::uint8_t> mask(nm, 0xFF);
-  std::vector<std::uint8_t> m(nm);
-  for (const auto& x : xs) {
-    c.local_mask(x.data(), n, m.data());
-    for (std::size_t i = 0; i < nm; ++i) mask[i] &= m[i];
-  }
-  c.set_mask(mask.data(), nm);
+  std::vector<const void*> inputs;
+  for (const auto& x : xs) inputs.push_back(x.data());
+  const SetupInputs in{inputs.data(), inputs.size(), xs[0].size()};
+  IdentityExchange all_here;
+  std::vector<double> scales;
+  std::vector<std::uint8_t> mask;
+  agree_scales(c, in, scales, /*scanned=*/false, all_here);
+  agree_mask(c, in, mask, all_here);
 }
 
 }  // namespace ccoll::testing_support

@@ -1,0 +1,135 @@
+// The agreement and the set-up rounds' MPI exchange (agreement.hpp).
+#include "agreement.hpp"
+
+#include <algorithm>
+#include <functional>
+#include <string>
+
+#include "mpi_check.hpp"
+
+namespace ccoll::call {
+namespace {
+
+// Agreement vector slots. Pairs hold (+x, -x).
+enum Slot : int {
+  kErrArg = 0,
+  kErrRank,
+  kErrCode,
+  kCount,
+  kDtype = kCount + 2,
+  kCodec = kDtype + 2,
+  kAlgo = kCodec + 2,
+  kAvg = kAlgo + 2,
+  kSeed = kAvg + 2,
+  kMinBytes = kSeed + 2,
+  kLr = kMinBytes + 2,
+  kState = kLr + 2,
+  kFallback = kState + 2,
+  kDeviceRing,  // MAX: some rank runs device codecs, which take the ring schedules
+  kNccl,        // pair: this rank's payloads go through NCCL (all ranks or none)
+  kSlots = kNccl + 2,
+};
+
+constexpr std::uint64_t kLow53 = (1ull << 53) - 1;
+
+// 53-bit fingerprint of a string, exact as a double.
+double fingerprint(const std::string& s) {
+  return static_cast<double>(std::hash<std::string>{}(s)&kLow53);
+}
+
+void put_pair(double* v, int slot, double x) {
+  v[slot] = x;
+  v[slot + 1] = -x;
+}
+
+// Checks that a (+x, -x) pair agrees on every rank.
+void check_pair(const double* v, int slot, const char* fn, const char* what,
+                const std::function<std::string(double)>& show) {
+  const double hi = v[slot];
+  const double lo = -v[slot + 1];
+  if (hi != lo) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) + ": " + what + " differs across ranks (" + show(lo) + " vs " +
+                    show(hi) + "); every rank must pass the same " + what);
+  }
+}
+
+std::string show_number(double x) { return std::to_string(static_cast<long long>(x)); }
+std::string show_hash(double) { return "different values"; }
+
+}  // namespace
+
+Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
+  const LocalError& bad = *m.bad;
+  double v[kSlots] = {};
+  v[kErrArg] = bad.arg;
+  v[kErrRank] = bad.ok() ? -1 : m.rank;
+  v[kErrCode] = static_cast<double>(bad.code);
+  put_pair(v, kCount, static_cast<double>(m.count));
+  put_pair(v, kDtype, static_cast<double>(m.dtype));
+  put_pair(v, kCodec, fingerprint(*m.codec));
+  put_pair(v, kAlgo, static_cast<double>(m.algorithm));
+  put_pair(v, kAvg, m.average ? 1 : 0);
+  put_pair(v, kSeed, static_cast<double>(m.seed & kLow53));
+  put_pair(v, kMinBytes, static_cast<double>(m.min_bytes));
+  put_pair(v, kLr, m.lr);
+  put_pair(v, kState, static_cast<double>(m.state_fingerprint & kLow53));
+  v[kFallback] = m.fallback ? 1 : 0;
+  v[kDeviceRing] = m.device_codecs ? 1 : 0;
+  put_pair(v, kNccl, m.nccl ? 1 : 0);
+  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, kSlots, MPI_DOUBLE, MPI_MAX, comm));
+
+  if (v[kErrArg] != kArgNone) {
+    if (!bad.ok()) throw Error(bad.code, std::string(fn) + ": " + bad.message);
+    throw Error(static_cast<Status>(static_cast<int>(v[kErrCode])),
+                std::string(fn) + ": " + arg_name(static_cast<int>(v[kErrArg])) +
+                    " was rejected on rank " + show_number(v[kErrRank]) +
+                    " (see that rank's error); no data was exchanged");
+  }
+  check_pair(v, kCount, fn, m.allreduce ? "count" : "sendcount", show_number);
+  check_pair(v, kDtype, fn, "datatype", [](double x) {
+    return std::string(codec::dtype_name(static_cast<codec::DType>(static_cast<int>(x))));
+  });
+  check_pair(v, kCodec, fn, "codec", show_hash);
+  check_pair(v, kAlgo, fn, "algorithm", [](double x) {
+    return std::string(coll::algorithm_name(static_cast<coll::Algorithm>(static_cast<int>(x))));
+  });
+  check_pair(v, kAvg, fn, "average", show_number);
+  check_pair(v, kSeed, fn, "seed", show_number);
+  check_pair(v, kMinBytes, fn, "CCOLL_MIN_BYTES", show_number);
+  check_pair(v, kLr, fn, "lr", show_number);
+  if (v[kNccl] != -v[kNccl + 1]) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) +
+                    ": CCOLL_TRANSPORT=nccl is taken by some ranks and not by others; every rank "
+                    "must pass device buffers and a codec with device kernels (see "
+                    "Stats::transport), or none");
+  }
+  Agreed a;
+  a.state_differs = v[kState] != -v[kState + 1];
+  a.fallback = v[kFallback] != 0;
+  a.device_codecs = v[kDeviceRing] != 0;
+  a.exact_lengths = v[kNccl] != 0;
+  a.control_bytes = sizeof v;
+  return a;
+}
+
+void MpiExchange::sum(double* values, std::size_t n) {
+  CCOLL_MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, comm_));
+}
+
+void MpiExchange::max(double* values, std::size_t n) {
+  CCOLL_MPI_CHECK(
+      MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(n), MPI_DOUBLE, MPI_MAX, comm_));
+}
+
+void MpiExchange::bitwise_and(std::uint8_t* bytes, std::size_t n) {
+  for (std::size_t done = 0; done < n; done += std::size_t{1} << 30) {
+    const std::size_t k = std::min(n - done, std::size_t{1} << 30);
+    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bytes + done, static_cast<int>(k),
+                                  MPI_UNSIGNED_CHAR, MPI_BAND, comm_));
+  }
+}
+
+}  // namespace ccoll::call

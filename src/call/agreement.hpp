@@ -1,0 +1,66 @@
+// The agreement: the one small MPI_Allreduce (MAX over doubles) every call runs on the library's
+// communicator before any data moves.
+//
+// It carries, from every rank, whether an argument failed the local checks (and which, and on
+// which rank), a fingerprint of every argument that must match across ranks (as +x and -x, so
+// MAX yields both the maximum and the minimum), whether the codec can carry this rank's input,
+// and how this rank's payloads would move. So an error on any rank becomes an error on every
+// rank, and the fallback to plain MPI, the device ring and NCCL are taken by all ranks or none.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "call.hpp"
+#include "setup_rounds.hpp"
+
+namespace ccoll::call {
+
+/// This rank's side of the agreement.
+struct Proposal {
+  const LocalError* bad = nullptr;
+  int rank = 0;
+  bool allreduce = true;
+  std::size_t count = 0;
+  codec::DType dtype = codec::DType::kFloat32;
+  const std::string* codec = nullptr;  ///< the canonical spec
+  coll::Algorithm algorithm = coll::Algorithm::kAuto;
+  bool average = false;
+  std::uint64_t seed = 0;
+  std::size_t min_bytes = 0;
+  double lr = 0;
+  std::uint64_t state_fingerprint = 0;  ///< the plan's output-shaping state, 0 without a plan
+  bool fallback = false;                ///< the codec cannot carry this rank's input
+  bool device_codecs = false;           ///< this rank runs device codecs (the ring schedules)
+  bool nccl = false;                    ///< this rank's payloads go through NCCL
+};
+
+/// What every rank agreed.
+struct Agreed {
+  bool fallback = false;       ///< some rank's input cannot be carried: plain MPI for all
+  bool device_codecs = false;  ///< some rank runs device codecs
+  bool exact_lengths = false;  ///< every rank's payloads go through NCCL
+  bool state_differs = false;  ///< the ranks' codec states have different histories
+  std::size_t control_bytes = 0;
+};
+
+/// Runs the agreement on `comm`. Throws ccoll::Error on every rank when any rank rejected an
+/// argument (this rank's own message where it is the one) or when an argument that must match
+/// differs across ranks.
+Agreed agree(const Proposal& mine, const char* fn, MPI_Comm comm);
+
+/// The set-up rounds' exchange over MPI (MPI_Allreduce on `comm`).
+class MpiExchange final : public SetupExchange {
+ public:
+  explicit MpiExchange(MPI_Comm comm) : comm_(comm) {}
+  void sum(double* values, std::size_t n) override;
+  void max(double* values, std::size_t n) override;
+  void bitwise_and(std::uint8_t* bytes, std::size_t n) override;
+
+ private:
+  MPI_Comm comm_;
+};
+
+}  // namespace ccoll::call

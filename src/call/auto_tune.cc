@@ -1,0 +1,174 @@
+// codec=auto (auto_tune.hpp).
+#include "auto_tune.hpp"
+
+#include <climits>
+#include <string>
+
+#include "collectives.hpp"
+#include "comm_context.hpp"
+#include "mpi_check.hpp"
+#include "run_call.hpp"
+
+namespace ccoll::call {
+namespace {
+
+// The MPI path of codec=auto: the caller's arguments are used as MPI_Allreduce/MPI_Allgather
+// would use them (checked locally, no agreement round), so that small messages and fast links
+// cost what plain MPI costs.
+void run_mpi_direct(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
+                    CommContext& ctx) {
+  place_own_input(call, es, ctx.rank());
+  stats.input_bytes = call.count * es;
+  run_mpi_uncompressed(call, stats, dtype, es, ctx);
+}
+
+void copy_counters(Stats& stats, const coll::Counters& counters) {
+  stats.wire_bytes_sent = counters.bytes_sent;
+  stats.wire_bytes_received = counters.bytes_received;
+  stats.encode_seconds = counters.encode_seconds;
+  stats.comm_seconds = counters.comm_seconds;
+  stats.decode_seconds = counters.decode_seconds;
+}
+
+// The tree candidate of codec=auto below kAutoMinBytes: ccoll's own uncompressed recursive
+// doubling (all-reduce) or Bruck (all-gather) schedule on the caller's arguments, without the
+// agreement round (checked locally, as run_mpi_direct). Open MPI's default choice at these
+// sizes is not always its fastest algorithm (over TCP on 4 hosts at 8-32 KiB it took twice
+// the time of its own recursive doubling), and a program cannot pick Open MPI's algorithm per
+// call; this gives auto a latency-optimal schedule to choose when it measures faster.
+void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
+                     CommContext& ctx) {
+  auto* recv = static_cast<std::byte*>(call.recvbuf);
+  std::byte* own = place_own_input(call, es, ctx.rank());
+  stats.codec = "none";
+  stats.algorithm = "tree";
+  stats.input_bytes = call.count * es;
+  coll::Counters counters;
+  if (call.allreduce()) {
+    coll::allreduce_recursive_doubling_plain(ctx.transport(), recv, call.count, dtype, counters);
+    copy_counters(stats, counters);
+    if (call.options.average) coll::divide_elements(recv, call.count, dtype, ctx.size());
+    return;
+  }
+  PlanKey key;
+  key.kind = 1;
+  key.count = call.count;
+  key.dtype = dtype;
+  key.codec = "none";
+  static const CodecSpec none = parse_codec_spec("none");
+  Plan& plan = ctx.plan(key, none);
+  coll::Context cx{ctx.transport(), *plan.codec, plan.workspace, counters};
+  cx.call = ctx.next_call();  // every rank takes the same candidate on the same call
+  coll::allgather_bruck(cx, own, call.count, recv);
+  copy_counters(stats, counters);
+}
+
+// Runs codec=auto on device buffers: run_call() runs auto's codec untuned, or below
+// kAutoMinBytes, where compression does not pay on the host either, no codec (docs/design.md).
+// True when it handled the call.
+bool run_auto_device(const Call& call, Stats& stats, codec::DType dtype) {
+  if (call.count * codec::dtype_size(dtype) >= kAutoMinBytes) return false;
+  Options opt = call.options;
+  opt.codec = "none";
+  run_call(Call{call.kind, call.fn, call.sendbuf, call.recvbuf, call.count, call.datatype, call.op,
+                call.comm, opt},
+           stats);
+  return true;
+}
+
+}  // namespace
+
+bool run_auto(const Call& call, Stats& stats) {
+  std::string text = call.options.codec;
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized == 0 || finalized != 0 || call.comm == MPI_COMM_NULL) return false;
+  try {
+    if (text.empty()) text = env_config().codec;
+    if (text.rfind("auto", 0) != 0) return false;
+    const CodecSpec spec = parse_codec_spec(text);  // the one parse of auto's spec
+    if (spec.name != "auto") return false;
+    const bool allreduce = call.allreduce();
+    codec::DType dtype = codec::DType::kFloat32;
+    if (!codec_dtype(call.datatype, dtype)) return false;
+    if ((allreduce && call.op != MPI_SUM) || (!allreduce && call.options.average)) return false;
+    if (call.count == 0 || call.recvbuf == nullptr || call.count > INT_MAX) return false;
+    if (call.sendbuf == nullptr) return false;
+    if (gpu::Backend* b = gpu::backend();
+        b != nullptr && (b->is_device_pointer(call.recvbuf) ||
+                         (!call.in_place() && b->is_device_pointer(call.sendbuf)))) {
+      return run_auto_device(call, stats, dtype);
+    }
+    int inter = 0;
+    CCOLL_MPI_CHECK(MPI_Comm_test_inter(call.comm, &inter));
+    if (inter != 0) return false;
+    CommContext& ctx = CommContext::get(call.comm);
+    if (ctx.size() == 1) return false;
+    const std::size_t es = codec::dtype_size(dtype);
+    const std::size_t bytes = call.count * es;
+    const std::size_t out_bytes = allreduce ? bytes : bytes * static_cast<std::size_t>(ctx.size());
+    if (!call.in_place() && overlaps(call.sendbuf, bytes, call.recvbuf, out_bytes)) {
+      return false;  // run_call() reports it on every rank
+    }
+    unsigned size_class = 0;
+    while ((bytes >> (size_class + 1)) != 0) ++size_class;
+    AutoChoice& a = ctx.auto_choice(allreduce ? 0 : 1, es, size_class);
+    if (a.ncandidates == 0) {
+      a.init(bytes < kAutoMinBytes      ? AutoChoice::Band::kSmall
+             : bytes < kAutoMiddleBytes ? AutoChoice::Band::kMiddle
+                                        : AutoChoice::Band::kLarge);
+    }
+    const int candidate = a.choice >= 0 ? a.choice : a.list[a.calls % a.ncandidates];
+    const auto t0 = Clock::now();
+    if (candidate == AutoChoice::kMpi) {
+      run_mpi_direct(call, stats, dtype, es, ctx);
+    } else if (candidate == AutoChoice::kTree) {
+      run_tree_direct(call, stats, dtype, es, ctx);
+    } else {
+      Options opt = call.options;
+      opt.codec = candidate == AutoChoice::kCodec ? spec.canonical : "none";
+      const Call inner{call.kind,     call.fn, call.sendbuf, call.recvbuf, call.count,
+                       call.datatype, call.op, call.comm,    opt};
+      run_call(inner, stats);
+    }
+    if (a.choice >= 0) return true;
+    if (a.calls >= a.ncandidates) {  // the timed rounds: the mean, what a caller pays per call
+      a.seconds[candidate] +=
+          std::chrono::duration<double>(Clock::now() - t0).count() / a.timed_rounds;
+    }
+    if (++a.calls == a.tuning_calls()) {
+      // the slowest rank's time is the collective's time
+      CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a.seconds, AutoChoice::kMaxCandidates, MPI_DOUBLE,
+                                    MPI_MAX, ctx.comm()));
+      int best = AutoChoice::kMpi;  // plain MPI unless a candidate is clearly faster
+      double best_s = a.seconds[AutoChoice::kMpi] * AutoChoice::kMargin;
+      for (int k = 0; k < a.ncandidates; ++k) {
+        const int c = a.list[k];
+        if (c != AutoChoice::kMpi && a.seconds[c] < best_s) {
+          best = c;
+          best_s = a.seconds[c];
+        }
+      }
+      a.choice = best;
+      if (log_enabled(LogLevel::kInfo)) {
+        static const char* const kNames[] = {"codec", "none", "mpi", "tree"};
+        std::string times;
+        for (int k = 0; k < a.ncandidates; ++k) {
+          times += std::string(k == 0 ? "" : ", ") + kNames[a.list[k]] + " " +
+                   std::to_string(a.seconds[a.list[k]] * 1e3) + " ms";
+        }
+        log(LogLevel::kInfo, ctx.rank(),
+            std::string(call.fn) + " codec=" + spec.canonical + ": " + std::to_string(bytes) +
+                "-byte class chooses " + kNames[best] + " (" + times + ")");
+      }
+    }
+    return true;
+  } catch (const Error&) {
+    if (stats.codec.empty()) return false;  // nothing ran yet: run_call() reports it everywhere
+    throw;
+  }
+}
+
+}  // namespace ccoll::call

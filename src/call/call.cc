@@ -1,0 +1,186 @@
+// The local checks of a call's arguments (call.hpp).
+#include "call.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <utility>
+
+#include "mpi_check.hpp"
+
+namespace ccoll::call {
+namespace {
+
+std::string datatype_name(MPI_Datatype t) {
+  if (t == MPI_DATATYPE_NULL) return "MPI_DATATYPE_NULL";
+  char name[MPI_MAX_OBJECT_NAME] = {0};
+  int len = 0;
+  if (MPI_Type_get_name(t, name, &len) != MPI_SUCCESS || len == 0) return "a derived datatype";
+  return std::string(name, len);
+}
+
+std::string op_name(MPI_Op op) {
+  const std::pair<MPI_Op, const char*> ops[] = {
+      {MPI_SUM, "MPI_SUM"},       {MPI_MAX, "MPI_MAX"},        {MPI_MIN, "MPI_MIN"},
+      {MPI_PROD, "MPI_PROD"},     {MPI_LAND, "MPI_LAND"},      {MPI_LOR, "MPI_LOR"},
+      {MPI_BAND, "MPI_BAND"},     {MPI_BOR, "MPI_BOR"},        {MPI_MAXLOC, "MPI_MAXLOC"},
+      {MPI_MINLOC, "MPI_MINLOC"}, {MPI_OP_NULL, "MPI_OP_NULL"}};
+  for (const auto& [o, n] : ops) {
+    if (o == op) return n;
+  }
+  return "a user-defined op";
+}
+
+}  // namespace
+
+const char* arg_name(int id) {
+  static const char* names[] = {"",
+                                "sendbuf",
+                                "recvbuf",
+                                "count",
+                                "datatype",
+                                "op",
+                                "codec",
+                                "algorithm",
+                                "average",
+                                "seed",
+                                "environment (CCOLL_*)",
+                                "lr",
+                                "device buffers"};
+  return id > 0 && id < kArgCount_ ? names[id] : "argument";
+}
+
+bool codec_dtype(MPI_Datatype t, codec::DType& out) {
+  if (t == MPI_FLOAT) {
+    out = codec::DType::kFloat32;
+  } else if (t == MPI_DOUBLE) {
+    out = codec::DType::kFloat64;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
+  const auto pa = reinterpret_cast<std::uintptr_t>(a);
+  const auto pb = reinterpret_cast<std::uintptr_t>(b);
+  return an != 0 && bn != 0 && pa < pb + bn && pb < pa + an;
+}
+
+void check_communicator(const Call& call) {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized == 0 || finalized != 0) {
+    throw Error(Status::kInvalidArgument,
+                std::string(call.fn) + ": MPI is not initialized (or already finalized)");
+  }
+  if (call.comm == MPI_COMM_NULL) {
+    throw Error(Status::kInvalidArgument, std::string(call.fn) + ": comm is MPI_COMM_NULL");
+  }
+  int inter = 0;
+  CCOLL_MPI_CHECK(MPI_Comm_test_inter(call.comm, &inter));
+  if (inter != 0) {
+    throw Error(Status::kUnsupported, std::string(call.fn) +
+                                          ": comm is an inter-communicator (valid: "
+                                          "intra-communicators)");
+  }
+}
+
+Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
+  const Options& opt = call.options;
+  const bool allreduce = call.allreduce();
+  Checked c;
+  LocalError& bad = c.bad;
+  try {
+    c.env = env_config();
+  } catch (const Error& e) {
+    bad.set(kArgEnvironment, e.code(), e.message());
+  }
+  if (!codec_dtype(call.datatype, c.dtype)) {
+    bad.set(kArgDatatype, Status::kUnsupported,
+            "datatype: " + datatype_name(call.datatype) +
+                " is not supported (valid: MPI_FLOAT, MPI_DOUBLE)");
+  }
+  const std::size_t es = codec::dtype_size(c.dtype);
+  c.elem_bytes = es;
+  if (allreduce && call.op != MPI_SUM) {
+    bad.set(kArgOp, Status::kUnsupported,
+            "op: " + op_name(call.op) +
+                " is not supported (valid: MPI_SUM; set Options::average for the mean)");
+  }
+  if (!allreduce && opt.average) {
+    bad.set(kArgAverage, Status::kInvalidArgument,
+            "average: only compressed_allreduce can average (valid: false)");
+  }
+  c.total = allreduce ? call.count : call.count * static_cast<std::size_t>(p);
+  if (call.count > (std::size_t{1} << 60) / es / static_cast<std::size_t>(p)) {
+    bad.set(kArgCount, Status::kInvalidArgument,
+            "count: " + std::to_string(call.count) + " elements overflows the buffer size");
+  }
+  if (call.count > 0) {
+    if (call.recvbuf == nullptr) {
+      bad.set(kArgRecvbuf, Status::kInvalidArgument,
+              "recvbuf: null with count " + std::to_string(call.count));
+    }
+    if (!call.in_place() && call.sendbuf == nullptr) {
+      bad.set(kArgSendbuf, Status::kInvalidArgument,
+              "sendbuf: null with count " + std::to_string(call.count) +
+                  " (pass MPI_IN_PLACE to use recvbuf as input)");
+    }
+    if (!buf.probe_error.empty()) {
+      bad.set(kArgDevice, buf.probe_code,
+              "device buffers: could not tell whether sendbuf and recvbuf are device memory: " +
+                  buf.probe_error);
+    }
+    if (buf.mixed) {
+      bad.set(kArgSendbuf, Status::kInvalidArgument,
+              "sendbuf: one of sendbuf and recvbuf is device memory and the other host memory "
+              "(valid: both device memory or both host memory)");
+    }
+    if (buf.elsewhere_arg != nullptr) {
+      const std::string d = std::to_string(buf.elsewhere_device);
+      bad.set(buf.recv_elsewhere ? kArgRecvbuf : kArgSendbuf, Status::kInvalidArgument,
+              std::string(buf.elsewhere_arg) + ": memory of device " + d +
+                  ", but the calling thread's current device is " +
+                  std::to_string(buf.current_device) +
+                  " (valid: buffers on the current device; call cudaSetDevice(" + d +
+                  ") before ccoll)");
+    }
+    if (!call.in_place() && overlaps(call.sendbuf, call.count * es, call.recvbuf, c.total * es)) {
+      bad.set(kArgSendbuf, Status::kInvalidArgument,
+              "sendbuf: overlaps recvbuf (pass MPI_IN_PLACE for in-place operation)");
+    }
+  }
+  if (!(opt.lr >= 0) || !std::isfinite(opt.lr)) {
+    bad.set(kArgLr, Status::kInvalidArgument,
+            "lr: " + std::to_string(opt.lr) + " (valid: a finite number >= 0; 0 = no hint)");
+  }
+  std::string codec_text = opt.codec.empty() ? c.env.codec : opt.codec;
+  if (codec_text.empty()) codec_text = "none";
+  try {
+    c.spec = parse_codec_spec(codec_text);
+  } catch (const Error& e) {
+    bad.set(kArgCodec, e.code(), e.message());
+  }
+  if (!allreduce && bad.ok() && c.spec.allreduce_only) {
+    bad.set(kArgCodec, Status::kUnsupported,
+            "codec: " + c.spec.canonical +
+                " transforms all-reduce outputs and has no all-gather form (valid for "
+                "compressed_allgather: any codec but temporal)");
+  }
+  try {
+    c.algorithm = coll::parse_algorithm(
+        opt.algorithm == "auto" && !c.env.algorithm.empty() ? c.env.algorithm : opt.algorithm);
+  } catch (const Error& e) {
+    bad.set(kArgAlgorithm, e.code(), e.message());
+  }
+  if (!allreduce && c.algorithm == coll::Algorithm::kAllgather) {
+    bad.set(kArgAlgorithm, Status::kInvalidArgument,
+            "algorithm: 'allgather' is an all-reduce schedule (valid for compressed_allgather: "
+            "auto, ring, tree)");
+  }
+  return c;
+}
+
+}  // namespace ccoll::call

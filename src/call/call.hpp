@@ -1,0 +1,114 @@
+// A call's arguments and their local checks: the first stage of every collective.
+//
+// The checks never throw for a bad argument: they record the first one in a LocalError, which
+// the agreement (agreement.hpp) carries to every rank, so a bad argument on one rank becomes an
+// error on all of them and no rank is left waiting.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstddef>
+#include <string>
+
+#include "ccoll/ccoll.hpp"
+#include "codec.hpp"
+#include "collectives.hpp"
+#include "config.hpp"
+#include "spec.hpp"
+
+namespace ccoll::call {
+
+enum class Kind { kAllreduce, kAllgather };
+
+/// A collective as the caller passed it.
+struct Call {
+  Kind kind;
+  const char* fn;       ///< the entry point's name, the prefix of every message
+  const void* sendbuf;  ///< run_call() points these at host staging buffers on the host-copy path
+  void* recvbuf;
+  std::size_t count;
+  MPI_Datatype datatype;
+  MPI_Op op;
+  MPI_Comm comm;
+  const Options& options;
+
+  bool allreduce() const { return kind == Kind::kAllreduce; }
+  bool in_place() const { return sendbuf == MPI_IN_PLACE; }
+};
+
+/// Arguments that can be rejected; the agreement carries the id so every rank can name it.
+enum ArgId : int {
+  kArgNone = 0,
+  kArgSendbuf,
+  kArgRecvbuf,
+  kArgCount,
+  kArgDatatype,
+  kArgOp,
+  kArgCodec,
+  kArgAlgorithm,
+  kArgAverage,
+  kArgSeed,
+  kArgEnvironment,
+  kArgLr,
+  kArgDevice,
+  kArgCount_,
+};
+
+/// The argument's name in messages ("sendbuf", "environment (CCOLL_*)", ...).
+const char* arg_name(int id);
+
+/// The first argument this rank rejected, and why.
+struct LocalError {
+  int arg = kArgNone;
+  Status code = Status::kSuccess;
+  std::string message;
+  void set(int a, Status c, std::string m) {
+    if (arg == kArgNone) {
+      arg = a;
+      code = c;
+      message = std::move(m);
+    }
+  }
+  bool ok() const { return arg == kArgNone; }
+};
+
+/// Where the buffers were found to live (placement.hpp fills it before the checks).
+struct BufferFacts {
+  bool device = false;  ///< recvbuf (and sendbuf) are device memory
+  bool mixed = false;   ///< one of sendbuf and recvbuf is device memory, not both
+  /// a device buffer on a device other than the thread's current one: its argument, its device
+  const char* elsewhere_arg = nullptr;
+  bool recv_elsewhere = false;
+  int elsewhere_device = -1;
+  int current_device = -1;
+  /// the device could not tell where a buffer is: what failed
+  std::string probe_error;
+  Status probe_code = Status::kSuccess;
+};
+
+/// Everything the local checks derive from the arguments and the environment.
+struct Checked {
+  LocalError bad;
+  EnvConfig env;
+  codec::DType dtype = codec::DType::kFloat32;
+  std::size_t elem_bytes = 4;
+  std::size_t total = 0;  ///< elements of recvbuf the call writes
+  CodecSpec spec;
+  coll::Algorithm algorithm = coll::Algorithm::kAuto;
+};
+
+/// Throws for what makes communication impossible (MPI not initialized, MPI_COMM_NULL, an
+/// inter-communicator): every rank sees the same.
+void check_communicator(const Call& call);
+
+/// The local checks of every argument of `call` on `ranks` ranks; the spec string is parsed here,
+/// once per call.
+Checked check_arguments(const Call& call, const BufferFacts& buffers, int ranks);
+
+/// The codec element type of an MPI datatype; false when ccoll does not support it.
+bool codec_dtype(MPI_Datatype t, codec::DType& out);
+
+/// True when [a, a+an) and [b, b+bn) share a byte.
+bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn);
+
+}  // namespace ccoll::call

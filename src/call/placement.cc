@@ -1,0 +1,142 @@
+// Buffer placement and the choice of the data path (placement.hpp).
+#include "placement.hpp"
+
+#if defined(OPEN_MPI) && OPEN_MPI && __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>  // MPIX_Query_cuda_support
+#endif
+
+#include "device_codec.hpp"
+#include "nccl_transport.hpp"
+
+namespace ccoll::call {
+namespace {
+
+// The host-copy path: this rank's input copied from the device into pinned host buffers, and
+// `call` pointed at them (in-place calls stay in place). run_call() copies the output back.
+void stage_in(Call& call, Placement& pl, CommContext& ctx, std::size_t es) {
+  gpu::Backend& b = *pl.device;
+  const std::size_t bytes = call.count * es;
+  const std::size_t own_at = call.allreduce() ? 0 : static_cast<std::size_t>(ctx.rank()) * bytes;
+  auto* recv = static_cast<std::byte*>(ctx.stage_recv().get(b, pl.out_bytes, true));
+  if (call.in_place()) {
+    b.copy(recv + own_at, static_cast<const std::byte*>(call.recvbuf) + own_at, bytes);
+  } else {
+    void* send = ctx.stage_send().get(b, bytes, true);
+    b.copy(send, call.sendbuf, bytes);
+    call.sendbuf = send;
+  }
+  b.synchronize();
+  call.recvbuf = recv;
+  pl.staged_recv = recv;
+}
+
+}  // namespace
+
+bool mpi_cuda_aware() {
+#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
+  return MPIX_Query_cuda_support() == 1;
+#else
+  return false;
+#endif
+}
+
+Placement probe_buffers(const Call& call) {
+  Placement pl;
+  pl.user_recv = call.recvbuf;
+  gpu::Backend* b = call.count > 0 ? gpu::backend() : nullptr;
+  if (b == nullptr) return pl;
+  BufferFacts& f = pl.facts;
+  try {
+    // one pointer query per buffer: its device, or -1 for host memory
+    const bool has_send = !call.in_place() && call.sendbuf != nullptr;
+    const int recv_on = call.recvbuf != nullptr ? b->device_of(call.recvbuf) : -1;
+    const int send_on = has_send ? b->device_of(call.sendbuf) : -1;
+    const bool recv_device = recv_on >= 0;
+    f.mixed = has_send && call.recvbuf != nullptr && recv_device != (send_on >= 0);
+    if (recv_device && !f.mixed) {
+      pl.device = b;
+      f.device = true;
+      // kernels and copies run on the current device: buffers elsewhere are an error
+      f.current_device = b->current_device();
+      if (recv_on != f.current_device) {
+        f.recv_elsewhere = true;
+        f.elsewhere_arg = "recvbuf";
+        f.elsewhere_device = recv_on;
+      } else if (has_send && send_on != f.current_device) {
+        f.elsewhere_arg = "sendbuf";
+        f.elsewhere_device = send_on;
+      }
+    }
+  } catch (const Error& e) {
+    // a CUDA error while classifying: never take device memory for host memory; the call
+    // still takes part in the agreement, which raises it on every rank
+    pl = Placement{};
+    pl.user_recv = call.recvbuf;
+    pl.facts.probe_error = e.message();
+    pl.facts.probe_code = e.code();
+  }
+  return pl;
+}
+
+void check_device_transport(const Placement& pl, Checked& c) {
+  if (c.env.transport == "mpi" && !pl.device->host_accessible() && !mpi_cuda_aware()) {
+    c.bad.set(kArgEnvironment, Status::kUnsupported,
+              "CCOLL_TRANSPORT=mpi: this MPI is not CUDA-aware (MPIX_Query_cuda_support() is "
+              "not 1), so it cannot move device memory (valid here: auto, staged)");
+  }
+}
+
+void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx, bool compress) {
+  LocalError& bad = c.bad;
+  if (!bad.ok()) return;
+  const std::string& transport = c.env.transport;
+  const bool cuda_aware = pl.device->host_accessible() || mpi_cuda_aware();
+  pl.out_bytes = c.total * c.elem_bytes;
+  // the codec's kernels where it has them (ring schedules), else host copies
+  const bool kernels =
+      compress && has_device_kernels(c.spec, c.dtype) &&
+      (c.algorithm == coll::Algorithm::kAuto || c.algorithm == coll::Algorithm::kRing);
+  const bool nccl = kernels && transport == "nccl";
+  // an NCCL communicator belongs to the device it was made on
+  if (coll::Transport* t = ctx.nccl_transport_if_made();
+      nccl && !pl.device->host_accessible() && t != nullptr &&
+      nccl_device(*t) != pl.facts.current_device) {
+    const std::string d = std::to_string(nccl_device(*t));
+    bad.set(kArgDevice, Status::kInvalidArgument,
+            "CCOLL_TRANSPORT=nccl: this communicator's NCCL communicator belongs to device " + d +
+                ", but the current device is " + std::to_string(pl.facts.current_device) +
+                " (valid: call on device " + d + ", or on another communicator)");
+  }
+  const bool resident = kernels && (nccl || transport == "mpi" ||
+                                    (transport == "auto" && cuda_aware && mpi_cuda_aware()));
+  if (nccl) {
+    // the emulated device (host memory) has no NCCL: MPI stands in on the exact-length ring
+    pl.path = pl.device->host_accessible() ? DataPath::kNcclEmulated : DataPath::kNccl;
+  } else if (resident) {
+    pl.path = DataPath::kCudaAwareMpi;
+  } else if (kernels) {
+    pl.path = DataPath::kStaged;
+  } else {
+    pl.path = DataPath::kHostCopy;
+    try {
+      stage_in(call, pl, ctx, c.elem_bytes);
+    } catch (const Error& e) {
+      bad.set(kArgDevice, e.code(), "device buffers: copy to the host failed: " + e.message());
+    }
+  }
+}
+
+void fall_back_to_host_copy(Call& call, Placement& pl, CommContext& ctx, std::size_t es,
+                            Status& code, std::string& error) {
+  pl.path = DataPath::kHostCopy;
+  try {
+    stage_in(call, pl, ctx, es);
+  } catch (const Error& e) {
+    error = e.message();
+    code = e.code();
+    call.recvbuf = ctx.stage_recv().get(*pl.device, pl.out_bytes, true);
+    if (!call.in_place()) call.sendbuf = ctx.stage_send().get(*pl.device, call.count * es, true);
+  }
+}
+
+}  // namespace ccoll::call

@@ -1,0 +1,346 @@
+// The stages of a call (run_call.hpp).
+#include "run_call.hpp"
+
+#include <climits>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include "agreement.hpp"
+#include "collectives.hpp"
+#include "device_codec.hpp"
+#include "mpi_check.hpp"
+#include "nccl_transport.hpp"
+#include "placement.hpp"
+#include "setup_rounds.hpp"
+
+namespace ccoll::call {
+namespace {
+
+// MPI_Allreduce of arbitrarily many elements (MPI counts are int).
+void mpi_allreduce_sum(void* buf, std::size_t count, MPI_Datatype t, std::size_t es, MPI_Comm c) {
+  constexpr std::size_t kMax = 1u << 30;
+  auto* p = static_cast<std::byte*>(buf);
+  for (std::size_t done = 0; done < count; done += kMax) {
+    const std::size_t n = count - done < kMax ? count - done : kMax;
+    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + done * es, static_cast<int>(n), t, MPI_SUM, c));
+  }
+}
+
+// The plan of a compressing call, and what its codec found in this rank's input.
+struct Prepared {
+  Plan* plan = nullptr;
+  bool fallback = false;  // the codec cannot carry this rank's input
+  bool scanned = false;   // the codec's scan() already wrote this rank's scales
+};
+
+// This rank's input of `call` as the codec reads it (in place: this rank's block of recvbuf).
+const void* own_input(const Call& call, std::size_t es, int rank) {
+  if (!call.in_place()) return call.sendbuf;
+  if (call.allreduce()) return call.recvbuf;
+  return static_cast<const std::byte*>(call.recvbuf) +
+         static_cast<std::size_t>(rank) * call.count * es;
+}
+
+// Finds the plan (and on device buffers its device codec) and runs the codec's scan: the
+// fallback test and, for most codecs, the scale pass, in one read of the input. Failures go
+// into `c.bad`.
+Prepared prepare_plan(const Call& call, Placement& pl, Checked& c, CommContext& ctx) {
+  Prepared out;
+  try {
+    PlanKey key;
+    key.kind = call.allreduce() ? 0 : 1;
+    key.count = call.count;
+    key.dtype = c.dtype;
+    key.codec = c.spec.canonical;
+    // Stateful codecs keep state per tensor: Options::key, or the receive buffer and count.
+    if (c.spec.stateful) {
+      key.tensor_key = call.options.key != 0
+                           ? call.options.key
+                           : (reinterpret_cast<std::uintptr_t>(pl.user_recv) * 31 + call.count) | 1;
+    }
+    Plan* plan = &ctx.plan(key, c.spec);
+    out.plan = plan;
+    if (pl.kernels() && (plan->device_codec == nullptr || plan->device_resident != pl.resident())) {
+      plan->device_codec = make_device_codec(c.spec, *plan->codec, *pl.device, pl.resident());
+      plan->device_resident = pl.resident();
+      log(LogLevel::kInfo, ctx.rank(),
+          std::string(call.fn) + ": " + c.spec.canonical + " on device buffers runs on the " +
+              pl.device->name() + " device; payloads " +
+              (pl.resident_nccl() ? "stay in device memory (NCCL)"
+               : pl.resident()    ? "stay in device memory (CUDA-aware MPI)"
+                                  : "are staged through host memory"));
+    }
+    codec::Codec& codec = pl.kernels() ? *plan->device_codec : *plan->codec;
+    if (!codec.capabilities().lossless) {
+      const std::size_t nscales = codec.scale_slots(call.count);
+      if (plan->scales.size() < nscales) plan->scales.resize(nscales);
+      out.scanned = codec.scan(own_input(call, c.elem_bytes, ctx.rank()), call.count,
+                               call.allreduce() ? ctx.size() : 1,
+                               nscales != 0 ? plan->scales.data() : nullptr, out.fallback);
+    }
+  } catch (const Error& e) {
+    c.bad.set(kArgCodec, e.code(), e.message());
+  }
+  return out;
+}
+
+// Copies the schedule's counters into Stats, also on the way out of a throwing schedule.
+struct CopyCounters {
+  Stats& s;
+  coll::Counters& c;
+  ~CopyCounters() {
+    s.wire_bytes_sent = c.bytes_sent;
+    s.wire_bytes_received = c.bytes_received;
+    s.encode_seconds = c.encode_seconds;
+    s.comm_seconds = c.comm_seconds;
+    s.decode_seconds = c.decode_seconds;
+  }
+};
+
+// The compressed collective proper, after the agreement and the set-up rounds: the schedule
+// every rank derives from agreed values, on the transport of the agreed data path.
+void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, codec::Codec& codec,
+                  const Checked& c, const Agreed& agreed, CommContext& ctx, std::uint64_t call_no,
+                  const void* input) {
+  const bool allreduce = call.allreduce();
+  const std::size_t es = c.elem_bytes;
+  const int p = ctx.size();
+  auto* recv = static_cast<std::byte*>(call.recvbuf);
+  std::byte* own = allreduce ? recv : recv + static_cast<std::size_t>(ctx.rank()) * call.count * es;
+  auto copy_input = [&] {
+    if (call.in_place()) return;
+    if (pl.kernels()) {
+      pl.device->copy(own, call.sendbuf, call.count * es);
+    } else {
+      std::memcpy(own, call.sendbuf, call.count * es);
+    }
+  };
+  coll::Counters counters;
+  // NCCL: its transport (made on the first such call, on every rank: the agreement checked
+  // that all take it); on the emulated device MPI stands in for it on the same exact ring
+  coll::Transport* transport = &ctx.transport();
+  if (pl.path == DataPath::kNccl) {
+    transport = &ctx.nccl_transport();
+    set_nccl_stream(*transport, call.options.cuda_stream);
+  }
+  coll::Context cx{*transport, codec, plan.workspace, counters};
+  std::unique_ptr<DeviceElementOps> device_ops;
+  std::unique_ptr<DevicePayloadOps> payload_ops;
+  if (pl.kernels()) {
+    device_ops = std::make_unique<DeviceElementOps>(*pl.device);
+    cx.elements = device_ops.get();
+    // payloads: device memory that MPI moves itself, or pinned host memory
+    plan.workspace.set_allocator(pl.resident() ? &device_allocator(*pl.device)
+                                               : &pinned_allocator(*pl.device));
+    if (pl.resident()) {
+      payload_ops = std::make_unique<DevicePayloadOps>(*pl.device);
+      cx.payloads = payload_ops.get();
+    }
+  }
+  cx.segment_elems = c.env.segment_bytes / es;
+  cx.seed = call.options.seed;
+  cx.call = call_no;
+  CopyCounters copy{stats, counters};
+  stats.bits = codec.bits_used();
+  coll::ScheduleQuery q;
+  q.allreduce = allreduce;
+  q.requested = c.algorithm;
+  q.count = call.count;
+  q.elem_bytes = es;
+  q.ranks = p;
+  q.gather_reduce = codec.capabilities().gather_reduce;
+  q.device_codecs = agreed.device_codecs;
+  q.exact_lengths = agreed.exact_lengths;
+  const coll::Schedule schedule = coll::select_schedule(q);
+  stats.algorithm = coll::schedule_name(schedule);
+  const bool average = call.options.average;
+  if (allreduce) {
+    switch (schedule) {
+      case coll::Schedule::kExactRing:
+        coll::allreduce_ring_exact(cx, input, recv, call.count, average);
+        break;
+      case coll::Schedule::kTree:
+        copy_input();
+        coll::allreduce_recursive_doubling(cx, recv, call.count, average);
+        break;
+      case coll::Schedule::kAllgatherReduce:
+        copy_input();
+        coll::allreduce_allgather(cx, recv, call.count, average);
+        break;
+      case coll::Schedule::kRing:
+        coll::allreduce_ring(cx, input, recv, call.count, average);
+        break;
+    }
+    codec.finish_allreduce(recv, call.count);  // temporal: beta·y_prev + decoded sum
+  } else {
+    copy_input();
+    switch (schedule) {
+      case coll::Schedule::kExactRing:
+        coll::allgather_ring_exact(cx, own, call.count, recv);
+        break;
+      case coll::Schedule::kTree:
+        coll::allgather_bruck(cx, own, call.count, recv);
+        break;
+      case coll::Schedule::kAllgatherReduce:  // an all-reduce schedule: rejected up front
+      case coll::Schedule::kRing:
+        coll::allgather_ring(cx, own, call.count, recv);
+        break;
+    }
+  }
+  if (!log_enabled(LogLevel::kTrace)) return;  // no message strings on the hot path
+  log(LogLevel::kTrace, ctx.rank(),
+      std::string(call.fn) + " count=" + std::to_string(call.count) + " codec=" + stats.codec +
+          " algorithm=" + stats.algorithm + " transport=" + stats.transport +
+          " sent=" + std::to_string(counters.bytes_sent));
+}
+
+// The stages, from the local checks to the result (run_call.hpp).
+void run_placed(Call call, Stats& stats, Placement& pl) {
+  check_communicator(call);
+  CommContext& ctx = CommContext::get(call.comm);
+  const int p = ctx.size();
+  const int rank = ctx.rank();
+  const bool allreduce = call.allreduce();
+
+  // Local checks, collected rather than thrown so that every rank takes part in the agreement.
+  Checked c = check_arguments(call, pl.facts, p);
+  if (pl.device != nullptr) check_device_transport(pl, c);
+  const std::size_t es = c.elem_bytes;
+  const bool compress = c.bad.ok() && call.count > 0 && p > 1 && call.count * es >= c.env.min_bytes;
+  if (pl.device != nullptr) choose_device_path(call, pl, c, ctx, compress);
+  Prepared prep;
+  if (compress) prep = prepare_plan(call, pl, c, ctx);
+  Plan* plan = prep.plan;
+
+  Proposal mine;
+  mine.bad = &c.bad;
+  mine.rank = rank;
+  mine.allreduce = allreduce;
+  mine.count = call.count;
+  mine.dtype = c.dtype;
+  mine.codec = &c.spec.canonical;
+  mine.algorithm = c.algorithm;
+  mine.average = call.options.average;
+  mine.seed = call.options.seed;
+  mine.min_bytes = c.env.min_bytes;
+  mine.lr = call.options.lr;
+  mine.state_fingerprint =
+      plan != nullptr ? (pl.kernels() ? plan->device_codec : plan->codec)->state_fingerprint() : 0;
+  mine.fallback = prep.fallback;
+  mine.device_codecs = pl.kernels();
+  mine.nccl = pl.resident_nccl();
+  const Agreed agreed = agree(mine, call.fn, ctx.comm());
+  stats.control_bytes = agreed.control_bytes;
+
+  if (agreed.state_differs && plan != nullptr) {
+    // the ranks' states of this tensor have different histories: restart them all
+    log(LogLevel::kWarn, rank,
+        std::string(call.fn) + ": " + c.spec.canonical +
+            " state differs across ranks; restarting it on every rank (pass Options::key to "
+            "name tensors)");
+    plan->codec->reset_state();
+    if (plan->device_codec != nullptr) plan->device_codec->reset_state();
+  }
+  // the uncompressed fallback of device buffers runs on host copies; a failed copy still takes
+  // part in the collective (no peer waits) and throws after it
+  std::string stage_error;
+  Status stage_code = Status::kSuccess;
+  if (pl.kernels() && agreed.fallback) {
+    fall_back_to_host_copy(call, pl, ctx, es, stage_code, stage_error);
+  }
+  stats.transport = data_path_name(pl.path);
+
+  const std::uint64_t call_no = ctx.next_call();
+  stats.input_bytes = call.count * es;
+  stats.codec = c.spec.canonical;
+  if (call.count == 0) {
+    stats.algorithm = "local";
+    return;
+  }
+  auto* recv = static_cast<std::byte*>(call.recvbuf);
+  std::byte* own = allreduce ? recv : recv + static_cast<std::size_t>(rank) * call.count * es;
+  if (p == 1 || !compress || agreed.fallback) {
+    if (!call.in_place()) std::memcpy(own, call.sendbuf, call.count * es);
+    if (p == 1) {
+      stats.algorithm = "local";
+      return;
+    }
+    if (plan != nullptr) {
+      plan->codec->uncompressed_call();
+      if (plan->device_codec != nullptr) plan->device_codec->uncompressed_call();
+    }
+    run_mpi_uncompressed(call, stats, c.dtype, es, ctx);
+    stats.fell_back = agreed.fallback;
+    if (stage_code != Status::kSuccess) {
+      throw Error(stage_code, std::string(call.fn) + ": device buffers: " + stage_error);
+    }
+    return;
+  }
+  codec::Codec& codec = pl.kernels() ? *plan->device_codec : *plan->codec;
+  // this rank's input: read where it is (a summable codec's ring all-reduce needs no copy
+  // into recvbuf; every other path copies it there before its schedule)
+  const void* input = call.in_place() ? own : call.sendbuf;
+
+  MpiExchange exchange(ctx.comm());
+  SetupCall setup;
+  setup.lr = call.options.lr;
+  setup.seed = call.options.seed;
+  setup.call = call_no;
+  setup.scanned = prep.scanned;
+  const SetupInputs inputs{&input, 1, call.count};
+  stats.control_bytes += run_setup_rounds(codec, inputs, setup, plan->scales, plan->mask, exchange);
+  run_schedule(call, stats, pl, *plan, codec, c, agreed, ctx, call_no, input);
+}
+
+}  // namespace
+
+std::byte* place_own_input(const Call& call, std::size_t es, int rank) {
+  auto* recv = static_cast<std::byte*>(call.recvbuf);
+  std::byte* own =
+      call.allreduce() ? recv : recv + static_cast<std::size_t>(rank) * call.count * es;
+  if (!call.in_place()) std::memcpy(own, call.sendbuf, call.count * es);
+  return own;
+}
+
+void run_mpi_uncompressed(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
+                          CommContext& ctx) {
+  auto* recv = static_cast<std::byte*>(call.recvbuf);
+  stats.codec = "none";
+  stats.algorithm = "mpi";
+  const auto t0 = Clock::now();
+  if (call.allreduce()) {
+    mpi_allreduce_sum(recv, call.count, call.datatype, es, ctx.comm());
+    if (call.options.average) coll::divide_elements(recv, call.count, dtype, ctx.size());
+  } else {
+    if (call.count > static_cast<std::size_t>(INT_MAX)) {
+      throw Error(Status::kUnsupported, std::string(call.fn) +
+                                            ": uncompressed fallback of more than INT_MAX "
+                                            "elements per rank");
+    }
+    CCOLL_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv,
+                                  static_cast<int>(call.count), call.datatype, ctx.comm()));
+  }
+  stats.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+void run_call(const Call& call, Stats& stats) {
+  Placement pl = probe_buffers(call);
+  if (pl.device == nullptr) {
+    stats.transport = data_path_name(DataPath::kHost);
+    run_placed(call, stats, pl);
+    return;
+  }
+  // the caller's stream serves this call only: later work of this thread (a state reset, a
+  // call without a stream) must not use a stream the caller may since have destroyed
+  struct StreamScope {
+    gpu::Backend& b;
+    ~StreamScope() { b.set_stream(nullptr); }
+  } stream_scope{*pl.device};
+  pl.device->set_stream(call.options.cuda_stream);
+  run_placed(call, stats, pl);
+  if (pl.staged_recv != nullptr) pl.device->copy(pl.user_recv, pl.staged_recv, pl.out_bytes);
+  pl.device->synchronize();
+}
+
+}  // namespace ccoll::call

@@ -1,0 +1,35 @@
+// A call from its arguments to its result, as stages:
+//
+//   check_communicator, probe_buffers, check_arguments   call.hpp, placement.hpp (local)
+//   choose_device_path                                   placement.hpp (local)
+//   the plan and the codec's scan                        here (local)
+//   agree                                                agreement.hpp (one MPI_Allreduce)
+//   run_setup_rounds                                     setup_rounds.hpp (sums, scales, mask)
+//   select_schedule and the schedule                     collectives/ (the data)
+//
+// Nothing after the agreement can disagree across ranks: every decision from there on is taken
+// from agreed values.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+
+#include "call.hpp"
+#include "comm_context.hpp"
+
+namespace ccoll::call {
+
+using Clock = std::chrono::steady_clock;
+
+/// Runs `call` (any codec but auto) and fills `stats`; throws ccoll::Error on every rank.
+void run_call(const Call& call, Stats& stats);
+
+/// The uncompressed path, on a receive buffer that already holds this rank's input: MPI itself.
+void run_mpi_uncompressed(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
+                          CommContext& ctx);
+
+/// The input of a path without agreement: this rank's block of recvbuf (all of it for an
+/// all-reduce), with sendbuf copied in unless in place. Returns the block.
+std::byte* place_own_input(const Call& call, std::size_t es, int rank);
+
+}  // namespace ccoll::call
