@@ -7,8 +7,10 @@
 #include <cstdlib>
 #include <functional>
 
+#include "backend.hpp"
 #include "cast_codecs.hpp"
 #include "ccoll/error.hpp"
+#include "device_codec.hpp"
 #include "error_feedback.hpp"
 #include "quantizers.hpp"
 
@@ -108,10 +110,16 @@ enum Traits : unsigned {
   kAllreduceOnly = 4,  // no all-gather form (temporal)
 };
 
+using DeviceMaker = std::function<std::unique_ptr<codec::Codec>(
+    const CodecSpec&, codec::Codec& cpu, gpu::Backend&, bool resident)>;
+
+// A codec: its parameters, how to make its CPU codec and (null: it has no kernels) its device
+// codec (codecs/device/device_codec.hpp) for float32 elements.
 struct Entry {
   const char* name;
   std::vector<Param> params;
   std::function<std::unique_ptr<codec::Codec>(const CodecSpec&, codec::DType)> make;
+  DeviceMaker make_device = nullptr;
   unsigned traits = 0;
   // cross-parameter check on the canonical parameters; a message names what is wrong
   std::function<void(const CodecSpec&, const std::string& text)> check = nullptr;
@@ -141,50 +149,95 @@ codec::MaxNormParams maxnorm_params(const CodecSpec& s) {
   return m;
 }
 
+DeviceMaker device_cast(bool half) {
+  return [half](const CodecSpec&, codec::Codec& cpu, gpu::Backend& b, bool resident) {
+    return device_codecs::make_device_cast(cpu, b, resident, half);
+  };
+}
+
+DeviceMaker device_bucketed(gpu::BucketKind kind) {
+  return [kind](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
+    device_codecs::BucketedParams p;
+    p.kind = kind;
+    p.bucket = param(s, "bucket");
+    if (kind == gpu::BucketKind::kQsgd) p.bits = param(s, "bits");
+    return device_codecs::make_device_bucketed(cpu, b, resident, p);
+  };
+}
+
+codec::MaxNormParams randk_params(const CodecSpec& s) {
+  codec::MaxNormParams m;
+  m.bits = param(s, "bits");
+  m.ratio = real_param(s, "ratio");
+  return m;
+}
+
+codec::MaxNormParams auto_params(const CodecSpec& s) {
+  codec::MaxNormParams m;
+  m.bits = param(s, "bits");
+  return m;
+}
+
 [[noreturn]] void bad(const std::string& msg);
 
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = {
       {"none", {}, [](const CodecSpec&, codec::DType t) { return codec::make_none_codec(t); }},
-      {"fp16", {}, [](const CodecSpec&, codec::DType t) { return codec::make_fp16_codec(t); }},
-      {"bf16", {}, [](const CodecSpec&, codec::DType t) { return codec::make_bf16_codec(t); }},
+      {"fp16", {}, [](const CodecSpec&, codec::DType t) { return codec::make_fp16_codec(t); },
+       device_cast(true)},
+      {"bf16", {}, [](const CodecSpec&, codec::DType t) { return codec::make_bf16_codec(t); },
+       device_cast(false)},
       {"maxnorm",
        {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_maxnorm_codec(t, maxnorm_params(s));
+       },
+       [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
+         return device_codecs::make_device_maxnorm(cpu, b, resident, maxnorm_params(s));
        }},
       {"randk",
        {ratio_param("ratio"), uint_param("bits", 2, 8, "8")},
        [](const CodecSpec& s, codec::DType t) {
          codec::MaxNormParams m;
-         m.bits = param(s, "bits");
-         m.ratio = real_param(s, "ratio");
-         return codec::make_maxnorm_codec(t, m);
+         return codec::make_maxnorm_codec(t, randk_params(s));
+       },
+       [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
+         return device_codecs::make_device_maxnorm(cpu, b, resident, randk_params(s));
        }},
       {"qsgd",
        {uint_param("bits", 2, 8), uint_param("bucket", 1, 1u << 23, "512")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_qsgd_codec(t, param(s, "bits"), param(s, "bucket"));
-       }},
+       },
+       device_bucketed(gpu::BucketKind::kQsgd)},
       {"terngrad",
        {uint_param("bucket", 1, 1u << 23, "512")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_terngrad_codec(t, param(s, "bucket"));
-       }},
+       },
+       device_bucketed(gpu::BucketKind::kTernGrad)},
       {"sign",
        {uint_param("bucket", 1, 1u << 23, "512")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_sign_codec(t, param(s, "bucket"));
-       }},
+       },
+       device_bucketed(gpu::BucketKind::kSign)},
       {"topk",
        {ratio_param("ratio")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_topk_codec(t, real_param(s, "ratio"));
+       },
+       [](const CodecSpec&, codec::Codec& cpu, gpu::Backend& b, bool resident) {
+         return device_codecs::make_device_topk(cpu, b, resident);
        }},
       {"sketch",
        {uint_param("bits", 1, 8), uint_param("clusters", 1, 64, "4")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_sketch_codec(t, param(s, "bits"), param(s, "clusters"));
+       },
+       [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
+         return device_codecs::make_device_sketch(cpu, b, resident, param(s, "bits"),
+                                                  param(s, "clusters"));
        }},
       {"temporal",
        {uint_param("bits", 2, 8),
@@ -192,12 +245,19 @@ const std::vector<Entry>& registry() {
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_temporal_codec(t, param(s, "bits"), real_param(s, "beta"), s.ef);
        },
+       [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
+         return device_codecs::make_device_temporal(cpu, b, resident, param(s, "bits"),
+                                                    real_param(s, "beta"), s.ef);
+       },
        kOwnEf | kStateful | kAllreduceOnly},
       {"dq",
        {uint_param("min", 2, 8), uint_param("max", 2, 8),
         real_range_param("kappa", 1e-6, 1e6, false, "a number in [1e-6, 1e6], e.g. 1", "1")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_dq_codec(t, param(s, "min"), param(s, "max"), real_param(s, "kappa"));
+       },
+       [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
+         return device_codecs::make_device_dq(cpu, b, resident, param(s, "min"), param(s, "max"));
        },
        kStateful,
        [](const CodecSpec& s, const std::string& text) {
@@ -211,9 +271,10 @@ const std::vector<Entry>& registry() {
       {"auto",
        {uint_param("bits", 2, 8, "8")},
        [](const CodecSpec& s, codec::DType t) {
-         codec::MaxNormParams m;
-         m.bits = param(s, "bits");
-         return codec::make_maxnorm_codec(t, m);
+         return codec::make_maxnorm_codec(t, auto_params(s));
+       },
+       [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
+         return device_codecs::make_device_maxnorm(cpu, b, resident, auto_params(s));
        }},
   };
   return entries;
@@ -329,15 +390,35 @@ CodecSpec parse_codec_spec(const std::string& text) {
   return spec;
 }
 
-std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dtype) {
+const Entry& entry_of(const CodecSpec& spec) {
   for (const auto& e : registry()) {
-    if (spec.name == e.name) {
-      auto c = e.make(spec, dtype);
-      const bool wrap = spec.ef && (e.traits & kOwnEf) == 0;
-      return wrap ? codec::make_error_feedback_codec(std::move(c)) : std::move(c);
-    }
+    if (spec.name == e.name) return e;
   }
   bad("unknown codec '" + spec.name + "' (valid: " + join(codec_names()) + ")");
+}
+
+std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dtype) {
+  const Entry& e = entry_of(spec);
+  auto c = e.make(spec, dtype);
+  const bool wrap = spec.ef && (e.traits & kOwnEf) == 0;
+  return wrap ? codec::make_error_feedback_codec(std::move(c)) : std::move(c);
+}
+
+bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
+  return dtype == codec::DType::kFloat32 && entry_of(spec).make_device != nullptr;
+}
+
+std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
+                                                gpu::Backend& backend, bool resident) {
+  if (!has_device_kernels(spec, cpu.dtype())) return nullptr;
+  const Entry& e = entry_of(spec);
+  if (!spec.ef || (e.traits & kOwnEf) != 0) return e.make_device(spec, cpu, backend, resident);
+  // ef=1: the device wrapper around the device codec of the spec without it, as make_codec()
+  // wraps the CPU codec
+  auto cpu_inner = e.make(spec, cpu.dtype());
+  auto dev_inner = e.make_device(spec, *cpu_inner, backend, resident);
+  return device_codecs::make_device_error_feedback(cpu, backend, resident, std::move(cpu_inner),
+                                                   std::move(dev_inner));
 }
 
 double allreduce_error_bound(const codec::Codec& codec, int ranks) {

@@ -1,0 +1,104 @@
+// Device codecs: a codec whose element buffers are device memory. Its payloads are either host
+// memory (staged: encode runs the kernel and copies only the payload's body to the host; decode
+// validates the payload on the host as the CPU codec does, copies the body to the device and
+// decodes there; the compressed-domain add is the CPU codec's) or device memory (resident, for a
+// CUDA-aware MPI: the headers and scales cross to the host to be validated, the bodies stay,
+// and summable codecs add with the add kernel). The payload bytes equal the CPU codec's either
+// way, so the schedules and the peers' decoders are unchanged: a rank with device buffers and
+// one with host buffers interoperate.
+//
+// One file per codec here; the codec registry (src/spec.cc) says for each codec how to make its
+// CPU codec and its device codec, and make_device_codec() asks it.
+#pragma once
+
+#include <memory>
+
+#include "backend.hpp"
+#include "codec.hpp"
+#include "collectives.hpp"
+#include "quantizers.hpp"
+#include "spec.hpp"
+
+namespace ccoll {
+
+/// True when device kernels exist for `spec` on elements of `dtype` (the registry's entry has a
+/// device maker; float32 only): every codec but none, each also with ef=1 (the residuals then
+/// live in device memory). Defined with the registry (src/spec.cc).
+bool has_device_kernels(const CodecSpec& spec, codec::DType dtype);
+
+/// The device codec of `spec` over `cpu` (the plan's CPU codec of the same spec, which it
+/// forwards to and keeps in step), with payloads in device memory when `resident`; null when
+/// has_device_kernels() is false. Defined with the registry (src/spec.cc).
+std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
+                                                gpu::Backend& backend, bool resident = false);
+
+/// The device codecs, one per file of codecs/device/; the registry calls them. `cpu` is the
+/// CPU codec of the same spec, which the device codec answers what touches no memory from.
+namespace device_codecs {
+
+std::unique_ptr<codec::Codec> make_device_cast(codec::Codec& cpu, gpu::Backend& b, bool resident,
+                                               bool half);
+/// maxnorm (also randk and codec=auto's maxnorm)
+std::unique_ptr<codec::Codec> make_device_maxnorm(codec::Codec& cpu, gpu::Backend& b,
+                                                  bool resident, const codec::MaxNormParams& p);
+struct BucketedParams {
+  gpu::BucketKind kind = gpu::BucketKind::kQsgd;
+  unsigned bits = 4;  ///< qsgd only
+  unsigned bucket = 512;
+};
+/// qsgd, terngrad, sign
+std::unique_ptr<codec::Codec> make_device_bucketed(codec::Codec& cpu, gpu::Backend& b,
+                                                   bool resident, const BucketedParams& p);
+std::unique_ptr<codec::Codec> make_device_sketch(codec::Codec& cpu, gpu::Backend& b, bool resident,
+                                                 unsigned bits, unsigned clusters);
+std::unique_ptr<codec::Codec> make_device_topk(codec::Codec& cpu, gpu::Backend& b, bool resident);
+/// temporal around the device maxnorm of `bits`; takes ef=1 itself
+std::unique_ptr<codec::Codec> make_device_temporal(codec::Codec& cpu, gpu::Backend& b,
+                                                   bool resident, unsigned bits, double beta,
+                                                   bool ef);
+/// dq: the device maxnorm of every width from `min_bits` to `max_bits`
+std::unique_ptr<codec::Codec> make_device_dq(codec::Codec& cpu, gpu::Backend& b, bool resident,
+                                             unsigned min_bits, unsigned max_bits);
+/// ef=1 around `dev_inner` (the device codec of the spec without ef, over `cpu_inner`)
+std::unique_ptr<codec::Codec> make_device_error_feedback(codec::Codec& cpu, gpu::Backend& b,
+                                                         bool resident,
+                                                         std::unique_ptr<codec::Codec> cpu_inner,
+                                                         std::unique_ptr<codec::Codec> dev_inner);
+
+}  // namespace device_codecs
+
+/// Device memory of `backend` for a plan's workspace (the payloads of the resident path), on the
+/// calling thread's current device; one per backend and device, never freed.
+coll::Workspace::Allocator& device_allocator(gpu::Backend& backend);
+
+/// The schedules' payload operations on device-resident payloads: headers cross to the host.
+class DevicePayloadOps final : public coll::PayloadOps {
+ public:
+  explicit DevicePayloadOps(gpu::Backend& b) : b_(b) {}
+  bool is_poisoned(const std::byte* payload, std::size_t bytes) override;
+  void set_poisoned(std::byte* payload) override;
+  std::size_t write_poisoned(std::byte* out) override;
+  void copy(std::byte* dst, const std::byte* src, std::size_t bytes) override;
+
+ private:
+  gpu::Backend& b_;
+};
+
+/// Page-locked host memory of `backend` for a plan's workspace (the payloads of the staged
+/// path); one per backend, never freed.
+coll::Workspace::Allocator& pinned_allocator(gpu::Backend& backend);
+
+/// The schedules' element operations on device buffers: the backend's copy and divide kernel.
+class DeviceElementOps final : public coll::ElementOps {
+ public:
+  explicit DeviceElementOps(gpu::Backend& b) : b_(b) {}
+  void copy(void* dst, const void* src, std::size_t bytes) override { b_.copy(dst, src, bytes); }
+  void divide(void* data, std::size_t count, codec::DType dtype, int ranks) override {
+    b_.divide(data, count, dtype == codec::DType::kFloat64, ranks);
+  }
+
+ private:
+  gpu::Backend& b_;
+};
+
+}  // namespace ccoll

@@ -1,0 +1,117 @@
+// ef=1 around a device codec.
+#include "device_base.hpp"
+
+namespace ccoll::device_codecs {
+namespace {
+
+class DeviceErrorFeedback final : public codec::ForwardingCodec {
+ public:
+  DeviceErrorFeedback(codec::Codec& cpu, gpu::Backend& b, bool resident,
+                      std::unique_ptr<codec::Codec> cpu_inner,
+                      std::unique_ptr<codec::Codec> dev_inner)
+      : b_(b),
+        resident_(resident),
+        spec_(cpu.spec()),
+        cpu_inner_(std::move(cpu_inner)),
+        inner_(std::move(dev_inner)),
+        own_(b),
+        hop_(b),
+        batch_(b) {
+    set_target(inner_.get());
+  }
+
+  const std::string& spec() const override { return spec_; }
+  codec::Capabilities capabilities() const override {
+    codec::Capabilities c = inner_->capabilities();
+    c.stateful = true;
+    return c;
+  }
+  void reset_state() override {
+    own_.zero();
+    hop_.zero();
+    inner_->reset_state();
+  }
+  // The scales cover what is really encoded: x + e_own (once the residual exists).
+  void local_scales(const void* data, std::size_t count, double* out) const override {
+    inner_->local_scales(with_residual(data, count), count, out);
+  }
+  // Like the scales, the two-scale mask describes what is really encoded: x + e_own.
+  void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override {
+    inner_->local_mask(with_residual(data, count), count, out);
+  }
+  std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
+                     std::byte* out) override {
+    if (ctx.role == codec::BlockContext::Role::kShared) return inner_->encode(in, count, ctx, out);
+    DeviceFloats& e = ctx.role == codec::BlockContext::Role::kOwn ? own_ : hop_;
+    e.grow(ctx.offset + count);
+    auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
+    auto* d = static_cast<float*>(decoded_.get(b_, 4 * count, false));
+    float* r = e.data() + ctx.offset;
+    b_.add(p, static_cast<const float*>(in), r, count, false);
+    const std::size_t n = inner_->encode(p, count, ctx, out);
+    inner_->decode(out, n, count, d);
+    b_.add(r, p, d, count, true);
+    b_.synchronize();
+    return n;
+  }
+  // Staged: every job's p = x + e queued, the inner codec's pipelined batch of p (payloads
+  // handed over as they land), then the residuals e = p - decode(payload) of the whole batch
+  // after the last hand-over, so error feedback delays no send. Same bytes and residuals as
+  // encode() job by job.
+  void encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::JobFn& ready) override {
+    const codec::BlockContext::Role role = uniform_role(jobs, n);
+    if (resident_ || n == 0 || role == codec::BlockContext::Role::kShared) {
+      Codec::encode_many(jobs, n, ready);
+      return;
+    }
+    DeviceFloats& e = role == codec::BlockContext::Role::kOwn ? own_ : hop_;
+    e.grow(batch_end(jobs, n));
+    batch_.run(
+        *inner_, jobs, n, ready,
+        [&](std::size_t i, float* p) {
+          b_.add(p, static_cast<const float*>(jobs[i].in), e.data() + jobs[i].ctx.offset,
+                 jobs[i].count, false);
+        },
+        [&](std::size_t i, const float* p, const float* d) {
+          float* r = e.data() + jobs[i].ctx.offset;
+          b_.add(r, p, d, jobs[i].count, true);
+        });
+  }
+  // decode is the inner codec's: so are its batches
+  void decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive) override {
+    inner_->decode_many(jobs, n, arrive);
+  }
+
+ private:
+  // x + e_own on the device as encode() computes it (x itself before the first call)
+  const void* with_residual(const void* data, std::size_t count) const {
+    if (own_.size() < count) return data;
+    auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
+    b_.add(p, static_cast<const float*>(data), own_.data(), count, false);
+    return p;
+  }
+
+  gpu::Backend& b_;
+  bool resident_;
+  std::string spec_;
+  std::unique_ptr<codec::Codec> cpu_inner_;  // the inner device codec's CPU side
+  std::unique_ptr<codec::Codec> inner_;
+  DeviceFloats own_;
+  DeviceFloats hop_;
+  mutable gpu::Buffer sum_;  // x + e
+  gpu::Buffer decoded_;
+  WrapperBatch batch_;
+};
+
+
+}  // namespace
+
+std::unique_ptr<codec::Codec> make_device_error_feedback(codec::Codec& cpu, gpu::Backend& b,
+                                                         bool resident,
+                                                         std::unique_ptr<codec::Codec> cpu_inner,
+                                                         std::unique_ptr<codec::Codec> dev_inner) {
+  return std::make_unique<DeviceErrorFeedback>(cpu, b, resident, std::move(cpu_inner),
+                                               std::move(dev_inner));
+}
+
+}  // namespace ccoll::device_codecs

@@ -1,0 +1,115 @@
+// sketch on the device.
+#include "device_base.hpp"
+
+namespace ccoll::device_codecs {
+namespace {
+
+// sketch: the block's min, max (first occurrences) and strided sample found on the device, the
+// level table fitted on the host by the CPU codec's own code, the codes by the kernel.
+class DeviceSketch final : public DeviceCodecBase {
+ public:
+  DeviceSketch(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned bits, unsigned clusters)
+      : DeviceCodecBase(cpu, b, resident), bits_(bits), clusters_(clusters), levels_(1u << bits) {}
+
+  bool host_writes_body() const override { return true; }  // the level table
+  std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
+                     std::byte* out) override {
+    const auto* x = static_cast<const float*>(in);
+    const std::size_t at = wire::kHeaderBytes + 4 * levels_;
+    std::byte* h = resident_ ? host_out(at) : out;  // header and level table
+    wire::write_header(h, {wire::CodecId::kSketch, 0, bits_ | (clusters_ << 8), count});
+    const float* lv = fit(x, count);
+    std::memcpy(h + wire::kHeaderBytes, lv, 4 * levels_);
+    if (resident_) put_prefix(out, h, at);
+    const std::size_t code_bytes = gpu::packed_size(count, bits_);
+    std::uint8_t* codes = body_target(out, at, code_bytes);
+    if (count != 0) {
+      auto* dev_lv = static_cast<float*>(levels_dev_.get(b_, 4 * levels_, false));
+      b_.copy(dev_lv, lv, 4 * levels_);
+      gpu::SketchArgs a = args(count);
+      a.offset = ctx.offset;
+      a.seed = ctx.seed;
+      a.call = ctx.call;
+      a.stream = static_cast<std::uint32_t>(ctx.stream);
+      b_.sketch_encode(x, a, dev_lv, codes);
+    }
+    finish_body(out, at, codes, code_bytes);
+    return at + code_bytes;
+  }
+
+ protected:
+  void apply(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
+             bool acc) override {
+    const std::size_t at = wire::kHeaderBytes + 4 * levels_;
+    const std::byte* h = host_prefix(in, bytes, at, prefix_a_);
+    wire::expect_payload(h, bytes, wire::CodecId::kSketch, bits_ | (clusters_ << 8), count,
+                         4 * levels_ + gpu::packed_size(count, bits_));
+    for (std::size_t q = 0; q < levels_; ++q) {  // as the CPU decoder checks them
+      float l;
+      float prev;
+      std::memcpy(&l, h + wire::kHeaderBytes + 4 * q, 4);
+      if (!std::isfinite(l)) corrupt("non-finite level");
+      if (q > 0) {
+        std::memcpy(&prev, h + wire::kHeaderBytes + 4 * (q - 1), 4);
+        if (l < prev) corrupt("levels out of order");
+      }
+    }
+    if (count == 0) return;
+    // the table and the codes, together
+    const std::uint8_t* dev =
+        code_source(in, wire::kHeaderBytes, 4 * levels_ + gpu::packed_size(count, bits_));
+    b_.sketch_decode(args(count), reinterpret_cast<const float*>(dev), dev + 4 * levels_,
+                     static_cast<float*>(out), acc);
+    settle();
+  }
+
+ private:
+  [[noreturn]] static void corrupt(const char* what) {
+    throw Error(Status::kCorruptData, std::string("received sketch payload rejected: ") + what);
+  }
+  gpu::SketchArgs args(std::size_t count) const {
+    gpu::SketchArgs a;
+    a.count = count;
+    a.bits = bits_;
+    return a;
+  }
+  // min, max and sample of the block on the device; the table from the CPU codec
+  const float* fit(const float* x, std::size_t count) {
+    if (count == 0) return codec::sketch_levels(*target(), 0.0f, 0.0f, 0, nullptr);
+    auto* keys = static_cast<std::uint64_t*>(keys_dev_.get(b_, 16, false));
+    const std::size_t m = codec::sketch_sample_size(count);
+    auto* sample = static_cast<float*>(sample_dev_.get(b_, 4 * m, false));
+    b_.sketch_minmax(x, count, keys);
+    b_.sketch_sample(x, count, m, sample);
+    std::uint64_t k[2];
+    b_.copy(k, keys, 16);
+    sample_.resize(m);
+    b_.copy(sample_.data(), sample, 4 * m);
+    b_.synchronize();
+    const auto first_min = static_cast<std::size_t>(k[0] & 0xFFFFFFFFu);
+    const std::size_t first_max = 0xFFFFFFFFu - static_cast<std::size_t>(k[1] & 0xFFFFFFFFu);
+    float mm[2];
+    b_.copy(&mm[0], x + first_min, 4);
+    b_.copy(&mm[1], x + first_max, 4);
+    b_.synchronize();
+    return codec::sketch_levels(*target(), mm[0], mm[1], count, sample_.data());
+  }
+
+  unsigned bits_;
+  unsigned clusters_;
+  std::size_t levels_;
+  std::vector<float> sample_;
+  gpu::Buffer keys_dev_;
+  gpu::Buffer sample_dev_;
+  gpu::Buffer levels_dev_;
+};
+
+
+}  // namespace
+
+std::unique_ptr<codec::Codec> make_device_sketch(codec::Codec& cpu, gpu::Backend& b, bool resident,
+                                                 unsigned bits, unsigned clusters) {
+  return std::make_unique<DeviceSketch>(cpu, b, resident, bits, clusters);
+}
+
+}  // namespace ccoll::device_codecs
