@@ -110,8 +110,8 @@ enum Traits : unsigned {
   kAllreduceOnly = 4,  // no all-gather form (temporal)
 };
 
-using DeviceMaker = std::function<std::unique_ptr<codec::Codec>(
-    const CodecSpec&, codec::Codec& cpu, gpu::Backend&, bool resident)>;
+using DeviceMaker = std::function<std::unique_ptr<codec::Codec>(const CodecSpec&, codec::Codec& cpu,
+                                                                gpu::Backend&, bool resident)>;
 
 // A codec: its parameters, how to make its CPU codec and (null: it has no kernels) its device
 // codec (codecs/device/device_codec.hpp) for float32 elements.
@@ -183,9 +183,13 @@ codec::MaxNormParams auto_params(const CodecSpec& s) {
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = {
       {"none", {}, [](const CodecSpec&, codec::DType t) { return codec::make_none_codec(t); }},
-      {"fp16", {}, [](const CodecSpec&, codec::DType t) { return codec::make_fp16_codec(t); },
+      {"fp16",
+       {},
+       [](const CodecSpec&, codec::DType t) { return codec::make_fp16_codec(t); },
        device_cast(true)},
-      {"bf16", {}, [](const CodecSpec&, codec::DType t) { return codec::make_bf16_codec(t); },
+      {"bf16",
+       {},
+       [](const CodecSpec&, codec::DType t) { return codec::make_bf16_codec(t); },
        device_cast(false)},
       {"maxnorm",
        {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact")},

@@ -18,15 +18,40 @@
 #include "backend.hpp"
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
+#include "device_codec.hpp"
 #include "forwarding.hpp"
 #include "quantizers.hpp"
 #include "wire.hpp"
 
-#include "device_codec.hpp"
-
 namespace ccoll::device_codecs {
 
 inline std::size_t round16(std::size_t n) { return (n + 15) / 16 * 16; }
+
+// The device-codec interface: a codec whose element buffers are device memory. What touches no
+// element memory (sizes, capabilities, the set_* of the set-up rounds, per-call state) may
+// forward to a host codec (ForwardingCodec); every method that reads or writes elements is pure
+// again here, so each device codec states what it does with device memory, and no device
+// pointer reaches a host codec by inheritance. (Codec's defaults of scan, reduce_encode and the
+// batch methods compose these, so they stay on the device too.)
+class DeviceCodec : public codec::ForwardingCodec {
+ public:
+  bool needs_fallback(const void* data, std::size_t count, int ranks) const override = 0;
+  std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
+                     std::byte* out) override = 0;
+  void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override = 0;
+  void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
+                         void* acc) override = 0;
+  void finish_allreduce(void* out, std::size_t count) override = 0;
+  void local_sums(const void* data, std::size_t count, double* out) const override = 0;
+  void local_scales(const void* data, std::size_t count, double* out) const override = 0;
+  void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override = 0;
+
+ protected:
+  /// The body of a round the codec does not have (its slot count is 0, so it is never called).
+  [[noreturn]] static void no_round(const char* what) {
+    throw Error(Status::kInternal, std::string("device codec has no ") + what + " round");
+  }
+};
 
 // Leaves the backend on the compute queue when it goes out of scope; when that is by an
 // exception, first waits for everything queued (errors ignored: one is being thrown already), so
@@ -52,7 +77,7 @@ class QueueGuard {
 
 // What both device codecs share: the CPU codec they forward to, the backend, and the device
 // scratch (codes of one payload, a flag word) they reuse call after call.
-class DeviceCodecBase : public codec::ForwardingCodec {
+class DeviceCodecBase : public DeviceCodec {
  public:
   DeviceCodecBase(codec::Codec& cpu, gpu::Backend& b, bool resident) : b_(b), resident_(resident) {
     set_target(&cpu);
@@ -294,6 +319,12 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   std::uint32_t* flag_host() { return static_cast<std::uint32_t*>(flag_host_.get(b_, 4, true)); }
   /// The CPU codec's fallback test, on the block maxima of `count` device floats (max |x| is at
   /// most the limit exactly when every |x| is; a block holding a NaN has a NaN maximum).
+  // The codecs with kernels have no sum round and no output transform; maxnorm overrides the
+  // scale and mask rounds, which it alone has.
+  void local_sums(const void*, std::size_t, double*) const override { no_round("sum"); }
+  void local_scales(const void*, std::size_t, double*) const override { no_round("scale"); }
+  void local_mask(const void*, std::size_t, std::uint8_t*) const override { no_round("mask"); }
+  void finish_allreduce(void*, std::size_t) override {}
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
     block_maxima(data, count);
     return target()->needs_fallback(maxima_.data(), maxima_.size(), ranks);
@@ -348,7 +379,6 @@ class DeviceCodecBase : public codec::ForwardingCodec {
   std::size_t room_bytes_ = 0;
   std::uint8_t* next_room_ = nullptr;
 };
-
 
 // A float array in device memory that grows keeping its values and zeroing the new ones: the
 // per-element state of the stateful device codecs (grown on first use, as the CPU codecs' vectors).
@@ -455,6 +485,5 @@ class WrapperBatch {
   std::vector<codec::EncodeJob> inner_jobs_;
   std::vector<codec::DecodeJob> decode_jobs_;
 };
-
 
 }  // namespace ccoll::device_codecs

@@ -96,7 +96,6 @@ class DeviceBucketed final : public DeviceCodecBase {
   std::string name_;
 };
 
-
 }  // namespace
 
 std::unique_ptr<codec::Codec> make_device_bucketed(codec::Codec& cpu, gpu::Backend& b,

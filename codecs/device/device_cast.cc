@@ -57,7 +57,6 @@ class DeviceCast final : public DeviceCodecBase {
   bool half_;
 };
 
-
 }  // namespace
 
 std::unique_ptr<codec::Codec> make_device_cast(codec::Codec& cpu, gpu::Backend& b, bool resident,

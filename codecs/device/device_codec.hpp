@@ -39,8 +39,8 @@ namespace device_codecs {
 std::unique_ptr<codec::Codec> make_device_cast(codec::Codec& cpu, gpu::Backend& b, bool resident,
                                                bool half);
 /// maxnorm (also randk and codec=auto's maxnorm)
-std::unique_ptr<codec::Codec> make_device_maxnorm(codec::Codec& cpu, gpu::Backend& b,
-                                                  bool resident, const codec::MaxNormParams& p);
+std::unique_ptr<codec::Codec> make_device_maxnorm(codec::Codec& cpu, gpu::Backend& b, bool resident,
+                                                  const codec::MaxNormParams& p);
 struct BucketedParams {
   gpu::BucketKind kind = gpu::BucketKind::kQsgd;
   unsigned bits = 4;  ///< qsgd only

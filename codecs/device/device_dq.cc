@@ -7,7 +7,7 @@ namespace {
 // dq (codecs/dq.cc) on the device: the squared norm by the square_sum_parts kernel in the CPU's
 // tiled order (8 threads a tile), then the plan's CPU dq codec chooses the width (its state: the
 // reference norm), and the device maxnorm of that width codes the call.
-class DeviceDq final : public codec::ForwardingCodec {
+class DeviceDq final : public DeviceCodec {
  public:
   DeviceDq(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned min_bits, unsigned max_bits)
       : b_(b), cpu_(cpu), min_(min_bits) {
@@ -21,6 +21,29 @@ class DeviceDq final : public codec::ForwardingCodec {
   }
 
   const std::string& spec() const override { return cpu_.spec(); }
+  // Stated for the device-codec interface: the device maxnorm of the call's width (target())
+  // does the element work; dq has no output transform.
+  bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
+    return target()->needs_fallback(data, count, ranks);
+  }
+  std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
+                     std::byte* out) override {
+    return target()->encode(in, count, ctx, out);
+  }
+  void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
+    target()->decode(in, bytes, count, out);
+  }
+  void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
+                         void* acc) override {
+    target()->decode_accumulate(in, bytes, count, acc);
+  }
+  void finish_allreduce(void*, std::size_t) override {}
+  void local_scales(const void* data, std::size_t count, double* out) const override {
+    target()->local_scales(data, count, out);
+  }
+  void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override {
+    target()->local_mask(data, count, out);
+  }
   codec::Capabilities capabilities() const override { return cpu_.capabilities(); }
   double unit_roundoff() const override { return cpu_.unit_roundoff(); }
   std::size_t max_encoded_bytes(std::size_t count) const override {
@@ -84,7 +107,6 @@ class DeviceDq final : public codec::ForwardingCodec {
   mutable gpu::Buffer parts_;
   mutable gpu::Buffer parts_host_;
 };
-
 
 }  // namespace
 

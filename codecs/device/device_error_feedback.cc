@@ -4,7 +4,7 @@
 namespace ccoll::device_codecs {
 namespace {
 
-class DeviceErrorFeedback final : public codec::ForwardingCodec {
+class DeviceErrorFeedback final : public DeviceCodec {
  public:
   DeviceErrorFeedback(codec::Codec& cpu, gpu::Backend& b, bool resident,
                       std::unique_ptr<codec::Codec> cpu_inner,
@@ -21,6 +21,24 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
   }
 
   const std::string& spec() const override { return spec_; }
+  // Stated for the device-codec interface: the inner device codec on the input itself, as the
+  // CPU ef wrapper forwards them (the fallback test and dq's norm read x; decoding is stateless).
+  bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
+    return inner_->needs_fallback(data, count, ranks);
+  }
+  void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
+    inner_->decode(in, bytes, count, out);
+  }
+  void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
+                         void* acc) override {
+    inner_->decode_accumulate(in, bytes, count, acc);
+  }
+  void finish_allreduce(void* out, std::size_t count) override {
+    inner_->finish_allreduce(out, count);
+  }
+  void local_sums(const void* data, std::size_t count, double* out) const override {
+    inner_->local_sums(data, count, out);
+  }
   codec::Capabilities capabilities() const override {
     codec::Capabilities c = inner_->capabilities();
     c.stateful = true;
@@ -102,7 +120,6 @@ class DeviceErrorFeedback final : public codec::ForwardingCodec {
   gpu::Buffer decoded_;
   WrapperBatch batch_;
 };
-
 
 }  // namespace
 

@@ -261,11 +261,10 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   std::size_t ncodes_ = 0;
 };
 
-
 }  // namespace
 
-std::unique_ptr<codec::Codec> make_device_maxnorm(codec::Codec& cpu, gpu::Backend& b,
-                                                  bool resident, const codec::MaxNormParams& p) {
+std::unique_ptr<codec::Codec> make_device_maxnorm(codec::Codec& cpu, gpu::Backend& b, bool resident,
+                                                  const codec::MaxNormParams& p) {
   return std::make_unique<DeviceMaxnorm>(cpu, b, resident, p);
 }
 

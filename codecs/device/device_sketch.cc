@@ -104,7 +104,6 @@ class DeviceSketch final : public DeviceCodecBase {
   gpu::Buffer levels_dev_;
 };
 
-
 }  // namespace
 
 std::unique_ptr<codec::Codec> make_device_sketch(codec::Codec& cpu, gpu::Backend& b, bool resident,

@@ -6,7 +6,7 @@ namespace {
 
 // temporal (codecs/temporal.cc on the device) around the device maxnorm: the state xh, y and
 // (ef=1) e in device memory, the residual, update and output kernels of temporal_device.hpp.
-class DeviceTemporal final : public codec::ForwardingCodec {
+class DeviceTemporal final : public DeviceCodec {
  public:
   // `cpu`: the plan's CPU temporal codec, which answers what does not touch memory
   DeviceTemporal(codec::Codec& cpu, gpu::Backend& b, bool resident,
@@ -27,6 +27,17 @@ class DeviceTemporal final : public codec::ForwardingCodec {
   }
 
   const std::string& spec() const override { return cpu_.spec(); }
+  // Stated for the device-codec interface: payloads are the inner maxnorm's (single scale: no
+  // sum or mask round).
+  void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
+    inner_->decode(in, bytes, count, out);
+  }
+  void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
+                         void* acc) override {
+    inner_->decode_accumulate(in, bytes, count, acc);
+  }
+  void local_sums(const void*, std::size_t, double*) const override { no_round("sum"); }
+  void local_mask(const void*, std::size_t, std::uint8_t*) const override { no_round("mask"); }
   codec::Capabilities capabilities() const override { return cpu_.capabilities(); }
   unsigned bits_used() const override { return cpu_.bits_used(); }
   // the CPU codec's rule (the residual needs room: 4·ranks), on the device codec's maxima
@@ -130,7 +141,6 @@ class DeviceTemporal final : public codec::ForwardingCodec {
   gpu::Buffer sum_host_;
   WrapperBatch batch_;
 };
-
 
 }  // namespace
 

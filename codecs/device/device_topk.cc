@@ -99,7 +99,6 @@ class DeviceTopk final : public DeviceCodecBase {
   gpu::Buffer before_;
 };
 
-
 }  // namespace
 
 std::unique_ptr<codec::Codec> make_device_topk(codec::Codec& cpu, gpu::Backend& b, bool resident) {
