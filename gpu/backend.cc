@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "ccoll/config.hpp"
+#include "config.hpp"
 
 namespace ccoll::gpu {
 
@@ -39,8 +40,7 @@ Backend* backend(const char** why) {
   if (!r.probed) {
     r.probed = true;
 #if CCOLL_ENABLE_CUDA
-    const char* off = std::getenv("CCOLL_CUDA");
-    if (off != nullptr && std::strcmp(off, "0") == 0) {
+    if (!env_cuda_enabled()) {
       r.why = "CCOLL_CUDA=0";
     } else if (auto b = make_cuda_backend(&r.why)) {
       r.current = b.get();

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
+#include <sstream>
 
 #include "ccoll/error.hpp"
 #include "spec.hpp"
@@ -63,7 +64,62 @@ EnvConfig read_env() {
   return c;
 }
 
+PreloadConfig read_preload() {
+  PreloadConfig c;
+  auto bad = [](const std::string& what) { throw Error(Status::kInvalidArgument, what); };
+  try {
+    if (const std::string v = getenv_str("CCOLL_CODEC"); !v.empty()) {
+      c.compress = true;
+      c.codec = v;
+      parse_codec_spec(c.codec);  // throws, naming the bad part, when malformed
+    }
+    if (const std::string v = getenv_str("CCOLL_MIN_BYTES"); !v.empty()) {
+      c.min_bytes = parse_byte_size(v, "CCOLL_MIN_BYTES");
+    }
+    if (const std::string v = getenv_str("CCOLL_EXCLUDE_COMM_SIZE"); !v.empty()) {
+      std::stringstream in(v);
+      for (std::string item; std::getline(in, item, ',');) {
+        char* end = nullptr;
+        const long n = std::strtol(item.c_str(), &end, 10);
+        if (item.empty() || *end != '\0' || n < 1) {
+          bad("CCOLL_EXCLUDE_COMM_SIZE: '" + item +
+              "' is not a communicator size (expected a comma-separated list, e.g. 1,2,8)");
+        }
+        c.excluded_sizes.insert(static_cast<int>(n));
+      }
+    }
+    if (const std::string v = getenv_str("CCOLL_INTERCEPT"); !v.empty()) {
+      c.allreduce = c.allgather = false;
+      std::stringstream in(v);
+      for (std::string item; std::getline(in, item, ',');) {
+        if (item == "allreduce") {
+          c.allreduce = true;
+        } else if (item == "allgather") {
+          c.allgather = true;
+        } else {
+          bad("CCOLL_INTERCEPT: unknown collective '" + item +
+              "' (valid: allreduce, allgather, comma-separated)");
+        }
+      }
+    }
+    if (const std::string v = getenv_str("CCOLL_STATS"); !v.empty()) {
+      if (v != "0" && v != "1") bad("CCOLL_STATS: '" + v + "' (valid: 0, 1)");
+      c.stats = v == "1";
+    }
+  } catch (const Error& e) {
+    c.error = e.message();  // rethrown by every compressing call, as an Error again
+  }
+  return c;
+}
+
 }  // namespace
+
+bool env_cuda_enabled() { return getenv_str("CCOLL_CUDA") != "0"; }
+
+const PreloadConfig& preload_config() {
+  static const PreloadConfig c = read_preload();
+  return c;
+}
 
 const EnvConfig& env_config() {
   static std::once_flag once;

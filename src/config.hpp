@@ -5,16 +5,25 @@
 //   CCOLL_MIN_BYTES      per-rank inputs below this many bytes go to plain MPI (default 0)
 //   CCOLL_SEGMENT_BYTES  ring pipelining segment, uncompressed bytes (default 192K)
 //   CCOLL_DEBUG          WARN, INFO or TRACE: log to stderr
-//   CCOLL_CUDA           0: never call CUDA (gpu/backend.cc reads it)
+//   CCOLL_CUDA           0: never call CUDA (env_cuda_enabled)
 //   CCOLL_TRANSPORT      how device buffers move: auto (default), staged (payloads through
 //                        host memory) or mpi (payloads in device memory, moved by a CUDA-aware
 //                        MPI) or nccl (moved by NCCL, every rank)
 //   CCOLL_NCCL_TIMEOUT   seconds NCCL may take to create its communicator or to finish one
 //                        step's transfers before every rank gives up on it (default 600; 0: no
 //                        limit)
+// and for the preload library (libccoll_mpi) only:
+//   CCOLL_CODEC          (also) set: compress; unset: pass every call to MPI
+//   CCOLL_MIN_BYTES      (also) default 1024 there, so that scalars stay exact
+//   CCOLL_EXCLUDE_COMM_SIZE  comma-separated communicator sizes never compressed
+//   CCOLL_INTERCEPT      which collectives: allreduce, allgather (comma-separated; default both)
+//   CCOLL_STATS          1: print per-communicator statistics at MPI_Finalize
+//
+// This file and config.cc are the only place the library reads the environment.
 #pragma once
 
 #include <cstddef>
+#include <set>
 #include <string>
 
 namespace ccoll {
@@ -34,6 +43,22 @@ struct EnvConfig {
 /// The parsed environment; throws ccoll::Error(kInvalidArgument) naming the variable when a
 /// value is malformed (and again on every later call, so no call runs with a half-read config).
 const EnvConfig& env_config();
+
+/// False when CCOLL_CUDA=0: the device backend never calls CUDA. Never throws.
+bool env_cuda_enabled();
+
+/// What the preload library was asked to do, read once.
+struct PreloadConfig {
+  bool compress = false;  ///< CCOLL_CODEC set and non-empty
+  std::string codec;
+  std::size_t min_bytes = 1024;  ///< CCOLL_MIN_BYTES; the preload default keeps scalars exact
+  std::set<int> excluded_sizes;  ///< CCOLL_EXCLUDE_COMM_SIZE
+  bool allreduce = true;         ///< CCOLL_INTERCEPT
+  bool allgather = true;
+  bool stats = false;  ///< CCOLL_STATS=1
+  std::string error;   ///< a malformed variable: reported by every compressing call
+};
+const PreloadConfig& preload_config();
 
 /// True when CCOLL_DEBUG enables `level` (a malformed CCOLL_DEBUG enables WARN).
 bool log_enabled(LogLevel level);

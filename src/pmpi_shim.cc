@@ -18,7 +18,6 @@
 #include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -28,74 +27,8 @@
 
 namespace {
 
-// What the shim was asked to do, read once from the environment.
-struct ShimConfig {
-  bool compress = false;  // CCOLL_CODEC set and non-empty
-  std::string codec;
-  std::size_t min_bytes = 1024;  // CCOLL_MIN_BYTES; the shim's default keeps scalars exact
-  std::set<int> excluded_sizes;  // CCOLL_EXCLUDE_COMM_SIZE
-  bool allreduce = true;         // CCOLL_INTERCEPT
-  bool allgather = true;
-  bool stats = false;  // CCOLL_STATS=1
-  std::string error;   // a malformed variable: reported by every compressing call
-};
-
-[[noreturn]] void bad_env(const std::string& what) {
-  throw ccoll::Error(ccoll::Status::kInvalidArgument, what);
-}
-
-ShimConfig read_config() {
-  ShimConfig c;
-  try {
-    if (const char* v = std::getenv("CCOLL_CODEC"); v != nullptr && *v != '\0') {
-      c.compress = true;
-      c.codec = v;
-      ccoll::describe_codec(c.codec);  // throws, naming the bad part, when malformed
-    }
-    if (const char* v = std::getenv("CCOLL_MIN_BYTES"); v != nullptr && *v != '\0') {
-      c.min_bytes = ccoll::parse_byte_size(v, "CCOLL_MIN_BYTES");
-    }
-    if (const char* v = std::getenv("CCOLL_EXCLUDE_COMM_SIZE"); v != nullptr && *v != '\0') {
-      std::stringstream in(v);
-      for (std::string item; std::getline(in, item, ',');) {
-        char* end = nullptr;
-        const long n = std::strtol(item.c_str(), &end, 10);
-        if (item.empty() || *end != '\0' || n < 1) {
-          bad_env("CCOLL_EXCLUDE_COMM_SIZE: '" + item +
-                  "' is not a communicator size (expected a comma-separated list, e.g. 1,2,8)");
-        }
-        c.excluded_sizes.insert(static_cast<int>(n));
-      }
-    }
-    if (const char* v = std::getenv("CCOLL_INTERCEPT"); v != nullptr && *v != '\0') {
-      c.allreduce = c.allgather = false;
-      std::stringstream in(v);
-      for (std::string item; std::getline(in, item, ',');) {
-        if (item == "allreduce") {
-          c.allreduce = true;
-        } else if (item == "allgather") {
-          c.allgather = true;
-        } else {
-          bad_env("CCOLL_INTERCEPT: unknown collective '" + item +
-                  "' (valid: allreduce, allgather, comma-separated)");
-        }
-      }
-    }
-    if (const char* v = std::getenv("CCOLL_STATS"); v != nullptr && *v != '\0') {
-      const std::string s = v;
-      if (s != "0" && s != "1") bad_env("CCOLL_STATS: '" + s + "' (valid: 0, 1)");
-      c.stats = s == "1";
-    }
-  } catch (const ccoll::Error& e) {
-    c.error = e.message();  // rethrown later, as an Error again
-  }
-  return c;
-}
-
-const ShimConfig& config() {
-  static const ShimConfig c = read_config();
-  return c;
-}
+using ShimConfig = ccoll::PreloadConfig;
+const ShimConfig& config() { return ccoll::preload_config(); }
 
 // Set while the shim is inside ccoll: MPI calls made by ccoll itself go to PMPI.
 thread_local bool inside_ccoll = false;

@@ -18,9 +18,6 @@
 #include <vector>
 
 #include "ccoll/ccoll.hpp"
-#if defined(OPEN_MPI) && OPEN_MPI && __has_include(<mpi-ext.h>)
-#include <mpi-ext.h>  // MPIX_Query_cuda_support
-#endif
 #include "testing.hpp"
 
 namespace {
@@ -86,15 +83,6 @@ std::string transport_env() {
   return t == nullptr ? "" : t;
 }
 
-// Whether this MPI moves device memory itself (Open MPI's MPIX_Query_cuda_support).
-bool mpi_cuda_aware() {
-#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
-  return MPIX_Query_cuda_support() == 1;
-#else
-  return false;
-#endif
-}
-
 // The Stats::transport of calls with device kernels, derived from the backend under test and
 // this MPI as the library decides it: NCCL when asked for (on the emulated device, which has
 // no NCCL, MPI stands in: "nccl-emulated"); payloads left in device memory for MPI to move when
@@ -107,7 +95,7 @@ std::string kernel_transport() {
   if (name == "nccl") return emulated ? "nccl-emulated" : "nccl";
   if (name == "mpi") return "cuda-aware-mpi";
   if (name == "staged") return "staged";
-  return mpi_cuda_aware() ? "cuda-aware-mpi" : "staged";
+  return ccoll::testing::mpi_cuda_aware() ? "cuda-aware-mpi" : "staged";
 }
 
 // The codecs with device kernels (device_codec.hpp); the others run on host copies.

@@ -1,6 +1,6 @@
-// Test hooks of libccoll (exported, not installed): the device-buffer path on the emulated
-// backend, for the MPI tests of machines without a GPU, and device memory of the current
-// backend for tests that have one.
+// Test hooks of libccoll_testing (test/CMakeLists.txt: libccoll's objects plus these, never
+// installed): the device-buffer path on the emulated backend, for the MPI tests of machines
+// without a GPU, and device memory of the current backend for tests that have one.
 #pragma once
 
 #include <cstddef>
@@ -30,5 +30,7 @@ CCOLL_API void device_copy(void* dst, const void* src, std::size_t bytes);
 /// group, exact lengths) and compares what arrived; false with `why` when it cannot run (no
 /// NCCL, no CUDA device) or the bytes differ.
 CCOLL_API bool nccl_send_to_self(std::size_t bytes, std::string& why);
+/// The library's own answer to whether this MPI moves device memory (MPIX_Query_cuda_support).
+CCOLL_API bool mpi_cuda_aware();
 
 }  // namespace ccoll::testing

@@ -10,6 +10,7 @@
 #include "ccoll/error.hpp"
 #include "config.hpp"
 #include "nccl_transport.hpp"
+#include "placement.hpp"
 
 namespace ccoll::testing {
 namespace {
@@ -83,5 +84,7 @@ bool nccl_send_to_self(std::size_t bytes, std::string& why) {
     return false;
   }
 }
+
+bool mpi_cuda_aware() { return call::mpi_cuda_aware(); }
 
 }  // namespace ccoll::testing
