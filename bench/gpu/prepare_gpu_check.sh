@@ -38,8 +38,10 @@ rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib"
 cp "$build/test/ccoll_gpu_tests" "$build/test/ccoll_mpi_device_tests" "$bundle/bin/"
 cp "$build/bench/ccoll_gpu_bench" "$build/bench/ccoll_gpu_allreduce" "$bundle/bin/"
-# libccoll under its SONAME, as a file (links may not travel)
+# libccoll under its SONAME, as a file (links may not travel), and the test build of it that
+# the MPI device tests link (libccoll_testing: libccoll's objects plus the test seams)
 cp -L "$build/src/libccoll.so" "$bundle/lib/$(objdump -p "$build/src/libccoll.so" | awk '/SONAME/ {print $2}')"
+cp -L "$build/test/libccoll_testing.so" "$bundle/lib/"
 strip --strip-debug "$bundle"/bin/*
 # The libraries to carry: Highway and ccoll's own. MPI must come from the machine that runs
 # the MPI programs (its launcher and library go together); the C library and the driver too.
@@ -49,7 +51,12 @@ done | sort -u | while read -r lib; do
   [ -e "$bundle/lib/$(basename "$lib")" ] || cp -L "$lib" "$bundle/lib/$(basename "$lib")"
 done
 strip --strip-debug "$bundle"/lib/*
-# every binary finds its libraries in the bundle: nothing resolves into the build tree
+# every binary finds its libraries in the bundle: nothing resolves into the build tree, and
+# nothing is missing on this machine
+if ldd "$bundle"/bin/* | grep -F "not found"; then
+  echo "prepare_gpu_check: a binary needs a library the bundle lacks" >&2
+  exit 1
+fi
 if ldd "$bundle"/bin/* | grep -F "$(pwd)/$build"; then
   echo "prepare_gpu_check: a binary still loads a library from the build tree" >&2
   exit 1
