@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libccoll_mpi's Fortran entry points under LD_PRELOAD: test/pmpi_check.f90 (`use mpi`), built
+# libccoll_mpi's Fortran entry points under LD_PRELOAD: test/preload/pmpi_check.f90 (`use mpi`), built
 # here with mpifort, at 2 ranks. Plain, both all-reduces are exact to fp32; with
 # CCOLL_CODEC=maxnorm:bits=8 both (the one with MPI_IN_PLACE too) are compressed (the statistics
 # count 2 calls per rank) and within maxnorm's bound.

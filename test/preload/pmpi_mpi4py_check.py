@@ -1,5 +1,5 @@
 """An ordinary mpi4py program that knows nothing of ccoll: Comm.Allreduce and Comm.Allgather on
-numpy arrays, for test/pmpi_preload_test.sh (the same output format as pmpi_check.c: one line
+numpy arrays, for test/preload/pmpi_preload_test.sh (the same output format as pmpi_check.c: one line
 per case on world rank 0: <case> <hash of the result bytes> <error> <ranks agree>)."""
 import hashlib
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libccoll_mpi under LD_PRELOAD, on the unmodified MPI program test/pmpi_check.c.
+# libccoll_mpi under LD_PRELOAD, on the unmodified MPI program test/preload/pmpi_check.c.
 #   pmpi_preload_test.sh MPIEXEC RANKS LIBRARY PROGRAM [ARGS...]
 # PROGRAM prints one line per case on world rank 0: <case> <result hash> <error> <ranks agree>,
 # cases named lossy_* (float/double sums and gathers above CCOLL_MIN_BYTES) or exact_*.
