@@ -7,222 +7,20 @@
 // it for the mean, and encodes it once. All-gather: the encoded chunks travel around the ring
 // unchanged (each segment forwarded as soon as it arrives) and every rank, the owner too, decodes
 // the same bytes, so all ranks end bit-identical.
-// Per-rank traffic: 2 (p-1)/p × the encoded size, whatever p is.
-#include <cstring>
-
+// Per-rank traffic: 2 (p-1)/p × the encoded size, whatever p is. The phases are in
+// reduce_scatter_ring.cc and allgather_ring.cc; transports that need exact receive lengths run
+// the lock-step form of both (ring_lockstep.cc).
 #include "collectives.hpp"
 #include "engine.hpp"
 #include "wire.hpp"
 
 namespace ccoll::coll {
 
-void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::byte* slots,
-                          std::size_t* final_sizes) {
-  const int p = e.size();
-  const int r = e.rank();
-  if (p == 1) return;
-  const bool summable = e.codec().capabilities().summable;
-  // summable: scratch for the sum (one segment) and this rank's own codes (a chunk's segments)
-  std::byte* sum = slots + L.slot_bytes();
-  std::byte* own = sum + L.seg_capacity();
-  const int next = ring_mod(r + 1, p);
-  const int prev = ring_mod(r - 1, p);
-  const std::size_t es = e.elem_bytes();
-  const std::size_t nmax = L.nseg_max();
-  // Sends stay in flight across steps: at most p-1 chunks' worth of segments.
-  Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p + 1));
-  Request* recvs = sends + nmax * static_cast<std::size_t>(p);
-  std::size_t nsends = 0;
-
-  for (int k = 0; k + 1 < p; ++k) {
-    const int send_chunk = ring_mod(r - k - 1, p);
-    const int recv_chunk = ring_mod(r - k - 2, p);
-    if (k == 0) {  // step 0: this rank's own contribution to chunk r-1, each segment sent
-                   // as soon as it is encoded
-      const std::size_t n0 = L.nseg(send_chunk);
-      codec::EncodeJob* jobs = e.workspace().encode_jobs(n0);
-      for (std::size_t j = 0; j < n0; ++j) {
-        const std::size_t off = L.seg_offset(send_chunk, j);
-        jobs[j] = codec::EncodeJob{data + off * es, L.seg_elems(send_chunk, j),
-                                   codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
-                                                       codec::BlockContext::Role::kOwn},
-                                   slots + L.slot(send_chunk, j), 0};
-      }
-      e.encode_many(jobs, n0, [&](std::size_t j) {
-        sends[nsends++] = e.send(jobs[j].out, jobs[j].bytes, next, kTagReduceScatter);
-      });
-    }
-    const std::size_t nseg = L.nseg(recv_chunk);
-    for (std::size_t j = 0; j < nseg; ++j) {
-      recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagReduceScatter);
-    }
-    if (summable) {
-      // step k: this rank's codes of each segment of the arriving chunk, encoded in one batch
-      // while the partial sums arrive (a device codec's kernels and copies overlap the
-      // transfers), each added to its arriving partial sum of codes as soon as both are there;
-      // forward the sum (or, at the last step, keep it as the chunk's final payload for the
-      // all-gather)
-      codec::EncodeJob* jobs = e.workspace().encode_jobs(nseg);
-      for (std::size_t j = 0; j < nseg; ++j) {
-        const std::size_t off = L.seg_offset(recv_chunk, j);
-        jobs[j] = codec::EncodeJob{data + off * es, L.seg_elems(recv_chunk, j),
-                                   codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
-                                                       codec::BlockContext::Role::kOwn},
-                                   own + j * L.seg_capacity(), 0};
-      }
-      e.encode_many(jobs, nseg, [&](std::size_t j) {
-        std::byte* slot = slots + L.slot(recv_chunk, j);
-        const std::size_t off = L.seg_offset(recv_chunk, j);
-        const std::size_t got = e.wait_recv(recvs[j]);
-        const std::size_t n = e.add(slot, got, jobs[j].out, jobs[j].bytes, jobs[j].count,
-                                    static_cast<std::uint64_t>(r), off, sum);
-        e.copy_payload(slot, sum, n);
-        if (final_sizes != nullptr && k + 2 == p) final_sizes[L.index(recv_chunk, j)] = n;
-        if (k + 2 < p) sends[nsends++] = e.send(slot, n, next, kTagReduceScatter);
-      });
-      continue;
-    }
-    // step k: reduce each arriving segment; before the last step, re-encode it in place and
-    // forward it as step k+1's send as soon as it is ready (a device codec keeps several hops
-    // in flight, polling for the next segment meanwhile); at the last step, add it in
-    auto arrived = [&, recv_chunk](std::size_t j, const std::byte*& in, std::size_t& bytes) {
-      in = slots + L.slot(recv_chunk, j);
-      bytes = e.wait_recv(recvs[j]);
-    };
-    if (k + 2 < p) {
-      codec::ReduceJob* jobs = e.workspace().reduce_jobs(nseg);
-      for (std::size_t j = 0; j < nseg; ++j) {
-        const std::size_t off = L.seg_offset(recv_chunk, j);
-        std::byte* slot = slots + L.slot(recv_chunk, j);
-        jobs[j] = codec::ReduceJob{nullptr,
-                                   0,
-                                   L.seg_elems(recv_chunk, j),
-                                   data + off * es,
-                                   codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
-                                                       codec::BlockContext::Role::kHop},
-                                   slot,
-                                   0,
-                                   false};
-      }
-      codec::HopHooks hooks;
-      hooks.arrive = [&](std::size_t j) { arrived(j, jobs[j].in, jobs[j].bytes); };
-      hooks.poll = [&](std::size_t j) {
-        if (!e.test_recv(recvs[j])) return false;
-        arrived(j, jobs[j].in, jobs[j].bytes);
-        return true;
-      };
-      hooks.ready = [&](std::size_t j) {
-        sends[nsends++] = e.send(jobs[j].out, jobs[j].out_bytes, next, kTagReduceScatter);
-      };
-      e.reduce_encode_many(jobs, nseg, hooks);
-    } else {
-      codec::DecodeJob* jobs = e.workspace().decode_jobs(nseg);
-      for (std::size_t j = 0; j < nseg; ++j) {
-        jobs[j] = codec::DecodeJob{nullptr, 0, L.seg_elems(recv_chunk, j),
-                                   data + L.seg_offset(recv_chunk, j) * es, true};
-      }
-      e.decode_many(jobs, nseg, [&](std::size_t j) { arrived(j, jobs[j].in, jobs[j].bytes); });
-    }
-  }
-  for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
-}
-
-void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* slots,
-                     std::size_t* sizes) {
-  const int p = e.size();
-  const int r = e.rank();
-  const std::size_t es = e.elem_bytes();
-  const std::size_t nmax = L.nseg_max();
-  Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p + 1));
-  Request* recvs = sends + nmax * static_cast<std::size_t>(p);
-  std::size_t nsends = 0;
-  const int next = ring_mod(r + 1, p);
-  const int prev = ring_mod(r - 1, p);
-
-  for (int k = 0; k + 1 < p; ++k) {
-    const int recv_chunk = ring_mod(r - k - 1, p);
-    if (k == 0) {
-      for (std::size_t j = 0; j < L.nseg(r); ++j) {
-        sends[nsends++] = e.send(slots + L.slot(r, j), sizes[L.index(r, j)], next, kTagAllgather);
-      }
-    }
-    const std::size_t nseg = L.nseg(recv_chunk);
-    for (std::size_t j = 0; j < nseg; ++j) {
-      recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagAllgather);
-    }
-    // step k: each segment forwarded unchanged as it arrives and handed to the decoder, which
-    // decodes the earlier ones meanwhile
-    codec::DecodeJob* jobs = e.workspace().decode_jobs(nseg);
-    for (std::size_t j = 0; j < nseg; ++j) {
-      jobs[j] = codec::DecodeJob{nullptr, 0, L.seg_elems(recv_chunk, j),
-                                 out + L.seg_offset(recv_chunk, j) * es, false};
-    }
-    e.decode_many(jobs, nseg, [&](std::size_t j) {
-      std::byte* slot = slots + L.slot(recv_chunk, j);
-      std::size_t got = e.wait_recv(recvs[j]);
-      if (got == 0) got = e.write_poisoned(slot);  // keep the ring going, flag the failure
-      sizes[L.index(recv_chunk, j)] = got;
-      if (k + 2 < p) sends[nsends++] = e.send(slot, got, next, kTagAllgather);
-      jobs[j].in = slot;
-      jobs[j].bytes = got;
-    });
-  }
-  // The owner takes its own chunk from the bytes everyone else decoded.
-  codec::DecodeJob* jobs = e.workspace().decode_jobs(L.nseg(r));
-  for (std::size_t j = 0; j < L.nseg(r); ++j) {
-    jobs[j] = codec::DecodeJob{slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
-                               out + L.seg_offset(r, j) * es, false};
-  }
-  e.decode_many(jobs, L.nseg(r));
-  for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
-}
-
-namespace {
-
-// Encodes this rank's chunk, whose elements start at `chunk`, into its slots, recording each
-// segment's size. Codecs see element offsets in the tensor (all-reduce) or, with
-// `block_relative`, within this rank's own block (all-gather: each rank's block is its tensor).
-void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, std::byte* slots,
-                      std::size_t* sizes, bool block_relative, codec::BlockContext::Role role) {
-  const int r = e.rank();
-  const std::size_t first = L.seg_offset(r, 0);
-  const std::size_t nseg = L.nseg(r);
-  codec::EncodeJob* jobs = e.workspace().encode_jobs(nseg);
-  for (std::size_t j = 0; j < nseg; ++j) {
-    const std::size_t off = L.seg_offset(r, j);
-    jobs[j] = codec::EncodeJob{chunk + (off - first) * e.elem_bytes(), L.seg_elems(r, j),
-                               codec::BlockContext{0, 0, static_cast<std::uint64_t>(r),
-                                                   block_relative ? off - first : off, role},
-                               slots + L.slot(r, j), 0};
-  }
-  e.encode_many(jobs, nseg, [&](std::size_t j) { sizes[L.index(r, j)] = jobs[j].bytes; });
-}
-
-}  // namespace
-
-void reduce_scatter_ring(Context& cx, void* buf, std::size_t count) {
-  Engine e(cx);
-  const RingLayout L(count, e.size(), cx.segment_elems, cx.codec);
-  std::byte* slots = cx.workspace.bytes(L.slot_bytes() + (L.nseg_max() + 1) * L.seg_capacity());
-  std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(e.size()));
-  reduce_scatter_phase(e, L, static_cast<std::byte*>(buf), slots, sizes);
-  if (cx.codec.capabilities().summable) {
-    // the sums are still codes: decode this rank's chunk in place
-    const int r = e.rank();
-    for (std::size_t j = 0; j < L.nseg(r); ++j) {
-      if (e.size() == 1) {
-        sizes[L.index(r, j)] =
-            e.encode(static_cast<std::byte*>(buf) + L.seg_offset(r, j) * e.elem_bytes(),
-                     L.seg_elems(r, j), 0, L.seg_offset(r, j), slots + L.slot(r, j));
-      }
-      e.decode(slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
-               static_cast<std::byte*>(buf) + L.seg_offset(r, j) * e.elem_bytes(), false);
-    }
-  }
-  e.finish();
-}
-
 void allreduce_ring(Context& cx, const void* in, void* out, std::size_t count, bool average) {
+  if (ring_in_lockstep(cx)) {
+    allreduce_ring_lockstep(cx, in, out, count, average);
+    return;
+  }
   Engine e(cx);
   const int p = e.size();
   const int r = e.rank();
@@ -252,20 +50,6 @@ void allreduce_ring(Context& cx, const void* in, void* out, std::size_t count, b
     encode_own_chunk(e, L, own, slots, sizes, false, codec::BlockContext::Role::kHop);
     allgather_phase(e, L, data, slots, sizes);
   }
-  e.finish();
-}
-
-void allgather_ring(Context& cx, const void* send, std::size_t count, void* recv) {
-  Engine e(cx);
-  const int p = e.size();
-  const std::size_t total = count * static_cast<std::size_t>(p);
-  const RingLayout L(total, p, cx.segment_elems, cx.codec);
-  std::byte* slots = cx.workspace.bytes(L.slot_bytes());
-  std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
-  // Chunks are equal (count each), so chunk r of `recv` is rank r's block.
-  encode_own_chunk(e, L, static_cast<const std::byte*>(send), slots, sizes, true,
-                   codec::BlockContext::Role::kOwn);
-  allgather_phase(e, L, static_cast<std::byte*>(recv), slots, sizes);
   e.finish();
 }
 

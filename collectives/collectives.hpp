@@ -151,6 +151,9 @@ struct Context {
   std::uint64_t call = 0;                 ///< Per-plan call counter, equal on all ranks.
   ElementOps* elements = nullptr;         ///< Null: element buffers are host memory.
   PayloadOps* payloads = nullptr;         ///< Null: payloads are host memory.
+  /// Run the ring in lock step with exact receive lengths even on a transport that does not
+  /// need it (a stand-in for one that does, in tests); Transport::exact_lengths asks too.
+  bool exact_lengths = false;
 };
 
 enum class Algorithm { kAuto, kRing, kTree, kAllgather };
@@ -173,12 +176,11 @@ Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t e
 
 /// The schedules a call runs.
 enum class Schedule {
-  kRing,             ///< allreduce_ring / allgather_ring
-  kExactRing,        ///< allreduce_ring_exact / allgather_ring_exact (transports like NCCL)
+  kRing,             ///< allreduce_ring / allgather_ring (in lock step on transports like NCCL)
   kTree,             ///< allreduce_recursive_doubling / allgather_bruck
   kAllgatherReduce,  ///< allreduce_allgather
 };
-/// Stats::algorithm's name of a schedule: "ring" (both rings), "tree" or "allgather".
+/// Stats::algorithm's name of a schedule: "ring", "tree" or "allgather".
 const char* schedule_name(Schedule s);
 
 /// What decides a call's schedule. Every rank must pass equal values (the API takes them from
@@ -191,10 +193,10 @@ struct ScheduleQuery {
   int ranks = 1;
   bool gather_reduce = false;  ///< the codec asks for the all-gather reduction (Capabilities)
   bool device_codecs = false;  ///< some rank runs device codecs: they take the ring schedules
-  bool exact_lengths = false;  ///< the transport needs exact lengths in grouped steps (NCCL)
+  bool exact_lengths = false;  ///< the transport needs exact lengths in grouped steps: the ring
 };
 
-/// The one place a call's schedule is chosen: the transport's needs first (the exact ring),
+/// The one place a call's schedule is chosen: the transport's needs first (the ring),
 /// then the device codecs' (the ring, or for auto the all-gather reduction of a codec that asks
 /// for it), then the requested algorithm or, for auto, the size-based choice above.
 Schedule select_schedule(const ScheduleQuery& q);
@@ -202,20 +204,14 @@ Schedule select_schedule(const ScheduleQuery& q);
 /// All-reduce (sum, or mean when `average`) of the `count` elements at `in` into `out`
 /// (`in` == `out`: in place; otherwise they must not overlap and `in` is only read):
 /// ring reduce-scatter + ring all-gather, pipelined in segments. Summable codecs read `in`
-/// directly; the others first copy it to `out`, where the reduce-scatter accumulates.
+/// directly; the others first copy it to `out`, where the reduce-scatter accumulates. On a
+/// transport that needs exact receive lengths (or with Context::exact_lengths) each ring step's
+/// transfers go in one group with exact lengths instead: same payloads, same results; the codec
+/// must have fixed payload lengths (codec::Codec::payload_bytes != 0) and p >= 2.
 void allreduce_ring(Context& cx, const void* in, void* out, std::size_t count, bool average);
 inline void allreduce_ring(Context& cx, void* buf, std::size_t count, bool average) {
   allreduce_ring(cx, buf, buf, count, average);
 }
-
-/// The ring all-reduce for transports whose receives must name the exact length (NCCL): each
-/// step starts all of its sends and receives in one transport group, every length from
-/// codec::Codec::payload_bytes, waits for them, then reduces. Same payloads and results as
-/// allreduce_ring, with the step's transfers in lock step instead of pipelined per segment.
-/// Needs a codec with fixed payload lengths (payload_bytes != 0) and at least 2 ranks.
-void allreduce_ring_exact(Context& cx, const void* in, void* out, std::size_t count, bool average);
-/// The ring all-gather with exact-length receives (see allreduce_ring_exact).
-void allgather_ring_exact(Context& cx, const void* send, std::size_t count, void* recv);
 
 /// Recursive doubling all-reduce for small messages; non-powers of two fold the extra ranks in
 /// and out around it.

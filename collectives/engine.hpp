@@ -192,6 +192,21 @@ struct RingLayout {
 };
 
 /// The ring phases shared by all-reduce, reduce-scatter and all-gather.
+/// Encodes this rank's chunk, whose elements start at `chunk`, into its slots, recording each
+/// segment's size. Codecs see element offsets in the tensor (all-reduce) or, with
+/// `block_relative`, within this rank's own block (all-gather: each rank's block is its tensor).
+void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, std::byte* slots,
+                      std::size_t* sizes, bool block_relative, codec::BlockContext::Role role);
+
+/// The ring runs in lock step (ring_lockstep.cc) when the transport needs exact receive lengths,
+/// or the caller asks for it (Context::exact_lengths).
+inline bool ring_in_lockstep(const Context& cx) {
+  return cx.exact_lengths || cx.transport.exact_lengths();
+}
+void allreduce_ring_lockstep(Context& cx, const void* in, void* out, std::size_t count,
+                             bool average);
+void allgather_ring_lockstep(Context& cx, const void* send, std::size_t count, void* recv);
+
 /// reduce_scatter_phase: on return this rank's chunk of `data` holds the full sum; for summable
 /// codecs the sum stays encoded in this rank's slots instead (lengths in `final_sizes`) and
 /// `data` only supplies this rank's contributions. Needs the slots plus nseg_max() + 1 segment

@@ -44,7 +44,6 @@ Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t e
 const char* schedule_name(Schedule s) {
   switch (s) {
     case Schedule::kRing:
-    case Schedule::kExactRing:
       return "ring";
     case Schedule::kTree:
       return "tree";
@@ -55,7 +54,7 @@ const char* schedule_name(Schedule s) {
 }
 
 Schedule select_schedule(const ScheduleQuery& q) {
-  if (q.exact_lengths) return Schedule::kExactRing;
+  if (q.exact_lengths) return Schedule::kRing;
   if (q.allreduce) {
     if (q.device_codecs) {
       return q.requested == Algorithm::kAuto && q.gather_reduce ? Schedule::kAllgatherReduce

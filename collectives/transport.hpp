@@ -40,6 +40,11 @@ class Transport {
     return true;
   }
 
+  /// True when every receive must name the exact length of its message and a step's transfers
+  /// must be started in one group (NCCL): the ring then runs in lock step, and the schedules
+  /// that post receives by capacity (tree, all-gather reduction) are not chosen.
+  virtual bool exact_lengths() const { return false; }
+
   /// True when isend/irecv accept device (GPU) pointers.
   virtual bool accepts_device_memory() const { return false; }
 

@@ -141,6 +141,8 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   cx.segment_elems = c.env.segment_bytes / es;
   cx.seed = call.options.seed;
   cx.call = call_no;
+  // the NCCL path's ring steps in lock step, also where MPI stands in for NCCL (emulated device)
+  cx.exact_lengths = agreed.exact_lengths;
   CopyCounters copy{stats, counters};
   stats.bits = codec.bits_used();
   coll::ScheduleQuery q;
@@ -157,9 +159,6 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   const bool average = call.options.average;
   if (allreduce) {
     switch (schedule) {
-      case coll::Schedule::kExactRing:
-        coll::allreduce_ring_exact(cx, input, recv, call.count, average);
-        break;
       case coll::Schedule::kTree:
         copy_input();
         coll::allreduce_recursive_doubling(cx, recv, call.count, average);
@@ -176,9 +175,6 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   } else {
     copy_input();
     switch (schedule) {
-      case coll::Schedule::kExactRing:
-        coll::allgather_ring_exact(cx, own, call.count, recv);
-        break;
       case coll::Schedule::kTree:
         coll::allgather_bruck(cx, own, call.count, recv);
         break;

@@ -77,6 +77,7 @@ class NcclTransport final : public coll::Transport {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   bool accepts_device_memory() const override { return true; }
+  bool exact_lengths() const override { return true; }
   void set_stream(void* s) { stream_ = static_cast<cudaStream_t>(s); }
   int device() const { return device_; }
 

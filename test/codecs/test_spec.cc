@@ -149,11 +149,10 @@ TEST(Spec, ScheduleSelection) {
   EXPECT_EQ(coll::select_schedule(q), Schedule::kAllgatherReduce);
   q.gather_reduce = false;
   EXPECT_EQ(coll::select_schedule(q), Schedule::kRing);  // even below the tree's size
-  // a transport that needs exact lengths (NCCL) takes the exact ring, whatever else
+  // a transport that needs exact lengths (NCCL) takes the ring (in lock step), whatever else
   q.gather_reduce = true;
   q.exact_lengths = true;
-  EXPECT_EQ(coll::select_schedule(q), Schedule::kExactRing);
-  EXPECT_STREQ(coll::schedule_name(Schedule::kExactRing), "ring");
+  EXPECT_EQ(coll::select_schedule(q), Schedule::kRing);
   // all-gather: the tree (Bruck) when small, the ring otherwise or with device codecs
   coll::ScheduleQuery g;
   g.allreduce = false;

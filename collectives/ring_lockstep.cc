@@ -1,7 +1,9 @@
-// The ring all-reduce and all-gather for transports whose receives must name the exact length
-// of the message (NCCL): the segments, slots, encodes, adds and decodes of allreduce_ring.cc,
-// with each ring step's transfers started together in one transport group (every receive of
-// the exact length codec::Codec::payload_bytes gives) and completed before the step reduces.
+// The ring's lock-step form, for transports whose receives must name the exact length of the
+// message (NCCL; Transport::exact_lengths): the segments, slots, encodes, adds and decodes of the
+// pipelined ring (reduce_scatter_ring.cc, allgather_ring.cc), with each ring step's transfers
+// started together in one transport group (every receive of the exact length
+// codec::Codec::payload_bytes gives) and completed before the step reduces. Same payloads and
+// results as the pipelined form. allreduce_ring and allgather_ring choose it (ring_in_lockstep).
 // A rank whose payload has another length (a poisoned one) still sends the expected number of
 // bytes: its header carries the poison flag, which receivers check first.
 #include <string>
@@ -96,7 +98,7 @@ struct ExactRing {
 };
 
 void require_exact(Engine& e, const RingLayout& L, std::size_t count) {
-  if (e.size() < 2) throw Error(Status::kInternal, "exact-length ring needs 2 or more ranks");
+  if (e.size() < 2) throw Error(Status::kInternal, "the lock-step ring needs 2 or more ranks");
   if (count != 0 && L.nseg_max() != 0 && e.codec().payload_bytes(1, 0, 1) == 0) {
     throw Error(Status::kUnsupported, "codec: " + e.codec().spec() +
                                           " has no fixed payload length, which this transport "
@@ -106,7 +108,8 @@ void require_exact(Engine& e, const RingLayout& L, std::size_t count) {
 
 }  // namespace
 
-void allreduce_ring_exact(Context& cx, const void* in, void* out, std::size_t count, bool average) {
+void allreduce_ring_lockstep(Context& cx, const void* in, void* out, std::size_t count,
+                             bool average) {
   Engine e(cx);
   const int p = e.size();
   const int r = e.rank();
@@ -173,7 +176,7 @@ void allreduce_ring_exact(Context& cx, const void* in, void* out, std::size_t co
   e.finish();
 }
 
-void allgather_ring_exact(Context& cx, const void* send, std::size_t count, void* recv) {
+void allgather_ring_lockstep(Context& cx, const void* send, std::size_t count, void* recv) {
   Engine e(cx);
   const int p = e.size();
   const std::size_t total = count * static_cast<std::size_t>(p);

@@ -1,0 +1,100 @@
+// Ring all-gather, pipelined in segments: the encoded chunks travel around the ring unchanged
+// (each segment forwarded as soon as it arrives) and every rank, the owner too, decodes the
+// same bytes, so all ranks end bit-identical. Transports that need exact receive lengths run
+// the lock-step form (ring_lockstep.cc).
+#include <cstring>
+
+#include "collectives.hpp"
+#include "engine.hpp"
+#include "wire.hpp"
+
+namespace ccoll::coll {
+
+void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* slots,
+                     std::size_t* sizes) {
+  const int p = e.size();
+  const int r = e.rank();
+  const std::size_t es = e.elem_bytes();
+  const std::size_t nmax = L.nseg_max();
+  Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p + 1));
+  Request* recvs = sends + nmax * static_cast<std::size_t>(p);
+  std::size_t nsends = 0;
+  const int next = ring_mod(r + 1, p);
+  const int prev = ring_mod(r - 1, p);
+
+  for (int k = 0; k + 1 < p; ++k) {
+    const int recv_chunk = ring_mod(r - k - 1, p);
+    if (k == 0) {
+      for (std::size_t j = 0; j < L.nseg(r); ++j) {
+        sends[nsends++] = e.send(slots + L.slot(r, j), sizes[L.index(r, j)], next, kTagAllgather);
+      }
+    }
+    const std::size_t nseg = L.nseg(recv_chunk);
+    for (std::size_t j = 0; j < nseg; ++j) {
+      recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagAllgather);
+    }
+    // step k: each segment forwarded unchanged as it arrives and handed to the decoder, which
+    // decodes the earlier ones meanwhile
+    codec::DecodeJob* jobs = e.workspace().decode_jobs(nseg);
+    for (std::size_t j = 0; j < nseg; ++j) {
+      jobs[j] = codec::DecodeJob{nullptr, 0, L.seg_elems(recv_chunk, j),
+                                 out + L.seg_offset(recv_chunk, j) * es, false};
+    }
+    e.decode_many(jobs, nseg, [&](std::size_t j) {
+      std::byte* slot = slots + L.slot(recv_chunk, j);
+      std::size_t got = e.wait_recv(recvs[j]);
+      if (got == 0) got = e.write_poisoned(slot);  // keep the ring going, flag the failure
+      sizes[L.index(recv_chunk, j)] = got;
+      if (k + 2 < p) sends[nsends++] = e.send(slot, got, next, kTagAllgather);
+      jobs[j].in = slot;
+      jobs[j].bytes = got;
+    });
+  }
+  // The owner takes its own chunk from the bytes everyone else decoded.
+  codec::DecodeJob* jobs = e.workspace().decode_jobs(L.nseg(r));
+  for (std::size_t j = 0; j < L.nseg(r); ++j) {
+    jobs[j] = codec::DecodeJob{slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
+                               out + L.seg_offset(r, j) * es, false};
+  }
+  e.decode_many(jobs, L.nseg(r));
+  for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
+}
+
+// Encodes this rank's chunk, whose elements start at `chunk`, into its slots, recording each
+// segment's size. Codecs see element offsets in the tensor (all-reduce) or, with
+// `block_relative`, within this rank's own block (all-gather: each rank's block is its tensor).
+void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, std::byte* slots,
+                      std::size_t* sizes, bool block_relative, codec::BlockContext::Role role) {
+  const int r = e.rank();
+  const std::size_t first = L.seg_offset(r, 0);
+  const std::size_t nseg = L.nseg(r);
+  codec::EncodeJob* jobs = e.workspace().encode_jobs(nseg);
+  for (std::size_t j = 0; j < nseg; ++j) {
+    const std::size_t off = L.seg_offset(r, j);
+    jobs[j] = codec::EncodeJob{chunk + (off - first) * e.elem_bytes(), L.seg_elems(r, j),
+                               codec::BlockContext{0, 0, static_cast<std::uint64_t>(r),
+                                                   block_relative ? off - first : off, role},
+                               slots + L.slot(r, j), 0};
+  }
+  e.encode_many(jobs, nseg, [&](std::size_t j) { sizes[L.index(r, j)] = jobs[j].bytes; });
+}
+
+void allgather_ring(Context& cx, const void* send, std::size_t count, void* recv) {
+  if (ring_in_lockstep(cx)) {
+    allgather_ring_lockstep(cx, send, count, recv);
+    return;
+  }
+  Engine e(cx);
+  const int p = e.size();
+  const std::size_t total = count * static_cast<std::size_t>(p);
+  const RingLayout L(total, p, cx.segment_elems, cx.codec);
+  std::byte* slots = cx.workspace.bytes(L.slot_bytes());
+  std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
+  // Chunks are equal (count each), so chunk r of `recv` is rank r's block.
+  encode_own_chunk(e, L, static_cast<const std::byte*>(send), slots, sizes, true,
+                   codec::BlockContext::Role::kOwn);
+  allgather_phase(e, L, static_cast<std::byte*>(recv), slots, sizes);
+  e.finish();
+}
+
+}  // namespace ccoll::coll
