@@ -1,0 +1,158 @@
+// What the schedule tests share: inputs with exact sums, the in-process runs of a schedule on p
+// ranks, and byte views of results.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "agree.hpp"
+#include "ccoll/error.hpp"
+#include "collectives.hpp"
+#include "engine.hpp"
+#include "forwarding.hpp"
+#include "inproc_transport.hpp"
+#include "spec.hpp"
+#include "wire.hpp"
+
+namespace ccoll {
+namespace {
+
+using codec::DType;
+using coll::Algorithm;
+
+// Integer-valued inputs: every partial sum is exact, so the reference sum is exact too.
+template <class T>
+T input(int rank, std::size_t i) {
+  return static_cast<T>(static_cast<int>((i * 131 + static_cast<std::size_t>(rank) * 17) % 41) -
+                        20);
+}
+
+template <class T>
+constexpr DType dtype_of() {
+  return sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
+}
+
+struct RunConfig {
+  std::string codec = "none";
+  Algorithm algorithm = Algorithm::kRing;
+  bool average = false;
+  std::size_t segment_elems = 64 * 1024;
+  InprocFabric::Tamper tamper;
+  /// Runs on each rank's codec before the schedule (the API's scale pass, emulated).
+  std::function<void(codec::Codec&, int)> prepare;
+  /// Replaces each rank's codec (given the codec and the rank) before `prepare`.
+  std::function<std::unique_ptr<codec::Codec>(std::unique_ptr<codec::Codec>, int)> wrap;
+};
+
+struct RankResult {
+  std::vector<std::byte> out;
+  bool failed = false;
+  Status code = Status::kSuccess;
+  std::string message;
+  coll::Counters counters;
+};
+
+// Runs one collective on p threads; `body` gets (context, rank) and returns the output bytes.
+inline std::vector<RankResult> run_ranks(
+    int p, const RunConfig& rc, DType dtype,
+    const std::function<std::vector<std::byte>(coll::Context&, int)>& body) {
+  std::vector<RankResult> results(static_cast<std::size_t>(p));
+  run_inproc(
+      p,
+      [&](coll::Transport& t) {
+        auto codec = make_codec(parse_codec_spec(rc.codec), dtype);
+        if (rc.wrap) codec = rc.wrap(std::move(codec), t.rank());
+        coll::Workspace ws;
+        RankResult& res = results[static_cast<std::size_t>(t.rank())];
+        if (rc.prepare) rc.prepare(*codec, t.rank());
+        coll::Context cx{t, *codec, ws, res.counters};
+        cx.segment_elems = rc.segment_elems;
+        cx.seed = 42;
+        cx.call = 7;
+        try {
+          res.out = body(cx, t.rank());
+        } catch (const Error& e) {
+          res.failed = true;
+          res.code = e.code();
+          res.message = e.what();
+        }
+      },
+      rc.tamper);
+  return results;
+}
+
+template <class T>
+std::vector<std::byte> as_bytes(const std::vector<T>& v) {
+  std::vector<std::byte> b(v.size() * sizeof(T));
+  if (!v.empty()) std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+template <class T>
+std::vector<T> from_bytes(const std::vector<std::byte>& b) {
+  std::vector<T> v(b.size() / sizeof(T));
+  if (!v.empty()) std::memcpy(v.data(), b.data(), b.size());
+  return v;
+}
+
+template <class T>
+std::vector<RankResult> allreduce(int p, std::size_t count, const RunConfig& rc) {
+  return run_ranks(p, rc, dtype_of<T>(), [&](coll::Context& cx, int r) {
+    std::vector<T> buf(count);
+    for (std::size_t i = 0; i < count; ++i) buf[i] = input<T>(r, i);
+    if (rc.algorithm == Algorithm::kTree) {
+      coll::allreduce_recursive_doubling(cx, buf.data(), count, rc.average);
+    } else if (r % 2 == 1) {
+      // odd ranks: a separate input that must stay unread-only, and an output that starts as
+      // garbage (NaN): nothing of it may leak into the result
+      const std::vector<T> in = buf;
+      std::fill(buf.begin(), buf.end(), std::numeric_limits<T>::quiet_NaN());
+      coll::allreduce_ring(cx, in.data(), buf.data(), count, rc.average);
+      for (std::size_t i = 0; i < count; ++i) {
+        if (!(in[i] == input<T>(r, i))) {
+          ADD_FAILURE() << "rank " << r << ": the ring wrote to its input at " << i;
+          break;
+        }
+      }
+    } else {
+      coll::allreduce_ring(cx, buf.data(), count, rc.average);
+    }
+    return as_bytes(buf);
+  });
+}
+
+inline void expect_identical(const std::vector<RankResult>& res) {
+  for (std::size_t r = 0; r < res.size(); ++r) {
+    ASSERT_FALSE(res[r].failed) << "rank " << r << ": " << res[r].message;
+    EXPECT_TRUE(res[r].out == res[0].out) << "rank " << r << " differs from rank 0";
+  }
+}
+
+template <class T>
+T exact_sum(int p, std::size_t i) {
+  long long s = 0;
+  for (int r = 0; r < p; ++r) s += static_cast<long long>(input<T>(r, i));
+  return static_cast<T>(s);
+}
+
+inline std::vector<std::size_t> counts_for(int p) {
+  return {0, 1, 3, static_cast<std::size_t>(p - 1), 1000, (1u << 20) + 7};
+}
+
+inline float smooth_input(int r, std::size_t i) {
+  return std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(r)) *
+         (1.0f + 0.25f * static_cast<float>(r));
+}
+
+}  // namespace
+}  // namespace ccoll

@@ -1,0 +1,360 @@
+// The device kernels one by one against the CPU codecs (ties, wide lanes, temporal's output, the
+// divide kernel), the emulated queues as a strict model of CUDA streams, and the CUDA backend's
+// presence where it is required. Built into the unit tests and ccoll_gpu_tests, as
+// test_device.cc.
+#include "device_test_support.hpp"
+
+namespace ccoll {
+namespace {
+
+TEST(DeviceKernels, WhichCodecsHaveKernels) {
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=4"), codec::DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("maxnorm:bits=4"), codec::DType::kFloat64));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=4,ef=1"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("temporal:bits=4"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("dq:min=2,max=8"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("sketch:bits=3"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("maxnorm:bits=2/6"), codec::DType::kFloat32));
+  EXPECT_TRUE(
+      has_device_kernels(parse_codec_spec("maxnorm:bits=4,sum=requant"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("randk:ratio=0.1"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("qsgd:bits=4"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("topk:ratio=0.01"), codec::DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("none"), codec::DType::kFloat32));
+}
+
+// sketch's table starts and ends at the block's min and max as std::min/std::max find them in
+// order: the first of equal values, which for -0 and +0 decides the bits of the table.
+TEST(DeviceKernels, SketchTakesTheFirstOfEqualExtremes) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  const CodecSpec spec = parse_codec_spec("sketch:bits=3");
+  auto cpu = make_codec(spec, codec::DType::kFloat32);
+  auto twin = make_codec(spec, codec::DType::kFloat32);
+  auto dev = make_device_codec(spec, *twin, *b);
+  std::mt19937 gen(8);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (const float sign : {-1.0f, 1.0f}) {
+    for (const bool minus_first : {false, true}) {
+      std::vector<float> x(1000);
+      for (float& v : x) v = sign * std::fabs(d(gen)) + sign * 0.5f;  // 0 is the extreme
+      x[100] = minus_first ? -0.0f : 0.0f;
+      x[700] = minus_first ? 0.0f : -0.0f;
+      const DeviceArray dx(*b, x.data(), 4 * x.size());
+      std::vector<std::byte> want(cpu->max_encoded_bytes(x.size()));
+      std::vector<std::byte> got(want.size());
+      const std::size_t nw = cpu->encode(x.data(), x.size(), {1, 2, 3, 0, {}}, want.data());
+      const std::size_t ng = dev->encode(dx.as<float>(), x.size(), {1, 2, 3, 0, {}}, got.data());
+      ASSERT_EQ(nw, ng);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), nw)) << sign << " " << minus_first;
+    }
+  }
+}
+
+// Exact sums of many contributions widen the lanes past 16 bits (bits_for(2·j·s): 17 bits at
+// 8 bits from 259 contributions on): the resident add kernel and the decode handle every width
+// the CPU codec writes. 300 contributions added one by one, as a ring of 300 ranks adds them.
+TEST(DeviceKernels, ExactSumOf300ContributionsMatchesCpu) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  const int ranks = 300;
+  const CodecSpec spec = parse_codec_spec("maxnorm:bits=8");
+  auto cpu = make_codec(spec, codec::DType::kFloat32);
+  auto twin = make_codec(spec, codec::DType::kFloat32);
+  auto dev = make_device_codec(spec, *twin, *b, /*resident=*/true);
+  const std::size_t n = 1003;  // a partial group of 8 at the end
+  std::mt19937 gen(12);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (float& v : x) v = d(gen);
+  const DeviceArray dx(*b, x.data(), 4 * n);
+  for (codec::Codec* c : {cpu.get(), dev.get()}) {
+    c->begin_call(ranks);
+    c->set_call(7, 1);
+  }
+  std::vector<double> scales(cpu->scale_slots(n));
+  cpu->local_scales(x.data(), n, scales.data());
+  cpu->set_scales(scales.data(), scales.size());
+  dev->set_scales(scales.data(), scales.size());
+  const std::size_t cap = cpu->max_encoded_bytes(n);
+  std::vector<std::byte> sum(cap), next(cap), one(cap);
+  const DeviceArray dsum(*b, cap), dnext(*b, cap), done(*b, cap);
+  // contribution r: x encoded with stream r (its own stochastic rounding)
+  auto contribution = [&](int r) {
+    const codec::BlockContext ctx{7, 1, static_cast<std::uint64_t>(r), 0,
+                                  codec::BlockContext::Role::kOwn};
+    return ctx;
+  };
+  std::size_t ns = cpu->encode(x.data(), n, contribution(0), sum.data());
+  ASSERT_EQ(ns, dev->encode(dx.as<float>(), n, contribution(0), dsum.as<std::byte>()));
+  std::size_t nd = ns;
+  const DeviceArray* cur = &dsum;
+  const DeviceArray* other = &dnext;
+  for (int r = 1; r < ranks; ++r) {
+    const std::size_t n1 = cpu->encode(x.data(), n, contribution(r), one.data());
+    ASSERT_EQ(n1, dev->encode(dx.as<float>(), n, contribution(r), done.as<std::byte>()));
+    const std::size_t nw = cpu->add_encoded(sum.data(), ns, one.data(), n1, n, {}, next.data());
+    nd = dev->add_encoded(cur->as<std::byte>(), nd, done.as<std::byte>(), n1, n, {},
+                          other->as<std::byte>());
+    ASSERT_EQ(nw, nd) << "contribution " << r;
+    std::swap(sum, next);
+    std::swap(cur, other);
+    ns = nw;
+    if (r % 37 == 0 || r + 1 == ranks) {
+      ASSERT_EQ(0, std::memcmp(cur->read<std::byte>(nd).data(), sum.data(), ns)) << r;
+    }
+  }
+  // the lanes of 300 contributions are 17 bits wide: the payload is the header, the offset,
+  // one scale and 17-bit codes
+  EXPECT_EQ(ns, wire::kHeaderBytes + 8 + 4 + (n * 17 + 7) / 8);
+  std::vector<float> want(n);
+  cpu->decode(sum.data(), ns, n, want.data());
+  const DeviceArray out(*b, 4 * n);
+  dev->decode(cur->as<std::byte>(), nd, n, out.as<float>());
+  const std::vector<float> got = out.read<float>(n);
+  ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
+  // and the sum is right: 300·x within 300 steps of M/s
+  const float m = static_cast<float>(scales[0]);
+  for (std::size_t i = 0; i < n; ++i) {
+    ASSERT_LE(std::fabs(got[i] - 300.0f * x[i]), 300.0f * m / 127.0f * 1.001f) << i;
+  }
+}
+
+// topk where most magnitudes tie with the threshold: only the first `need` equal ones are kept,
+// in index order across tiles and the 32-element chunks of the ordered write.
+TEST(DeviceKernels, TopkKeepsTheFirstOfTiedMagnitudes) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  for (const char* name : {"topk:ratio=0.1", "topk:ratio=0.5"}) {
+    SCOPED_TRACE(name);
+    const CodecSpec spec = parse_codec_spec(name);
+    auto cpu = make_codec(spec, codec::DType::kFloat32);
+    auto twin = make_codec(spec, codec::DType::kFloat32);
+    auto dev = make_device_codec(spec, *twin, *b);
+    const std::size_t n = 3 * gpu::kTopkTile + 77;
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = i % 3 == 0 ? -1.0f : 1.0f;  // all tie
+    for (std::size_t i = 5; i < n; i += 97) x[i] = 2.0f;                   // a few above
+    const DeviceArray dx(*b, x.data(), 4 * n);
+    std::vector<std::byte> want(cpu->max_encoded_bytes(n));
+    std::vector<std::byte> got(dev->max_encoded_bytes(n));
+    const codec::BlockContext ctx{1, 2, 0, 0, codec::BlockContext::Role::kOwn};
+    const std::size_t nw = cpu->encode(x.data(), n, ctx, want.data());
+    const std::size_t ng = dev->encode(dx.as<float>(), n, ctx, got.data());
+    ASSERT_EQ(nw, ng);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), nw));
+  }
+}
+
+// temporal's output step and its state checksum (what the agreement compares across ranks).
+TEST(DeviceKernels, TemporalFinishMatchesCpu) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  const CodecSpec spec = parse_codec_spec("temporal:beta=0.7,bits=4");
+  auto cpu = make_codec(spec, codec::DType::kFloat32);
+  auto twin = make_codec(spec, codec::DType::kFloat32);
+  auto dev = make_device_codec(spec, *twin, *b);
+  const std::size_t n = 100003;
+  std::mt19937 gen(4);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  for (int call = 0; call < 3; ++call) {
+    std::vector<float> o(n);
+    for (float& v : o) v = d(gen);
+    const DeviceArray dout(*b, o.data(), 4 * n);
+    cpu->finish_allreduce(o.data(), n);
+    dev->finish_allreduce(dout.as<float>(), n);
+    ASSERT_EQ(0, std::memcmp(dout.read<float>(n).data(), o.data(), 4 * n)) << "call " << call;
+    ASSERT_EQ(cpu->state_fingerprint(), dev->state_fingerprint()) << "call " << call;
+    ASSERT_NE(0u, dev->state_fingerprint());
+  }
+  dev->reset_state();
+  EXPECT_EQ(0u, dev->state_fingerprint());
+}
+
+TEST(DeviceKernels, DivideMatchesTheHostLoop) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  std::vector<float> f = {1.0f, 3.0f, -7.5f, 1e-40f, 3e38f};
+  std::vector<double> d = {1.0, 3.0, -7.5, 1e-310, 1e308};
+  const DeviceArray df(*b, f.data(), f.size() * 4);
+  const DeviceArray dd(*b, d.data(), d.size() * 8);
+  b->divide(df.as<void>(), f.size(), false, 3);
+  b->divide(dd.as<void>(), d.size(), true, 3);
+  const std::vector<float> gf = df.read<float>(f.size());
+  const std::vector<double> gd = dd.read<double>(d.size());
+  for (std::size_t i = 0; i < f.size(); ++i) {
+    EXPECT_EQ(gf[i], f[i] / 3.0f);
+    EXPECT_EQ(gd[i], d[i] / 3.0);
+  }
+}
+
+// Two queues ordered by events: a kernel on the compute queue, the copy queue waiting for it and
+// copying the result to pinned memory, the host waiting for the copy; and back (a copy, then a
+// kernel that waits for it). Both backends must give the kernel's result.
+TEST(DeviceQueues, EventsOrderKernelsAndCopies) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  const std::size_t n = 3 * 4096 + 5;
+  std::vector<float> x(n), y(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(i) * 0.5f;
+    y[i] = 1.0f - static_cast<float>(i);
+  }
+  const DeviceArray dx(*b, x.data(), 4 * n);
+  const DeviceArray dy(*b, y.data(), 4 * n);
+  const DeviceArray dz(*b, 4 * n);
+  gpu::EventPool events;
+  gpu::Buffer pinned;
+  auto* host = static_cast<float*>(pinned.get(*b, 4 * n, true));
+  for (int round = 0; round < 3; ++round) {
+    b->add(dz.as<float>(), dx.as<float>(), dy.as<float>(), n, round == 1);
+    b->record(events.get(*b, 0));
+    b->use_queue(gpu::Backend::Queue::kCopy);
+    b->wait(events.get(*b, 0));
+    b->copy(host, dz.as<float>(), 4 * n);
+    b->record(events.get(*b, 1));
+    b->use_queue(gpu::Backend::Queue::kCompute);
+    b->host_wait(events.get(*b, 1));
+    for (std::size_t i = 0; i < n; ++i) {
+      ASSERT_EQ(host[i], round == 1 ? x[i] - y[i] : x[i] + y[i]) << round << " " << i;
+    }
+  }
+  // copy queue first: pinned bytes to the device, then a kernel reading them
+  for (std::size_t i = 0; i < n; ++i) host[i] = static_cast<float>(i % 7);
+  b->use_queue(gpu::Backend::Queue::kCopy);
+  b->copy(dz.as<float>(), host, 4 * n);
+  b->record(events.get(*b, 2));
+  b->use_queue(gpu::Backend::Queue::kCompute);
+  b->wait(events.get(*b, 2));
+  b->add(dz.as<float>(), dz.as<float>(), dx.as<float>(), n, false);
+  const std::vector<float> got = dz.read<float>(n);
+  for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], static_cast<float>(i % 7) + x[i]) << i;
+  // an event never recorded counts as reached
+  gpu::EventPool fresh;
+  b->host_wait(fresh.get(*b, 0));
+  b->synchronize();
+}
+
+#if defined(CCOLL_TEST_CUDA)
+// The GPU check (bench/gpu/run_gpu_checks.sh) sets CCOLL_REQUIRE_GPU=1: there a missing CUDA
+// device is a failure, not a reason to skip, so that no machine without a GPU can pass it.
+TEST(CudaBackend, PresentWhereRequired) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  const char* required = std::getenv("CCOLL_REQUIRE_GPU");
+  if (required != nullptr && std::string(required) == "1") {
+    ASSERT_NE(b, nullptr) << "CCOLL_REQUIRE_GPU=1 and no usable CUDA device: " << why;
+    EXPECT_STREQ(b->name(), "cuda");
+  } else if (b == nullptr) {
+    GTEST_SKIP() << "no usable CUDA device: " << why;
+  }
+}
+
+// More than 2^31 elements in one encode and one decode on the device (disabled by default: about
+// 20 GB of device memory; the GPU check runs it): element indices past 2^31 and every grid-stride
+// loop's later passes run. The device's output over the whole tensor is compared, on its last
+// segment, with the CPU codec's encode and decode of that segment alone (codes depend on the
+// element's position, its block's scale and the seed only).
+TEST(DeviceKernels, DISABLED_LargeCountMatchesCpuOnTheLastSegment) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  const std::size_t n = (std::size_t{1} << 31) + (std::size_t{1} << 20) + 13;
+  const std::size_t seg = 3 * gpu::kMaxnormBlock + 13;  // the tail: 3 whole blocks and a bit
+  const std::size_t off = n - seg;
+  std::vector<float> host(n);
+  for (std::size_t i = 0; i < n; ++i) {  // cheap, varied, position-dependent values
+    const std::uint32_t h =
+        static_cast<std::uint32_t>(i * 2654435761u) ^ static_cast<std::uint32_t>(i >> 29);
+    host[i] = (static_cast<float>(h >> 8) - 8388608.0f) * (1.0f / 8388608.0f);
+  }
+  const DeviceArray dx(*b, host.data(), 4 * n);
+  for (const char* name : {"maxnorm:bits=8", "maxnorm:bits=3", "fp16"}) {
+    SCOPED_TRACE(name);
+    const CodecSpec spec = parse_codec_spec(name);
+    auto cpu = make_codec(spec, codec::DType::kFloat32);
+    auto twin = make_codec(spec, codec::DType::kFloat32);
+    auto dev = make_device_codec(spec, *twin, *b, /*resident=*/true);
+    for (codec::Codec* c : {cpu.get(), dev.get()}) {
+      c->begin_call(2);
+      c->set_call(5, 9);
+    }
+    if (const std::size_t ns = dev->scale_slots(n); ns != 0) {
+      std::vector<double> scales(ns);
+      dev->local_scales(dx.as<float>(), n, scales.data());
+      // the CPU's scales of the tail's blocks equal the device's over the whole tensor
+      std::vector<double> tail(cpu->scale_slots(n));
+      cpu->local_scales(host.data(), n, tail.data());
+      for (std::size_t k = off / gpu::kMaxnormBlock; k < ns; ++k) {
+        ASSERT_EQ(tail[k], scales[k]) << k;
+      }
+      cpu->set_scales(scales.data(), ns);
+      dev->set_scales(scales.data(), ns);
+    }
+    const codec::BlockContext whole{5, 9, 0, 0, codec::BlockContext::Role::kOwn};
+    const codec::BlockContext last{5, 9, 0, off, codec::BlockContext::Role::kOwn};
+    const DeviceArray payload(*b, dev->max_encoded_bytes(n));
+    const std::size_t np = dev->encode(dx.as<float>(), n, whole, payload.as<std::byte>());
+    ASSERT_GT(np, n / 3);
+    std::vector<std::byte> want(cpu->max_encoded_bytes(seg));
+    const std::size_t nw = cpu->encode(host.data() + off, seg, last, want.data());
+    std::vector<float> ref(seg);
+    cpu->decode(want.data(), nw, seg, ref.data());
+    {
+      const DeviceArray out(*b, 4 * n);
+      dev->decode(payload.as<std::byte>(), np, n, out.as<float>());
+      std::vector<float> got(seg);
+      b->copy(got.data(), out.as<float>() + off, 4 * seg);
+      b->synchronize();
+      ASSERT_EQ(0, std::memcmp(got.data(), ref.data(), 4 * seg));
+    }
+  }
+}
+#endif
+
+#if !defined(CCOLL_TEST_CUDA)
+// The emulated queues run nothing until the host needs it, so a missing event shows: a copy on
+// the copy queue of what a kernel on the compute queue writes, with no wait between them, reads
+// the bytes from before the kernel. (On a GPU that is a race; here it is certain.)
+TEST(DeviceQueues, EmulatedQueuesExposeAMissingWait) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  b->set_stream(nullptr);
+  const std::size_t n = 100;
+  std::vector<float> x(n, 2.0f), zero(n, 0.0f);
+  const DeviceArray dx(*b, x.data(), 4 * n);
+  const DeviceArray dz(*b, zero.data(), 4 * n);
+  gpu::EventPool events;
+  gpu::Buffer pinned;
+  auto* host = static_cast<float*>(pinned.get(*b, 4 * n, true));
+  b->add(dz.as<float>(), dx.as<float>(), dx.as<float>(), n, false);  // z = 4
+  b->use_queue(gpu::Backend::Queue::kCopy);
+  b->copy(host, dz.as<float>(), 4 * n);  // no wait: runs before the kernel
+  b->record(events.get(*b, 0));
+  b->use_queue(gpu::Backend::Queue::kCompute);
+  b->host_wait(events.get(*b, 0));
+  EXPECT_EQ(host[0], 0.0f);
+  b->synchronize();
+  EXPECT_EQ(dz.read<float>(n)[0], 4.0f);
+  // a pageable destination is written before copy() returns, so it sees the queue's work
+  std::vector<float> page(n, -1.0f);
+  b->add(dz.as<float>(), dz.as<float>(), dx.as<float>(), n, false);  // z = 6
+  b->copy(page.data(), dz.as<float>(), 4 * n);
+  EXPECT_EQ(page[n - 1], 6.0f);
+}
+#endif
+
+}  // namespace
+}  // namespace ccoll
