@@ -13,6 +13,10 @@
 
 namespace ccoll {
 
+namespace gpu {
+class Backend;
+}  // namespace gpu
+
 struct CodecSpec {
   std::string name;
   std::vector<std::pair<std::string, std::string>> params;  ///< Sorted by key.
@@ -30,6 +34,17 @@ CodecSpec parse_codec_spec(const std::string& text);
 
 /// Creates the codec a valid spec names, for elements of `dtype`.
 std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dtype);
+
+/// True when device kernels exist for `spec` on elements of `dtype` (the registry's entry has a
+/// device maker; float32 only): every codec but none, each also with ef=1 (the residuals then
+/// live in device memory).
+bool has_device_kernels(const CodecSpec& spec, codec::DType dtype);
+
+/// The device codec of `spec` over `cpu` (the plan's CPU codec of the same spec, which it
+/// forwards to and keeps in step), with payloads in device memory when `resident`; null when
+/// has_device_kernels() is false.
+std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
+                                                gpu::Backend& backend, bool resident = false);
 
 /// Names of all registered codecs, in the order the documentation lists them.
 std::vector<std::string> codec_names();

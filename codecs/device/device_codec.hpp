@@ -8,7 +8,7 @@
 // one with host buffers interoperate.
 //
 // One file per codec here; the codec registry (src/spec.cc) says for each codec how to make its
-// CPU codec and its device codec, and make_device_codec() asks it.
+// CPU codec and its device codec, and has_device_kernels()/make_device_codec() (spec.hpp) ask it.
 #pragma once
 
 #include <memory>
@@ -17,20 +17,8 @@
 #include "codec.hpp"
 #include "collectives.hpp"
 #include "quantizers.hpp"
-#include "spec.hpp"
 
 namespace ccoll {
-
-/// True when device kernels exist for `spec` on elements of `dtype` (the registry's entry has a
-/// device maker; float32 only): every codec but none, each also with ef=1 (the residuals then
-/// live in device memory). Defined with the registry (src/spec.cc).
-bool has_device_kernels(const CodecSpec& spec, codec::DType dtype);
-
-/// The device codec of `spec` over `cpu` (the plan's CPU codec of the same spec, which it
-/// forwards to and keeps in step), with payloads in device memory when `resident`; null when
-/// has_device_kernels() is false. Defined with the registry (src/spec.cc).
-std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
-                                                gpu::Backend& backend, bool resident = false);
 
 /// The device codecs, one per file of codecs/device/; the registry calls them. `cpu` is the
 /// CPU codec of the same spec, which the device codec answers what touches no memory from.
