@@ -17,6 +17,7 @@
 
 #include "forwarding.hpp"
 #include "quantizers.hpp"
+#include "width_family.hpp"
 
 namespace ccoll::codec {
 namespace {
@@ -25,13 +26,13 @@ template <class T>
 class DqCodec final : public ForwardingCodec {
  public:
   DqCodec(DType dtype, unsigned min_bits, unsigned max_bits, double kappa, std::string spec)
-      : min_(min_bits), max_(max_bits), kappa_(kappa), spec_(std::move(spec)) {
+      : min_(min_bits), max_(max_bits), kappa_(kappa), spec_(std::move(spec)), by_bits_(min_bits) {
     for (unsigned b = min_; b <= max_; ++b) {
       MaxNormParams m;
       m.bits = b;
-      by_bits_.push_back(make_maxnorm_codec(dtype, m));
+      by_bits_.add(make_maxnorm_codec(dtype, m));
     }
-    set_target(by_bits_.back().get());
+    set_target(&by_bits_.widest());
     bits_ = max_;
   }
 
@@ -42,9 +43,9 @@ class DqCodec final : public ForwardingCodec {
     return c;
   }
   // the bound of the coarsest width it may choose
-  double unit_roundoff() const override { return by_bits_.front()->unit_roundoff(); }
+  double unit_roundoff() const override { return by_bits_.narrowest().unit_roundoff(); }
   std::size_t max_encoded_bytes(std::size_t count) const override {
-    return by_bits_.back()->max_encoded_bytes(count);  // the widest codes
+    return by_bits_.widest().max_encoded_bytes(count);  // the widest codes
   }
   unsigned bits_used() const override { return bits_; }
   void reset_state() override { ref_ = 0; }
@@ -70,30 +71,24 @@ class DqCodec final : public ForwardingCodec {
     unsigned b = min_;
     while (b < max_ && std::ldexp(1.0, static_cast<int>(b) - 1) - 1 < s) ++b;
     bits_ = b;
-    set_target(by_bits_[b - min_].get());
+    set_target(&by_bits_.at(b));
   }
 
   // every width gets the call's set-up: the one chosen later uses it
-  void begin_call(int ranks) override {
-    for (auto& c : by_bits_) c->begin_call(ranks);
-  }
-  void set_call(std::uint64_t seed, std::uint64_t call) override {
-    for (auto& c : by_bits_) c->set_call(seed, call);
-  }
+  void begin_call(int ranks) override { by_bits_.begin_call(ranks); }
+  void set_call(std::uint64_t seed, std::uint64_t call) override { by_bits_.set_call(seed, call); }
   bool scan(const void* data, std::size_t count, int ranks, double* scales,
             bool& fallback) const override {
     return target()->scan(data, count, ranks, scales, fallback);  // scales do not depend on width
   }
-  void set_scales(const double* shared, std::size_t n) override {
-    for (auto& c : by_bits_) c->set_scales(shared, n);
-  }
+  void set_scales(const double* shared, std::size_t n) override { by_bits_.set_scales(shared, n); }
 
  private:
   unsigned min_;
   unsigned max_;
   double kappa_;
   std::string spec_;
-  std::vector<std::unique_ptr<Codec>> by_bits_;
+  WidthFamily by_bits_;
   unsigned bits_ = 8;
   double ref_ = 0;  // a_0·||g_0|| of the first call since the last reset
 };

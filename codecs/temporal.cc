@@ -23,6 +23,7 @@
 
 #include "forwarding.hpp"
 #include "quantizers.hpp"
+#include "temporal_rules.hpp"
 
 namespace ccoll::codec {
 namespace {
@@ -49,17 +50,12 @@ class TemporalCodec final : public ForwardingCodec {
   // The input and the residual must stay in range; a residual reaches (1 + beta)·max|x| plus
   // past coding error, so test x against a limit that leaves that room.
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
-    return inner_->needs_fallback(data, count, 4 * std::max(1, ranks));
+    return inner_->needs_fallback(data, count, temporal_fallback_ranks(ranks));
   }
   unsigned bits_used() const override { return bits_; }
 
-  void reset_state() override {
-    xh_.clear();
-    y_.clear();
-    e_.clear();
-    fingerprint_ = 0;
-  }
-  std::uint64_t state_fingerprint() const override { return fingerprint_; }
+  void reset_state() override { state_.clear(); }
+  std::uint64_t state_fingerprint() const override { return state_.fingerprint; }
   void uncompressed_call() override { reset_state(); }
 
   // The shared scales must cover what is coded: r = x + e - beta·xh.
@@ -80,51 +76,48 @@ class TemporalCodec final : public ForwardingCodec {
     for (std::size_t i = 0; i < count; ++i) r_[i] = residual(x[i], ctx.offset + i);
     const std::size_t n = inner_->encode(r_.data(), count, ctx, out);
     inner_->decode(out, n, count, d_.data());  // the shared scale lets a rank decode its own code
-    T* xh = xh_.data() + ctx.offset;
+    T* xh = state_.xh.data() + ctx.offset;
     for (std::size_t i = 0; i < count; ++i) xh[i] = beta_ * xh[i] + d_[i];
     if (ef_) {
-      T* e = e_.data() + ctx.offset;
+      T* e = state_.e.data() + ctx.offset;
       for (std::size_t i = 0; i < count; ++i) e[i] = r_[i] - d_[i];
     }
     return n;
   }
   void finish_allreduce(void* out, std::size_t count) override {
     T* o = static_cast<T*>(out);
-    if (y_.size() != count) y_.assign(count, T(0));
+    if (state_.y.size() != count) state_.y.assign(count, T(0));
     // y and, in the same pass, a position-dependent checksum of its bits (the state that must
     // match across ranks), never 0
-    std::uint64_t sum = 0x9E3779B97F4A7C15ull;
+    std::uint64_t terms = 0;
     for (std::size_t i = 0; i < count; ++i) {
-      o[i] = beta_ * y_[i] + o[i];
-      y_[i] = o[i];
+      o[i] = beta_ * state_.y[i] + o[i];
+      state_.y[i] = o[i];
       std::uint64_t b = 0;
-      std::memcpy(&b, &y_[i], sizeof(T));
-      sum += (b ^ (i * 0xD6E8FEB86659FD93ull)) * 0xFF51AFD7ED558CCDull;
+      std::memcpy(&b, &state_.y[i], sizeof(T));
+      terms += temporal_checksum_term(b, i);
     }
-    fingerprint_ = sum | 1;
+    state_.fingerprint = temporal_fingerprint(terms);
   }
 
  private:
   // r = (x + (1 - beta)·e) - beta·xh at element i; zero state before the first encode of i
   T residual(T x, std::size_t i) const {
-    const T e = i < e_.size() ? (T(1) - beta_) * e_[i] : T(0);
-    const T xh = i < xh_.size() ? xh_[i] : T(0);
+    const T e = i < state_.e.size() ? (T(1) - beta_) * state_.e[i] : T(0);
+    const T xh = i < state_.xh.size() ? state_.xh[i] : T(0);
     return (x + e) - beta_ * xh;
   }
   void grow(std::size_t n) {
-    if (xh_.size() < n) xh_.resize(n, T(0));
-    if (ef_ && e_.size() < n) e_.resize(n, T(0));
+    if (state_.xh.size() < n) state_.xh.resize(n, T(0));
+    if (ef_ && state_.e.size() < n) state_.e.resize(n, T(0));
   }
 
   std::unique_ptr<Codec> inner_;
   unsigned bits_;
   T beta_;
   bool ef_;
+  codec::TemporalState<std::vector<T>> state_;
   std::string spec_;
-  std::uint64_t fingerprint_ = 0;
-  std::vector<T> xh_;
-  std::vector<T> y_;
-  std::vector<T> e_;
   std::vector<T> r_;
   std::vector<T> d_;
   mutable std::vector<T> scratch_;

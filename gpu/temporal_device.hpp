@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "half.hpp"
+#include "temporal_rules.hpp"
 
 namespace ccoll::gpu {
 
@@ -41,7 +42,7 @@ CCOLL_HOST_DEVICE inline std::uint64_t temporal_finish(float beta, float* o, flo
   o[i] = v;
   y[i] = v;
   const std::uint64_t b = codec::float_bits(v);
-  return (b ^ (i * 0xD6E8FEB86659FD93ull)) * 0xFF51AFD7ED558CCDull;
+  return codec::temporal_checksum_term(b, i);
 }
 
 }  // namespace ccoll::gpu

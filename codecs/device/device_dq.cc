@@ -1,5 +1,6 @@
 // dq on the device.
 #include "device_base.hpp"
+#include "width_family.hpp"
 
 namespace ccoll::device_codecs {
 namespace {
@@ -10,14 +11,14 @@ namespace {
 class DeviceDq final : public DeviceCodec {
  public:
   DeviceDq(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned min_bits, unsigned max_bits)
-      : b_(b), cpu_(cpu), min_(min_bits) {
+      : b_(b), cpu_(cpu), widths_(min_bits) {
     for (unsigned bits = min_bits; bits <= max_bits; ++bits) {
       codec::MaxNormParams m;
       m.bits = bits;
       cpu_widths_.push_back(codec::make_maxnorm_codec(codec::DType::kFloat32, m));
-      widths_.push_back(make_device_maxnorm(*cpu_widths_.back(), b, resident, m));
+      widths_.add(make_device_maxnorm(*cpu_widths_.back(), b, resident, m));
     }
-    set_target(widths_.back().get());
+    set_target(&widths_.widest());
   }
 
   const std::string& spec() const override { return cpu_.spec(); }
@@ -47,7 +48,7 @@ class DeviceDq final : public DeviceCodec {
   codec::Capabilities capabilities() const override { return cpu_.capabilities(); }
   double unit_roundoff() const override { return cpu_.unit_roundoff(); }
   std::size_t max_encoded_bytes(std::size_t count) const override {
-    return widths_.back()->max_encoded_bytes(count);  // the widest codes, sized for the call
+    return widths_.widest().max_encoded_bytes(count);  // the widest codes, sized for the call
   }
   unsigned bits_used() const override { return cpu_.bits_used(); }
   void reset_state() override { cpu_.reset_state(); }
@@ -80,30 +81,25 @@ class DeviceDq final : public DeviceCodec {
   }
   void set_sums(const double* summed, std::size_t n, double lr) override {
     cpu_.set_sums(summed, n, lr);
-    set_target(widths_[cpu_.bits_used() - min_].get());
+    set_target(&widths_.at(cpu_.bits_used()));
   }
   // every width gets the call's set-up: the one chosen later uses it
   void begin_call(int ranks) override {
     cpu_.begin_call(ranks);
-    for (auto& c : widths_) c->begin_call(ranks);
+    widths_.begin_call(ranks);
   }
-  void set_call(std::uint64_t seed, std::uint64_t call) override {
-    for (auto& c : widths_) c->set_call(seed, call);
-  }
+  void set_call(std::uint64_t seed, std::uint64_t call) override { widths_.set_call(seed, call); }
   bool scan(const void* data, std::size_t count, int ranks, double* scales,
             bool& fallback) const override {
     return target()->scan(data, count, ranks, scales, fallback);  // scales do not depend on width
   }
-  void set_scales(const double* shared, std::size_t n) override {
-    for (auto& c : widths_) c->set_scales(shared, n);
-  }
+  void set_scales(const double* shared, std::size_t n) override { widths_.set_scales(shared, n); }
 
  private:
   gpu::Backend& b_;
   codec::Codec& cpu_;
-  unsigned min_;
   std::vector<std::unique_ptr<codec::Codec>> cpu_widths_;  // the device widths' CPU sides
-  std::vector<std::unique_ptr<codec::Codec>> widths_;
+  codec::WidthFamily widths_;
   mutable gpu::Buffer parts_;
   mutable gpu::Buffer parts_host_;
 };

@@ -1,5 +1,6 @@
 // temporal on the device.
 #include "device_base.hpp"
+#include "temporal_rules.hpp"
 
 namespace ccoll::device_codecs {
 namespace {
@@ -19,9 +20,7 @@ class DeviceTemporal final : public DeviceCodec {
         inner_(std::move(dev_inner)),
         beta_(static_cast<float>(beta)),
         ef_(ef),
-        xh_(b),
-        y_(b),
-        e_(b),
+        state_(b),
         batch_(b) {
     set_target(inner_.get());
   }
@@ -42,15 +41,10 @@ class DeviceTemporal final : public DeviceCodec {
   unsigned bits_used() const override { return cpu_.bits_used(); }
   // the CPU codec's rule (the residual needs room: 4·ranks), on the device codec's maxima
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
-    return inner_->needs_fallback(data, count, 4 * (ranks < 1 ? 1 : ranks));
+    return inner_->needs_fallback(data, count, codec::temporal_fallback_ranks(ranks));
   }
-  void reset_state() override {
-    xh_.clear();
-    y_.clear();
-    e_.clear();
-    fingerprint_ = 0;
-  }
-  std::uint64_t state_fingerprint() const override { return fingerprint_; }
+  void reset_state() override { state_.clear(); }
+  std::uint64_t state_fingerprint() const override { return state_.fingerprint; }
   void uncompressed_call() override { reset_state(); }
   // The shared scales cover what is coded: the residual (zero state where none exists yet).
   void local_scales(const void* data, std::size_t count, double* out) const override {
@@ -70,7 +64,7 @@ class DeviceTemporal final : public DeviceCodec {
     b_.temporal_residual(a, static_cast<const float*>(in), r);
     const std::size_t n = inner_->encode(r, count, ctx, out);
     inner_->decode(out, n, count, d);  // the shared scale lets a rank decode its own code
-    b_.temporal_update(a, r, d, ef_ ? e_.data() + ctx.offset : nullptr);
+    b_.temporal_update(a, r, d, ef_ ? state_.e.data() + ctx.offset : nullptr);
     b_.synchronize();
     return n;
   }
@@ -90,24 +84,24 @@ class DeviceTemporal final : public DeviceCodec {
         },
         [&](std::size_t i, const float* r, const float* d) {
           const std::size_t off = jobs[i].ctx.offset;
-          b_.temporal_update(args(jobs[i].count, off), r, d, ef_ ? e_.data() + off : nullptr);
+          b_.temporal_update(args(jobs[i].count, off), r, d, ef_ ? state_.e.data() + off : nullptr);
         });
   }
   void decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive) override {
     inner_->decode_many(jobs, n, arrive);
   }
   void finish_allreduce(void* out, std::size_t count) override {
-    if (y_.size() != count) {
-      y_.clear();
-      y_.grow(count);
+    if (state_.y.size() != count) {
+      state_.y.clear();
+      state_.y.grow(count);
     }
     auto* sum = static_cast<std::uint64_t*>(sum_.get(b_, 8, false));
     auto* host = static_cast<std::uint64_t*>(sum_host_.get(b_, 8, true));
     b_.memset_zero(sum, 8);
-    b_.temporal_finish(beta_, static_cast<float*>(out), y_.data(), count, sum);
+    b_.temporal_finish(beta_, static_cast<float*>(out), state_.y.data(), count, sum);
     b_.copy(host, sum, 8);
     b_.synchronize();
-    fingerprint_ = (0x9E3779B97F4A7C15ull + *host) | 1;
+    state_.fingerprint = codec::temporal_fingerprint(*host);
   }
 
  private:
@@ -115,13 +109,13 @@ class DeviceTemporal final : public DeviceCodec {
     gpu::TemporalArgs a;
     a.count = count;
     a.beta = beta_;
-    a.e = ef_ ? e_.data() + offset : nullptr;
-    a.xh = xh_.data() + offset;
+    a.e = ef_ ? state_.e.data() + offset : nullptr;
+    a.xh = state_.xh.data() + offset;
     return a;
   }
   void grow(std::size_t n) {
-    xh_.grow(n);
-    if (ef_) e_.grow(n);
+    state_.xh.grow(n);
+    if (ef_) state_.e.grow(n);
   }
 
   gpu::Backend& b_;
@@ -131,10 +125,7 @@ class DeviceTemporal final : public DeviceCodec {
   std::unique_ptr<codec::Codec> inner_;
   float beta_;
   bool ef_;
-  std::uint64_t fingerprint_ = 0;
-  DeviceFloats xh_;
-  DeviceFloats y_;
-  DeviceFloats e_;
+  codec::TemporalState<DeviceFloats> state_;
   mutable gpu::Buffer r_;
   gpu::Buffer d_;
   gpu::Buffer sum_;

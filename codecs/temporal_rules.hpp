@@ -1,0 +1,50 @@
+// temporal's rules that the CPU codec (temporal.cc), the device codec
+// (device/device_temporal.cc) and its kernel (gpu/temporal_device.hpp) must share exactly: the
+// state checksum the agreement compares, and the fallback test's room for the residual.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "half.hpp"
+
+namespace ccoll::codec {
+
+/// The state checksum starts here; it is the sum, mod 2^64, of every element's term (so any
+/// order of addition gives the same value), made odd so that it is never 0 ("no state").
+inline constexpr std::uint64_t kTemporalChecksumSeed = 0x9E3779B97F4A7C15ull;
+
+/// Element i's term of the checksum, from the bits of its output y[i].
+CCOLL_HOST_DEVICE inline std::uint64_t temporal_checksum_term(std::uint64_t bits, std::size_t i) {
+  return (bits ^ (i * 0xD6E8FEB86659FD93ull)) * 0xFF51AFD7ED558CCDull;
+}
+
+/// The fingerprint of a state whose terms sum to `terms`.
+inline std::uint64_t temporal_fingerprint(std::uint64_t terms) {
+  return (kTemporalChecksumSeed + terms) | 1;
+}
+
+/// The residual carries up to a few past coding errors, so the fallback test checks the input
+/// as if `ranks` were 4 times as many.
+inline int temporal_fallback_ranks(int ranks) { return 4 * (ranks < 1 ? 1 : ranks); }
+
+/// What temporal keeps per tensor: the reconstruction xh of its input, the last output y, with
+/// ef=1 the last coding errors e, and the checksum of y (0: no state). `Floats` is a host vector
+/// or a device array; both clear() to empty.
+template <class Floats>
+struct TemporalState {
+  template <class... A>
+  explicit TemporalState(A&... a) : xh(a...), y(a...), e(a...) {}
+  void clear() {
+    xh.clear();
+    y.clear();
+    e.clear();
+    fingerprint = 0;
+  }
+  Floats xh;
+  Floats y;
+  Floats e;
+  std::uint64_t fingerprint = 0;
+};
+
+}  // namespace ccoll::codec
