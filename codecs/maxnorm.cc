@@ -34,6 +34,7 @@
 
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
+#include "maxnorm_wire.hpp"
 #include "philox.hpp"
 #include "quantizers.hpp"
 #include "uniforms.hpp"
@@ -42,7 +43,7 @@
 namespace ccoll::codec {
 namespace {
 
-constexpr std::size_t kBlock = 65536;
+constexpr std::size_t kBlock = kMaxnormBlock;
 // Relative margins of the overflow rules: the encoder's fallback is stricter than the decoder's
 // check by more than the scale's upward rounding (2^-23), and the decoder's covers the float
 // rounding of step and product.
@@ -53,7 +54,7 @@ constexpr std::uint32_t kRequantFlag = 1u << 31;
 constexpr std::uint32_t kSelectStream = 0x5E1EC7u;
 
 std::size_t blocks_spanned(std::uint64_t offset, std::size_t count) {
-  return count == 0 ? 0 : (offset + count - 1) / kBlock - offset / kBlock + 1;
+  return maxnorm_blocks_spanned(offset, count);
 }
 
 float load_f32(const std::byte* p, std::size_t i) {
@@ -165,15 +166,15 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     call_ = call;
   }
   std::size_t max_encoded_bytes(std::size_t count) const override {
-    return wire::kHeaderBytes + 8 + 4 * (count / kBlock + 2) +
-           packed_bytes(max_codes(count), width(ranks_));
+    // a payload of `count` elements spans at most count / kBlock + 2 blocks
+    return maxnorm_prefix_bytes(count / kBlock + 2) + packed_bytes(max_codes(count), width(ranks_));
   }
   std::size_t payload_bytes(std::size_t count, std::uint64_t offset,
                             std::uint32_t contributions) const override {
     // randk: as many codes as the call's shared selection keeps there
     const std::size_t ncodes =
         sparse_ ? (selection_.select(seed_, call_, offset, count, sel_), sel_.size()) : count;
-    return wire::kHeaderBytes + 8 + 4 * blocks_spanned(offset, count) +
+    return maxnorm_prefix_bytes(blocks_spanned(offset, count)) +
            packed_bytes(ncodes, width(contributions));
   }
   // A sum of j contributions decodes to at most j·M (M: the float scale, rounded up): input
@@ -270,12 +271,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     if (fine_bits_ != 0 && count != 0 && ctx.offset + count > mask_.size() * 8) {
       throw Error(Status::kInternal, "maxnorm: encode outside the agreed mask");
     }
-    wire::write_header(out, {id(), 0, param(1), count});
-    std::byte* p = out + wire::kHeaderBytes;
-    std::memcpy(p, &ctx.offset, 8);
-    p += 8;
-    if (nb != 0) std::memcpy(p, scales_.data() + first, 4 * nb);
-    p += 4 * nb;
+    std::byte* p = out + write_maxnorm_prefix(out, {id(), 0, param(1), count}, ctx.offset,
+                                              scales_.data() + first, nb);
     if (sparse_) return static_cast<std::size_t>(encode_sparse(x, count, ctx, p) - out);
     BitWriter w(p, width(1));
     const auto s = static_cast<T>(s_);
@@ -500,7 +497,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     if (v.contributions == 0 || v.contributions > ranks_) {
       corrupt("contribution count " + std::to_string(v.contributions));
     }
-    if (bytes < wire::kHeaderBytes + 8) corrupt("truncated before the element offset");
+    if (bytes < maxnorm_prefix_bytes(0)) corrupt("truncated before the element offset");
     std::memcpy(&v.offset, in + wire::kHeaderBytes, 8);
     if (v.offset > (std::uint64_t{1} << 60)) corrupt("element offset out of range");
     if (fine_bits_ != 0 && count != 0 && v.offset + count > mask_.size() * 8) {
@@ -516,12 +513,11 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       v.ncodes = count;
     }
     v.width = width(v.contributions);
-    const std::size_t expect =
-        wire::kHeaderBytes + 8 + 4 * v.nblocks + packed_bytes(v.ncodes, v.width);
+    const std::size_t expect = maxnorm_prefix_bytes(v.nblocks) + packed_bytes(v.ncodes, v.width);
     if (bytes != expect) {
       corrupt("length " + std::to_string(bytes) + " bytes, expected " + std::to_string(expect));
     }
-    v.scales = in + wire::kHeaderBytes + 8;
+    v.scales = in + maxnorm_prefix_bytes(0);
     v.codes = v.scales + 4 * v.nblocks;
     for (std::size_t b = 0; b < v.nblocks; ++b) {
       const float m = load_f32(v.scales, b);

@@ -14,13 +14,13 @@
 #include <cstdint>
 
 #include "half.hpp"
+#include "maxnorm_wire.hpp"
 #include "philox.hpp"
 
 namespace ccoll::gpu {
 
-/// Elements per maxnorm scale block (codecs/maxnorm.cc's kBlock; a test checks they agree
-/// through the scale count).
-inline constexpr std::size_t kMaxnormBlock = 65536;
+/// Elements per maxnorm scale block (codecs/maxnorm_wire.hpp: the payload layout).
+inline constexpr std::size_t kMaxnormBlock = codec::kMaxnormBlock;
 
 /// One maxnorm encode of `count` elements starting at tensor element `offset` (randk: of the
 /// `count` kept coordinates `selected`, tensor indices in [offset, ...), increasing).

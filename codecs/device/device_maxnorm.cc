@@ -1,6 +1,7 @@
 // maxnorm (single and two-scale, exact or re-quantizing sums), randk and auto's maxnorm on
 // the device.
 #include "device_base.hpp"
+#include "maxnorm_wire.hpp"
 
 namespace ccoll::device_codecs {
 namespace {
@@ -153,9 +154,10 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     return dev;
   }
   static std::size_t prefix_bytes(std::size_t nblocks) {
-    return wire::kHeaderBytes + 8 + 4 * nblocks;
+    return codec::maxnorm_prefix_bytes(nblocks);
   }
-  // a payload of `count` elements carries at most count / kMaxnormBlock + 2 scales
+  // a payload of `count` elements carries at most count / kMaxnormBlock + 2 scales (as the CPU
+  // codec's max_encoded_bytes)
   static std::size_t max_prefix(std::size_t count) {
     return prefix_bytes(count / gpu::kMaxnormBlock + 2);
   }
@@ -176,16 +178,14 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   // returns their length and leaves the encode's code count in ncodes_ (randk: the kept ones).
   std::size_t encode_prefix(std::size_t count, const codec::BlockContext& ctx, std::byte* out) {
     const std::size_t first = ctx.offset / gpu::kMaxnormBlock;
-    const std::size_t nb =
-        count == 0 ? 0 : (ctx.offset + count - 1) / gpu::kMaxnormBlock - first + 1;
+    const std::size_t nb = codec::maxnorm_blocks_spanned(ctx.offset, count);
     if (count != 0 && first + nb > scales_.size()) {
       throw Error(Status::kInternal, "maxnorm (device): encode outside the agreed scales");
     }
     const std::size_t at = prefix_bytes(nb);
     std::byte* h = resident_ ? host_out(at) : out;  // header, element offset, scales
-    wire::write_header(h, {id(), 0, param(1), count});
-    std::memcpy(h + wire::kHeaderBytes, &ctx.offset, 8);
-    if (nb != 0) std::memcpy(h + wire::kHeaderBytes + 8, scales_.data() + first, 4 * nb);
+    codec::write_maxnorm_prefix(h, {id(), 0, param(1), count}, ctx.offset, scales_.data() + first,
+                                nb);
     if (resident_) put_prefix(out, h, at);
     selected_ = sparse_ ? &codec::randk_selection(*target(), ctx.offset, count) : nullptr;
     ncodes_ = selected_ != nullptr ? selected_->size() : count;

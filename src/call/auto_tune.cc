@@ -30,6 +30,12 @@ void copy_counters(Stats& stats, const coll::Counters& counters) {
   stats.decode_seconds = counters.decode_seconds;
 }
 
+// The spec of the uncompressed candidates, parsed once.
+const CodecSpec& none_spec() {
+  static const CodecSpec none = parse_codec_spec("none");
+  return none;
+}
+
 // The tree candidate of codec=auto below kAutoMinBytes: ccoll's own uncompressed recursive
 // doubling (all-reduce) or Bruck (all-gather) schedule on the caller's arguments, without the
 // agreement round (checked locally, as run_mpi_direct). Open MPI's default choice at these
@@ -55,25 +61,21 @@ void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::si
   key.count = call.count;
   key.dtype = dtype;
   key.codec = "none";
-  static const CodecSpec none = parse_codec_spec("none");
-  Plan& plan = ctx.plan(key, none);
+  Plan& plan = ctx.plan(key, none_spec());
   coll::Context cx{ctx.transport(), *plan.codec, plan.workspace, counters};
   cx.call = ctx.next_call();  // every rank takes the same candidate on the same call
   coll::allgather_bruck(cx, own, call.count, recv);
   copy_counters(stats, counters);
 }
 
-// Runs codec=auto on device buffers: run_call() runs auto's codec untuned, or below
-// kAutoMinBytes, where compression does not pay on the host either, no codec (docs/design.md).
-// True when it handled the call.
-bool run_auto_device(const Call& call, Stats& stats, codec::DType dtype) {
-  if (call.count * codec::dtype_size(dtype) >= kAutoMinBytes) return false;
+// Runs `call` through run_call() with codec `spec` (already parsed).
+void run_with(const Call& call, Stats& stats, const CodecSpec& spec) {
   Options opt = call.options;
-  opt.codec = "none";
-  run_call(Call{call.kind, call.fn, call.sendbuf, call.recvbuf, call.count, call.datatype, call.op,
-                call.comm, opt},
-           stats);
-  return true;
+  opt.codec = spec.canonical;
+  Call inner{call.kind,     call.fn, call.sendbuf, call.recvbuf, call.count,
+             call.datatype, call.op, call.comm,    opt};
+  inner.spec = &spec;
+  run_call(inner, stats);
 }
 
 }  // namespace
@@ -85,6 +87,7 @@ bool run_auto(const Call& call, Stats& stats) {
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
   if (initialized == 0 || finalized != 0 || call.comm == MPI_COMM_NULL) return false;
+  bool started = false;  // a candidate (or run_call) has started: its errors are final
   try {
     if (text.empty()) text = env_config().codec;
     if (text.rfind("auto", 0) != 0) return false;
@@ -99,7 +102,12 @@ bool run_auto(const Call& call, Stats& stats) {
     if (gpu::Backend* b = gpu::backend();
         b != nullptr && (b->is_device_pointer(call.recvbuf) ||
                          (!call.in_place() && b->is_device_pointer(call.sendbuf)))) {
-      return run_auto_device(call, stats, dtype);
+      // device buffers: auto's codec untuned, or below kAutoMinBytes, where compression does
+      // not pay on the host either, no codec (docs/design.md)
+      const bool small = call.count * codec::dtype_size(dtype) < kAutoMinBytes;
+      started = true;  // run_call() reports its own errors on every rank
+      run_with(call, stats, small ? none_spec() : spec);
+      return true;
     }
     int inter = 0;
     CCOLL_MPI_CHECK(MPI_Comm_test_inter(call.comm, &inter));
@@ -122,16 +130,13 @@ bool run_auto(const Call& call, Stats& stats) {
     }
     const int candidate = a.choice >= 0 ? a.choice : a.list[a.calls % a.ncandidates];
     const auto t0 = Clock::now();
+    started = true;
     if (candidate == AutoChoice::kMpi) {
       run_mpi_direct(call, stats, dtype, es, ctx);
     } else if (candidate == AutoChoice::kTree) {
       run_tree_direct(call, stats, dtype, es, ctx);
     } else {
-      Options opt = call.options;
-      opt.codec = candidate == AutoChoice::kCodec ? spec.canonical : "none";
-      const Call inner{call.kind,     call.fn, call.sendbuf, call.recvbuf, call.count,
-                       call.datatype, call.op, call.comm,    opt};
-      run_call(inner, stats);
+      run_with(call, stats, candidate == AutoChoice::kCodec ? spec : none_spec());
     }
     if (a.choice >= 0) return true;
     if (a.calls >= a.ncandidates) {  // the timed rounds: the mean, what a caller pays per call
@@ -166,7 +171,7 @@ bool run_auto(const Call& call, Stats& stats) {
     }
     return true;
   } catch (const Error&) {
-    if (stats.codec.empty()) return false;  // nothing ran yet: run_call() reports it everywhere
+    if (!started) return false;  // nothing ran yet: run_call() reports it on every rank
     throw;
   }
 }

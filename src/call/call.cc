@@ -156,12 +156,16 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
     bad.set(kArgLr, Status::kInvalidArgument,
             "lr: " + std::to_string(opt.lr) + " (valid: a finite number >= 0; 0 = no hint)");
   }
-  std::string codec_text = opt.codec.empty() ? c.env.codec : opt.codec;
-  if (codec_text.empty()) codec_text = "none";
-  try {
-    c.spec = parse_codec_spec(codec_text);
-  } catch (const Error& e) {
-    bad.set(kArgCodec, e.code(), e.message());
+  if (call.spec != nullptr) {
+    c.spec = *call.spec;
+  } else {
+    std::string codec_text = opt.codec.empty() ? c.env.codec : opt.codec;
+    if (codec_text.empty()) codec_text = "none";
+    try {
+      c.spec = parse_codec_spec(codec_text);
+    } catch (const Error& e) {
+      bad.set(kArgCodec, e.code(), e.message());
+    }
   }
   if (!allreduce && bad.ok() && c.spec.allreduce_only) {
     bad.set(kArgCodec, Status::kUnsupported,

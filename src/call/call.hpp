@@ -31,6 +31,8 @@ struct Call {
   MPI_Op op;
   MPI_Comm comm;
   const Options& options;
+  /// options.codec already parsed (codec=auto's calls of its candidates), or null
+  const CodecSpec* spec = nullptr;
 
   bool allreduce() const { return kind == Kind::kAllreduce; }
   bool in_place() const { return sendbuf == MPI_IN_PLACE; }
