@@ -156,9 +156,9 @@ struct Context {
   bool exact_lengths = false;
 };
 
-enum class Algorithm { kAuto, kRing, kTree, kAllgather };
+enum class Algorithm { kAuto, kRing, kTree, kAllgather, kScatterReduce };
 
-/// "auto", "ring", "tree", "allgather".
+/// "auto", "ring", "tree", "allgather", "sra".
 const char* algorithm_name(Algorithm a);
 /// Parses an algorithm name; throws ccoll::Error(kInvalidArgument) listing the valid names.
 Algorithm parse_algorithm(const std::string& name);
@@ -168,9 +168,14 @@ inline constexpr std::size_t kTreeAllreduceMaxBytes = 64 * 1024;
 /// Total output size at or below which "auto" picks the tree (Bruck) all-gather.
 inline constexpr std::size_t kTreeAllgatherMaxBytes = 256 * 1024;
 
-/// `gather_reduce`: the codec asks for the all-gather reduction (codec::Capabilities).
+/// Ranks from which "auto" takes the scatter-reduce-allgather for codecs that re-encode (at 2
+/// ranks the ring quantizes each contribution once too).
+inline constexpr int kScatterReduceMinRanks = 3;
+
+/// `gather_reduce`: the codec asks for the all-gather reduction (codec::Capabilities);
+/// `reencodes`: the codec is lossy and cannot add codes (the ring would re-encode partial sums).
 Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,
-                           int ranks, bool gather_reduce = false);
+                           int ranks, bool gather_reduce = false, bool reencodes = false);
 Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t elem_bytes,
                            int ranks);
 
@@ -179,8 +184,9 @@ enum class Schedule {
   kRing,             ///< allreduce_ring / allgather_ring (in lock step on transports like NCCL)
   kTree,             ///< allreduce_recursive_doubling / allgather_bruck
   kAllgatherReduce,  ///< allreduce_allgather
+  kScatterReduce,    ///< allreduce_scatter_reduce
 };
-/// Stats::algorithm's name of a schedule: "ring", "tree" or "allgather".
+/// Stats::algorithm's name of a schedule: "ring", "tree", "allgather" or "sra".
 const char* schedule_name(Schedule s);
 
 /// What decides a call's schedule. Every rank must pass equal values (the API takes them from
@@ -192,6 +198,7 @@ struct ScheduleQuery {
   std::size_t elem_bytes = 4;
   int ranks = 1;
   bool gather_reduce = false;  ///< the codec asks for the all-gather reduction (Capabilities)
+  bool reencodes = false;      ///< the codec is lossy and not summable
   bool device_codecs = false;  ///< some rank runs device codecs: they take the ring schedules
   bool exact_lengths = false;  ///< the transport needs exact lengths in grouped steps: the ring
 };
@@ -212,6 +219,20 @@ void allreduce_ring(Context& cx, const void* in, void* out, std::size_t count, b
 inline void allreduce_ring(Context& cx, void* buf, std::size_t count, bool average) {
   allreduce_ring(cx, buf, buf, count, average);
 }
+
+/// Scatter-reduce-allgather all-reduce ("sra"), for codecs whose codes cannot be added: a
+/// pairwise-exchange reduce-scatter in which every rank encodes each of its chunks once for the
+/// chunk's owner, and the owner adds the decoded contributions to its own, exact; then the
+/// ring's all-gather of the owners' chunks, each encoded once. Every element is quantized at
+/// most twice whatever the rank count; traffic per rank as the ring's. `in` == `out`: in place.
+void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_t count,
+                              bool average);
+
+/// The reduce-scatter half of allreduce_scatter_reduce: on return this rank's chunk (index
+/// rank(), chunk_count/chunk_offset) of `out` holds the sum, its own contribution exact and
+/// every other one quantized once; the rest of `out` is left as it was (`in` == `out`: as the
+/// input). `in` is only read.
+void reduce_scatter_pairwise(Context& cx, const void* in, void* out, std::size_t count);
 
 /// Recursive doubling all-reduce for small messages; non-powers of two fold the extra ranks in
 /// and out around it.

@@ -21,6 +21,7 @@ inline constexpr int kTagFoldIn = 104;
 inline constexpr int kTagFoldOut = 105;
 inline constexpr int kTagBruck = 106;
 inline constexpr int kTagPlainDoubling = 107;
+inline constexpr int kTagScatterReduce = 108;
 
 inline int ring_mod(int a, int p) { return ((a % p) + p) % p; }
 

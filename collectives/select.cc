@@ -1,8 +1,10 @@
-// Algorithm names and the size-based choice between ring and tree schedules.
+// Algorithm names and the one choice of a call's schedule.
 //
 // The ring moves 2 (p-1)/p of the data per rank in 2 (p-1) latency steps; recursive doubling
 // moves log2(p) times the data in log2(p) steps. Below a few tens of KiB latency dominates, so
-// "auto" takes the tree there and whenever there are fewer elements than ranks.
+// "auto" takes the tree there and whenever there are fewer elements than ranks. Above, codecs
+// that cannot add codes take the scatter-reduce-allgather from 3 ranks on: the same traffic as
+// the ring, and each element quantized at most twice instead of up to p times.
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
 
@@ -18,6 +20,8 @@ const char* algorithm_name(Algorithm a) {
       return "tree";
     case Algorithm::kAllgather:
       return "allgather";
+    case Algorithm::kScatterReduce:
+      return "sra";
   }
   return "auto";
 }
@@ -27,17 +31,19 @@ Algorithm parse_algorithm(const std::string& name) {
   if (name == "ring") return Algorithm::kRing;
   if (name == "tree") return Algorithm::kTree;
   if (name == "allgather") return Algorithm::kAllgather;
-  throw Error(Status::kInvalidArgument,
-              "algorithm: unknown algorithm '" + name + "' (valid: auto, ring, tree, allgather)");
+  if (name == "sra") return Algorithm::kScatterReduce;
+  throw Error(Status::kInvalidArgument, "algorithm: unknown algorithm '" + name +
+                                            "' (valid: auto, ring, tree, allgather, sra)");
 }
 
 Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,
-                           int ranks, bool gather_reduce) {
+                           int ranks, bool gather_reduce, bool reencodes) {
   if (requested != Algorithm::kAuto) return requested;
   if (gather_reduce) return Algorithm::kAllgather;
   if (count * elem_bytes <= kTreeAllreduceMaxBytes || count < static_cast<std::size_t>(ranks)) {
     return Algorithm::kTree;
   }
+  if (reencodes && ranks >= kScatterReduceMinRanks) return Algorithm::kScatterReduce;
   return Algorithm::kRing;
 }
 
@@ -49,6 +55,8 @@ const char* schedule_name(Schedule s) {
       return "tree";
     case Schedule::kAllgatherReduce:
       return "allgather";
+    case Schedule::kScatterReduce:
+      return "sra";
   }
   return "ring";
 }
@@ -57,14 +65,22 @@ Schedule select_schedule(const ScheduleQuery& q) {
   if (q.exact_lengths) return Schedule::kRing;
   if (q.allreduce) {
     if (q.device_codecs) {
-      return q.requested == Algorithm::kAuto && q.gather_reduce ? Schedule::kAllgatherReduce
-                                                                : Schedule::kRing;
+      // the device codecs run the ring, the scatter-reduce-allgather, or auto's all-gather
+      // reduction for a codec that asks for it; never the tree
+      if (q.requested == Algorithm::kScatterReduce) return Schedule::kScatterReduce;
+      if (q.requested != Algorithm::kAuto) return Schedule::kRing;
+      if (q.gather_reduce) return Schedule::kAllgatherReduce;
+      return q.reencodes && q.ranks >= kScatterReduceMinRanks ? Schedule::kScatterReduce
+                                                              : Schedule::kRing;
     }
-    switch (select_allreduce(q.requested, q.count, q.elem_bytes, q.ranks, q.gather_reduce)) {
+    switch (select_allreduce(q.requested, q.count, q.elem_bytes, q.ranks, q.gather_reduce,
+                             q.reencodes)) {
       case Algorithm::kTree:
         return Schedule::kTree;
       case Algorithm::kAllgather:
         return Schedule::kAllgatherReduce;
+      case Algorithm::kScatterReduce:
+        return Schedule::kScatterReduce;
       default:
         return Schedule::kRing;
     }

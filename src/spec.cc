@@ -436,6 +436,18 @@ double allreduce_error_bound(const codec::Codec& codec, int ranks) {
   return hops + p * 0x1p-23;
 }
 
+double scatter_reduce_error_bound(const codec::Codec& codec, int ranks) {
+  if (ranks <= 1 || codec.capabilities().lossless) return 0.0;
+  const double u = codec.unit_roundoff();
+  const double p = ranks;
+  // every contribution but the owner's quantized once, the sum once more by its owner: codes
+  // on a shared scale err by u each against the largest contribution; local scales by u
+  // against their own contribution's, and the owner's encode by u against the decoded sum
+  const double twice =
+      codec.capabilities().summable ? (p - 1) * u + u * (1 + (p - 1) * u) : (1 + u) * (1 + u) - 1;
+  return twice + p * 0x1p-23;
+}
+
 std::size_t parse_byte_size(const std::string& text, const std::string& what) {
   const std::string s = trim(text);
   std::size_t digits = 0;

@@ -58,6 +58,13 @@ std::vector<std::string> codec_names();
 /// rank or a lossless codec.
 double allreduce_error_bound(const codec::Codec& codec, int ranks);
 
+/// Worst-case error of the scatter-reduce-allgather all-reduce (coll::allreduce_scatter_reduce)
+/// over `ranks` ranks, relative to Σ_i max|x_i| as allreduce_error_bound: every element is
+/// quantized at most twice, so for codecs that cannot add codes it is (1+u)^2 - 1 whatever the
+/// rank count (plus p·2^-23 for the fp32 additions and the division). 0 for one rank or a
+/// lossless codec.
+double scatter_reduce_error_bound(const codec::Codec& codec, int ranks);
+
 /// Parses a byte size with an optional K/M/G (binary) suffix, e.g. "64K"; throws
 /// ccoll::Error(kInvalidArgument) naming `what` when malformed.
 std::size_t parse_byte_size(const std::string& text, const std::string& what);

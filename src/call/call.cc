@@ -179,10 +179,11 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
   } catch (const Error& e) {
     bad.set(kArgAlgorithm, e.code(), e.message());
   }
-  if (!allreduce && c.algorithm == coll::Algorithm::kAllgather) {
+  if (!allreduce && (c.algorithm == coll::Algorithm::kAllgather ||
+                     c.algorithm == coll::Algorithm::kScatterReduce)) {
     bad.set(kArgAlgorithm, Status::kInvalidArgument,
-            "algorithm: 'allgather' is an all-reduce schedule (valid for compressed_allgather: "
-            "auto, ring, tree)");
+            std::string("algorithm: '") + coll::algorithm_name(c.algorithm) +
+                "' is an all-reduce schedule (valid for compressed_allgather: auto, ring, tree)");
   }
   return c;
 }

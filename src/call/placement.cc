@@ -92,10 +92,12 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
   const std::string& transport = c.env.transport;
   const bool cuda_aware = pl.device->host_accessible() || mpi_cuda_aware();
   pl.out_bytes = c.total * c.elem_bytes;
-  // the codec's kernels where it has them (ring schedules), else host copies
+  // the codec's kernels where it has them (ring and scatter-reduce schedules; NCCL: the ring),
+  // else host copies
   const bool kernels =
       compress && has_device_kernels(c.spec, c.dtype) &&
-      (c.algorithm == coll::Algorithm::kAuto || c.algorithm == coll::Algorithm::kRing);
+      (c.algorithm == coll::Algorithm::kAuto || c.algorithm == coll::Algorithm::kRing ||
+       (c.algorithm == coll::Algorithm::kScatterReduce && transport != "nccl"));
   const bool nccl = kernels && transport == "nccl";
   // an NCCL communicator belongs to the device it was made on
   if (coll::Transport* t = ctx.nccl_transport_if_made();

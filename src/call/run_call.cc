@@ -152,6 +152,7 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   q.elem_bytes = es;
   q.ranks = p;
   q.gather_reduce = codec.capabilities().gather_reduce;
+  q.reencodes = !codec.capabilities().lossless && !codec.capabilities().summable;
   q.device_codecs = agreed.device_codecs;
   q.exact_lengths = agreed.exact_lengths;
   const coll::Schedule schedule = coll::select_schedule(q);
@@ -170,6 +171,9 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
       case coll::Schedule::kRing:
         coll::allreduce_ring(cx, input, recv, call.count, average);
         break;
+      case coll::Schedule::kScatterReduce:
+        coll::allreduce_scatter_reduce(cx, input, recv, call.count, average);
+        break;
     }
     codec.finish_allreduce(recv, call.count);  // temporal: beta·y_prev + decoded sum
   } else {
@@ -178,7 +182,8 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
       case coll::Schedule::kTree:
         coll::allgather_bruck(cx, own, call.count, recv);
         break;
-      case coll::Schedule::kAllgatherReduce:  // an all-reduce schedule: rejected up front
+      case coll::Schedule::kAllgatherReduce:  // all-reduce schedules: rejected up front
+      case coll::Schedule::kScatterReduce:
       case coll::Schedule::kRing:
         coll::allgather_ring(cx, own, call.count, recv);
         break;

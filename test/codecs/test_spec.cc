@@ -107,7 +107,7 @@ TEST(Spec, Algorithms) {
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("algorithm: unknown algorithm 'butterfly' (valid: auto, "
-                                         "ring, tree, allgather)"),
+                                         "ring, tree, allgather, sra)"),
               std::string::npos)
         << e.what();
   }

@@ -110,6 +110,14 @@ std::vector<RankResult> allreduce(int p, std::size_t count, const RunConfig& rc)
   return run_ranks(p, rc, dtype_of<T>(), [&](coll::Context& cx, int r) {
     std::vector<T> buf(count);
     for (std::size_t i = 0; i < count; ++i) buf[i] = input<T>(r, i);
+    // the ring, or the scatter-reduce-allgather, which take a separate input
+    auto two_buffer = [&](const void* in, T* out) {
+      if (rc.algorithm == Algorithm::kScatterReduce) {
+        coll::allreduce_scatter_reduce(cx, in, out, count, rc.average);
+      } else {
+        coll::allreduce_ring(cx, in, out, count, rc.average);
+      }
+    };
     if (rc.algorithm == Algorithm::kTree) {
       coll::allreduce_recursive_doubling(cx, buf.data(), count, rc.average);
     } else if (r % 2 == 1) {
@@ -117,15 +125,15 @@ std::vector<RankResult> allreduce(int p, std::size_t count, const RunConfig& rc)
       // garbage (NaN): nothing of it may leak into the result
       const std::vector<T> in = buf;
       std::fill(buf.begin(), buf.end(), std::numeric_limits<T>::quiet_NaN());
-      coll::allreduce_ring(cx, in.data(), buf.data(), count, rc.average);
+      two_buffer(in.data(), buf.data());
       for (std::size_t i = 0; i < count; ++i) {
         if (!(in[i] == input<T>(r, i))) {
-          ADD_FAILURE() << "rank " << r << ": the ring wrote to its input at " << i;
+          ADD_FAILURE() << "rank " << r << ": the schedule wrote to its input at " << i;
           break;
         }
       }
     } else {
-      coll::allreduce_ring(cx, buf.data(), count, rc.average);
+      two_buffer(buf.data(), buf.data());
     }
     return as_bytes(buf);
   });

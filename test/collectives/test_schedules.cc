@@ -33,11 +33,12 @@ TEST_P(ExactAllreduce, MatchesReferenceOnEveryRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, ExactAllreduce,
-                         ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree),
+                         ::testing::Combine(::testing::Values(Algorithm::kRing, Algorithm::kTree,
+                                                              Algorithm::kScatterReduce),
                                             ::testing::Range(1, 9)));
 
 TEST(Allreduce, DoublesExact) {
-  for (const Algorithm algo : {Algorithm::kRing, Algorithm::kTree}) {
+  for (const Algorithm algo : {Algorithm::kRing, Algorithm::kTree, Algorithm::kScatterReduce}) {
     for (const int p : {2, 3, 5}) {
       RunConfig rc;
       rc.algorithm = algo;

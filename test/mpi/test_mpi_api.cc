@@ -250,7 +250,8 @@ TEST(MpiErrors, BadArgumentOnOneRankRaisesOnEveryRank) {
       },
       ccoll::Status::kInvalidArgument);
   EXPECT_NE(
-      msg.find("algorithm: unknown algorithm 'butterfly' (valid: auto, ring, tree, allgather)"),
+      msg.find(
+          "algorithm: unknown algorithm 'butterfly' (valid: auto, ring, tree, allgather, sra)"),
       std::string::npos)
       << msg;
   msg = expect_error_everywhere(

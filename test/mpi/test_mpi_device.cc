@@ -147,12 +147,16 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
           opt.seed = seed;
           opt.key = 5;
           opt.average = average;
-          // the device codecs take the ring (auto's choice for device buffers); the host-copy
-          // path takes whatever auto takes on the host
-          // (topk: auto is its all-gather reduction on both, but the ring under NCCL)
+          // the device codecs take auto's choice for device buffers: the scatter-reduce-allgather
+          // for codecs that cannot add codes from 3 ranks on, else the ring; the host-copy path
+          // takes whatever auto takes on the host (topk: auto is its all-gather reduction on
+          // both); under NCCL always the ring
           const bool gather = std::string(codec).rfind("topk", 0) == 0;
           const bool nccl = transport_env() == "nccl";
-          opt.algorithm = has_kernels(codec) && !(gather && !nccl) ? "ring" : "auto";
+          const ccoll::CodecInfo info = ccoll::describe_codec(codec, p);
+          const bool reencodes = !info.lossless && !info.summable;
+          const char* device_algo = !nccl && reencodes && p >= 3 ? "sra" : "ring";
+          opt.algorithm = has_kernels(codec) && !(gather && !nccl) ? device_algo : "auto";
           ccoll::Stats hs, ds;
           std::vector<float> want(n, NAN);
           if (in_place) want = x;
@@ -170,8 +174,9 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
           ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
           EXPECT_EQ(hs.transport, "host");
           EXPECT_EQ(ds.transport, p > 1 && has_kernels(codec) ? kernel_transport() : "host-copy");
-          EXPECT_EQ(ds.algorithm,
-                    p > 1 && has_kernels(codec) && !(gather && !nccl) ? "ring" : hs.algorithm);
+          EXPECT_EQ(ds.algorithm, p > 1 && has_kernels(codec) && !(gather && !nccl)
+                                      ? std::string(device_algo)
+                                      : hs.algorithm);
           EXPECT_EQ(ds.wire_bytes_sent, hs.wire_bytes_sent);
           if (!in_place) {  // the input is only read
             ASSERT_EQ(0, std::memcmp(dx.host().data(), x.data(), 4 * n));
@@ -228,14 +233,20 @@ TEST_F(DeviceBuffers, MixedRanksInteroperate) {
       ccoll::Options opt;
       opt.codec = codec;
       opt.seed = 3;
-      opt.algorithm = "ring";
+      // the device ranks' schedule under auto: the scatter-reduce-allgather for codecs that
+      // cannot add codes from 3 ranks on (not under NCCL), else the ring
+      const ccoll::CodecInfo info = ccoll::describe_codec(codec, size_of(MPI_COMM_WORLD));
+      const bool sra = !info.lossless && !info.summable && size_of(MPI_COMM_WORLD) >= 3 &&
+                       transport_env() != "nccl" && std::string(codec) != "topk:ratio=0.1";
+      const char* device_algo = sra ? "sra" : "ring";
+      opt.algorithm = device_algo;
       std::vector<float> want(n);
       ccoll::compressed_allreduce(x.data(), want.data(), n, MPI_FLOAT, MPI_SUM, host_comm_, opt);
-      // with device kernels the device ranks' ring must be taken by the host ranks under auto;
-      // host-copy codecs, and topk (whose auto is its all-gather reduction), keep the explicit
-      // ring of the reference
+      // with device kernels the device ranks' schedule must be taken by the host ranks under
+      // auto; host-copy codecs, and topk (whose auto is its all-gather reduction), keep the
+      // explicit schedule of the reference
       opt.algorithm =
-          has_kernels(codec) && std::string(codec) != "topk:ratio=0.1" ? "auto" : "ring";
+          has_kernels(codec) && std::string(codec) != "topk:ratio=0.1" ? "auto" : device_algo;
       std::vector<float> got(n);
       if (transport_env() == "nccl" && has_kernels(codec) && size_of(MPI_COMM_WORLD) > 1) {
         // NCCL is all ranks or none: a rank with host buffers cannot join it

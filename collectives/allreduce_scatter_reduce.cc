@@ -1,0 +1,116 @@
+// Scatter-reduce-allgather ("sra") all-reduce, for codecs whose codes cannot be added: every
+// contribution is quantized once, by its own rank, and every sum once, by its owner, whatever
+// the rank count. (The ring re-encodes partial sums at every hop, so a contribution is quantized
+// up to p-1 times and the error grows with p.)
+//
+// Reduce-scatter by pairwise exchange: the buffer is split into p balanced chunks (as the ring's,
+// in the same segments). At step s = 1..p-1 rank r encodes its own chunk (r+s) mod p, once, and
+// sends it to that chunk's owner, while it receives chunk r from rank (r-s) mod p and
+// decode-accumulates it into its own chunk, which starts as its own input, exact. After p-1 steps
+// rank r holds the sum of chunk r: its own contribution exact, every other one quantized once.
+// All-gather: the ring's (allgather_ring.cc): the owner divides for the mean and encodes its
+// chunk once; the bytes travel around the ring unchanged and every rank, the owner too, decodes
+// the same bytes, so all ranks end bit-identical.
+//
+// Traffic per rank: (p-1)/p of the encoded size in each phase, as the ring. Each step has one
+// chunk of receives in flight; sends stay in flight until the phase ends (each step's in its
+// own slots). A corrupt or failed payload poisons the owner, whose chunk then goes out poisoned
+// in the all-gather, so every rank whose result depends on it throws (the ring's semantics).
+#include "collectives.hpp"
+#include "engine.hpp"
+
+namespace ccoll::coll {
+namespace {
+
+void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input, std::byte* data,
+                          std::byte* slots) {
+  const int p = e.size();
+  const int r = e.rank();
+  const std::size_t es = e.elem_bytes();
+  const std::size_t nmax = L.nseg_max();
+  Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p));
+  Request* recvs = sends + nmax * static_cast<std::size_t>(p - 1);
+  std::size_t nsends = 0;
+  const std::size_t nown = L.nseg(r);
+  for (int s = 1; s < p; ++s) {
+    const int to = ring_mod(r + s, p);
+    const int from = ring_mod(r - s, p);
+    // this step's contribution to this rank's chunk lands in the chunk's own slots, which hold
+    // nothing else until the all-gather
+    for (std::size_t j = 0; j < nown; ++j) {
+      recvs[j] = e.recv(slots + L.slot(r, j), L.seg_capacity(), from, kTagScatterReduce);
+    }
+    // this rank's contribution to chunk `to`, each segment sent as soon as it is encoded
+    const std::size_t nto = L.nseg(to);
+    codec::EncodeJob* enc = e.workspace().encode_jobs(nto);
+    for (std::size_t j = 0; j < nto; ++j) {
+      const std::size_t off = L.seg_offset(to, j);
+      enc[j] = codec::EncodeJob{input + off * es, L.seg_elems(to, j),
+                                codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
+                                                    codec::BlockContext::Role::kOwn},
+                                slots + L.slot(to, j), 0};
+    }
+    e.encode_many(enc, nto, [&](std::size_t j) {
+      sends[nsends++] = e.send(enc[j].out, enc[j].bytes, to, kTagScatterReduce);
+    });
+    // rank `from`'s contribution to this rank's chunk, added in as each segment arrives
+    codec::DecodeJob* dec = e.workspace().decode_jobs(nown);
+    for (std::size_t j = 0; j < nown; ++j) {
+      dec[j] =
+          codec::DecodeJob{nullptr, 0, L.seg_elems(r, j), data + L.seg_offset(r, j) * es, true};
+    }
+    e.decode_many(dec, nown, [&](std::size_t j) {
+      dec[j].in = slots + L.slot(r, j);
+      dec[j].bytes = e.wait_recv(recvs[j]);
+    });
+  }
+  for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
+}
+
+// Rank r's chunk of `out` as its own input, exact, then the pairwise exchange.
+void reduce_scatter_into(Context& cx, Engine& e, const RingLayout& L, const std::byte* input,
+                         std::byte* data, std::byte* slots) {
+  const int r = e.rank();
+  const std::size_t es = e.elem_bytes();
+  const std::size_t at = L.seg_offset(r, 0) * es;
+  if (input != data) copy_elements(cx, data + at, input + at, L.chunk_elems(r) * es);
+  if (e.size() > 1) scatter_reduce_phase(e, L, input, data, slots);
+}
+
+}  // namespace
+
+void reduce_scatter_pairwise(Context& cx, const void* in, void* out, std::size_t count) {
+  Engine e(cx);
+  const RingLayout L(count, e.size(), cx.segment_elems, cx.codec);
+  std::byte* slots = cx.workspace.bytes(L.slot_bytes());
+  reduce_scatter_into(cx, e, L, static_cast<const std::byte*>(in), static_cast<std::byte*>(out),
+                      slots);
+  e.finish();
+}
+
+void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_t count,
+                              bool average) {
+  Engine e(cx);
+  const int p = e.size();
+  const int r = e.rank();
+  const std::size_t es = e.elem_bytes();
+  auto* data = static_cast<std::byte*>(out);
+  const auto* input = static_cast<const std::byte*>(in);
+  if (p == 1) {  // one rank: its input, never encoded
+    if (input != data) copy_elements(cx, data, input, count * es);
+    e.finish();
+    return;
+  }
+  const RingLayout L(count, p, cx.segment_elems, cx.codec);
+  std::byte* slots = cx.workspace.bytes(L.slot_bytes());
+  std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
+  reduce_scatter_into(cx, e, L, input, data, slots);
+  std::byte* own = data + L.seg_offset(r, 0) * es;
+  if (average) divide_elements(cx, own, L.chunk_elems(r), p);
+  // the sum's one quantization, by its owner (ef=1: the owner's residual, as a ring hop's)
+  encode_own_chunk(e, L, own, slots, sizes, false, codec::BlockContext::Role::kHop);
+  allgather_phase(e, L, data, slots, sizes);
+  e.finish();
+}
+
+}  // namespace ccoll::coll
