@@ -16,6 +16,7 @@
 // chunk of receives in flight; sends stay in flight until the phase ends (each step's in its
 // own slots). A corrupt or failed payload poisons the owner, whose chunk then goes out poisoned
 // in the all-gather, so every rank whose result depends on it throws (the ring's semantics).
+#include "ccoll/error.hpp"
 #include "collectives.hpp"
 #include "engine.hpp"
 
@@ -67,6 +68,17 @@ void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input
   for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
 }
 
+// Summable codecs code on scales agreed for single contributions, which the owner's sum exceeds:
+// they add codes in the ring instead. Every rank has the same codec, so all refuse alike, before
+// any message.
+void require_not_summable(const codec::Codec& c) {
+  if (c.capabilities().summable) {
+    throw Error(Status::kUnsupported,
+                "algorithm: 'sra' is for codecs that cannot add codes; " + c.spec() +
+                    " adds them in the ring (valid for it: auto, ring, tree)");
+  }
+}
+
 // Rank r's chunk of `out` as its own input, exact, then the pairwise exchange.
 void reduce_scatter_into(Context& cx, Engine& e, const RingLayout& L, const std::byte* input,
                          std::byte* data, std::byte* slots) {
@@ -80,6 +92,7 @@ void reduce_scatter_into(Context& cx, Engine& e, const RingLayout& L, const std:
 }  // namespace
 
 void reduce_scatter_pairwise(Context& cx, const void* in, void* out, std::size_t count) {
+  require_not_summable(cx.codec);
   Engine e(cx);
   const RingLayout L(count, e.size(), cx.segment_elems, cx.codec);
   std::byte* slots = cx.workspace.bytes(L.slot_bytes());
@@ -90,6 +103,7 @@ void reduce_scatter_pairwise(Context& cx, const void* in, void* out, std::size_t
 
 void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_t count,
                               bool average) {
+  require_not_summable(cx.codec);
   Engine e(cx);
   const int p = e.size();
   const int r = e.rank();

@@ -225,6 +225,8 @@ inline void allreduce_ring(Context& cx, void* buf, std::size_t count, bool avera
 /// chunk's owner, and the owner adds the decoded contributions to its own, exact; then the
 /// ring's all-gather of the owners' chunks, each encoded once. Every element is quantized at
 /// most twice whatever the rank count; traffic per rank as the ring's. `in` == `out`: in place.
+/// Throws ccoll::Error(kUnsupported) for a summable codec (its shared scales cover single
+/// contributions, not the owner's sums; it adds codes in the ring instead).
 void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_t count,
                               bool average);
 

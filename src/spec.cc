@@ -439,13 +439,9 @@ double allreduce_error_bound(const codec::Codec& codec, int ranks) {
 double scatter_reduce_error_bound(const codec::Codec& codec, int ranks) {
   if (ranks <= 1 || codec.capabilities().lossless) return 0.0;
   const double u = codec.unit_roundoff();
-  const double p = ranks;
-  // every contribution but the owner's quantized once, the sum once more by its owner: codes
-  // on a shared scale err by u each against the largest contribution; local scales by u
-  // against their own contribution's, and the owner's encode by u against the decoded sum
-  const double twice =
-      codec.capabilities().summable ? (p - 1) * u + u * (1 + (p - 1) * u) : (1 + u) * (1 + u) - 1;
-  return twice + p * 0x1p-23;
+  // every contribution but the owner's quantized once (by u against its own maximum), the sum
+  // once more by its owner (by u against the decoded sum)
+  return (1 + u) * (1 + u) - 1 + ranks * 0x1p-23;
 }
 
 std::size_t parse_byte_size(const std::string& text, const std::string& what) {

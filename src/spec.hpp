@@ -62,7 +62,7 @@ double allreduce_error_bound(const codec::Codec& codec, int ranks);
 /// over `ranks` ranks, relative to Σ_i max|x_i| as allreduce_error_bound: every element is
 /// quantized at most twice, so for codecs that cannot add codes it is (1+u)^2 - 1 whatever the
 /// rank count (plus p·2^-23 for the fp32 additions and the division). 0 for one rank or a
-/// lossless codec.
+/// lossless codec. The schedule refuses summable codecs.
 double scatter_reduce_error_bound(const codec::Codec& codec, int ranks);
 
 /// Parses a byte size with an optional K/M/G (binary) suffix, e.g. "64K"; throws

@@ -185,6 +185,13 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
             std::string("algorithm: '") + coll::algorithm_name(c.algorithm) +
                 "' is an all-reduce schedule (valid for compressed_allgather: auto, ring, tree)");
   }
+  if (allreduce && bad.ok() && c.algorithm == coll::Algorithm::kScatterReduce &&
+      make_codec(c.spec, c.dtype)->capabilities().summable) {
+    // its shared scales cover single contributions, not the owners' sums
+    bad.set(kArgAlgorithm, Status::kUnsupported,
+            "algorithm: 'sra' is for codecs that cannot add codes; " + c.spec.canonical +
+                " adds them in the ring (valid for it: auto, ring, tree)");
+  }
   return c;
 }
 

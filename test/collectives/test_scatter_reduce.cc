@@ -209,6 +209,18 @@ TEST(ScatterReduce, CorruptPayloadsFailEveryDependentRank) {
   }
 }
 
+// Summable codecs add codes in the ring; their scales would not cover the owners' sums.
+TEST(ScatterReduce, RefusesSummableCodecs) {
+  RunConfig rc;
+  rc.codec = "maxnorm:bits=8";
+  rc.algorithm = Algorithm::kScatterReduce;
+  const auto res = allreduce<float>(3, 1000, rc);
+  for (const auto& r : res) {
+    EXPECT_TRUE(r.failed);
+    EXPECT_EQ(r.code, Status::kUnsupported) << r.message;
+  }
+}
+
 // Selection: auto takes it for codecs that re-encode, from 3 ranks, above the tree's sizes.
 TEST(ScatterReduce, ChosenByAutoForCodecsThatReencode) {
   coll::ScheduleQuery q;

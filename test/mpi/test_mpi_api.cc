@@ -209,6 +209,34 @@ TEST(MpiErrors, AllgatherScheduleIsForAllreduceOnly) {
       },
       ccoll::Status::kInvalidArgument);
   EXPECT_NE(msg.find("valid for compressed_allgather: auto, ring, tree"), std::string::npos) << msg;
+  opt.algorithm = "sra";
+  const std::string sra = expect_error_everywhere(
+      [&] {
+        ccoll::compressed_allgather(MPI_IN_PLACE, 10, f.data(), MPI_FLOAT, MPI_COMM_WORLD, opt);
+      },
+      ccoll::Status::kInvalidArgument);
+  EXPECT_NE(sra.find("'sra' is an all-reduce schedule"), std::string::npos) << sra;
+}
+
+// The scatter-reduce-allgather is for codecs that cannot add codes: a summable one is refused on
+// every rank, whatever the size (its shared scales would not cover the owners' sums).
+TEST(MpiErrors, ScatterReduceRefusesSummableCodecs) {
+  for (const char* codec : {"maxnorm:bits=8", "randk:ratio=0.1", "dq:min=2,max=8"}) {
+    for (const std::size_t n : {std::size_t{0}, std::size_t{5000}}) {
+      SCOPED_TRACE(std::string(codec) + " n=" + std::to_string(n));
+      std::vector<float> f(n, 1.0f);
+      ccoll::Options opt;
+      opt.codec = codec;
+      opt.algorithm = "sra";
+      const std::string msg = expect_error_everywhere(
+          [&] {
+            ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), n, MPI_FLOAT, MPI_SUM,
+                                        MPI_COMM_WORLD, opt);
+          },
+          ccoll::Status::kUnsupported);
+      EXPECT_NE(msg.find("valid for it: auto, ring, tree"), std::string::npos) << msg;
+    }
+  }
 }
 
 TEST(MpiErrors, BadArgumentOnOneRankRaisesOnEveryRank) {

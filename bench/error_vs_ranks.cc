@@ -1,0 +1,160 @@
+// ccoll_error_vs_ranks: the all-reduce error of every lossy codec against the rank count, for the
+// ring and the scatter-reduce-allgather, on ranks as threads in one process (the in-process
+// transport; the schedules and codecs are the ones MPI calls run). Prints a Markdown table.
+//
+//   ccoll_error_vs_ranks [--elements N] [--ranks 2,4,8,16] [--codec SPEC]...
+//
+// Input: N Gaussian floats per rank (mean 0, sd 1, a different stream per rank); one call. The
+// error is the relative L2 error of the sum, ||result - exact|| / ||exact||, against a sum in
+// double precision.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "ccoll/error.hpp"
+#include "collectives.hpp"
+#include "inproc_transport.hpp"
+#include "setup_rounds.hpp"
+#include "spec.hpp"
+
+namespace {
+
+using ccoll::coll::Algorithm;
+
+std::vector<float> gaussian(int rank, std::size_t n) {
+  std::mt19937 gen(1234u + static_cast<unsigned>(rank));
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
+// One all-reduce of every rank's `xs` with `spec` through `algo`; the relative L2 error.
+double relative_error(const std::string& spec, Algorithm algo,
+                      const std::vector<std::vector<float>>& xs) {
+  const int p = static_cast<int>(xs.size());
+  const std::size_t n = xs[0].size();
+  std::vector<float> out0(n);
+  std::vector<const void*> inputs;
+  for (const auto& x : xs) inputs.push_back(x.data());
+  ccoll::run_inproc(p, [&](ccoll::coll::Transport& t) {
+    const int r = t.rank();
+    auto codec = ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
+    // the API's set-up rounds, every rank's inputs combined here
+    ccoll::IdentityExchange all_here;
+    std::vector<double> scales;
+    std::vector<std::uint8_t> mask;
+    const ccoll::SetupInputs in{inputs.data(), inputs.size(), n};
+    ccoll::SetupCall call;
+    call.seed = 1;
+    ccoll::run_setup_rounds(*codec, in, call, scales, mask, all_here);
+    ccoll::coll::Workspace ws;
+    ccoll::coll::Counters counters;
+    ccoll::coll::Context cx{t, *codec, ws, counters};
+    cx.seed = 1;
+    std::vector<float> out(n);
+    const float* mine = xs[static_cast<std::size_t>(r)].data();
+    if (algo == Algorithm::kScatterReduce) {
+      ccoll::coll::allreduce_scatter_reduce(cx, mine, out.data(), n, false);
+    } else {
+      ccoll::coll::allreduce_ring(cx, mine, out.data(), n, false);
+    }
+    codec->finish_allreduce(out.data(), n);
+    if (r == 0) out0 = out;
+  });
+  double num = 0;
+  double den = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (const auto& x : xs) s += x[i];
+    const double d = static_cast<double>(out0[i]) - s;
+    num += d * d;
+    den += s * s;
+  }
+  return std::sqrt(num / den);
+}
+
+std::vector<int> parse_ranks(const std::string& text) {
+  std::vector<int> v;
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const int p = std::atoi(item.c_str());
+    if (p < 1 || p > 256) {
+      std::fprintf(stderr, "ccoll_error_vs_ranks: --ranks: '%s' is not 1..256\n", item.c_str());
+      std::exit(2);
+    }
+    v.push_back(p);
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::size_t n = std::size_t{1} << 18;
+  std::vector<int> ranks = {2, 4, 8, 16};
+  std::vector<std::string> codecs;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "ccoll_error_vs_ranks: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--elements") {
+      n = static_cast<std::size_t>(std::stoull(value()));
+    } else if (a == "--ranks") {
+      ranks = parse_ranks(value());
+    } else if (a == "--codec") {
+      codecs.push_back(value());
+    } else {
+      std::fprintf(stderr,
+                   "usage: ccoll_error_vs_ranks [--elements N] [--ranks 2,4,8,16] "
+                   "[--codec SPEC]...\n");
+      return a == "-h" || a == "--help" ? 0 : 2;
+    }
+  }
+  if (codecs.empty()) {
+    codecs = {"fp16",           "bf16",          "maxnorm:bits=8",  "maxnorm:bits=4",
+              "maxnorm:bits=2", "qsgd:bits=4",   "terngrad",        "sign",
+              "sketch:bits=2",  "sketch:bits=3", "randk:ratio=0.1", "maxnorm:bits=4,sum=requant"};
+  }
+  std::printf("| codec | schedule |");
+  for (const int p : ranks) std::printf(" %d ranks |", p);
+  std::printf(" largest / smallest rank count |\n|---|---|");
+  for (std::size_t k = 0; k < ranks.size() + 1; ++k) std::printf("---|");
+  std::printf("\n");
+  try {
+    for (const auto& spec : codecs) {
+      const auto probe =
+          ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
+      for (const Algorithm algo : {Algorithm::kRing, Algorithm::kScatterReduce}) {
+        // summable codecs add codes in the ring; the scatter-reduce-allgather refuses them
+        if (algo == Algorithm::kScatterReduce && probe->capabilities().summable) continue;
+        std::printf("| `%s` | %s |", spec.c_str(), ccoll::coll::algorithm_name(algo));
+        double first = 0;
+        double last = 0;
+        for (const int p : ranks) {
+          std::vector<std::vector<float>> xs;
+          for (int r = 0; r < p; ++r) xs.push_back(gaussian(r, n));
+          const double e = relative_error(spec, algo, xs);
+          if (first == 0) first = e;
+          last = e;
+          std::printf(" %.3g |", e);
+          std::fflush(stdout);
+        }
+        std::printf(" %.2fx |\n", first > 0 ? last / first : 0.0);
+      }
+    }
+  } catch (const ccoll::Error& e) {
+    std::fprintf(stderr, "ccoll_error_vs_ranks: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}
