@@ -53,7 +53,7 @@ typedef struct ccoll_stats {
 /** Per-call options; initialize with ccoll_options_init(). NULL strings mean the defaults. */
 typedef struct ccoll_options {
   const char* codec;     /**< Codec spec; NULL or "": CCOLL_CODEC, else "none". */
-  const char* algorithm; /**< "auto", "ring", "tree", "allgather"; NULL: "auto". */
+  const char* algorithm; /**< "auto", "ring", "tree", "allgather", "sra"; NULL: "auto". */
   uint64_t key;          /**< Per-tensor state key; 0: derived from (recvbuf, count). */
   uint64_t seed;         /**< Shared RNG seed of stochastic codecs. */
   int average;           /**< All-reduce: non-zero divides the sum by the rank count. */

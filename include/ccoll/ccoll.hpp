@@ -39,8 +39,9 @@ struct Stats {
   /// Bits per element of the codes this call sent: the width dq chose for the call, a
   /// fixed-width quantizer's width; 0 for casts, sparse codecs and uncompressed calls.
   unsigned bits = 0;
-  std::string codec;      ///< Canonical spec of the codec used ("none" when uncompressed).
-  std::string algorithm;  ///< Schedule used: "ring", "tree", "allgather", "local" (1 rank), "mpi".
+  std::string codec;  ///< Canonical spec of the codec used ("none" when uncompressed).
+  std::string
+      algorithm;  ///< Schedule used: "ring", "tree", "allgather", "sra", "local" (1 rank), "mpi".
   /// How the data moved: "host" (host buffers), "staged" (device buffers: the codec ran on the
   /// GPU and only payloads crossed to the host for MPI), "host-copy" (device buffers copied
   /// whole to the host and back, the codec on the CPU: codecs without device kernels, or
@@ -54,8 +55,10 @@ struct Options {
   /// Codec spec string, e.g. "none", "fp16", "maxnorm:bits=4", "topk:ratio=0.01,ef=1" (the
   /// README lists every codec). Empty: the CCOLL_CODEC environment variable, or "none".
   std::string codec;
-  /// "auto" (default; CCOLL_ALGO when set), "ring", "tree", or "allgather" (all-reduce only:
-  /// every rank's payload gathered whole and reduced in rank order; auto's choice for topk).
+  /// "auto" (default; CCOLL_ALGO when set), "ring", "tree", "allgather" (all-reduce only:
+  /// every rank's payload gathered whole and reduced in rank order; auto's choice for topk), or
+  /// "sra" (all-reduce only, codecs that cannot add codes: scatter-reduce-allgather, each element
+  /// quantized at most twice; auto's choice for them from 3 ranks on).
   std::string algorithm = "auto";
   /// Per-tensor key for codecs that keep state between calls; 0 derives it from (recvbuf, count).
   std::uint64_t key = 0;
