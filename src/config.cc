@@ -106,6 +106,21 @@ PreloadConfig read_preload() {
       if (v != "0" && v != "1") bad("CCOLL_STATS: '" + v + "' (valid: 0, 1)");
       c.stats = v == "1";
     }
+    if (const std::string v = getenv_str("CCOLL_STATE_BY_BUFFER"); !v.empty()) {
+      if (v != "0" && v != "1") bad("CCOLL_STATE_BY_BUFFER: '" + v + "' (valid: 0, 1)");
+      c.state_by_buffer = v == "1";
+    }
+    // A stateful codec keeps state per tensor, which the preload library can only tell apart
+    // by (receive buffer, count): refused unless the program says that identifies its tensors.
+    if (c.compress && !c.state_by_buffer && parse_codec_spec(c.codec).stateful) {
+      bad("CCOLL_CODEC=" + c.codec +
+          " keeps state per tensor (error feedback, temporal, dq), and the preload library can "
+          "only tell tensors apart by their receive buffer and count: a program that fuses "
+          "different tensors into one buffer (as Horovod does) would mix their state. Set "
+          "CCOLL_STATE_BY_BUFFER=1 if every receive buffer of this program always holds the "
+          "same tensor, or use a codec without state (valid: the codecs without ef=1, "
+          "temporal and dq)");
+    }
   } catch (const Error& e) {
     c.error = e.message();  // rethrown by every compressing call, as an Error again
   }

@@ -18,6 +18,9 @@
 //   CCOLL_EXCLUDE_COMM_SIZE  comma-separated communicator sizes never compressed
 //   CCOLL_INTERCEPT      which collectives: allreduce, allgather (comma-separated; default both)
 //   CCOLL_STATS          1: print per-communicator statistics at MPI_Finalize
+//   CCOLL_STATE_BY_BUFFER  1: the program's receive buffers identify its tensors, so stateful
+//                        codecs (ef=1, temporal, dq) may key their state by (buffer, count);
+//                        without it they are refused
 //
 // This file and config.cc are the only place the library reads the environment.
 #pragma once
@@ -55,8 +58,9 @@ struct PreloadConfig {
   std::set<int> excluded_sizes;  ///< CCOLL_EXCLUDE_COMM_SIZE
   bool allreduce = true;         ///< CCOLL_INTERCEPT
   bool allgather = true;
-  bool stats = false;  ///< CCOLL_STATS=1
-  std::string error;   ///< a malformed variable: reported by every compressing call
+  bool stats = false;            ///< CCOLL_STATS=1
+  bool state_by_buffer = false;  ///< CCOLL_STATE_BY_BUFFER=1: stateful codecs allowed
+  std::string error;             ///< a malformed variable: reported by every compressing call
 };
 const PreloadConfig& preload_config();
 

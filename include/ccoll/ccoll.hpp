@@ -60,7 +60,11 @@ struct Options {
   /// "sra" (all-reduce only, codecs that cannot add codes: scatter-reduce-allgather, each element
   /// quantized at most twice; auto's choice for them from 3 ranks on).
   std::string algorithm = "auto";
-  /// Per-tensor key for codecs that keep state between calls; 0 derives it from (recvbuf, count).
+  /// Per-tensor key for codecs that keep state between calls (ef=1, temporal, dq): pass one per
+  /// tensor. 0 derives it from (recvbuf, count), which is right only when every receive buffer
+  /// always holds the same tensor: two tensors reduced in turn through one buffer (a fusion
+  /// buffer) would share one state, and one tensor reduced into different buffers would split
+  /// its state. A state whose history differs across ranks is detected and restarted.
   std::uint64_t key = 0;
   /// Seed of the shared random stream of stochastic codecs; must be equal on all ranks.
   std::uint64_t seed = 0;

@@ -10,6 +10,8 @@
 #    statistics are printed at MPI_Finalize.
 # 3. CCOLL_EXCLUDE_COMM_SIZE=RANKS: MPI_COMM_WORLD passes through, the split halves compress.
 # 4. A malformed CCOLL_CODEC fails the run on every rank with a message naming the codecs.
+# 5. A stateful codec (ef=1) is refused, naming CCOLL_STATE_BY_BUFFER; with
+#    CCOLL_STATE_BY_BUFFER=1 it runs and the ranks agree.
 set -euo pipefail
 MPIEXEC=$1
 P=$2
@@ -91,4 +93,16 @@ if run bad LD_PRELOAD="$LIB" CCOLL_CODEC=maxnrm:bits=8; then
 fi
 grep -q "maxnrm" "$work/bad.err" || fail "the error does not name the bad codec"
 grep -q "maxnorm" "$work/bad.err" || fail "the error does not list the valid codecs"
+# 5. state per tensor: refused unless the program's buffers identify its tensors
+if run stateful LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=4,ef=1; then
+  fail "a stateful codec ran without CCOLL_STATE_BY_BUFFER=1"
+fi
+grep -q "CCOLL_STATE_BY_BUFFER=1" "$work/stateful.err" ||
+  fail "the refusal of a stateful codec does not name CCOLL_STATE_BY_BUFFER"
+# (every rank refuses the same way; the first to reach MPI's fatal error handler ends the job)
+run optin LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=4,ef=1 CCOLL_STATE_BY_BUFFER=1 ||
+  fail "a stateful codec with CCOLL_STATE_BY_BUFFER=1 failed"
+while read -r name hash err agree; do
+  [ "$agree" = 1 ] || fail "$name (ef=1): ranks hold different results"
+done < "$work/optin.out"
 echo "pmpi_preload_test: $P ranks passed"
