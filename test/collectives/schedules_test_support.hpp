@@ -157,6 +157,49 @@ inline std::vector<std::size_t> counts_for(int p) {
   return {0, 1, 3, static_cast<std::size_t>(p - 1), 1000, (1u << 20) + 7};
 }
 
+// Corrupt wire data, one way each.
+struct Corruption {
+  const char* name;
+  std::function<void(std::vector<std::byte>&)> apply;
+};
+
+inline std::vector<Corruption> corruptions() {
+  return {{"flip header byte", [](std::vector<std::byte>& m) { m[2] ^= std::byte{0x7}; }},
+          {"truncate", [](std::vector<std::byte>& m) { m.resize(m.size() / 2); }},
+          {"oversize", [](std::vector<std::byte>& m) { m.resize(m.size() * 4 + 64); }},
+          {"empty", [](std::vector<std::byte>& m) { m.clear(); }}};
+}
+
+// An all-reduce of `rc`'s schedule on p ranks with the first message rank 1 sends with `tag`
+// corrupted: kCorruptData on at least `min_failed` ranks (and only that code), no hang, and the
+// ranks that do not throw hold the exact sum.
+inline void expect_corruption_fails(RunConfig rc, int p, int tag, const Corruption& corrupt,
+                                    int min_failed) {
+  std::mutex mu;
+  bool done = false;
+  rc.tamper = [&](int src, int, int t, std::vector<std::byte>& m) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!done && src == 1 && t == tag) {
+      corrupt.apply(m);
+      done = true;
+    }
+  };
+  const auto res = allreduce<float>(p, 1000, rc);
+  int failed = 0;
+  for (const auto& r : res) {
+    if (r.failed) {
+      EXPECT_EQ(r.code, Status::kCorruptData) << r.message;
+      ++failed;
+    }
+  }
+  EXPECT_GE(failed, min_failed);
+  for (const auto& r : res) {
+    if (r.failed) continue;
+    const auto out = from_bytes<float>(r.out);
+    for (std::size_t i = 0; i < out.size(); ++i) ASSERT_EQ(out[i], exact_sum<float>(p, i));
+  }
+}
+
 inline float smooth_input(int r, std::size_t i) {
   return std::sin(0.37f * static_cast<float>(i) + 1.3f * static_cast<float>(r)) *
          (1.0f + 0.25f * static_cast<float>(r));
