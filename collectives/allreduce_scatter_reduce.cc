@@ -43,14 +43,8 @@ void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input
     }
     // this rank's contribution to chunk `to`, each segment sent as soon as it is encoded
     const std::size_t nto = L.nseg(to);
-    codec::EncodeJob* enc = e.workspace().encode_jobs(nto);
-    for (std::size_t j = 0; j < nto; ++j) {
-      const std::size_t off = L.seg_offset(to, j);
-      enc[j] = codec::EncodeJob{input + off * es, L.seg_elems(to, j),
-                                codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
-                                                    codec::BlockContext::Role::kOwn},
-                                slots + L.slot(to, j), 0};
-    }
+    codec::EncodeJob* enc =
+        chunk_encode_jobs(e, L, to, input, slots + L.slot(to, 0), codec::BlockContext::Role::kOwn);
     e.encode_many(enc, nto, [&](std::size_t j) {
       sends[nsends++] = e.send(enc[j].out, enc[j].bytes, to, kTagScatterReduce);
     });

@@ -193,6 +193,12 @@ struct RingLayout {
 };
 
 /// The ring phases shared by all-reduce, reduce-scatter and all-gather.
+/// Encode jobs (in the workspace) of this rank's own contribution to every segment of chunk `c`:
+/// the elements of segment j at data + offset·elem_bytes (`data`: the tensor's start), its codes
+/// to out + j·seg_capacity (`out`: e.g. the chunk's first slot, slots + L.slot(c, 0)).
+codec::EncodeJob* chunk_encode_jobs(Engine& e, const RingLayout& L, int c, const std::byte* data,
+                                    std::byte* out, codec::BlockContext::Role role);
+
 /// Encodes this rank's chunk, whose elements start at `chunk`, into its slots, recording each
 /// segment's size. Codecs see element offsets in the tensor (all-reduce) or, with
 /// `block_relative`, within this rank's own block (all-gather: each rank's block is its tensor).

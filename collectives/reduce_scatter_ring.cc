@@ -13,6 +13,20 @@
 
 namespace ccoll::coll {
 
+codec::EncodeJob* chunk_encode_jobs(Engine& e, const RingLayout& L, int c, const std::byte* data,
+                                    std::byte* out, codec::BlockContext::Role role) {
+  const std::size_t n = L.nseg(c);
+  codec::EncodeJob* jobs = e.workspace().encode_jobs(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    const std::size_t off = L.seg_offset(c, j);
+    jobs[j] =
+        codec::EncodeJob{data + off * e.elem_bytes(), L.seg_elems(c, j),
+                         codec::BlockContext{0, 0, static_cast<std::uint64_t>(e.rank()), off, role},
+                         out + j * L.seg_capacity(), 0};
+  }
+  return jobs;
+}
+
 void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::byte* slots,
                           std::size_t* final_sizes) {
   const int p = e.size();
@@ -37,14 +51,8 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
     if (k == 0) {  // step 0: this rank's own contribution to chunk r-1, each segment sent
                    // as soon as it is encoded
       const std::size_t n0 = L.nseg(send_chunk);
-      codec::EncodeJob* jobs = e.workspace().encode_jobs(n0);
-      for (std::size_t j = 0; j < n0; ++j) {
-        const std::size_t off = L.seg_offset(send_chunk, j);
-        jobs[j] = codec::EncodeJob{data + off * es, L.seg_elems(send_chunk, j),
-                                   codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
-                                                       codec::BlockContext::Role::kOwn},
-                                   slots + L.slot(send_chunk, j), 0};
-      }
+      codec::EncodeJob* jobs = chunk_encode_jobs(
+          e, L, send_chunk, data, slots + L.slot(send_chunk, 0), codec::BlockContext::Role::kOwn);
       e.encode_many(jobs, n0, [&](std::size_t j) {
         sends[nsends++] = e.send(jobs[j].out, jobs[j].bytes, next, kTagReduceScatter);
       });
@@ -59,14 +67,8 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
       // transfers), each added to its arriving partial sum of codes as soon as both are there;
       // forward the sum (or, at the last step, keep it as the chunk's final payload for the
       // all-gather)
-      codec::EncodeJob* jobs = e.workspace().encode_jobs(nseg);
-      for (std::size_t j = 0; j < nseg; ++j) {
-        const std::size_t off = L.seg_offset(recv_chunk, j);
-        jobs[j] = codec::EncodeJob{data + off * es, L.seg_elems(recv_chunk, j),
-                                   codec::BlockContext{0, 0, static_cast<std::uint64_t>(r), off,
-                                                       codec::BlockContext::Role::kOwn},
-                                   own + j * L.seg_capacity(), 0};
-      }
+      codec::EncodeJob* jobs =
+          chunk_encode_jobs(e, L, recv_chunk, data, own, codec::BlockContext::Role::kOwn);
       e.encode_many(jobs, nseg, [&](std::size_t j) {
         std::byte* slot = slots + L.slot(recv_chunk, j);
         const std::size_t off = L.seg_offset(recv_chunk, j);

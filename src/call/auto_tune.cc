@@ -22,14 +22,6 @@ void run_mpi_direct(const Call& call, Stats& stats, codec::DType dtype, std::siz
   run_mpi_uncompressed(call, stats, dtype, es, ctx);
 }
 
-void copy_counters(Stats& stats, const coll::Counters& counters) {
-  stats.wire_bytes_sent = counters.bytes_sent;
-  stats.wire_bytes_received = counters.bytes_received;
-  stats.encode_seconds = counters.encode_seconds;
-  stats.comm_seconds = counters.comm_seconds;
-  stats.decode_seconds = counters.decode_seconds;
-}
-
 // The spec of the uncompressed candidates, parsed once.
 const CodecSpec& none_spec() {
   static const CodecSpec none = parse_codec_spec("none");
@@ -52,7 +44,7 @@ void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::si
   coll::Counters counters;
   if (call.allreduce()) {
     coll::allreduce_recursive_doubling_plain(ctx.transport(), recv, call.count, dtype, counters);
-    copy_counters(stats, counters);
+    copy_counters(counters, stats);
     if (call.options.average) coll::divide_elements(recv, call.count, dtype, ctx.size());
     return;
   }
@@ -65,7 +57,7 @@ void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::si
   coll::Context cx{ctx.transport(), *plan.codec, plan.workspace, counters};
   cx.call = ctx.next_call();  // every rank takes the same candidate on the same call
   coll::allgather_bruck(cx, own, call.count, recv);
-  copy_counters(stats, counters);
+  copy_counters(counters, stats);
 }
 
 // Runs `call` through run_call() with codec `spec` (already parsed).

@@ -36,6 +36,19 @@ struct Call {
 
   bool allreduce() const { return kind == Kind::kAllreduce; }
   bool in_place() const { return sendbuf == MPI_IN_PLACE; }
+  /// Bytes before this rank's block of recvbuf: 0 for an all-reduce, rank·count elements for an
+  /// all-gather.
+  std::size_t own_offset(std::size_t elem_bytes, int rank) const {
+    return allreduce() ? 0 : static_cast<std::size_t>(rank) * count * elem_bytes;
+  }
+  /// This rank's block of recvbuf.
+  std::byte* own_block(std::size_t elem_bytes, int rank) const {
+    return static_cast<std::byte*>(recvbuf) + own_offset(elem_bytes, rank);
+  }
+  /// This rank's input: sendbuf, or in place its block of recvbuf.
+  const void* input(std::size_t elem_bytes, int rank) const {
+    return in_place() ? own_block(elem_bytes, rank) : sendbuf;
+  }
 };
 
 /// Arguments that can be rejected; the agreement carries the id so every rank can name it.

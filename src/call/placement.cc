@@ -16,7 +16,7 @@ namespace {
 void stage_in(Call& call, Placement& pl, CommContext& ctx, std::size_t es) {
   gpu::Backend& b = *pl.device;
   const std::size_t bytes = call.count * es;
-  const std::size_t own_at = call.allreduce() ? 0 : static_cast<std::size_t>(ctx.rank()) * bytes;
+  const std::size_t own_at = call.own_offset(es, ctx.rank());
   auto* recv = static_cast<std::byte*>(ctx.stage_recv().get(b, pl.out_bytes, true));
   if (call.in_place()) {
     b.copy(recv + own_at, static_cast<const std::byte*>(call.recvbuf) + own_at, bytes);
@@ -90,7 +90,6 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
   LocalError& bad = c.bad;
   if (!bad.ok()) return;
   const std::string& transport = c.env.transport;
-  const bool cuda_aware = pl.device->host_accessible() || mpi_cuda_aware();
   pl.out_bytes = c.total * c.elem_bytes;
   // the codec's kernels where it has them (ring and scatter-reduce schedules; NCCL: the ring),
   // else host copies
@@ -109,8 +108,9 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
                 ", but the current device is " + std::to_string(pl.facts.current_device) +
                 " (valid: call on device " + d + ", or on another communicator)");
   }
-  const bool resident = kernels && (nccl || transport == "mpi" ||
-                                    (transport == "auto" && cuda_aware && mpi_cuda_aware()));
+  // payloads in device memory: NCCL, CCOLL_TRANSPORT=mpi, or auto with a CUDA-aware MPI
+  const bool resident =
+      kernels && (nccl || transport == "mpi" || (transport == "auto" && mpi_cuda_aware()));
   if (nccl) {
     // the emulated device (host memory) has no NCCL: MPI stands in on the exact-length ring
     pl.path = pl.device->host_accessible() ? DataPath::kNcclEmulated : DataPath::kNccl;

@@ -34,14 +34,6 @@ struct Prepared {
   bool scanned = false;   // the codec's scan() already wrote this rank's scales
 };
 
-// This rank's input of `call` as the codec reads it (in place: this rank's block of recvbuf).
-const void* own_input(const Call& call, std::size_t es, int rank) {
-  if (!call.in_place()) return call.sendbuf;
-  if (call.allreduce()) return call.recvbuf;
-  return static_cast<const std::byte*>(call.recvbuf) +
-         static_cast<std::size_t>(rank) * call.count * es;
-}
-
 // Finds the plan (and on device buffers its device codec) and runs the codec's scan: the
 // fallback test and, for most codecs, the scale pass, in one read of the input. Failures go
 // into `c.bad`.
@@ -75,7 +67,7 @@ Prepared prepare_plan(const Call& call, Placement& pl, Checked& c, CommContext& 
     if (!codec.capabilities().lossless) {
       const std::size_t nscales = codec.scale_slots(call.count);
       if (plan->scales.size() < nscales) plan->scales.resize(nscales);
-      out.scanned = codec.scan(own_input(call, c.elem_bytes, ctx.rank()), call.count,
+      out.scanned = codec.scan(call.input(c.elem_bytes, ctx.rank()), call.count,
                                call.allreduce() ? ctx.size() : 1,
                                nscales != 0 ? plan->scales.data() : nullptr, out.fallback);
     }
@@ -89,13 +81,7 @@ Prepared prepare_plan(const Call& call, Placement& pl, Checked& c, CommContext& 
 struct CopyCounters {
   Stats& s;
   coll::Counters& c;
-  ~CopyCounters() {
-    s.wire_bytes_sent = c.bytes_sent;
-    s.wire_bytes_received = c.bytes_received;
-    s.encode_seconds = c.encode_seconds;
-    s.comm_seconds = c.comm_seconds;
-    s.decode_seconds = c.decode_seconds;
-  }
+  ~CopyCounters() { copy_counters(c, s); }
 };
 
 // The compressed collective proper, after the agreement and the set-up rounds: the schedule
@@ -107,7 +93,7 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   const std::size_t es = c.elem_bytes;
   const int p = ctx.size();
   auto* recv = static_cast<std::byte*>(call.recvbuf);
-  std::byte* own = allreduce ? recv : recv + static_cast<std::size_t>(ctx.rank()) * call.count * es;
+  std::byte* own = call.own_block(es, ctx.rank());
   auto copy_input = [&] {
     if (call.in_place()) return;
     if (pl.kernels()) {
@@ -259,10 +245,8 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     stats.algorithm = "local";
     return;
   }
-  auto* recv = static_cast<std::byte*>(call.recvbuf);
-  std::byte* own = allreduce ? recv : recv + static_cast<std::size_t>(rank) * call.count * es;
   if (p == 1 || !compress || agreed.fallback) {
-    if (!call.in_place()) std::memcpy(own, call.sendbuf, call.count * es);
+    place_own_input(call, es, rank);
     if (p == 1) {
       stats.algorithm = "local";
       return;
@@ -281,7 +265,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   codec::Codec& codec = pl.kernels() ? *plan->device_codec : *plan->codec;
   // this rank's input: read where it is (a summable codec's ring all-reduce needs no copy
   // into recvbuf; every other path copies it there before its schedule)
-  const void* input = call.in_place() ? own : call.sendbuf;
+  const void* input = call.input(es, rank);
 
   MpiExchange exchange(ctx.comm());
   SetupCall setup;
@@ -296,10 +280,16 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
 
 }  // namespace
 
+void copy_counters(const coll::Counters& c, Stats& s) {
+  s.wire_bytes_sent = c.bytes_sent;
+  s.wire_bytes_received = c.bytes_received;
+  s.encode_seconds = c.encode_seconds;
+  s.comm_seconds = c.comm_seconds;
+  s.decode_seconds = c.decode_seconds;
+}
+
 std::byte* place_own_input(const Call& call, std::size_t es, int rank) {
-  auto* recv = static_cast<std::byte*>(call.recvbuf);
-  std::byte* own =
-      call.allreduce() ? recv : recv + static_cast<std::size_t>(rank) * call.count * es;
+  std::byte* own = call.own_block(es, rank);
   if (!call.in_place()) std::memcpy(own, call.sendbuf, call.count * es);
   return own;
 }

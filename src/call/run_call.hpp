@@ -28,6 +28,9 @@ void run_call(const Call& call, Stats& stats);
 void run_mpi_uncompressed(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
                           CommContext& ctx);
 
+/// A schedule's counters into the call's Stats (bytes on the wire, encode/comm/decode time).
+void copy_counters(const coll::Counters& c, Stats& s);
+
 /// The input of a path without agreement: this rank's block of recvbuf (all of it for an
 /// all-reduce), with sendbuf copied in unless in place. Returns the block.
 std::byte* place_own_input(const Call& call, std::size_t es, int rank);

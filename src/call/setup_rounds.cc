@@ -7,6 +7,25 @@
 #include "ccoll/error.hpp"
 
 namespace ccoll {
+namespace {
+
+// The first input's local values into `acc`, then every other input's combined in with `op`
+// (the contributions of several ranks held in one process; the library has one).
+template <class T, class Local, class Op>
+void combine_inputs(const SetupInputs& in, T* acc, std::size_t n, Local local, Op op) {
+  std::vector<T> mine;
+  for (std::size_t k = 0; k < in.ninputs; ++k) {
+    if (k == 0) {
+      local(in.inputs[0], acc);
+      continue;
+    }
+    mine.resize(n);
+    local(in.inputs[k], mine.data());
+    for (std::size_t i = 0; i < n; ++i) acc[i] = op(acc[i], mine[i]);
+  }
+}
+
+}  // namespace
 
 std::size_t agree_sums(codec::Codec& c, const SetupInputs& in, double lr, SetupExchange& ex) {
   const std::size_t n = c.sum_slots();
@@ -14,13 +33,9 @@ std::size_t agree_sums(codec::Codec& c, const SetupInputs& in, double lr, SetupE
   constexpr std::size_t kMaxSums = 4;
   if (n > kMaxSums) throw Error(Status::kInternal, "codec asks for more than 4 summed values");
   double sums[kMaxSums] = {0, 0, 0, 0};
-  double mine[kMaxSums] = {0, 0, 0, 0};
-  for (std::size_t k = 0; k < in.ninputs; ++k) {
-    c.local_sums(in.inputs[k], in.count, k == 0 ? sums : mine);
-    if (k != 0) {
-      for (std::size_t i = 0; i < n; ++i) sums[i] += mine[i];
-    }
-  }
+  combine_inputs(
+      in, sums, n, [&](const void* x, double* out) { c.local_sums(x, in.count, out); },
+      [](double a, double b) { return a + b; });
   ex.sum(sums, n);
   c.set_sums(sums, n, lr);
   return n * sizeof(double);
@@ -32,16 +47,9 @@ std::size_t agree_scales(codec::Codec& c, const SetupInputs& in, std::vector<dou
   if (n == 0) return 0;
   if (scales.size() < n) scales.resize(n);
   if (!scanned || in.ninputs != 1) {
-    std::vector<double> mine;
-    for (std::size_t k = 0; k < in.ninputs; ++k) {
-      if (k == 0) {
-        c.local_scales(in.inputs[0], in.count, scales.data());
-        continue;
-      }
-      mine.resize(n);
-      c.local_scales(in.inputs[k], in.count, mine.data());
-      for (std::size_t b = 0; b < n; ++b) scales[b] = std::max(scales[b], mine[b]);
-    }
+    combine_inputs(
+        in, scales.data(), n, [&](const void* x, double* out) { c.local_scales(x, in.count, out); },
+        [](double a, double b) { return std::max(a, b); });
   }
   ex.max(scales.data(), n);
   c.set_scales(scales.data(), n);
@@ -53,16 +61,9 @@ std::size_t agree_mask(codec::Codec& c, const SetupInputs& in, std::vector<std::
   const std::size_t n = c.mask_bytes(in.count);
   if (n == 0) return 0;
   if (mask.size() < n) mask.resize(n);
-  std::vector<std::uint8_t> mine;
-  for (std::size_t k = 0; k < in.ninputs; ++k) {
-    if (k == 0) {
-      c.local_mask(in.inputs[0], in.count, mask.data());
-      continue;
-    }
-    mine.resize(n);
-    c.local_mask(in.inputs[k], in.count, mine.data());
-    for (std::size_t i = 0; i < n; ++i) mask[i] &= mine[i];
-  }
+  combine_inputs(
+      in, mask.data(), n, [&](const void* x, std::uint8_t* out) { c.local_mask(x, in.count, out); },
+      [](std::uint8_t a, std::uint8_t b) { return static_cast<std::uint8_t>(a & b); });
   ex.bitwise_and(mask.data(), n);
   c.set_mask(mask.data(), n);
   return n;
