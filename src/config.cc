@@ -68,10 +68,11 @@ PreloadConfig read_preload() {
   PreloadConfig c;
   auto bad = [](const std::string& what) { throw Error(Status::kInvalidArgument, what); };
   try {
+    bool stateful = false;
     if (const std::string v = getenv_str("CCOLL_CODEC"); !v.empty()) {
       c.compress = true;
       c.codec = v;
-      parse_codec_spec(c.codec);  // throws, naming the bad part, when malformed
+      stateful = parse_codec_spec(c.codec).stateful;  // throws, naming the bad part, if malformed
     }
     if (const std::string v = getenv_str("CCOLL_MIN_BYTES"); !v.empty()) {
       c.min_bytes = parse_byte_size(v, "CCOLL_MIN_BYTES");
@@ -112,7 +113,7 @@ PreloadConfig read_preload() {
     }
     // A stateful codec keeps state per tensor, which the preload library can only tell apart
     // by (receive buffer, count): refused unless the program says that identifies its tensors.
-    if (c.compress && !c.state_by_buffer && parse_codec_spec(c.codec).stateful) {
+    if (stateful && !c.state_by_buffer) {
       bad("CCOLL_CODEC=" + c.codec +
           " keeps state per tensor (error feedback, temporal, dq), and the preload library can "
           "only tell tensors apart by their receive buffer and count: a program that fuses "
