@@ -3,8 +3,19 @@
 // Each bucket of N consecutive elements gets its own scale (qsgd: L2 norm, terngrad: max|x|,
 // sign: mean |x|) and every element a code q in [-s, s] (sign: ±1), stored offset by s in
 // bits_for(2s) bits (sign: 1 bit). Stochastic rounding draws from Philox keyed by
-// (seed, call, stream, element). Scales differ per rank, so these codecs are not summable: the
+// (seed, call, stream, element). round=nearest (qsgd, terngrad; the default under ef=1) rounds
+// to the nearer level instead, and qsgd then scales by the bucket's max |x| rather than its L2
+// norm: on the max-norm grid the largest magnitude is a level, so a nearest rounding never errs
+// by more than the value itself nor by more than half a step (a contractive compressor, which
+// error feedback needs); on the L2 grid of a flat bucket every value lies below half a step and
+// rounds to zero, call after call. Scales differ per rank, so these codecs are not summable: the
 // ring decodes, adds in the element type and re-encodes at each hop.
+//
+// sign:scale=rms (the default under ef=1) scales by the bucket's root mean square instead of its
+// mean |x|. Under error feedback one magnitude per bucket must reach the largest |x + e| before
+// every element's residual stops drifting; the mean gets there only after thousands of calls
+// (its residual grows as sqrt(T) meanwhile, and the average of T calls converges as 1/sqrt(T)),
+// the root mean square within about a hundred (measured in test_error_feedback.cc).
 //
 // Payload: header (param = B | N << 8) · f32 scale per bucket · packed codes.
 #include <algorithm>
@@ -35,8 +46,12 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
   friend class ApplyingCodec<BucketedCodec<T>, T>;
 
  public:
-  BucketedCodec(Kind kind, unsigned bits, std::uint32_t bucket)
-      : kind_(kind), bits_(bits), bucket_(bucket) {
+  BucketedCodec(Kind kind, unsigned bits, std::uint32_t bucket, bool nearest, bool rms = false)
+      : kind_(kind),
+        bits_(bits),
+        bucket_(bucket),
+        nearest_(nearest && kind != Kind::kSign),
+        rms_(rms && kind == Kind::kSign) {
     switch (kind) {
       case Kind::kQsgd:
         s_ = (1u << (bits - 1)) - 1;
@@ -57,19 +72,22 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
         spec_ = "sign:bucket=" + std::to_string(bucket);
         break;
     }
+    if (nearest_) spec_ += ",round=nearest";
+    if (rms_) spec_ += ",scale=rms";
     width_ = kind == Kind::kSign ? 1 : bits_for(2 * s_);
   }
 
   const std::string& spec() const override { return spec_; }
   Capabilities capabilities() const override {
     Capabilities c;
-    c.unbiased = kind_ != Kind::kSign;
+    c.unbiased = kind_ != Kind::kSign && !nearest_;
     return c;
   }
   DType dtype() const override { return kType; }
   unsigned bits_used() const override { return kind_ == Kind::kSign ? 1 : width_; }
   // Worst error of one encode relative to the bucket's largest magnitude.
   double unit_roundoff() const override {
+    if (nearest_) return 0.5 / s_;  // half a step of the max-norm grid
     if (kind_ == Kind::kQsgd) return std::sqrt(static_cast<double>(bucket_)) / s_;
     return 1.0;
   }
@@ -95,9 +113,11 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
       const std::size_t begin = b * bucket_;
       const std::size_t end = std::min<std::size_t>(count, begin + bucket_);
       const double acc = bucket_statistic(x + begin, end - begin);
-      double scale = kind_ == Kind::kQsgd   ? std::sqrt(acc)
-                     : kind_ == Kind::kSign ? acc / static_cast<double>(end - begin)
-                                            : acc;
+      const auto len = static_cast<double>(end - begin);
+      double scale = kind_ == Kind::kQsgd && !nearest_ ? std::sqrt(acc)
+                     : rms_                            ? std::sqrt(acc / len)
+                     : kind_ == Kind::kSign            ? acc / len
+                                                       : acc;  // the max
       auto sf = static_cast<float>(scale);
       if (kind_ != Kind::kSign && static_cast<double>(sf) < scale)
         sf = std::nextafter(sf, INFINITY);
@@ -110,8 +130,8 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
         if (kind_ == Kind::kSign) {
           for (std::size_t k = 0; k < n; ++k) codes[k] = x[i + k] < 0 ? 0 : 1;
         } else {
-          const float* u =
-              uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n, uniforms_.data());
+          const float* u = rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, ctx.offset + i,
+                                          n, uniforms_.data());
           stochastic_bytes(x + i, u, n, inv, s_, codes);
         }
         w.put_bytes(codes, n);
@@ -125,18 +145,18 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
   static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
   std::size_t buckets(std::size_t count) const { return (count + bucket_ - 1) / bucket_; }
 
-  // The bucket's scale statistic in double: sum of squares (qsgd), max (terngrad) or sum of
-  // magnitudes (sign). Sums run over 8 interleaved partial sums (element i into part[i mod 8]),
-  // added pairwise at the end: independent chains the compiler vectorizes, in a fixed order that
-  // a GPU kernel can reproduce.
+  // The bucket's scale statistic in double: sum of squares (qsgd, sign:scale=rms), max
+  // (terngrad, and qsgd with round=nearest) or sum of magnitudes (sign). Sums run over 8
+  // interleaved partial sums (element i into part[i mod 8]), added pairwise at the end: independent
+  // chains the compiler vectorizes, in a fixed order that a GPU kernel can reproduce.
   double bucket_statistic(const T* x, std::size_t n) const {
     double part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
     auto term = [&](T v) {
       const double a = std::fabs(static_cast<double>(v));
-      return kind_ == Kind::kQsgd ? a * a : a;
+      return (kind_ == Kind::kQsgd && !nearest_) || rms_ ? a * a : a;
     };
     std::size_t i = 0;
-    if (kind_ == Kind::kTernGrad) {
+    if (kind_ == Kind::kTernGrad || (kind_ == Kind::kQsgd && nearest_)) {
       for (; i + 8 <= n; i += 8) {
         for (int j = 0; j < 8; ++j) part[j] = std::max(part[j], term(x[i + j]));
       }
@@ -189,6 +209,8 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
   Kind kind_;
   unsigned bits_;
   std::uint32_t bucket_;
+  bool nearest_;
+  bool rms_;  // sign:scale=rms
   std::uint32_t s_ = 1;
   unsigned width_ = 1;
   wire::CodecId id_ = wire::CodecId::kQsgd;
@@ -207,14 +229,15 @@ std::unique_ptr<Codec> make(DType dtype, A... args) {
 
 }  // namespace
 
-std::unique_ptr<Codec> make_qsgd_codec(DType dtype, unsigned bits, std::uint32_t bucket) {
-  return make(dtype, Kind::kQsgd, bits, bucket);
+std::unique_ptr<Codec> make_qsgd_codec(DType dtype, unsigned bits, std::uint32_t bucket,
+                                       bool nearest) {
+  return make(dtype, Kind::kQsgd, bits, bucket, nearest);
 }
-std::unique_ptr<Codec> make_terngrad_codec(DType dtype, std::uint32_t bucket) {
-  return make(dtype, Kind::kTernGrad, 2u, bucket);
+std::unique_ptr<Codec> make_terngrad_codec(DType dtype, std::uint32_t bucket, bool nearest) {
+  return make(dtype, Kind::kTernGrad, 2u, bucket, nearest);
 }
-std::unique_ptr<Codec> make_sign_codec(DType dtype, std::uint32_t bucket) {
-  return make(dtype, Kind::kSign, 1u, bucket);
+std::unique_ptr<Codec> make_sign_codec(DType dtype, std::uint32_t bucket, bool rms) {
+  return make(dtype, Kind::kSign, 1u, bucket, false, rms);
 }
 
 }  // namespace ccoll::codec

@@ -25,11 +25,13 @@ namespace {
 template <class T>
 class DqCodec final : public ForwardingCodec {
  public:
-  DqCodec(DType dtype, unsigned min_bits, unsigned max_bits, double kappa, std::string spec)
+  DqCodec(DType dtype, unsigned min_bits, unsigned max_bits, double kappa, bool nearest,
+          std::string spec)
       : min_(min_bits), max_(max_bits), kappa_(kappa), spec_(std::move(spec)), by_bits_(min_bits) {
     for (unsigned b = min_; b <= max_; ++b) {
       MaxNormParams m;
       m.bits = b;
+      m.nearest = nearest;
       by_bits_.add(make_maxnorm_codec(dtype, m));
     }
     set_target(&by_bits_.widest());
@@ -96,14 +98,15 @@ class DqCodec final : public ForwardingCodec {
 }  // namespace
 
 std::unique_ptr<Codec> make_dq_codec(DType dtype, unsigned min_bits, unsigned max_bits,
-                                     double kappa) {
+                                     double kappa, bool nearest) {
   std::string spec = "dq:";
   if (kappa != 1.0) spec += "kappa=" + format_real(kappa) + ",";
   spec += "max=" + std::to_string(max_bits) + ",min=" + std::to_string(min_bits);
+  if (nearest) spec += ",round=nearest";
   if (dtype == DType::kFloat64) {
-    return std::make_unique<DqCodec<double>>(dtype, min_bits, max_bits, kappa, spec);
+    return std::make_unique<DqCodec<double>>(dtype, min_bits, max_bits, kappa, nearest, spec);
   }
-  return std::make_unique<DqCodec<float>>(dtype, min_bits, max_bits, kappa, spec);
+  return std::make_unique<DqCodec<float>>(dtype, min_bits, max_bits, kappa, nearest, spec);
 }
 
 }  // namespace ccoll::codec

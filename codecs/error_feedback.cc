@@ -12,8 +12,8 @@ namespace {
 template <class T>
 class ErrorFeedbackCodec final : public ForwardingCodec {
  public:
-  explicit ErrorFeedbackCodec(std::unique_ptr<Codec> inner)
-      : inner_(std::move(inner)), spec_(with_ef(inner_->spec())) {
+  ErrorFeedbackCodec(std::unique_ptr<Codec> inner, std::string spec)
+      : inner_(std::move(inner)), spec_(std::move(spec)) {
     set_target(inner_.get());
   }
 
@@ -70,9 +70,6 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     for (std::size_t i = 0; i < count; ++i) p[i] = x[i] + own_[i];
     return p.data();
   }
-  static std::string with_ef(const std::string& spec) {
-    return spec + (spec.find(':') == std::string::npos ? ":ef=1" : ",ef=1");
-  }
   std::unique_ptr<Codec> inner_;
   std::string spec_;
   std::vector<T> own_;
@@ -84,11 +81,11 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
 
 }  // namespace
 
-std::unique_ptr<Codec> make_error_feedback_codec(std::unique_ptr<Codec> inner) {
+std::unique_ptr<Codec> make_error_feedback_codec(std::unique_ptr<Codec> inner, std::string spec) {
   if (inner->dtype() == DType::kFloat64) {
-    return std::make_unique<ErrorFeedbackCodec<double>>(std::move(inner));
+    return std::make_unique<ErrorFeedbackCodec<double>>(std::move(inner), std::move(spec));
   }
-  return std::make_unique<ErrorFeedbackCodec<float>>(std::move(inner));
+  return std::make_unique<ErrorFeedbackCodec<float>>(std::move(inner), std::move(spec));
 }
 
 }  // namespace ccoll::codec

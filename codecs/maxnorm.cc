@@ -4,7 +4,8 @@
 // Scale: M_b = max over ranks of max|x| in block b (kBlock elements of the tensor), agreed in a
 // small MAX all-reduce before the data moves. Levels s = 2^(B-1) - 1 per sign; q = sgn(x)·
 // (floor(r) + Bernoulli(r - floor(r))), r = |x|·s/M_b, with Philox uniforms keyed by (seed,
-// call, stream, element): unbiased, error below M_b/s per contribution.
+// call, stream, element): unbiased, error below M_b/s per contribution. round=nearest (the
+// default under ef=1) rounds to the nearer level instead: biased, error at most M_b/(2s).
 //
 // Summable: payloads of the same block add in integers. A payload holding the sum of j
 // contributions stores each code offset by j·s in exactly bits_for(2·j·s) bits
@@ -115,10 +116,12 @@ class Selection {
 
 std::string spec_of(const MaxNormParams& p) {
   if (p.ratio > 0) {
-    return "randk:bits=" + std::to_string(p.bits) + ",ratio=" + format_real(p.ratio);
+    return "randk:bits=" + std::to_string(p.bits) + ",ratio=" + format_real(p.ratio) +
+           (p.nearest ? ",round=nearest" : "");
   }
   std::string s = "maxnorm:bits=" + std::to_string(p.bits);
   if (p.fine_bits != 0) s += "/" + std::to_string(p.fine_bits);
+  if (p.nearest) s += ",round=nearest";
   if (p.requant) s += ",sum=requant";
   return s;
 }
@@ -143,6 +146,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
         fine_bits_(p.fine_bits),
         requant_(p.requant),
         sparse_(p.ratio > 0),
+        nearest_(p.nearest),
         s_((1u << (p.bits - 1)) - 1),
         s2_(p.fine_bits != 0 ? (1u << (p.fine_bits - 1)) - 1 : 0),
         selection_(p.ratio > 0 ? p.ratio : 1.0),
@@ -152,13 +156,16 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   Capabilities capabilities() const override {
     Capabilities c;
     c.summable = true;
-    c.unbiased = !sparse_;  // randk drops coordinates (meant for ef=1)
+    c.unbiased = !sparse_ && !nearest_;  // randk drops coordinates (meant for ef=1)
     c.lossy_add = requant_;
     return c;
   }
   DType dtype() const override { return kType; }
   // randk: a coordinate that is not kept loses all of its value (up to M).
-  double unit_roundoff() const override { return sparse_ ? 1.0 : 1.0 / s_; }
+  double unit_roundoff() const override {
+    if (sparse_) return 1.0;
+    return (nearest_ ? 0.5 : 1.0) / s_;  // a nearest rounding errs by half a step at most
+  }
 
   void begin_call(int ranks) override { ranks_ = static_cast<std::uint32_t>(std::max(1, ranks)); }
   void set_call(std::uint64_t seed, std::uint64_t call) override {
@@ -289,7 +296,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
 #if CCOLL_HAVE_HWY
         if constexpr (std::is_same_v<T, float>) {
           // whole quads of the Philox stream: one fused pass (Philox + rounding + byte codes)
-          if (fine_bits_ == 0 && (e & 3) == 0 && end - i >= 4) {
+          if (!nearest_ && fine_bits_ == 0 && (e & 3) == 0 && end - i >= 4) {
             const std::uint32_t call = static_cast<std::uint32_t>(ctx.call);
             const std::uint32_t stream = static_cast<std::uint32_t>(ctx.stream);
             if (bytes) {  // bits=8: the byte codes are the wire lanes
@@ -310,7 +317,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
 #endif
         // up to the next quad boundary first, so that the fused kernels can take the rest
         const std::size_t n = std::min((e & 3) != 0 ? 4 - (e & 3) : kUniformBatch, end - i);
-        const float* u = uniforms_for(ctx.seed, ctx.call, ctx.stream, e, n, uniforms_.data());
+        const float* u =
+            rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, e, n, uniforms_.data());
         if (fine_bits_ != 0) {
           for (std::size_t k = 0; k < n; ++k) {
             const bool fine = mask_bit(mask_, ctx.offset + i + k);
@@ -474,7 +482,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
         const float m = scales_[block];
         inv = m > 0 ? static_cast<T>(s_) / static_cast<T>(m) : T(0);
       }
-      w.put(stochastic_code(x[idx - ctx.offset], inv, us.at(idx), s_));
+      w.put(stochastic_code(x[idx - ctx.offset], inv, nearest_ ? kNearestDraw : us.at(idx), s_));
     }
     return w.finish();
   }
@@ -621,6 +629,9 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   unsigned fine_bits_;
   bool requant_;
   bool sparse_;
+  // round=nearest: encodes draw kNearestDraw; sum=requant's add stays stochastic (unbiased: under
+  // ef=1 no residual compensates it)
+  bool nearest_;
   std::uint32_t s_;
   std::uint32_t s2_;
   Selection selection_;

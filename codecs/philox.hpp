@@ -78,9 +78,15 @@ class UniformStream {
   Philox4x32 rnd_{};
 };
 
+/// The draw of a nearest rounding (round=nearest): stochastic_code() with u = kNearestDraw
+/// rounds up exactly when the fraction exceeds 1/2 (the nearer level; a tie toward zero), and so
+/// does sketch's interval test.
+inline constexpr float kNearestDraw = 0.5f;
+
 /// Stochastic rounding shared by the quantizers: r = |x|·inv (inv = levels / scale), level
 /// q = floor(r) + Bernoulli(r - floor(r)) drawn with uniform `u`, clamped to `s`, returned as
-/// the offset code s ± q (sign of x) in [0, 2s]. Unbiased: E[q] = r for r <= s.
+/// the offset code s ± q (sign of x) in [0, 2s]. Unbiased: E[q] = r for r <= s. With
+/// u = kNearestDraw: the nearest level.
 template <class R>
 CCOLL_HOST_DEVICE inline std::uint32_t stochastic_code(R x, R inv, float u, std::uint32_t s) {
   // Branch-free int32 arithmetic (levels are < 2^23), which compilers vectorize.

@@ -81,6 +81,7 @@ struct MaxNormParams {
   unsigned fine_bits = 0;  ///< B2 of bits=B1/B2 (two-scale); 0: single scale
   bool requant = false;    ///< sum=requant: re-quantize partial sums to B bits at every hop
   double ratio = 0;        ///< randk: keep one coordinate per 1/ratio (stratified); 0: all
+  bool nearest = false;    ///< round=nearest: encodes round to the nearer level
 };
 
 /// Largest |x| whose sum over `ranks` contributions stays a finite float: the fallback limit of
@@ -167,24 +168,29 @@ const std::vector<std::uint64_t>& randk_selection(const Codec& codec, std::uint6
                                                   std::size_t count);
 
 /// maxnorm:bits=B[,sum=exact|requant], maxnorm:bits=B1/B2 and randk:ratio=R[,bits=B]: shared
-/// per-block max-norm scale, stochastic rounding, summable.
+/// per-block max-norm scale, stochastic (params.nearest: nearest) rounding, summable.
 std::unique_ptr<Codec> make_maxnorm_codec(DType dtype, const MaxNormParams& params);
 /// topk:ratio=R: the ceil(R·count) largest magnitudes of each block with their indices.
 std::unique_ptr<Codec> make_topk_codec(DType dtype, double ratio);
 /// qsgd:bits=B[,bucket=N]: per-bucket L2 scale, 2^(B-1)-1 levels per sign, stochastic.
-std::unique_ptr<Codec> make_qsgd_codec(DType dtype, unsigned bits, std::uint32_t bucket);
+/// With `nearest` (round=nearest): the scale is the bucket's max |x| and codes round to the
+/// nearer level (see bucketed.cc).
+std::unique_ptr<Codec> make_qsgd_codec(DType dtype, unsigned bits, std::uint32_t bucket,
+                                       bool nearest = false);
 /// terngrad[:bucket=N]: per-bucket max scale, codes in {-1, 0, 1}, stochastic.
-std::unique_ptr<Codec> make_terngrad_codec(DType dtype, std::uint32_t bucket);
-/// sign[:bucket=N]: per-bucket mean |x| times the sign, one bit per element (biased).
-std::unique_ptr<Codec> make_sign_codec(DType dtype, std::uint32_t bucket);
+std::unique_ptr<Codec> make_terngrad_codec(DType dtype, std::uint32_t bucket, bool nearest = false);
+/// sign[:bucket=N]: per-bucket mean |x| (`rms`: root mean square) times the sign, one bit per
+/// element (biased).
+std::unique_ptr<Codec> make_sign_codec(DType dtype, std::uint32_t bucket, bool rms = false);
 /// sketch:bits=B[,clusters=K]: per-block level table from a quantile sketch and 1-D k-means,
 /// stochastic rounding between adjacent levels (sketch.cc).
-std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned clusters);
+std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned clusters,
+                                         bool nearest = false);
 /// temporal:bits=B[,beta=b][,ef=1]: closed-loop momentum-difference coding over maxnorm:bits=B,
 /// stateful, all-reduce only (temporal.cc). Takes ef itself (not the generic wrapper).
 std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double beta, bool ef);
 /// dq:min=B1,max=B2[,kappa=k]: maxnorm at a width chosen per call from the global norm (dq.cc).
 std::unique_ptr<Codec> make_dq_codec(DType dtype, unsigned min_bits, unsigned max_bits,
-                                     double kappa);
+                                     double kappa, bool nearest = false);
 
 }  // namespace ccoll::codec

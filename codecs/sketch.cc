@@ -19,7 +19,8 @@
 //     sketch's variance of unbiased rounding (refine_levels(); min, max and 0 stay).
 //  7. A value x in [L_k, L_k+1] is coded k + 1 with probability (x - L_k)/(L_k+1 - L_k), else k:
 //     unbiased, error below the interval's width. Uniforms from Philox keyed by
-//     (seed, call, stream, element), as every stochastic codec.
+//     (seed, call, stream, element), as every stochastic codec. round=nearest (the default
+//     under ef=1) codes the nearer of the two levels instead.
 // Payload: header (param = B | K << 8) · 2^B levels in the element type, non-decreasing ·
 // B-bit level indices. Tables differ per rank, so the codec is not summable: the ring decodes,
 // adds and re-encodes at each hop (a fresh table for the partial sum), the all-gather sends each
@@ -53,18 +54,25 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
   friend class ApplyingCodec<SketchCodec<T>, T>;
 
  public:
-  SketchCodec(unsigned bits, unsigned clusters)
+  SketchCodec(unsigned bits, unsigned clusters, bool nearest)
       : bits_(bits),
         clusters_(clusters),
         levels_(1u << bits),
-        spec_("sketch:bits=" + std::to_string(bits) + ",clusters=" + std::to_string(clusters)) {}
+        nearest_(nearest),
+        spec_("sketch:bits=" + std::to_string(bits) + ",clusters=" + std::to_string(clusters) +
+              (nearest ? ",round=nearest" : "")) {}
 
   const std::string& spec() const override { return spec_; }
-  Capabilities capabilities() const override { return Capabilities{}; }  // unbiased, not summable
+  Capabilities capabilities() const override {
+    Capabilities c;  // not summable
+    c.unbiased = !nearest_;
+    return c;
+  }
   DType dtype() const override { return kType; }
   // One interval can span the whole range [min, max] (a cluster of one interval), so relative to
-  // the block's largest magnitude one encode errs by less than max - min <= 2 max|x|.
-  double unit_roundoff() const override { return 2.0; }
+  // the block's largest magnitude one encode errs by less than max - min <= 2 max|x| (a nearest
+  // rounding by half of it).
+  double unit_roundoff() const override { return nearest_ ? 1.0 : 2.0; }
   std::size_t max_encoded_bytes(std::size_t count) const override {
     return wire::kHeaderBytes + levels_ * sizeof(T) + packed_bytes(count, bits_);
   }
@@ -89,8 +97,8 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
     const T* lv = level_.data();
     for (std::size_t i = 0; i < count;) {
       const std::size_t n = std::min(kUniformBatch, count - i);
-      const float* u =
-          uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n, uniforms_.data());
+      const float* u = rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n,
+                                      uniforms_.data());
       for (std::size_t k = 0; k < n; ++k) {
         const T v = x[i + k];
         // the interval [lv[j], lv[j+1]] holding v: lv[j] <= v, j as large as possible below
@@ -356,6 +364,7 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
   unsigned bits_;
   unsigned clusters_;
   std::size_t levels_;
+  bool nearest_;
   std::string spec_;
   std::vector<T> level_;
   std::vector<double> sample_;
@@ -385,9 +394,12 @@ const float* sketch_levels(Codec& codec, float mn, float mx, std::size_t n, cons
 
 std::size_t sketch_sample_size(std::size_t n) { return SketchCodec<float>::sample_size(n); }
 
-std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned clusters) {
-  if (dtype == DType::kFloat64) return std::make_unique<SketchCodec<double>>(bits, clusters);
-  return std::make_unique<SketchCodec<float>>(bits, clusters);
+std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned clusters,
+                                         bool nearest) {
+  if (dtype == DType::kFloat64) {
+    return std::make_unique<SketchCodec<double>>(bits, clusters, nearest);
+  }
+  return std::make_unique<SketchCodec<float>>(bits, clusters, nearest);
 }
 
 }  // namespace ccoll::codec

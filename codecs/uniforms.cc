@@ -101,6 +101,14 @@ const float* uniforms_for(std::uint64_t seed, std::uint64_t call, std::uint64_t 
   return scratch + (first & 3);
 }
 
+const float* rounding_draws(bool nearest, std::uint64_t seed, std::uint64_t call,
+                            std::uint64_t stream, std::uint64_t first, std::size_t count,
+                            float* scratch) {
+  if (!nearest) return uniforms_for(seed, call, stream, first, count, scratch);
+  for (std::size_t k = 0; k < count; ++k) scratch[k] = kNearestDraw;
+  return scratch;
+}
+
 namespace {
 
 template <class T, class U>

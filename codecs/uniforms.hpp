@@ -17,6 +17,14 @@ inline constexpr std::size_t kUniformBatch = 1024;
 const float* uniforms_for(std::uint64_t seed, std::uint64_t call, std::uint64_t stream,
                           std::uint64_t first, std::size_t count, float* scratch);
 
+/// The draws of a rounding for elements [first, first + count) (count <= kUniformBatch):
+/// uniforms_for()'s for stochastic rounding; for nearest rounding 0.5 for every element, with
+/// which stochastic_code() rounds to the nearer level (a tie toward zero) and sketch's interval
+/// test picks the nearer end. `scratch` as for uniforms_for().
+const float* rounding_draws(bool nearest, std::uint64_t seed, std::uint64_t call,
+                            std::uint64_t stream, std::uint64_t first, std::size_t count,
+                            float* scratch);
+
 #if CCOLL_HAVE_HWY
 /// philox_hwy.cc: uniform01() of the 4 words of quads [first_quad, first_quad + quads) into
 /// out[4·q + k], vectorized with Highway (run-time dispatch).

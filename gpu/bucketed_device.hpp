@@ -28,7 +28,16 @@ struct BucketedArgs {
   std::uint64_t seed = 0;
   std::uint64_t call = 0;
   std::uint32_t stream = 0;
+  /// round=nearest (qsgd, terngrad): every draw is codec::kNearestDraw, and qsgd's scale is the
+  /// bucket's max |x| (codecs/bucketed.cc)
+  bool nearest = false;
+  bool rms = false;  ///< sign:scale=rms: the bucket's root mean square instead of its mean |x|
 };
+
+/// The bucket's scale statistic is its max |x| (terngrad; qsgd with round=nearest).
+CCOLL_HOST_DEVICE inline bool bucket_max_scale(const BucketedArgs& a) {
+  return a.kind == BucketKind::kTernGrad || (a.kind == BucketKind::kQsgd && a.nearest);
+}
 
 CCOLL_HOST_DEVICE inline std::size_t bucket_count(const BucketedArgs& a) {
   return (a.count + a.bucket - 1) / a.bucket;
@@ -50,10 +59,10 @@ CCOLL_HOST_DEVICE inline double bucket_part(const float* x, const BucketedArgs& 
   double p = 0;
   for (std::size_t i = j; i < n; i += 8) {
     const double v = fabs(static_cast<double>(x[begin + i]));
-    if (a.kind == BucketKind::kTernGrad) {
+    if (bucket_max_scale(a)) {
       p = p < v ? v : p;  // std::max(p, v), NaN included
     } else {
-      p = p + (a.kind == BucketKind::kQsgd ? v * v : v);
+      p = p + (a.kind == BucketKind::kQsgd || a.rms ? v * v : v);
     }
   }
   return p;
@@ -65,14 +74,15 @@ CCOLL_HOST_DEVICE inline float bucket_scale_from(const double* part, const Bucke
                                                  std::size_t b) {
   const std::size_t n = bucket_size(a, b);
   double acc;
-  if (a.kind == BucketKind::kTernGrad) {
+  if (bucket_max_scale(a)) {
     auto mx = [](double u, double v) { return u < v ? v : u; };  // std::max(u, v)
     acc = mx(mx(mx(part[0], part[1]), mx(part[2], part[3])),
              mx(mx(part[4], part[5]), mx(part[6], part[7])));
   } else {
     acc = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
   }
-  const double scale = a.kind == BucketKind::kQsgd   ? sqrt(acc)
+  const double scale = !bucket_max_scale(a) && a.kind == BucketKind::kQsgd ? sqrt(acc)
+                       : a.rms                       ? sqrt(acc / static_cast<double>(n))
                        : a.kind == BucketKind::kSign ? acc / static_cast<double>(n)
                                                      : acc;
   float sf = static_cast<float>(scale);
@@ -109,8 +119,8 @@ CCOLL_HOST_DEVICE inline void bucketed_encode_group(const float* x, const Bucket
     }
     const float sf = scales[i / a.bucket];
     const double inv = sf > 0 ? static_cast<double>(a.levels) / static_cast<double>(sf) : 0.0;
-    v[j] = codec::stochastic_code(static_cast<double>(x[i]), inv, codec::uniform01(rnd.v[e & 3]),
-                                  a.levels);
+    const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(rnd.v[e & 3]);
+    v[j] = codec::stochastic_code(static_cast<double>(x[i]), inv, u, a.levels);
   }
   put_group(codes, packed_size(a.count, a.width), a.width, g, v, n);
 }

@@ -40,6 +40,7 @@ struct MaxnormEncodeArgs {
   /// element e is fine, coded with step M/s2); 0 and null otherwise.
   std::uint32_t levels2 = 0;
   const std::uint8_t* mask = nullptr;
+  bool nearest = false;  ///< round=nearest: every draw is codec::kNearestDraw
 };
 
 /// One maxnorm decode (or decode-accumulate) of the codes of a validated payload (randk: count
@@ -239,7 +240,8 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const float* x, const Maxnorm
     if (a.mask != nullptr && ((a.mask[e >> 3] >> (e & 7)) & 1) != 0) {
       inv = m > 0 ? static_cast<float>(a.levels2) / m : 0.0f;  // a fine coordinate
     }
-    v[j] = codec::stochastic_code(x[e - a.offset], inv, codec::uniform01(rnd.v[e & 3]), a.levels);
+    const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(rnd.v[e & 3]);
+    v[j] = codec::stochastic_code(x[e - a.offset], inv, u, a.levels);
   }
   put_group(codes, packed_size(a.count, a.width), a.width, g, v, n);
 }

@@ -19,6 +19,7 @@ struct SketchArgs {
   std::uint64_t seed = 0;
   std::uint64_t call = 0;
   std::uint32_t stream = 0;
+  bool nearest = false;  ///< round=nearest: every draw is codec::kNearestDraw
 };
 
 /// A key whose unsigned order is the numeric order of floats, with -0 and +0 equal (the min and
@@ -80,7 +81,8 @@ CCOLL_HOST_DEVICE inline void sketch_encode_group(const float* x, const SketchAr
       }
       const double frac = (static_cast<double>(val) - static_cast<double>(l0)) /
                           (static_cast<double>(l1) - static_cast<double>(l0));
-      if (static_cast<double>(codec::uniform01(rnd.v[e & 3])) < frac) ++code;
+      const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(rnd.v[e & 3]);
+      if (static_cast<double>(u) < frac) ++code;
     }
     v[j] = code;
   }

@@ -26,6 +26,7 @@ struct Param {
   std::function<bool(const std::string&, std::string&)> canon;
   const char* def = nullptr;
   bool hide_default = false;
+  const char* ef_def = nullptr;  ///< the default under ef=1, when it differs
 };
 
 bool all_digits(const std::string& v) {
@@ -87,6 +88,29 @@ Param choice_param(const char* key, std::vector<std::string> choices, const char
           def, true};
 }
 
+// round: how a stochastic codec rounds to its levels. Unbiased stochastic rounding by default;
+// under ef=1 nearest rounding, which keeps the residual bounded (codecs/error_feedback.hpp).
+Param round_param() {
+  Param p = choice_param("round", {"stochastic", "nearest"}, "stochastic");
+  p.ef_def = "nearest";
+  return p;
+}
+
+// sign's scale: the bucket's mean |x| by default; under ef=1 its root mean square, with which the
+// residual settles within about a hundred calls (codecs/bucketed.cc).
+Param sign_scale_param() {
+  Param p = choice_param("scale", {"mean", "rms"}, "mean");
+  p.ef_def = "rms";
+  return p;
+}
+
+// The default of `p` for a spec with or without ef=1.
+const char* default_of(const Param& p, bool ef) {
+  return ef && p.ef_def != nullptr ? p.ef_def : p.def;
+}
+
+bool nearest(const CodecSpec& s);
+
 // maxnorm's bits: B (2..8), or B1/B2 (2 <= B1 < B2 <= 8) for the two-scale variant.
 Param maxnorm_bits_param() {
   return {"bits", "2..8, or B1/B2 with 2 <= B1 < B2 <= 8 (two-scale)",
@@ -132,6 +156,8 @@ const std::string& value_of(const CodecSpec& s, const char* key) {
   throw Error(Status::kInternal, "codec parameter missing after validation");
 }
 
+bool nearest(const CodecSpec& s) { return value_of(s, "round") == "nearest"; }
+
 unsigned param(const CodecSpec& s, const char* key) {
   return static_cast<unsigned>(std::stoul(value_of(s, key)));
 }
@@ -146,6 +172,7 @@ codec::MaxNormParams maxnorm_params(const CodecSpec& s) {
   if (slash != std::string::npos)
     m.fine_bits = static_cast<unsigned>(std::stoul(bits.substr(slash + 1)));
   m.requant = value_of(s, "sum") == "requant";
+  m.nearest = nearest(s);
   return m;
 }
 
@@ -161,6 +188,8 @@ DeviceMaker device_bucketed(gpu::BucketKind kind) {
     p.kind = kind;
     p.bucket = param(s, "bucket");
     if (kind == gpu::BucketKind::kQsgd) p.bits = param(s, "bits");
+    p.nearest = kind != gpu::BucketKind::kSign && nearest(s);
+    p.rms = kind == gpu::BucketKind::kSign && value_of(s, "scale") == "rms";
     return device_codecs::make_device_bucketed(cpu, b, resident, p);
   };
 }
@@ -169,6 +198,7 @@ codec::MaxNormParams randk_params(const CodecSpec& s) {
   codec::MaxNormParams m;
   m.bits = param(s, "bits");
   m.ratio = real_param(s, "ratio");
+  m.nearest = nearest(s);
   return m;
 }
 
@@ -192,38 +222,47 @@ const std::vector<Entry>& registry() {
        [](const CodecSpec&, codec::DType t) { return codec::make_bf16_codec(t); },
        device_cast(false)},
       {"maxnorm",
-       {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact")},
+       {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact"), round_param()},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_maxnorm_codec(t, maxnorm_params(s));
        },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_maxnorm(cpu, b, resident, maxnorm_params(s));
+       },
+       0,
+       [](const CodecSpec& s, const std::string& text) {
+         // the re-quantizing add rounds between ranks, where no residual can make up for it: the
+         // average of many calls would converge only as 1/sqrt(T)
+         if (s.ef && value_of(s, "sum") == "requant") {
+           bad("maxnorm:sum=requant cannot take ef=1 in '" + text +
+               "': error feedback cannot compensate the re-quantizing add (valid with ef=1: "
+               "sum=exact)");
+         }
        }},
       {"randk",
-       {ratio_param("ratio"), uint_param("bits", 2, 8, "8")},
+       {ratio_param("ratio"), uint_param("bits", 2, 8, "8"), round_param()},
        [](const CodecSpec& s, codec::DType t) {
-         codec::MaxNormParams m;
          return codec::make_maxnorm_codec(t, randk_params(s));
        },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_maxnorm(cpu, b, resident, randk_params(s));
        }},
       {"qsgd",
-       {uint_param("bits", 2, 8), uint_param("bucket", 1, 1u << 23, "512")},
+       {uint_param("bits", 2, 8), uint_param("bucket", 1, 1u << 23, "512"), round_param()},
        [](const CodecSpec& s, codec::DType t) {
-         return codec::make_qsgd_codec(t, param(s, "bits"), param(s, "bucket"));
+         return codec::make_qsgd_codec(t, param(s, "bits"), param(s, "bucket"), nearest(s));
        },
        device_bucketed(gpu::BucketKind::kQsgd)},
       {"terngrad",
-       {uint_param("bucket", 1, 1u << 23, "512")},
+       {uint_param("bucket", 1, 1u << 23, "512"), round_param()},
        [](const CodecSpec& s, codec::DType t) {
-         return codec::make_terngrad_codec(t, param(s, "bucket"));
+         return codec::make_terngrad_codec(t, param(s, "bucket"), nearest(s));
        },
        device_bucketed(gpu::BucketKind::kTernGrad)},
       {"sign",
-       {uint_param("bucket", 1, 1u << 23, "512")},
+       {uint_param("bucket", 1, 1u << 23, "512"), sign_scale_param()},
        [](const CodecSpec& s, codec::DType t) {
-         return codec::make_sign_codec(t, param(s, "bucket"));
+         return codec::make_sign_codec(t, param(s, "bucket"), value_of(s, "scale") == "rms");
        },
        device_bucketed(gpu::BucketKind::kSign)},
       {"topk",
@@ -235,13 +274,13 @@ const std::vector<Entry>& registry() {
          return device_codecs::make_device_topk(cpu, b, resident);
        }},
       {"sketch",
-       {uint_param("bits", 1, 8), uint_param("clusters", 1, 64, "4")},
+       {uint_param("bits", 1, 8), uint_param("clusters", 1, 64, "4"), round_param()},
        [](const CodecSpec& s, codec::DType t) {
-         return codec::make_sketch_codec(t, param(s, "bits"), param(s, "clusters"));
+         return codec::make_sketch_codec(t, param(s, "bits"), param(s, "clusters"), nearest(s));
        },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_sketch(cpu, b, resident, param(s, "bits"),
-                                                  param(s, "clusters"));
+                                                  param(s, "clusters"), nearest(s));
        }},
       {"temporal",
        {uint_param("bits", 2, 8),
@@ -256,12 +295,15 @@ const std::vector<Entry>& registry() {
        kOwnEf | kStateful | kAllreduceOnly},
       {"dq",
        {uint_param("min", 2, 8), uint_param("max", 2, 8),
-        real_range_param("kappa", 1e-6, 1e6, false, "a number in [1e-6, 1e6], e.g. 1", "1")},
+        real_range_param("kappa", 1e-6, 1e6, false, "a number in [1e-6, 1e6], e.g. 1", "1"),
+        round_param()},
        [](const CodecSpec& s, codec::DType t) {
-         return codec::make_dq_codec(t, param(s, "min"), param(s, "max"), real_param(s, "kappa"));
+         return codec::make_dq_codec(t, param(s, "min"), param(s, "max"), real_param(s, "kappa"),
+                                     nearest(s));
        },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
-         return device_codecs::make_device_dq(cpu, b, resident, param(s, "min"), param(s, "max"));
+         return device_codecs::make_device_dq(cpu, b, resident, param(s, "min"), param(s, "max"),
+                                              nearest(s));
        },
        kStateful,
        [](const CodecSpec& s, const std::string& text) {
@@ -372,8 +414,9 @@ CodecSpec parse_codec_spec(const std::string& text) {
     const bool given = std::any_of(spec.params.begin(), spec.params.end(),
                                    [&](const auto& kv) { return kv.first == p.key; });
     if (given) continue;
-    if (p.def == nullptr) bad("codec '" + spec.name + "' needs " + p.key + "=" + p.valid);
-    spec.params.emplace_back(p.key, p.def);
+    const char* def = default_of(p, spec.ef);
+    if (def == nullptr) bad("codec '" + spec.name + "' needs " + p.key + "=" + p.valid);
+    spec.params.emplace_back(p.key, def);
   }
   std::sort(spec.params.begin(), spec.params.end());
   if (it->check) it->check(spec, s);
@@ -386,7 +429,7 @@ CodecSpec parse_codec_spec(const std::string& text) {
     const std::string& value = kv.second;
     const auto pit = std::find_if(it->params.begin(), it->params.end(),
                                   [&key](const Param& p) { return key == p.key; });
-    if (pit->hide_default && value == pit->def) continue;
+    if (pit->hide_default && value == default_of(*pit, spec.ef)) continue;
     spec.canonical += sep_char + key + "=" + value;
     sep_char = ',';
   }
@@ -405,7 +448,7 @@ std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dty
   const Entry& e = entry_of(spec);
   auto c = e.make(spec, dtype);
   const bool wrap = spec.ef && (e.traits & kOwnEf) == 0;
-  return wrap ? codec::make_error_feedback_codec(std::move(c)) : std::move(c);
+  return wrap ? codec::make_error_feedback_codec(std::move(c), spec.canonical) : std::move(c);
 }
 
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {

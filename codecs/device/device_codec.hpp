@@ -33,12 +33,14 @@ struct BucketedParams {
   gpu::BucketKind kind = gpu::BucketKind::kQsgd;
   unsigned bits = 4;  ///< qsgd only
   unsigned bucket = 512;
+  bool nearest = false;  ///< round=nearest (qsgd, terngrad)
+  bool rms = false;      ///< sign:scale=rms
 };
 /// qsgd, terngrad, sign
 std::unique_ptr<codec::Codec> make_device_bucketed(codec::Codec& cpu, gpu::Backend& b,
                                                    bool resident, const BucketedParams& p);
 std::unique_ptr<codec::Codec> make_device_sketch(codec::Codec& cpu, gpu::Backend& b, bool resident,
-                                                 unsigned bits, unsigned clusters);
+                                                 unsigned bits, unsigned clusters, bool nearest);
 std::unique_ptr<codec::Codec> make_device_topk(codec::Codec& cpu, gpu::Backend& b, bool resident);
 /// temporal around the device maxnorm of `bits`; takes ef=1 itself
 std::unique_ptr<codec::Codec> make_device_temporal(codec::Codec& cpu, gpu::Backend& b,
@@ -46,7 +48,7 @@ std::unique_ptr<codec::Codec> make_device_temporal(codec::Codec& cpu, gpu::Backe
                                                    bool ef);
 /// dq: the device maxnorm of every width from `min_bits` to `max_bits`
 std::unique_ptr<codec::Codec> make_device_dq(codec::Codec& cpu, gpu::Backend& b, bool resident,
-                                             unsigned min_bits, unsigned max_bits);
+                                             unsigned min_bits, unsigned max_bits, bool nearest);
 /// ef=1 around `dev_inner` (the device codec of the spec without ef, over `cpu_inner`)
 std::unique_ptr<codec::Codec> make_device_error_feedback(codec::Codec& cpu, gpu::Backend& b,
                                                          bool resident,

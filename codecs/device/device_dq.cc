@@ -10,11 +10,13 @@ namespace {
 // reference norm), and the device maxnorm of that width codes the call.
 class DeviceDq final : public DeviceCodec {
  public:
-  DeviceDq(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned min_bits, unsigned max_bits)
+  DeviceDq(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned min_bits, unsigned max_bits,
+           bool nearest)
       : b_(b), cpu_(cpu), widths_(min_bits) {
     for (unsigned bits = min_bits; bits <= max_bits; ++bits) {
       codec::MaxNormParams m;
       m.bits = bits;
+      m.nearest = nearest;
       cpu_widths_.push_back(codec::make_maxnorm_codec(codec::DType::kFloat32, m));
       widths_.add(make_device_maxnorm(*cpu_widths_.back(), b, resident, m));
     }
@@ -107,8 +109,8 @@ class DeviceDq final : public DeviceCodec {
 }  // namespace
 
 std::unique_ptr<codec::Codec> make_device_dq(codec::Codec& cpu, gpu::Backend& b, bool resident,
-                                             unsigned min_bits, unsigned max_bits) {
-  return std::make_unique<DeviceDq>(cpu, b, resident, min_bits, max_bits);
+                                             unsigned min_bits, unsigned max_bits, bool nearest) {
+  return std::make_unique<DeviceDq>(cpu, b, resident, min_bits, max_bits, nearest);
 }
 
 }  // namespace ccoll::device_codecs

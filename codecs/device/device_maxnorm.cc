@@ -16,7 +16,8 @@ class DeviceMaxnorm final : public DeviceCodecBase {
         levels2_(p.fine_bits != 0 ? (1u << (p.fine_bits - 1)) - 1 : 0),
         requant_(p.requant),
         sparse_(p.ratio > 0),
-        ratio_(p.ratio) {}
+        ratio_(p.ratio),
+        nearest_(p.nearest) {}
 
   bool host_writes_body() const override { return true; }  // encode_prefix's offset, scales
   void begin_call(int ranks) override {
@@ -209,6 +210,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     a.stream = static_cast<std::uint32_t>(ctx.stream);
     a.levels2 = levels2_;
     a.mask = levels2_ != 0 ? mask_dev_ptr_ : nullptr;
+    a.nearest = nearest_;
     b_.maxnorm_encode(x, a, codes);
   }
   // Queues the decode of a validated payload whose scales and codes are at `dev` (device);
@@ -248,6 +250,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   bool requant_;
   bool sparse_;   // randk
   double ratio_;  // randk: the kept fraction
+  bool nearest_;  // round=nearest
   std::uint32_t ranks_ = 1;
   mutable gpu::Buffer sel_dev_;
   mutable gpu::Buffer sel_maxima_;

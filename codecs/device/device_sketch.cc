@@ -8,8 +8,13 @@ namespace {
 // level table fitted on the host by the CPU codec's own code, the codes by the kernel.
 class DeviceSketch final : public DeviceCodecBase {
  public:
-  DeviceSketch(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned bits, unsigned clusters)
-      : DeviceCodecBase(cpu, b, resident), bits_(bits), clusters_(clusters), levels_(1u << bits) {}
+  DeviceSketch(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned bits, unsigned clusters,
+               bool nearest)
+      : DeviceCodecBase(cpu, b, resident),
+        bits_(bits),
+        clusters_(clusters),
+        levels_(1u << bits),
+        nearest_(nearest) {}
 
   bool host_writes_body() const override { return true; }  // the level table
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
@@ -71,6 +76,7 @@ class DeviceSketch final : public DeviceCodecBase {
     gpu::SketchArgs a;
     a.count = count;
     a.bits = bits_;
+    a.nearest = nearest_;
     return a;
   }
   // min, max and sample of the block on the device; the table from the CPU codec
@@ -98,6 +104,7 @@ class DeviceSketch final : public DeviceCodecBase {
   unsigned bits_;
   unsigned clusters_;
   std::size_t levels_;
+  bool nearest_;
   std::vector<float> sample_;
   gpu::Buffer keys_dev_;
   gpu::Buffer sample_dev_;
@@ -107,8 +114,8 @@ class DeviceSketch final : public DeviceCodecBase {
 }  // namespace
 
 std::unique_ptr<codec::Codec> make_device_sketch(codec::Codec& cpu, gpu::Backend& b, bool resident,
-                                                 unsigned bits, unsigned clusters) {
-  return std::make_unique<DeviceSketch>(cpu, b, resident, bits, clusters);
+                                                 unsigned bits, unsigned clusters, bool nearest) {
+  return std::make_unique<DeviceSketch>(cpu, b, resident, bits, clusters, nearest);
 }
 
 }  // namespace ccoll::device_codecs

@@ -25,19 +25,26 @@ namespace {
 using testing_support::agree;
 using testing_support::gradient_like;
 
-// ef=1 is exactly EF-SGD around the inner codec: the bytes it sends equal those of the inner
-// codec encoding p_t = x_t + e_(t-1), and Σ_t D(c_t) + e_T = Σ_t x_t, with e_T the last step's
-// quantization error (bounded, not growing with T).
+// ef=1 is exactly EF-SGD around the inner codec in its ef=1 form (round=nearest, sign:
+// scale=rms): the bytes it sends equal those of that codec encoding p_t = x_t + e_(t-1), and
+// Σ_t D(c_t) + e_T = Σ_t x_t, with e_T the last step's quantization error.
 TEST(ErrorFeedback, IsEfSgdAroundTheInnerCodec) {
-  for (const std::string inner_spec : {"sign", "maxnorm:bits=2", "qsgd:bits=2", "terngrad", "fp16",
-                                       "randk:ratio=0.1", "topk:ratio=0.1"}) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"sign", "sign:scale=rms"},
+      {"maxnorm:bits=2", "maxnorm:bits=2,round=nearest"},
+      {"qsgd:bits=2", "qsgd:bits=2,round=nearest"},
+      {"terngrad", "terngrad:round=nearest"},
+      {"fp16", "fp16"},
+      {"randk:ratio=0.1", "randk:ratio=0.1,round=nearest"},
+      {"topk:ratio=0.1", "topk:ratio=0.1"}};
+  for (const auto& [ef_spec, inner_spec] : cases) {
     SCOPED_TRACE(inner_spec);
     const std::size_t n = 3001;
-    auto ef = make_codec(parse_codec_spec(inner_spec + ",ef=1"), DType::kFloat32);
+    const CodecSpec parsed = parse_codec_spec(ef_spec + ",ef=1");
+    auto ef = make_codec(parsed, DType::kFloat32);
     auto inner = make_codec(parse_codec_spec(inner_spec), DType::kFloat32);
     EXPECT_TRUE(ef->capabilities().stateful);
-    EXPECT_EQ(ef->spec(),
-              inner->spec() + (inner->spec().find(':') == std::string::npos ? ":ef=1" : ",ef=1"));
+    EXPECT_EQ(ef->spec(), parsed.canonical);
     ef->begin_call(1);
     inner->begin_call(1);
     std::vector<float> residual(n, 0.0f);

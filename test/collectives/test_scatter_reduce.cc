@@ -2,7 +2,6 @@
 // cannot add codes no longer grows with the rank count, the owner's own contribution is exact,
 // traffic equals the ring's, ranks end bit-identical, and corrupt data fails every dependent rank
 // without a hang. (Exact results over 1..8 ranks: ExactAllreduce in test_schedules.cc.)
-#include <random>
 
 #include "schedules_test_support.hpp"
 
@@ -11,11 +10,7 @@ namespace {
 
 // Gaussian data, different on every rank.
 std::vector<float> gaussian(int rank, std::size_t n) {
-  std::mt19937 gen(1234u + static_cast<unsigned>(rank));
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = d(gen);
-  return v;
+  return testing_support::gaussian(1234u + static_cast<unsigned>(rank), n);
 }
 
 struct ErrorOf {

@@ -474,17 +474,21 @@ TEST_P(DeviceCodec, FallbackTestAgrees) {
 
 INSTANTIATE_TEST_SUITE_P(
     Kernels, DeviceCodec,
-    ::testing::Values("fp16", "bf16", "maxnorm:bits=2", "maxnorm:bits=3", "maxnorm:bits=4",
-                      "maxnorm:bits=5", "maxnorm:bits=6", "maxnorm:bits=7", "maxnorm:bits=8",
-                      "auto:bits=4", "qsgd:bits=4", "qsgd:bits=2,bucket=100",
-                      "qsgd:bits=8,bucket=7", "terngrad", "sign", "sign:bucket=3",
-                      "maxnorm:bits=4,ef=1", "qsgd:bits=4,ef=1", "fp16,ef=1", "temporal:bits=4",
-                      "temporal:beta=0.5,bits=3,ef=1", "maxnorm:bits=2/6", "maxnorm:bits=3/8",
-                      "maxnorm:bits=2/6,ef=1", "maxnorm:bits=4,sum=requant",
-                      "maxnorm:bits=2/5,sum=requant", "dq:max=6,min=2", "dq:max=8,min=3,ef=1",
-                      "randk:ratio=0.1", "randk:bits=4,ratio=0.01", "randk:bits=3,ratio=0.3,ef=1",
-                      "sketch:bits=3", "sketch:bits=2,clusters=2", "sketch:bits=4,ef=1",
-                      "topk:ratio=0.01", "topk:ratio=0.3", "topk:ratio=0.05,ef=1"),
+    ::testing::Values(
+        "fp16", "bf16", "maxnorm:bits=2", "maxnorm:bits=3", "maxnorm:bits=4", "maxnorm:bits=5",
+        "maxnorm:bits=6", "maxnorm:bits=7", "maxnorm:bits=8", "auto:bits=4", "qsgd:bits=4",
+        "qsgd:bits=2,bucket=100", "qsgd:bits=8,bucket=7", "terngrad", "sign", "sign:bucket=3",
+        "maxnorm:bits=4,ef=1", "qsgd:bits=4,ef=1", "fp16,ef=1", "temporal:bits=4",
+        "temporal:beta=0.5,bits=3,ef=1", "maxnorm:bits=2/6", "maxnorm:bits=3/8",
+        "maxnorm:bits=2/6,ef=1", "maxnorm:bits=4,sum=requant", "maxnorm:bits=2/5,sum=requant",
+        "dq:max=6,min=2", "dq:max=8,min=3,ef=1", "randk:ratio=0.1", "randk:bits=4,ratio=0.01",
+        "randk:bits=3,ratio=0.3,ef=1", "sketch:bits=3", "sketch:bits=2,clusters=2",
+        "sketch:bits=4,ef=1", "topk:ratio=0.01", "topk:ratio=0.3", "topk:ratio=0.05,ef=1",
+        // nearest rounding and sign's rms scale (the ef=1 defaults)
+        "maxnorm:bits=3,round=nearest", "maxnorm:bits=2/6,round=nearest",
+        "qsgd:bits=4,round=nearest", "qsgd:bits=2,bucket=100,ef=1", "terngrad:round=nearest",
+        "terngrad,ef=1", "sign:scale=rms", "sign:bucket=3,ef=1", "randk:ratio=0.1,round=nearest",
+        "sketch:bits=3,round=nearest", "sketch:bits=2,ef=1", "dq:max=6,min=2,round=nearest"),
     param_name);
 
 // Device-resident payloads (the CUDA-aware MPI path): the same bytes in device memory, the

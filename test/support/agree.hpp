@@ -24,6 +24,15 @@ inline std::vector<float> gradient_like(std::size_t n, unsigned seed) {
   return v;
 }
 
+/// Standard normal floats from std::mt19937(seed).
+inline std::vector<float> gaussian(unsigned seed, std::size_t n) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(gen);
+  return v;
+}
+
 /// The scale and mask rounds of the API (setup_rounds.hpp) over every rank's input `xs`,
 /// combined in this process; the sum round is left to the test (dq's tests drive it by hand).
 template <class T>
