@@ -173,9 +173,12 @@ inline constexpr std::size_t kTreeAllgatherMaxBytes = 256 * 1024;
 inline constexpr int kScatterReduceMinRanks = 3;
 
 /// `gather_reduce`: the codec asks for the all-gather reduction (codec::Capabilities);
-/// `reencodes`: the codec is lossy and cannot add codes (the ring would re-encode partial sums).
+/// `reencodes`: the codec is lossy and cannot add codes (the ring would re-encode partial sums);
+/// `stateful`: it keeps state (ef=1): then never the tree, whose shared encodes of group sums
+/// error feedback cannot compensate.
 Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,
-                           int ranks, bool gather_reduce = false, bool reencodes = false);
+                           int ranks, bool gather_reduce = false, bool reencodes = false,
+                           bool stateful = false);
 Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t elem_bytes,
                            int ranks);
 
@@ -199,6 +202,7 @@ struct ScheduleQuery {
   int ranks = 1;
   bool gather_reduce = false;  ///< the codec asks for the all-gather reduction (Capabilities)
   bool reencodes = false;      ///< the codec is lossy and not summable
+  bool stateful = false;       ///< the codec keeps state between calls (Capabilities)
   bool device_codecs = false;  ///< some rank runs device codecs: they take the ring schedules
   bool exact_lengths = false;  ///< the transport needs exact lengths in grouped steps: the ring
 };

@@ -37,10 +37,15 @@ Algorithm parse_algorithm(const std::string& name) {
 }
 
 Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,
-                           int ranks, bool gather_reduce, bool reencodes) {
+                           int ranks, bool gather_reduce, bool reencodes, bool stateful) {
   if (requested != Algorithm::kAuto) return requested;
   if (gather_reduce) return Algorithm::kAllgather;
-  if (count * elem_bytes <= kTreeAllreduceMaxBytes || count < static_cast<std::size_t>(ranks)) {
+  // error feedback compensates what one rank encodes (its contribution, its chunk's sum), not
+  // the tree's encodes of group sums that several ranks make identically: codecs that re-encode
+  // and keep state skip the tree
+  const bool tree = !(reencodes && stateful);
+  if (tree &&
+      (count * elem_bytes <= kTreeAllreduceMaxBytes || count < static_cast<std::size_t>(ranks))) {
     return Algorithm::kTree;
   }
   if (reencodes && ranks >= kScatterReduceMinRanks) return Algorithm::kScatterReduce;
@@ -74,7 +79,7 @@ Schedule select_schedule(const ScheduleQuery& q) {
                                                               : Schedule::kRing;
     }
     switch (select_allreduce(q.requested, q.count, q.elem_bytes, q.ranks, q.gather_reduce,
-                             q.reencodes)) {
+                             q.reencodes, q.stateful)) {
       case Algorithm::kTree:
         return Schedule::kTree;
       case Algorithm::kAllgather:

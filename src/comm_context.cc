@@ -7,6 +7,7 @@
 #include "comm_context.hpp"
 
 #include <cstdint>
+#include <cstdio>
 #include <map>
 #include <mutex>
 
@@ -117,21 +118,37 @@ std::size_t PlanKeyHash::operator()(const PlanKey& k) const noexcept {
 }
 
 void CommContext::evict() {
-  // walk from the least recently used end while a class is over its limit
-  for (auto it = plans_.end(); it != plans_.begin() && (stateless_ > kMaxStatelessPlans ||
-                                                        stateful_ > kMaxStatefulPlans);) {
+  const std::size_t max_bytes = env_config().state_max_bytes;
+  auto over = [&] { return stateful_ > kMaxStatefulPlans || state_bytes_ > max_bytes; };
+  // walk from the least recently used end while a class is over its limit; the front plan (the
+  // one being made) stays
+  for (auto it = plans_.end(); it != plans_.begin();) {
+    if (stateless_ <= kMaxStatelessPlans && !over()) break;
     --it;
+    if (it == plans_.begin()) break;
     const bool is_stateful = it->key.tensor_key != 0;
     if (!is_stateful && stateless_ > kMaxStatelessPlans) {
       index_.erase(it->key);
       it = plans_.erase(it);
       --stateless_;
-    } else if (is_stateful && stateful_ > kMaxStatefulPlans) {
-      log(LogLevel::kWarn, rank(),
-          "more than " + std::to_string(kMaxStatefulPlans) +
-              " stateful tensors on one communicator: dropping the state of the least recently "
-              "used one (codec " +
-              it->key.codec + ")");
+    } else if (is_stateful && over()) {
+      const std::string why = stateful_ > kMaxStatefulPlans
+                                  ? "more than " + std::to_string(kMaxStatefulPlans) +
+                                        " stateful tensors on one communicator"
+                                  : "the state of stateful tensors exceeds CCOLL_STATE_MAX_BYTES=" +
+                                        std::to_string(max_bytes);
+      const std::string msg = why + ": dropping the state of the least recently used one (" +
+                              it->key.codec + ", " + std::to_string(it->key.count) + " elements, " +
+                              std::to_string(it->state_bytes) +
+                              " bytes); it restarts from zero state";
+      if (evicted_ == 0 && !log_enabled(LogLevel::kWarn)) {
+        std::fprintf(stderr, "ccoll WARN [rank %d] %s (later ones: CCOLL_DEBUG=WARN)\n", rank(),
+                     msg.c_str());
+      } else {
+        log(LogLevel::kWarn, rank(), msg);
+      }
+      ++evicted_;
+      state_bytes_ -= it->state_bytes;
       index_.erase(it->key);
       it = plans_.erase(it);
       --stateful_;
@@ -147,6 +164,9 @@ Plan& CommContext::plan(const PlanKey& key, const CodecSpec& spec) {
   Plan p;
   p.key = key;
   p.codec = make_codec(spec, key.dtype);
+  if (key.tensor_key != 0)
+    p.state_bytes = state_bytes(spec, key.count, codec::dtype_size(key.dtype));
+  state_bytes_ += p.state_bytes;
   plans_.push_front(std::move(p));
   index_.emplace(key, plans_.begin());
   ++(key.tensor_key != 0 ? stateful_ : stateless_);

@@ -49,6 +49,7 @@ struct Plan {
   /// The device codec over `codec` (device buffers, codecs with kernels), made on first use.
   std::unique_ptr<codec::Codec> device_codec;
   bool device_resident = false;  ///< device_codec's payloads live in device memory
+  std::size_t state_bytes = 0;   ///< state_bytes() of its spec and count (stateful plans)
 };
 
 /// codec=auto's choice for one size class (kind, element size, floor(log2 bytes)): the
@@ -122,9 +123,14 @@ class CommContext {
   /// Finds (one hash lookup) or creates the plan for `key`, whose codec `spec` describes
   /// (key.codec is spec.canonical). Beyond kMaxStatelessPlans the least recently used
   /// stateless plan is freed (it only holds workspace). Plans of stateful codecs (ef=1) hold a
-  /// tensor's residual, so they are kept up to kMaxStatefulPlans per communicator; beyond that
-  /// the least recently used one is freed with a warning (its tensor restarts from zero state).
+  /// tensor's residual, so they are kept up to kMaxStatefulPlans per communicator and up to
+  /// CCOLL_STATE_MAX_BYTES of state (state_bytes()); beyond either the least recently used ones
+  /// are freed with a warning (their tensors restart from zero state), never the plan returned.
+  /// The first such warning of a communicator is printed whatever CCOLL_DEBUG says.
   Plan& plan(const PlanKey& key, const CodecSpec& spec);
+  /// Stateful plans freed so far to stay within the limits (equal on all ranks: plans are
+  /// made and used in the same order everywhere).
+  std::size_t states_evicted() const { return evicted_; }
   /// codec=auto's state for a size class; created untuned on first use.
   AutoChoice& auto_choice(int kind, std::size_t elem_bytes, unsigned size_class) {
     return auto_[(static_cast<std::uint64_t>(kind) << 40) | (elem_bytes << 8) | size_class];
@@ -152,8 +158,10 @@ class CommContext {
   std::uint64_t calls_ = 0;
   std::list<Plan> plans_;  // most recently used first
   std::unordered_map<PlanKey, std::list<Plan>::iterator, PlanKeyHash> index_;  // into plans_
-  std::size_t stateful_ = 0;   // plans of plans_ with a tensor key
-  std::size_t stateless_ = 0;  // the others
+  std::size_t stateful_ = 0;     // plans of plans_ with a tensor key
+  std::size_t stateless_ = 0;    // the others
+  std::size_t state_bytes_ = 0;  // Σ state_bytes of the stateful plans
+  std::size_t evicted_ = 0;
   std::map<std::uint64_t, AutoChoice> auto_;
   gpu::Buffer stage_send_;
   gpu::Buffer stage_recv_;

@@ -1,6 +1,9 @@
 // Environment configuration (see config.hpp).
 #include "config.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -30,6 +33,16 @@ EnvConfig read_env() {
       throw Error(Status::kInvalidArgument,
                   "CCOLL_SEGMENT_BYTES: " + v + " is out of range (valid: 64 bytes to 1G)");
     }
+  }
+  if (const std::string v = getenv_str("CCOLL_STATE_MAX_BYTES"); !v.empty()) {
+    c.state_max_bytes = parse_byte_size(v, "CCOLL_STATE_MAX_BYTES");
+  } else {
+    const long pages = sysconf(_SC_PHYS_PAGES);
+    const long page = sysconf(_SC_PAGE_SIZE);
+    const std::size_t physical =
+        pages > 0 && page > 0 ? static_cast<std::size_t>(pages) * static_cast<std::size_t>(page)
+                              : 0;
+    c.state_max_bytes = std::max<std::size_t>(std::size_t{1} << 30, physical / 4);
   }
   if (const std::string v = getenv_str("CCOLL_TRANSPORT"); !v.empty()) {
     if (v != "auto" && v != "staged" && v != "nccl" && v != "mpi") {

@@ -9,6 +9,10 @@
 //   CCOLL_TRANSPORT      how device buffers move: auto (default), staged (payloads through
 //                        host memory) or mpi (payloads in device memory, moved by a CUDA-aware
 //                        MPI) or nccl (moved by NCCL, every rank)
+//   CCOLL_STATE_MAX_BYTES  bytes of per-tensor state (ef=1 residuals, temporal's predictions)
+//                        kept per communicator before the least recently used tensor's is
+//                        dropped with a warning (default a quarter of the physical memory, at
+//                        least 1G)
 //   CCOLL_NCCL_TIMEOUT   seconds NCCL may take to create its communicator or to finish one
 //                        step's transfers before every rank gives up on it (default 600; 0: no
 //                        limit)
@@ -41,6 +45,7 @@ struct EnvConfig {
   LogLevel log_level = LogLevel::kNone;
   std::string transport = "auto";
   double nccl_timeout_s = 600;
+  std::size_t state_max_bytes = 0;  ///< CCOLL_STATE_MAX_BYTES (its default filled in)
 };
 
 /// The parsed environment; throws ccoll::Error(kInvalidArgument) naming the variable when a

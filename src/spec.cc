@@ -147,6 +147,9 @@ struct Entry {
   unsigned traits = 0;
   // cross-parameter check on the canonical parameters; a message names what is wrong
   std::function<void(const CodecSpec&, const std::string& text)> check = nullptr;
+  // per-element arrays of state the codec itself keeps per tensor (temporal: its prediction and
+  // the previous output), besides what ef=1 adds
+  unsigned state_arrays = 0;
 };
 
 const std::string& value_of(const CodecSpec& s, const char* key) {
@@ -292,7 +295,9 @@ const std::vector<Entry>& registry() {
          return device_codecs::make_device_temporal(cpu, b, resident, param(s, "bits"),
                                                     real_param(s, "beta"), s.ef);
        },
-       kOwnEf | kStateful | kAllreduceOnly},
+       kOwnEf | kStateful | kAllreduceOnly,
+       nullptr,
+       2},
       {"dq",
        {uint_param("min", 2, 8), uint_param("max", 2, 8),
         real_range_param("kappa", 1e-6, 1e6, false, "a number in [1e-6, 1e6], e.g. 1", "1"),
@@ -449,6 +454,14 @@ std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dty
   auto c = e.make(spec, dtype);
   const bool wrap = spec.ef && (e.traits & kOwnEf) == 0;
   return wrap ? codec::make_error_feedback_codec(std::move(c), spec.canonical) : std::move(c);
+}
+
+std::size_t state_bytes(const CodecSpec& spec, std::size_t count, std::size_t elem_bytes) {
+  const Entry& e = entry_of(spec);
+  std::size_t arrays = e.state_arrays;
+  // ef=1: the wrapper's own and hop residuals; temporal keeps one residual itself
+  if (spec.ef) arrays += (e.traits & kOwnEf) != 0 ? 1 : 2;
+  return arrays * count * elem_bytes;
 }
 
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {

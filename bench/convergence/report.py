@@ -83,6 +83,15 @@ def main():
     if have("sgd/grad/none", "sgd/grad/maxnorm:bits=4,ef=1"):
         d = acc["sgd/grad/maxnorm:bits=4,ef=1"] - acc["sgd/grad/none"]
         md.append(f"- `maxnorm:bits=4,ef=1` within 1 point: {d:+.2f} points, {verdict(d >= -1)}.")
+    if have("sgd/grad/maxnorm:bits=2", "sgd/grad/maxnorm:bits=2,ef=1"):
+        e, m = acc["sgd/grad/maxnorm:bits=2,ef=1"], acc["sgd/grad/maxnorm:bits=2"]
+        line = (f"- `maxnorm:bits=2,ef=1` at least as accurate as `maxnorm:bits=2`: {e:.2f}% vs "
+                f"{m:.2f}%, {verdict(e >= m)}")
+        s = "sgd/grad/maxnorm:bits=2,round=stochastic,ef=1"
+        if have(s):
+            line += (f" (with the stochastic rounding that ef=1 replaced: {acc[s]:.2f}%, final "
+                     f"train loss {runs[s]['final_loss']:.4f})")
+        md.append(line + ".")
     if have("sgd/grad/sketch:bits=2", "sgd/grad/maxnorm:bits=3"):
         a, m = acc["sgd/grad/sketch:bits=2"], acc["sgd/grad/maxnorm:bits=3"]
         md.append(f"- `sketch:bits=2` at least as accurate as `maxnorm:bits=3` (same run): {a:.2f}% "

@@ -46,9 +46,11 @@ train() {  # train LABEL [ccoll_train options...]
     --out "$RAW" "$@" > "$OUT/raw/$(echo "$label" | tr -c 'a-zA-Z0-9=.,\n' '_').log"
 }
 # A: momentum SGD on averaged gradients
+# (algorithm=auto: from 3 ranks the codecs that cannot add codes run the scatter-reduce-allgather)
 for c in none fp16 maxnorm:bits=8 maxnorm:bits=6 maxnorm:bits=4 maxnorm:bits=4,ef=1 \
-         maxnorm:bits=3 maxnorm:bits=2 sketch:bits=2 sketch:bits=3 qsgd:bits=4 \
-         dq:min=2,max=8 dq:min=2,max=8,kappa=0.1; do
+         maxnorm:bits=3 maxnorm:bits=2 maxnorm:bits=2,ef=1 maxnorm:bits=2,round=stochastic,ef=1 \
+         sketch:bits=2 sketch:bits=3 qsgd:bits=4 qsgd:bits=4,ef=1 terngrad terngrad,ef=1 sign \
+         sign,ef=1 dq:min=2,max=8 dq:min=2,max=8,kappa=0.1; do
   train "sgd/grad/$c" --optimizer sgd --comm grad --codec "$c"
 done
 # B: momentum SGD averaging each rank's momentum buffer (temporal coding's setting)

@@ -48,6 +48,10 @@ struct Stats {
   /// uncompressed calls), "cuda-aware-mpi" (payloads stayed in device memory and MPI moved
   /// them), "nccl" (payloads stayed in device memory and NCCL moved them).
   std::string transport;
+  /// Other tensors' state (ef=1 residuals, temporal's predictions) this call freed to keep its
+  /// communicator within CCOLL_STATE_MAX_BYTES or 4,096 stateful tensors; those tensors restart
+  /// from zero state (a warning is printed).
+  std::size_t states_evicted = 0;
 };
 
 /// Per-call options. Defaults give an uncompressed ring/tree all-reduce unless CCOLL_CODEC is set.

@@ -30,8 +30,9 @@ void mpi_allreduce_sum(void* buf, std::size_t count, MPI_Datatype t, std::size_t
 // The plan of a compressing call, and what its codec found in this rank's input.
 struct Prepared {
   Plan* plan = nullptr;
-  bool fallback = false;  // the codec cannot carry this rank's input
-  bool scanned = false;   // the codec's scan() already wrote this rank's scales
+  bool fallback = false;    // the codec cannot carry this rank's input
+  bool scanned = false;     // the codec's scan() already wrote this rank's scales
+  std::size_t evicted = 0;  // other tensors' states freed to make this plan
 };
 
 // Finds the plan (and on device buffers its device codec) and runs the codec's scan: the
@@ -51,8 +52,10 @@ Prepared prepare_plan(const Call& call, Placement& pl, Checked& c, CommContext& 
                            ? call.options.key
                            : (reinterpret_cast<std::uintptr_t>(pl.user_recv) * 31 + call.count) | 1;
     }
+    const std::size_t evicted_before = ctx.states_evicted();
     Plan* plan = &ctx.plan(key, c.spec);
     out.plan = plan;
+    out.evicted = ctx.states_evicted() - evicted_before;
     if (pl.kernels() && (plan->device_codec == nullptr || plan->device_resident != pl.resident())) {
       plan->device_codec = make_device_codec(c.spec, *plan->codec, *pl.device, pl.resident());
       plan->device_resident = pl.resident();
@@ -139,6 +142,7 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   q.ranks = p;
   q.gather_reduce = codec.capabilities().gather_reduce;
   q.reencodes = !codec.capabilities().lossless && !codec.capabilities().summable;
+  q.stateful = codec.capabilities().stateful;
   q.device_codecs = agreed.device_codecs;
   q.exact_lengths = agreed.exact_lengths;
   const coll::Schedule schedule = coll::select_schedule(q);
@@ -199,6 +203,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   Prepared prep;
   if (compress) prep = prepare_plan(call, pl, c, ctx);
   Plan* plan = prep.plan;
+  stats.states_evicted = prep.evicted;
 
   Proposal mine;
   mine.bad = &c.bad;

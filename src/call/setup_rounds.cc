@@ -5,9 +5,29 @@
 #include <string>
 
 #include "ccoll/error.hpp"
+#include "collectives.hpp"
 
 namespace ccoll {
 namespace {
+
+// Every rank's `n` values over the transport, combined in rank order into v.
+template <class T, class Op>
+void exchange_all(coll::Transport& t, T* v, std::size_t n, Op op) {
+  const int p = t.size();
+  std::vector<std::vector<T>> all(static_cast<std::size_t>(p), std::vector<T>(v, v + n));
+  std::vector<coll::Request> reqs;
+  for (int q = 0; q < p; ++q) {
+    if (q == t.rank()) continue;
+    reqs.push_back(t.irecv(all[static_cast<std::size_t>(q)].data(), n * sizeof(T), q,
+                           TransportExchange::kTag));
+    reqs.push_back(t.isend(v, n * sizeof(T), q, TransportExchange::kTag));
+  }
+  for (auto& r : reqs) t.wait(r);
+  for (std::size_t i = 0; i < n; ++i) {
+    v[i] = all[0][i];
+    for (std::size_t q = 1; q < all.size(); ++q) v[i] = op(v[i], all[q][i]);
+  }
+}
 
 // The first input's local values into `acc`, then every other input's combined in with `op`
 // (the contributions of several ranks held in one process; the library has one).
@@ -26,6 +46,16 @@ void combine_inputs(const SetupInputs& in, T* acc, std::size_t n, Local local, O
 }
 
 }  // namespace
+
+void TransportExchange::sum(double* values, std::size_t n) {
+  exchange_all(t_, values, n, [](double a, double b) { return a + b; });
+}
+void TransportExchange::max(double* values, std::size_t n) {
+  exchange_all(t_, values, n, [](double a, double b) { return std::max(a, b); });
+}
+void TransportExchange::bitwise_and(std::uint8_t* bytes, std::size_t n) {
+  exchange_all(t_, bytes, n, [](std::uint8_t a, std::uint8_t b) -> std::uint8_t { return a & b; });
+}
 
 std::size_t agree_sums(codec::Codec& c, const SetupInputs& in, double lr, SetupExchange& ex) {
   const std::size_t n = c.sum_slots();

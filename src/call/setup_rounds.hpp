@@ -19,6 +19,10 @@
 
 namespace ccoll {
 
+namespace coll {
+class Transport;
+}  // namespace coll
+
 /// Combines every rank's values in place. The library's is MPI_Allreduce on its communicator;
 /// tests that hold all contributions in one process use IdentityExchange.
 class SetupExchange {
@@ -35,6 +39,21 @@ class IdentityExchange final : public SetupExchange {
   void sum(double*, std::size_t) override {}
   void max(double*, std::size_t) override {}
   void bitwise_and(std::uint8_t*, std::size_t) override {}
+};
+
+/// The exchange over a coll::Transport, for ranks that run the schedules without MPI (threads
+/// over the in-process transport: unit tests and tools): every rank sends its values to every
+/// other (tag kTag) and combines all of them in rank order, as one MPI_Allreduce would.
+class TransportExchange final : public SetupExchange {
+ public:
+  static constexpr int kTag = 900;
+  explicit TransportExchange(coll::Transport& t) : t_(t) {}
+  void sum(double* values, std::size_t n) override;
+  void max(double* values, std::size_t n) override;
+  void bitwise_and(std::uint8_t* bytes, std::size_t n) override;
+
+ private:
+  coll::Transport& t_;
 };
 
 /// What a set-up round reads: `ninputs` inputs of `count` elements (one per rank in the library).

@@ -123,6 +123,19 @@ TEST(Spec, AutoSelection) {
   EXPECT_EQ(coll::select_allreduce(Algorithm::kAuto, 16, 4, 4, true), Algorithm::kAllgather);
   EXPECT_EQ(coll::select_allreduce(Algorithm::kAuto, 1 << 20, 4, 4, true), Algorithm::kAllgather);
   EXPECT_EQ(coll::select_allreduce(Algorithm::kRing, 1 << 20, 4, 4, true), Algorithm::kRing);
+  // codecs that re-encode: the tree when small, the scatter-reduce-allgather from 3 ranks; with
+  // ef=1 never the tree (its shared encodes of group sums have no residual)
+  EXPECT_EQ(coll::select_allreduce(Algorithm::kAuto, 16, 4, 4, false, true), Algorithm::kTree);
+  EXPECT_EQ(coll::select_allreduce(Algorithm::kAuto, 1 << 20, 4, 4, false, true),
+            Algorithm::kScatterReduce);
+  EXPECT_EQ(coll::select_allreduce(Algorithm::kAuto, 16, 4, 4, false, true, true),
+            Algorithm::kScatterReduce);
+  EXPECT_EQ(coll::select_allreduce(Algorithm::kAuto, 3, 4, 4, false, true, true),
+            Algorithm::kScatterReduce);
+  EXPECT_EQ(coll::select_allreduce(Algorithm::kAuto, 16, 4, 2, false, true, true),
+            Algorithm::kRing);
+  EXPECT_EQ(coll::select_allreduce(Algorithm::kAuto, 16, 4, 4, false, false, true),
+            Algorithm::kTree);
   EXPECT_EQ(coll::select_allgather(Algorithm::kAuto, 16, 4, 4), Algorithm::kTree);
   EXPECT_EQ(coll::select_allgather(Algorithm::kAuto, 1 << 20, 4, 4), Algorithm::kRing);
 }

@@ -11,41 +11,6 @@
 namespace ccoll {
 namespace {
 
-// The set-up rounds over the in-process ranks: every rank sends its values to every other
-// rank (tag 900), and each combines all of them in rank order, as MPI_Allreduce would.
-class TransportExchange final : public SetupExchange {
- public:
-  explicit TransportExchange(coll::Transport& t) : t_(t) {}
-  void sum(double* v, std::size_t n) override {
-    combine(v, n, [](double& a, double b) { a += b; });
-  }
-  void max(double* v, std::size_t n) override {
-    combine(v, n, [](double& a, double b) { a = std::max(a, b); });
-  }
-  void bitwise_and(std::uint8_t* v, std::size_t n) override {
-    combine(v, n, [](std::uint8_t& a, std::uint8_t b) { a &= b; });
-  }
-
- private:
-  template <class T, class F>
-  void combine(T* v, std::size_t n, F op) {
-    const int p = t_.size();
-    std::vector<std::vector<T>> all(static_cast<std::size_t>(p), std::vector<T>(v, v + n));
-    std::vector<coll::Request> reqs;
-    for (int q = 0; q < p; ++q) {
-      if (q == t_.rank()) continue;
-      reqs.push_back(t_.irecv(all[static_cast<std::size_t>(q)].data(), n * sizeof(T), q, 900));
-      reqs.push_back(t_.isend(v, n * sizeof(T), q, 900));
-    }
-    for (auto& r : reqs) t_.wait(r);
-    for (std::size_t i = 0; i < n; ++i) {
-      v[i] = all[0][i];
-      for (int q = 1; q < p; ++q) op(v[i], all[static_cast<std::size_t>(q)][i]);
-    }
-  }
-  coll::Transport& t_;
-};
-
 std::vector<float> gaussian(int rank, std::size_t n) {
   return testing_support::gaussian(777u + static_cast<unsigned>(rank), n);
 }

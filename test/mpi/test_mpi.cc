@@ -2,6 +2,9 @@
 // Every rank runs every test; outputs are compared across ranks through MPI itself.
 // The all-reduce and all-gather results; errors, codec=auto, sparse codecs, communicators and
 // the C API: test_mpi_api.cc (the same executable).
+#include <cstdlib>
+#include <map>
+
 #include "mpi_test_support.hpp"
 
 namespace {
@@ -247,6 +250,57 @@ TEST(MpiAllreduce, ErrorFeedbackRemovesTheBias) {
   EXPECT_LT(ef_400, plain_400 / 10) << "plain " << plain_400 << " ef " << ef_400;
 }
 
+// ef=1 through the API on a small tensor, where auto takes the tree for the codec alone: a codec
+// that re-encodes (terngrad) takes the ring or the scatter-reduce-allgather with its residuals,
+// and the mean of many calls converges as 1/T for it and for one that adds codes (maxnorm).
+TEST(MpiAllreduce, ErrorFeedbackConvergesOnSmallTensors) {
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::size_t count = 1001;
+  std::vector<float> x(count);
+  for (std::size_t i = 0; i < count; ++i) {
+    x[i] = std::sin(0.37f * static_cast<float>(i) + static_cast<float>(world_rank()));
+  }
+  std::vector<double> xd(x.begin(), x.end());
+  std::vector<double> exact(count);
+  MPI_Allreduce(xd.data(), exact.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM,
+                MPI_COMM_WORLD);
+  for (const char* codec : {"terngrad,ef=1", "maxnorm:bits=2,ef=1"}) {
+    SCOPED_TRACE(codec);
+    ccoll::reset_state(MPI_COMM_WORLD, 0);
+    std::vector<double> total(count, 0.0);
+    std::vector<float> out(count);
+    double err10 = 0;
+    for (int t = 1; t <= 100; ++t) {
+      ccoll::Options opt;
+      opt.codec = codec;
+      opt.key = 11;
+      ccoll::Stats st;
+      opt.stats = &st;
+      ccoll::compressed_allreduce(x.data(), out.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                                  opt);
+      // the tree adds maxnorm's codes (each contribution encoded once, by its rank) but
+      // re-encodes terngrad's group sums
+      if (std::string(codec).rfind("terngrad", 0) == 0) {
+        ASSERT_NE(st.algorithm, "tree");
+      }
+      for (std::size_t i = 0; i < count; ++i) total[i] += out[i];
+      if (t != 10 && t != 100) continue;
+      double num = 0, den = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        const double d = total[i] / t - exact[i];
+        num += d * d;
+        den += exact[i] * exact[i];
+      }
+      if (t == 10) {
+        err10 = std::sqrt(num / den);
+      } else {
+        EXPECT_LT(std::sqrt(num / den), err10 / 5) << "T=10: " << err10;
+      }
+    }
+  }
+}
+
 // Error-feedback state survives for every tensor of a model with more tensors than the
 // stateless plan cache holds: the second call on each key must see its residual (with sign and
 // constant input, a fresh state would repeat the first call's output exactly).
@@ -272,6 +326,42 @@ TEST(MpiAllreduce, ErrorFeedbackStateKeptForManyTensors) {
       }
     }
   }
+}
+
+// CCOLL_STATE_MAX_BYTES bounds the state of stateful tensors: run with CCOLL_STATE_MAX_BYTES=64K
+// (the ctest entry mpi_state_limit_2ranks), 4096-float tensors under ef=1 hold 32 KiB each (two
+// residuals), so a third tensor frees the least recently used one's state, which restarts from
+// zero (with sign and a constant input its next output repeats its first).
+TEST(MpiAllreduce, StateBoundedByBytes) {
+  const char* limit = std::getenv("CCOLL_STATE_MAX_BYTES");
+  if (limit == nullptr || std::string(limit) != "64K") {
+    GTEST_SKIP() << "runs with CCOLL_STATE_MAX_BYTES=64K (ctest: mpi_state_limit_2ranks)";
+  }
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::size_t count = 4096;
+  std::vector<float> x(count);
+  for (std::size_t i = 0; i < count; ++i) x[i] = 0.1f + 0.01f * static_cast<float>(i % 13);
+  std::map<std::uint64_t, std::vector<float>> first;
+  auto call = [&](std::uint64_t key) {
+    ccoll::Options opt;
+    opt.codec = "sign:bucket=256,ef=1";
+    opt.key = key;
+    ccoll::Stats st;
+    opt.stats = &st;
+    std::vector<float> out(count);
+    ccoll::compressed_allreduce(x.data(), out.data(), count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                                opt);
+    if (first.count(key) == 0) first[key] = out;
+    return std::make_pair(out, st.states_evicted);
+  };
+  EXPECT_EQ(call(1).second, 0u);
+  EXPECT_EQ(call(2).second, 0u);
+  EXPECT_NE(call(1).first, first[1]) << "tensor 1 lost its state below the limit";
+  EXPECT_EQ(call(3).second, 1u) << "64 KiB holds two tensors' state";  // frees 2 (LRU)
+  const auto again = call(2);  // a fresh state: the first call's output again; frees 1
+  EXPECT_EQ(again.second, 1u);
+  EXPECT_EQ(again.first, first[2]) << "tensor 2's state was not restarted";
+  EXPECT_NE(call(3).first, first[3]) << "tensor 3 keeps its state";
 }
 
 // temporal and dq through the API: state per tensor key, bit-identical outputs, restarts.
