@@ -177,8 +177,12 @@ std::unique_ptr<Codec> make_topk_codec(DType dtype, double ratio);
 /// nearer level (see bucketed.cc).
 std::unique_ptr<Codec> make_qsgd_codec(DType dtype, unsigned bits, std::uint32_t bucket,
                                        bool nearest = false);
-/// terngrad[:bucket=N]: per-bucket max scale, codes in {-1, 0, 1}, stochastic.
-std::unique_ptr<Codec> make_terngrad_codec(DType dtype, std::uint32_t bucket, bool nearest = false);
+/// terngrad's default gradient clipping: the scale is at most kTernGradClip root mean squares.
+inline constexpr double kTernGradClip = 2.5;
+/// terngrad[:bucket=N][,clip=c]: per-bucket scale min(max |x|, c·rms), codes in {-1, 0, 1},
+/// stochastic.
+std::unique_ptr<Codec> make_terngrad_codec(DType dtype, std::uint32_t bucket, bool nearest = false,
+                                           double clip = kTernGradClip);
 /// sign[:bucket=N]: per-bucket mean |x| (`rms`: root mean square) times the sign, one bit per
 /// element (biased).
 std::unique_ptr<Codec> make_sign_codec(DType dtype, std::uint32_t bucket, bool rms = false);

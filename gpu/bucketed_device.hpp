@@ -32,6 +32,8 @@ struct BucketedArgs {
   /// bucket's max |x| (codecs/bucketed.cc)
   bool nearest = false;
   bool rms = false;  ///< sign:scale=rms: the bucket's root mean square instead of its mean |x|
+  /// terngrad:clip=c (0: off): the scale is min(max |x|, c·rms) (codecs/bucketed.cc)
+  double clip = 0;
 };
 
 /// The bucket's scale statistic is its max |x| (terngrad; qsgd with round=nearest).
@@ -68,10 +70,24 @@ CCOLL_HOST_DEVICE inline double bucket_part(const float* x, const BucketedArgs& 
   return p;
 }
 
+/// Part j (< 8) of bucket b's sum of squares, as bucket_part (terngrad's clipping).
+CCOLL_HOST_DEVICE inline double bucket_square_part(const float* x, const BucketedArgs& a,
+                                                   std::size_t b, unsigned j) {
+  const std::size_t begin = b * a.bucket;
+  const std::size_t n = bucket_size(a, b);
+  double p = 0;
+  for (std::size_t i = j; i < n; i += 8) {
+    const double v = static_cast<double>(x[begin + i]);
+    p = p + v * v;
+  }
+  return p;
+}
+
 /// The f32 scale of bucket b (qsgd: L2 norm, terngrad: max|x|, sign: mean |x|) from its 8
-/// parts, combined pairwise and rounded as BucketedCodec::encode does.
+/// parts (and, for terngrad's clipping, its 8 parts of the sum of squares), combined pairwise and
+/// rounded as BucketedCodec::encode does.
 CCOLL_HOST_DEVICE inline float bucket_scale_from(const double* part, const BucketedArgs& a,
-                                                 std::size_t b) {
+                                                 std::size_t b, const double* squares = nullptr) {
   const std::size_t n = bucket_size(a, b);
   double acc;
   if (bucket_max_scale(a)) {
@@ -81,10 +97,16 @@ CCOLL_HOST_DEVICE inline float bucket_scale_from(const double* part, const Bucke
   } else {
     acc = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
   }
-  const double scale = !bucket_max_scale(a) && a.kind == BucketKind::kQsgd ? sqrt(acc)
-                       : a.rms                       ? sqrt(acc / static_cast<double>(n))
-                       : a.kind == BucketKind::kSign ? acc / static_cast<double>(n)
-                                                     : acc;
+  double scale = !bucket_max_scale(a) && a.kind == BucketKind::kQsgd ? sqrt(acc)
+                 : a.rms                       ? sqrt(acc / static_cast<double>(n))
+                 : a.kind == BucketKind::kSign ? acc / static_cast<double>(n)
+                                               : acc;
+  if (a.clip > 0 && squares != nullptr) {
+    const double sq = ((squares[0] + squares[1]) + (squares[2] + squares[3])) +
+                      ((squares[4] + squares[5]) + (squares[6] + squares[7]));
+    const double limit = a.clip * sqrt(sq / static_cast<double>(n));
+    scale = limit < scale ? limit : scale;  // std::min(scale, limit)
+  }
   float sf = static_cast<float>(scale);
   if (a.kind != BucketKind::kSign && static_cast<double>(sf) < scale) sf = nextafterf(sf, INFINITY);
   return sf;
@@ -93,8 +115,12 @@ CCOLL_HOST_DEVICE inline float bucket_scale_from(const double* part, const Bucke
 /// The f32 scale of bucket b, by one caller.
 CCOLL_HOST_DEVICE inline float bucket_scale(const float* x, const BucketedArgs& a, std::size_t b) {
   double part[8];
-  for (unsigned j = 0; j < 8; ++j) part[j] = bucket_part(x, a, b, j);
-  return bucket_scale_from(part, a, b);
+  double squares[8];
+  for (unsigned j = 0; j < 8; ++j) {
+    part[j] = bucket_part(x, a, b, j);
+    squares[j] = a.clip > 0 ? bucket_square_part(x, a, b, j) : 0.0;
+  }
+  return bucket_scale_from(part, a, b, squares);
 }
 
 /// Encodes group g of the codes (scales of the encode's buckets at scales[b]).

@@ -289,11 +289,15 @@ __global__ void bucketed_scales_kernel(const float* x, BucketedArgs a, float* sc
   for (std::size_t r = 0; r < rounds; ++r) {
     const std::size_t b = r * groups + global_thread() / 8;
     const double mine = b < nb ? bucket_part(x, a, b, j) : 0.0;
+    const double mine_sq = b < nb && a.clip > 0 ? bucket_square_part(x, a, b, j) : 0.0;
     double part[8];
+    double squares[8];
     for (unsigned k = 0; k < 8; ++k) {
-      part[k] = __shfl_sync(0xFFFFFFFFu, mine, static_cast<int>((threadIdx.x & ~7u) + k));
+      const int from = static_cast<int>((threadIdx.x & ~7u) + k);
+      part[k] = __shfl_sync(0xFFFFFFFFu, mine, from);
+      squares[k] = __shfl_sync(0xFFFFFFFFu, mine_sq, from);
     }
-    if (j == 0 && b < nb) scales[b] = bucket_scale_from(part, a, b);
+    if (j == 0 && b < nb) scales[b] = bucket_scale_from(part, a, b, squares);
   }
 }
 

@@ -193,6 +193,7 @@ DeviceMaker device_bucketed(gpu::BucketKind kind) {
     if (kind == gpu::BucketKind::kQsgd) p.bits = param(s, "bits");
     p.nearest = kind != gpu::BucketKind::kSign && nearest(s);
     p.rms = kind == gpu::BucketKind::kSign && value_of(s, "scale") == "rms";
+    if (kind == gpu::BucketKind::kTernGrad) p.clip = real_param(s, "clip");
     return device_codecs::make_device_bucketed(cpu, b, resident, p);
   };
 }
@@ -257,9 +258,13 @@ const std::vector<Entry>& registry() {
        },
        device_bucketed(gpu::BucketKind::kQsgd)},
       {"terngrad",
-       {uint_param("bucket", 1, 1u << 23, "512"), round_param()},
+       {uint_param("bucket", 1, 1u << 23, "512"), round_param(),
+        real_range_param("clip", 0.0, 100.0, false,
+                         "a number in [0, 100] (root mean squares; 0: no clipping), e.g. 2.5",
+                         "2.5")},
        [](const CodecSpec& s, codec::DType t) {
-         return codec::make_terngrad_codec(t, param(s, "bucket"), nearest(s));
+         return codec::make_terngrad_codec(t, param(s, "bucket"), nearest(s),
+                                           real_param(s, "clip"));
        },
        device_bucketed(gpu::BucketKind::kTernGrad)},
       {"sign",

@@ -32,6 +32,7 @@ class DeviceBucketed final : public DeviceCodecBase {
     args_.width = args_.kind == gpu::BucketKind::kSign ? 1 : codec::bits_for(2 * args_.levels);
     args_.nearest = p.nearest && args_.kind != gpu::BucketKind::kSign;
     args_.rms = p.rms && args_.kind == gpu::BucketKind::kSign;
+    args_.clip = args_.kind == gpu::BucketKind::kTernGrad ? p.clip : 0.0;
   }
 
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,

@@ -35,6 +35,7 @@ struct BucketedParams {
   unsigned bucket = 512;
   bool nearest = false;  ///< round=nearest (qsgd, terngrad)
   bool rms = false;      ///< sign:scale=rms
+  double clip = 0;       ///< terngrad:clip=c
 };
 /// qsgd, terngrad, sign
 std::unique_ptr<codec::Codec> make_device_bucketed(codec::Codec& cpu, gpu::Backend& b,

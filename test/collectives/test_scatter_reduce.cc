@@ -63,15 +63,16 @@ ErrorOf error_of(const std::string& spec, Algorithm algo, int p, std::size_t n) 
 }
 
 // At 16 ranks the error stays within 1.3x of the error at 2 ranks for every codec that
-// re-encodes in the ring (where it grows about as sqrt(p) to p: terngrad 1.75 at 2 ranks, 4.99
-// at 16). terngrad is the exception at 1.33x: the sum its owner encodes carries the other
-// ranks' ternary noise, which widens the bucket maxima its one re-encode scales by (1.76 at 2
-// ranks, 2.35 at 16, measured on 2^18 elements). Also within the bound.
+// re-encodes in the ring (where it grows about as sqrt(p) to p: terngrad 1.39 at 2 ranks, 4.8
+// at 16). terngrad without its gradient clipping (clip=0) grows 1.34x: the sum its owner
+// encodes carries the other ranks' ternary noise, which widens the bucket maxima its one
+// re-encode scales by (1.76 at 2 ranks, 2.36 at 16, on 2^18 elements); clipping at 2.5 root
+// mean squares caps that scale (1.22x). Also within the bound.
 TEST(ScatterReduce, ErrorDoesNotGrowWithTheRankCount) {
   const std::size_t n = 1 << 14;
   const std::pair<const char*, double> specs[] = {
-      {"qsgd:bits=4", 1.3},   {"terngrad", 1.4}, {"sign", 1.3}, {"sketch:bits=2", 1.3},
-      {"sketch:bits=3", 1.3}, {"fp16", 1.3},     {"bf16", 1.3}};
+      {"qsgd:bits=4", 1.3},   {"terngrad", 1.3},         {"sign", 1.3}, {"sketch:bits=2", 1.3},
+      {"sketch:bits=3", 1.3}, {"terngrad:clip=0", 1.4}, {"fp16", 1.3}, {"bf16", 1.3}};
   for (const auto& [spec, growth] : specs) {
     SCOPED_TRACE(spec);
     double at2 = 0;
