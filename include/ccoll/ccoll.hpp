@@ -68,7 +68,9 @@ struct Options {
   /// tensor. 0 derives it from (recvbuf, count), which is right only when every receive buffer
   /// always holds the same tensor: two tensors reduced in turn through one buffer (a fusion
   /// buffer) would share one state, and one tensor reduced into different buffers would split
-  /// its state. A state whose history differs across ranks is detected and restarted.
+  /// its state. A state whose history differs across ranks is detected and restarted. At most
+  /// 4,096 keys and CCOLL_STATE_MAX_BYTES of state are kept per communicator (the least recently
+  /// used is dropped with a warning: Stats::states_evicted).
   std::uint64_t key = 0;
   /// Seed of the shared random stream of stochastic codecs; must be equal on all ranks.
   std::uint64_t seed = 0;
