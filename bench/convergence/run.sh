@@ -33,6 +33,7 @@ RAW="$OUT/raw/runs.jsonl"
 : > "$RAW"
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(. /etc/os-release; echo "$PRETTY_NAME")"
   echo "command: bench/convergence/run.sh $*"
   echo "ranks: $RANKS, epochs: $EPOCHS, data: ${DATA:-generated}"
