@@ -3,7 +3,7 @@
 for round in 1 2 3; do
   for algo in ring sra; do
     echo "### $algo round $round"
-    $CCOLL_MPIEXEC -n 4 /work/main/build/bench/ccoll_osu_allreduce -m 64M:64M -i 10 -x 2 \
+    $CCOLL_MPIEXEC -n 4 ./build/bench/ccoll_osu_allreduce -m 64M:64M -i 10 -x 2 \
       --codec qsgd:bits=4,terngrad,sign,fp16,sketch:bits=3 --algorithm $algo -c
   done
 done
