@@ -192,7 +192,8 @@ std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned cl
                                          bool nearest = false);
 /// temporal:bits=B[,beta=b][,ef=1]: closed-loop momentum-difference coding over maxnorm:bits=B,
 /// stateful, all-reduce only (temporal.cc). Takes ef itself (not the generic wrapper).
-std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double beta, bool ef);
+std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double beta, bool ef,
+                                           bool nearest = false);
 /// dq:min=B1,max=B2[,kappa=k]: maxnorm at a width chosen per call from the global norm (dq.cc).
 std::unique_ptr<Codec> make_dq_codec(DType dtype, unsigned min_bits, unsigned max_bits,
                                      double kappa, bool nearest = false);

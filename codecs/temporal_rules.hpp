@@ -28,21 +28,24 @@ inline std::uint64_t temporal_fingerprint(std::uint64_t terms) {
 /// as if `ranks` were 4 times as many.
 inline int temporal_fallback_ranks(int ranks) { return 4 * (ranks < 1 ? 1 : ranks); }
 
-/// What temporal keeps per tensor: the reconstruction xh of its input, the last output y, with
-/// ef=1 the last coding errors e, and the checksum of y (0: no state). `Floats` is a host vector
+/// What temporal keeps per tensor: the reconstruction xh of its input, the last output y, the
+/// last input xp (the scale pass codes the innovation x - beta·xp), with ef=1 the last coding
+/// errors e, and the checksum of y (0: no state). `Floats` is a host vector
 /// or a device array; both clear() to empty.
 template <class Floats>
 struct TemporalState {
   template <class... A>
-  explicit TemporalState(A&... a) : xh(a...), y(a...), e(a...) {}
+  explicit TemporalState(A&... a) : xh(a...), y(a...), xp(a...), e(a...) {}
   void clear() {
     xh.clear();
     y.clear();
+    xp.clear();
     e.clear();
     fingerprint = 0;
   }
   Floats xh;
   Floats y;
+  Floats xp;
   Floats e;
   std::uint64_t fingerprint = 0;
 };

@@ -1,5 +1,5 @@
 // The per-element bodies of temporal's device kernels (codecs/temporal.cc on the device), host
-// and device: the residual r = (x + (1 - beta)·e) - beta·xh, the state update after the code
+// and device: the residual r = (x + e) - beta·xh, the state update after the code
 // is decoded, and finish_allreduce's y <- beta·y + D(C) with its state checksum, each with the
 // CPU codec's float operations in its order (no contraction on either side).
 #pragma once
@@ -19,12 +19,20 @@ struct TemporalArgs {
   float beta = 0.9f;
   const float* e = nullptr;  ///< ef=1: last coding errors (at the encode's offset)
   float* xh = nullptr;       ///< this rank's reconstruction of its input (at the offset)
+  float* xp = nullptr;       ///< the last input (at the offset)
+  /// The scale pass: the innovation x - beta·xp instead of the residual (and xp is not written)
+  bool innovation = false;
 };
 
+/// The residual r = (x + e) - beta·xh of element i, recording x as the last input; or, for the
+/// scale pass (a.innovation), the innovation x - beta·xp.
 CCOLL_HOST_DEVICE inline float temporal_residual(const TemporalArgs& a, const float* x,
                                                  std::size_t i) {
-  const float e = a.e != nullptr ? (1.0f - a.beta) * a.e[i] : 0.0f;
-  return (x[i] + e) - a.beta * a.xh[i];
+  if (a.innovation) return x[i] - a.beta * a.xp[i];
+  const float e = a.e != nullptr ? a.e[i] : 0.0f;
+  const float r = (x[i] + e) - a.beta * a.xh[i];
+  a.xp[i] = x[i];
+  return r;
 }
 
 /// After the encode of residual r decoded to d: xh <- beta·xh + d; ef: e <- r - d.

@@ -147,8 +147,8 @@ struct Entry {
   unsigned traits = 0;
   // cross-parameter check on the canonical parameters; a message names what is wrong
   std::function<void(const CodecSpec&, const std::string& text)> check = nullptr;
-  // per-element arrays of state the codec itself keeps per tensor (temporal: its prediction and
-  // the previous output), besides what ef=1 adds
+  // per-element arrays of state the codec itself keeps per tensor (temporal: its prediction, the
+  // previous output and the previous input), besides what ef=1 adds
   unsigned state_arrays = 0;
 };
 
@@ -292,17 +292,19 @@ const std::vector<Entry>& registry() {
        }},
       {"temporal",
        {uint_param("bits", 2, 8),
-        real_range_param("beta", 0.0, 1.0, true, "a number in [0, 1), e.g. 0.9", "0.9")},
+        real_range_param("beta", 0.0, 1.0, true, "a number in [0, 1), e.g. 0.9", "0.9"),
+        round_param()},
        [](const CodecSpec& s, codec::DType t) {
-         return codec::make_temporal_codec(t, param(s, "bits"), real_param(s, "beta"), s.ef);
+         return codec::make_temporal_codec(t, param(s, "bits"), real_param(s, "beta"), s.ef,
+                                           nearest(s));
        },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_temporal(cpu, b, resident, param(s, "bits"),
-                                                    real_param(s, "beta"), s.ef);
+                                                    real_param(s, "beta"), s.ef, nearest(s));
        },
        kOwnEf | kStateful | kAllreduceOnly,
        nullptr,
-       2},
+       3},
       {"dq",
        {uint_param("min", 2, 8), uint_param("max", 2, 8),
         real_range_param("kappa", 1e-6, 1e6, false, "a number in [1e-6, 1e6], e.g. 1", "1"),

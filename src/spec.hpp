@@ -36,8 +36,8 @@ CodecSpec parse_codec_spec(const std::string& text);
 std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dtype);
 
 /// The most bytes of per-tensor state a plan of `spec` for `count` elements of `elem_bytes`
-/// keeps between calls (ef=1: two residuals; temporal: its prediction and previous output, and a
-/// residual with ef=1), host or device memory; 0 for stateless codecs and dq (a norm).
+/// keeps between calls (ef=1: two residuals; temporal: its prediction, previous output and
+/// input, and a residual with ef=1), host or device memory; 0 for stateless codecs and dq.
 std::size_t state_bytes(const CodecSpec& spec, std::size_t count, std::size_t elem_bytes);
 
 /// True when device kernels exist for `spec` on elements of `dtype` (the registry's entry has a

@@ -46,7 +46,7 @@ std::unique_ptr<codec::Codec> make_device_topk(codec::Codec& cpu, gpu::Backend& 
 /// temporal around the device maxnorm of `bits`; takes ef=1 itself
 std::unique_ptr<codec::Codec> make_device_temporal(codec::Codec& cpu, gpu::Backend& b,
                                                    bool resident, unsigned bits, double beta,
-                                                   bool ef);
+                                                   bool ef, bool nearest);
 /// dq: the device maxnorm of every width from `min_bits` to `max_bits`
 std::unique_ptr<codec::Codec> make_device_dq(codec::Codec& cpu, gpu::Backend& b, bool resident,
                                              unsigned min_bits, unsigned max_bits, bool nearest);

@@ -51,7 +51,9 @@ class DeviceTemporal final : public DeviceCodec {
     auto* self = const_cast<DeviceTemporal*>(this);  // growing zero state changes no value
     self->grow(count);
     auto* r = static_cast<float*>(r_.get(b_, 4 * count, false));
-    b_.temporal_residual(args(count, 0), static_cast<const float*>(data), r);
+    gpu::TemporalArgs a = args(count, 0);
+    a.innovation = true;  // the scales are the innovation's (codecs/temporal.cc)
+    b_.temporal_residual(a, static_cast<const float*>(data), r);
     inner_->local_scales(r, count, out);
   }
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
@@ -111,10 +113,12 @@ class DeviceTemporal final : public DeviceCodec {
     a.beta = beta_;
     a.e = ef_ ? state_.e.data() + offset : nullptr;
     a.xh = state_.xh.data() + offset;
+    a.xp = state_.xp.data() + offset;
     return a;
   }
   void grow(std::size_t n) {
     state_.xh.grow(n);
+    state_.xp.grow(n);
     if (ef_) state_.e.grow(n);
   }
 
@@ -137,9 +141,10 @@ class DeviceTemporal final : public DeviceCodec {
 
 std::unique_ptr<codec::Codec> make_device_temporal(codec::Codec& cpu, gpu::Backend& b,
                                                    bool resident, unsigned bits, double beta,
-                                                   bool ef) {
+                                                   bool ef, bool nearest) {
   codec::MaxNormParams m;
   m.bits = bits;
+  m.nearest = nearest;
   auto cpu_inner = codec::make_maxnorm_codec(cpu.dtype(), m);
   auto dev_inner = make_device_maxnorm(*cpu_inner, b, resident, m);
   return std::make_unique<DeviceTemporal>(cpu, b, resident, std::move(cpu_inner),
