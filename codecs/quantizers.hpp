@@ -188,8 +188,11 @@ std::unique_ptr<Codec> make_terngrad_codec(DType dtype, std::uint32_t bucket, bo
 std::unique_ptr<Codec> make_sign_codec(DType dtype, std::uint32_t bucket, bool rms = false);
 /// sketch:bits=B[,clusters=K]: per-block level table from a quantile sketch and 1-D k-means,
 /// stochastic rounding between adjacent levels (sketch.cc).
+/// `zero`, `refine`: the two steps CASQ does not have (sketch.cc, steps 5 and 6); off for the
+/// ablation (zero=0, refine=0).
 std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned clusters,
-                                         bool nearest = false);
+                                         bool nearest = false, bool zero = true,
+                                         bool refine = true);
 /// temporal:bits=B[,beta=b][,ef=1]: closed-loop momentum-difference coding over maxnorm:bits=B,
 /// stateful, all-reduce only (temporal.cc). Takes ef itself (not the generic wrapper).
 std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double beta, bool ef,

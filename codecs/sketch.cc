@@ -17,6 +17,8 @@
 //     units, zero inputs), which then stay exact.
 //  6. A few sweeps of coordinate descent move each other interior level to minimize the
 //     sketch's variance of unbiased rounding (refine_levels(); min, max and 0 stay).
+//  Steps 5 and 6 are not in CASQ; zero=0 and refine=0 leave them out (the ablation that
+//  measures the cluster-aware allocation alone).
 //  7. A value x in [L_k, L_k+1] is coded k + 1 with probability (x - L_k)/(L_k+1 - L_k), else k:
 //     unbiased, error below the interval's width. Uniforms from Philox keyed by
 //     (seed, call, stream, element), as every stochastic codec. round=nearest (the default
@@ -54,13 +56,16 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
   friend class ApplyingCodec<SketchCodec<T>, T>;
 
  public:
-  SketchCodec(unsigned bits, unsigned clusters, bool nearest)
+  SketchCodec(unsigned bits, unsigned clusters, bool nearest, bool zero, bool refine)
       : bits_(bits),
         clusters_(clusters),
         levels_(1u << bits),
         nearest_(nearest),
+        zero_(zero),
+        refine_(refine),
         spec_("sketch:bits=" + std::to_string(bits) + ",clusters=" + std::to_string(clusters) +
-              (nearest ? ",round=nearest" : "")) {}
+              (refine ? "" : ",refine=0") + (nearest ? ",round=nearest" : "") +
+              (zero ? "" : ",zero=0")) {}
 
   const std::string& spec() const override { return spec_; }
   Capabilities capabilities() const override {
@@ -264,7 +269,7 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
     zero_level_ = 0;
     const auto zeros = std::equal_range(sample_.begin(), sample_.end(), 0.0);
     const auto nzero = static_cast<std::size_t>(zeros.second - zeros.first);
-    if (levels_ >= 3 && mn < T(0) && mx > T(0) && nzero * levels_ >= m) {
+    if (zero_ && levels_ >= 3 && mn < T(0) && mx > T(0) && nzero * levels_ >= m) {
       std::size_t best = 1;
       for (std::size_t q = 2; q + 1 < levels_; ++q) {
         if (std::fabs(static_cast<double>(level_[q])) <
@@ -276,7 +281,7 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
       zero_level_ = static_cast<std::size_t>(std::lower_bound(level_.begin(), level_.end(), T(0)) -
                                              level_.begin());
     }
-    refine_levels();
+    if (refine_) refine_levels();
     // rounding to T must not break the order the encoder's search relies on
     for (std::size_t q = 1; q < levels_; ++q) level_[q] = std::max(level_[q], level_[q - 1]);
   }
@@ -365,6 +370,8 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
   unsigned clusters_;
   std::size_t levels_;
   bool nearest_;
+  bool zero_;    // zero=1: the exact zero level (step 5)
+  bool refine_;  // refine=1: the variance refinement (step 6)
   std::string spec_;
   std::vector<T> level_;
   std::vector<double> sample_;
@@ -395,11 +402,11 @@ const float* sketch_levels(Codec& codec, float mn, float mx, std::size_t n, cons
 std::size_t sketch_sample_size(std::size_t n) { return SketchCodec<float>::sample_size(n); }
 
 std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned clusters,
-                                         bool nearest) {
+                                         bool nearest, bool zero, bool refine) {
   if (dtype == DType::kFloat64) {
-    return std::make_unique<SketchCodec<double>>(bits, clusters, nearest);
+    return std::make_unique<SketchCodec<double>>(bits, clusters, nearest, zero, refine);
   }
-  return std::make_unique<SketchCodec<float>>(bits, clusters, nearest);
+  return std::make_unique<SketchCodec<float>>(bits, clusters, nearest, zero, refine);
 }
 
 }  // namespace ccoll::codec

@@ -282,9 +282,11 @@ const std::vector<Entry>& registry() {
          return device_codecs::make_device_topk(cpu, b, resident);
        }},
       {"sketch",
-       {uint_param("bits", 1, 8), uint_param("clusters", 1, 64, "4"), round_param()},
+       {uint_param("bits", 1, 8), uint_param("clusters", 1, 64, "4"), round_param(),
+        choice_param("zero", {"1", "0"}, "1"), choice_param("refine", {"1", "0"}, "1")},
        [](const CodecSpec& s, codec::DType t) {
-         return codec::make_sketch_codec(t, param(s, "bits"), param(s, "clusters"), nearest(s));
+         return codec::make_sketch_codec(t, param(s, "bits"), param(s, "clusters"), nearest(s),
+                                         value_of(s, "zero") == "1", value_of(s, "refine") == "1");
        },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_sketch(cpu, b, resident, param(s, "bits"),
