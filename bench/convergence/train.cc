@@ -596,7 +596,8 @@ int main(int argc, char** argv) {
           f,
           "{\"label\": \"%s\", \"codec\": \"%s\", \"weight_codec\": \"%s\", "
           "\"optimizer\": \"%s\", \"comm\": \"%s\", \"model\": \"%s\", \"ranks\": %d, "
-          "\"data\": \"%s\", \"steps\": %ld, \"params\": %zu, \"final_accuracy\": %.4f, "
+          "\"data\": \"%s\", \"seed\": %u, \"steps\": %ld, \"params\": %zu, "
+          "\"final_accuracy\": %.4f, "
           "\"final_loss\": %.6g, \"final_test_loss\": %.6g, "
           "\"grad_bits_per_element\": %.4f, "
           "\"weight_bits_per_element\": %.4f, \"wire_bytes\": %.0f, "
@@ -604,7 +605,8 @@ int main(int argc, char** argv) {
           "\"accuracy\": %s}\n",
           json_escape(args.label).c_str(), json_escape(args.codec).c_str(),
           json_escape(args.weight_codec).c_str(), args.optimizer.c_str(), args.comm.c_str(),
-          args.model.c_str(), size_, args.data.empty() ? "generated" : "mnist", steps, np,
+          args.model.c_str(), size_, args.data.empty() ? "generated" : "mnist", args.seed, steps,
+          np,
           accuracies.empty() ? 0.0 : accuracies.back(), losses.empty() ? 0.0 : losses.back(),
           test_losses.empty() ? 0.0 : test_losses.back(), grad_bits, weight_bits, sums[0] + sums[1],
           rel_err, mean_bits, json_array(losses).c_str(), json_array(accuracies).c_str());
