@@ -1,21 +1,30 @@
-// dq:min=Bmin,max=Bmax[,kappa=K] — dynamic bit-width per call (docs/design.md, "The research
-// codecs"), over the summable maxnorm at the chosen width.
+// dq:min=Bmin,max=Bmax[,budget=E][,steps=T][,decay=R] — a bit width per call (docs/design.md,
+// "The research codecs"), over the summable maxnorm at the chosen width.
 //
-// Before the scale pass every rank contributes ||x_i||^2 to one MPI_SUM all-reduce, so all ranks
-// know the global squared norm G and choose the same width. With a_t the caller's learning-rate
-// hint (Options::lr, agreed across ranks; 1 without one) and v_t = a_t·sqrt(G):
-//   s_t = clamp(ceil(kappa · s_max · v_t / v_0), s_min, s_max),  bits_t = 1 + ceil(log2(s_t + 1))
-// where s = 2^(B-1) - 1 is maxnorm's level count per sign at B bits, and v_0 is the value of the
-// tensor's first call (state; reset_state() forgets it). This is the DQ-SGD rule
-// s_t ∝ alpha_t·||g_t|| [reconstructed] with its constant fixed by the first call: the first
-// call uses Bmax, and the width falls as a_t·||g_t|| decays (kappa > 1 keeps more bits longer).
-// The payloads are maxnorm payloads of the chosen width; bits_used() reports it.
+// DQ-SGD chooses each step's quantization by minimizing the bits sent under a bound on the
+// convergence error. In that bound a step's quantization variance is weighted by how much of it
+// the remaining steps have not yet contracted away: with per-step contraction R (1 - lr·mu for
+// a mu-strongly convex loss) and T steps in all, step t's weight is R^(T-1-t)·lr_t². Minimizing
+// Σ_t bits_t with the weighted variances bounded gives levels s_t ∝ R^((T-1-t)/2)·lr_t·M_t:
+// few levels early, more as the end approaches (an ascending schedule). ccoll's rule keeps that
+// shape, with the variance of maxnorm's stochastic rounding and its constant set by a budget
+// relative to the gradients' energy, so that one budget fits any gradient scale:
+//   V(s) = ranks · Σ_b n_b·M_b² / (4 s²)      (the rounding variance bound: block b of n_b
+//                                              elements has the agreed scale M_b)
+//   G    = Σ_ranks ||x_r||²                   (the sum round: one summed double per call)
+//   allowed_t = E · R^-(T-1-t) · (lr_0 / lr_t)²  (E = budget; without steps the exponent is 0;
+//                                              without Options::lr the last factor is 1)
+//   s_t = the fewest levels with V(s_t) <= allowed_t · G, clamped to [s(Bmin), s(Bmax)]
+// t counts the tensor's calls since its last reset (state, with lr_0); bits_used() reports the
+// width. A budget of 1 asks for rounding variance no larger than the gradients' own energy
+// (about 3 bits on Gaussian-like gradients, more on heavy-tailed ones).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "forwarding.hpp"
+#include "maxnorm_wire.hpp"
 #include "quantizers.hpp"
 #include "width_family.hpp"
 
@@ -25,17 +34,16 @@ namespace {
 template <class T>
 class DqCodec final : public ForwardingCodec {
  public:
-  DqCodec(DType dtype, unsigned min_bits, unsigned max_bits, double kappa, bool nearest,
-          std::string spec)
-      : min_(min_bits), max_(max_bits), kappa_(kappa), spec_(std::move(spec)), by_bits_(min_bits) {
-    for (unsigned b = min_; b <= max_; ++b) {
+  DqCodec(DType dtype, const DqParams& p, std::string spec)
+      : p_(p), spec_(std::move(spec)), by_bits_(p.min_bits) {
+    for (unsigned b = p_.min_bits; b <= p_.max_bits; ++b) {
       MaxNormParams m;
       m.bits = b;
-      m.nearest = nearest;
+      m.nearest = p_.nearest;
       by_bits_.add(make_maxnorm_codec(dtype, m));
     }
     set_target(&by_bits_.widest());
-    bits_ = max_;
+    bits_ = p_.max_bits;
   }
 
   const std::string& spec() const override { return spec_; }
@@ -50,63 +58,98 @@ class DqCodec final : public ForwardingCodec {
     return by_bits_.widest().max_encoded_bytes(count);  // the widest codes
   }
   unsigned bits_used() const override { return bits_; }
-  void reset_state() override { ref_ = 0; }
+  void reset_state() override {
+    t_ = 0;
+    lr0_ = 0;
+  }
+  // the state the ranks must share: the call index and the first call's learning rate
   std::uint64_t state_fingerprint() const override {
     std::uint64_t b = 0;
-    std::memcpy(&b, &ref_, sizeof b);
-    return b;
+    std::memcpy(&b, &lr0_, sizeof b);
+    return (b ^ (t_ * 0x9E3779B97F4A7C15ull)) | (t_ != 0 ? 1u : 0u);
   }
 
-  std::size_t sum_slots() const override { return 1; }
+  // the squared norm, and the count (summed over the ranks: ranks·count)
+  std::size_t sum_slots() const override { return 2; }
   void local_sums(const void* data, std::size_t count, double* out) const override {
     out[0] = tiled_square_sum(static_cast<const T*>(data), count);
+    out[1] = static_cast<double>(count);
   }
   void set_sums(const double* summed, std::size_t n, double lr) override {
-    const double norm = n > 0 && summed[0] > 0 ? std::sqrt(summed[0]) : 0.0;
-    const double v = (lr > 0 ? lr : 1.0) * norm;
-    if (!(ref_ > 0) && v > 0 && std::isfinite(v)) ref_ = v;
-    const double s_min = std::ldexp(1.0, static_cast<int>(min_) - 1) - 1;
-    const double s_max = std::ldexp(1.0, static_cast<int>(max_) - 1) - 1;
-    double s = s_max;
-    if (ref_ > 0 && std::isfinite(v)) s = std::ceil(kappa_ * s_max * v / ref_);
-    s = std::min(std::max(s, s_min), s_max);
-    unsigned b = min_;
-    while (b < max_ && std::ldexp(1.0, static_cast<int>(b) - 1) - 1 < s) ++b;
-    bits_ = b;
-    set_target(&by_bits_.at(b));
+    energy_ = n > 0 ? summed[0] : 0.0;
+    count_ = n > 1 ? static_cast<std::size_t>(std::llround(summed[1] / ranks_)) : 0;
+    lr_ = lr;
   }
 
   // every width gets the call's set-up: the one chosen later uses it
-  void begin_call(int ranks) override { by_bits_.begin_call(ranks); }
+  void begin_call(int ranks) override {
+    ranks_ = ranks < 1 ? 1 : ranks;
+    by_bits_.begin_call(ranks);
+  }
   void set_call(std::uint64_t seed, std::uint64_t call) override { by_bits_.set_call(seed, call); }
   bool scan(const void* data, std::size_t count, int ranks, double* scales,
             bool& fallback) const override {
     return target()->scan(data, count, ranks, scales, fallback);  // scales do not depend on width
   }
-  void set_scales(const double* shared, std::size_t n) override { by_bits_.set_scales(shared, n); }
+  // The scales are the last input the rule needs: the width is chosen here, once per call.
+  void set_scales(const double* shared, std::size_t n) override {
+    by_bits_.set_scales(shared, n);
+    bits_ = dq_width(p_, shared, n, count_, ranks_, energy_, lr_, t_, lr0_);
+    set_target(&by_bits_.at(bits_));
+    ++t_;
+  }
 
  private:
-  unsigned min_;
-  unsigned max_;
-  double kappa_;
+  DqParams p_;
   std::string spec_;
   WidthFamily by_bits_;
   unsigned bits_ = 8;
-  double ref_ = 0;  // a_0·||g_0|| of the first call since the last reset
+  int ranks_ = 1;
+  std::size_t count_ = 0;
+  double energy_ = 0;
+  double lr_ = 0;
+  std::uint64_t t_ = 0;  // calls since the last reset
+  double lr0_ = 0;       // the learning rate of the first call with one
 };
 
 }  // namespace
 
-std::unique_ptr<Codec> make_dq_codec(DType dtype, unsigned min_bits, unsigned max_bits,
-                                     double kappa, bool nearest) {
-  std::string spec = "dq:";
-  if (kappa != 1.0) spec += "kappa=" + format_real(kappa) + ",";
-  spec += "max=" + std::to_string(max_bits) + ",min=" + std::to_string(min_bits);
-  if (nearest) spec += ",round=nearest";
-  if (dtype == DType::kFloat64) {
-    return std::make_unique<DqCodec<double>>(dtype, min_bits, max_bits, kappa, nearest, spec);
+unsigned dq_width(const DqParams& p, const double* scales, std::size_t nblocks, std::size_t count,
+                  int ranks, double energy, double lr, std::uint64_t t, double& lr0) {
+  if (lr > 0 && !(lr0 > 0)) lr0 = lr;
+  // Σ_b n_b·M_b² over the blocks the scales cover
+  double weighted = 0;
+  for (std::size_t b = 0; b < nblocks; ++b) {
+    const std::size_t first = b * kMaxnormBlock;
+    const std::size_t n = first >= count ? 0 : std::min(kMaxnormBlock, count - first);
+    weighted += static_cast<double>(n) * scales[b] * scales[b];
   }
-  return std::make_unique<DqCodec<float>>(dtype, min_bits, max_bits, kappa, nearest, spec);
+  double allowed = p.budget;
+  if (p.steps > 0 && t + 1 < p.steps) {
+    allowed *= std::pow(p.decay, -static_cast<double>(p.steps - 1 - t));
+  }
+  if (lr > 0 && lr0 > 0) allowed *= (lr0 / lr) * (lr0 / lr);
+  unsigned bits = p.max_bits;
+  if (energy > 0 && weighted > 0 && std::isfinite(allowed) && std::isfinite(weighted)) {
+    const double s = std::sqrt(static_cast<double>(ranks) * weighted / (4 * allowed * energy));
+    bits = p.min_bits;
+    while (bits < p.max_bits && std::ldexp(1.0, static_cast<int>(bits) - 1) - 1 < s) ++bits;
+  } else if (!(weighted > 0)) {
+    bits = p.min_bits;  // all zero: any width codes it exactly
+  }
+  return bits;
+}
+
+std::unique_ptr<Codec> make_dq_codec(DType dtype, const DqParams& p) {
+  // the canonical spec: parameters in name order, defaults left out
+  std::string spec = "dq:";
+  if (p.budget != 1.0) spec += "budget=" + format_real(p.budget) + ",";
+  if (p.decay != 1.0) spec += "decay=" + format_real(p.decay) + ",";
+  spec += "max=" + std::to_string(p.max_bits) + ",min=" + std::to_string(p.min_bits);
+  if (p.nearest) spec += ",round=nearest";
+  if (p.steps != 0) spec += ",steps=" + std::to_string(p.steps);
+  if (dtype == DType::kFloat64) return std::make_unique<DqCodec<double>>(dtype, p, spec);
+  return std::make_unique<DqCodec<float>>(dtype, p, spec);
 }
 
 }  // namespace ccoll::codec

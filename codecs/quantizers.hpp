@@ -197,8 +197,22 @@ std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned cl
 /// stateful, all-reduce only (temporal.cc). Takes ef itself (not the generic wrapper).
 std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double beta, bool ef,
                                            bool nearest = false);
-/// dq:min=B1,max=B2[,kappa=k]: maxnorm at a width chosen per call from the global norm (dq.cc).
-std::unique_ptr<Codec> make_dq_codec(DType dtype, unsigned min_bits, unsigned max_bits,
-                                     double kappa, bool nearest = false);
+/// Parameters of dq (dq.cc).
+struct DqParams {
+  unsigned min_bits = 2;
+  unsigned max_bits = 8;
+  double budget = 1.0;      ///< E: rounding variance allowed, relative to the gradients' energy
+  std::uint64_t steps = 0;  ///< T: calls planned for the tensor; 0: unknown (no discount)
+  double decay = 1.0;       ///< R: per-step contraction of the error bound, in (0, 1]
+  bool nearest = false;     ///< round=nearest
+};
+/// dq: maxnorm at a width chosen per call by DQ-SGD's rule (dq.cc).
+std::unique_ptr<Codec> make_dq_codec(DType dtype, const DqParams& p);
+/// dq's width for a call (dq.cc): the fewest bits in [min, max] whose rounding variance bound
+/// over `ranks` ranks, with the agreed `scales` of `nblocks` blocks of a `count`-element tensor,
+/// is within the call's allowance of `energy` (Σ_ranks ||x||²); `t`: the tensor's calls before
+/// this one; `lr0`: the first learning rate given (0 until one is; set here).
+unsigned dq_width(const DqParams& p, const double* scales, std::size_t nblocks, std::size_t count,
+                  int ranks, double energy, double lr, std::uint64_t t, double& lr0);
 
 }  // namespace ccoll::codec

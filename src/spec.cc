@@ -47,6 +47,12 @@ Param uint_param(const char* key, unsigned lo, unsigned hi, const char* def = nu
           def};
 }
 
+// `p` with its default left out of the canonical spec.
+Param hidden_default(Param p) {
+  p.hide_default = true;
+  return p;
+}
+
 // A fraction in [1e-6, 1], written back in its shortest round-trip form.
 Param ratio_param(const char* key) {
   return {key, "a number in [1e-6, 1], e.g. 0.01", [](const std::string& v, std::string& out) {
@@ -206,6 +212,17 @@ codec::MaxNormParams randk_params(const CodecSpec& s) {
   return m;
 }
 
+codec::DqParams dq_params(const CodecSpec& s) {
+  codec::DqParams p;
+  p.min_bits = param(s, "min");
+  p.max_bits = param(s, "max");
+  p.budget = real_param(s, "budget");
+  p.steps = param(s, "steps");
+  p.decay = real_param(s, "decay");
+  p.nearest = nearest(s);
+  return p;
+}
+
 codec::MaxNormParams auto_params(const CodecSpec& s) {
   codec::MaxNormParams m;
   m.bits = param(s, "bits");
@@ -309,15 +326,13 @@ const std::vector<Entry>& registry() {
        3},
       {"dq",
        {uint_param("min", 2, 8), uint_param("max", 2, 8),
-        real_range_param("kappa", 1e-6, 1e6, false, "a number in [1e-6, 1e6], e.g. 1", "1"),
+        real_range_param("budget", 1e-9, 1e9, false, "a number in [1e-9, 1e9], e.g. 1", "1"),
+        hidden_default(uint_param("steps", 0, 999999999, "0")),
+        real_range_param("decay", 1e-3, 1.0, false, "a number in [0.001, 1], e.g. 0.999", "1"),
         round_param()},
-       [](const CodecSpec& s, codec::DType t) {
-         return codec::make_dq_codec(t, param(s, "min"), param(s, "max"), real_param(s, "kappa"),
-                                     nearest(s));
-       },
+       [](const CodecSpec& s, codec::DType t) { return codec::make_dq_codec(t, dq_params(s)); },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
-         return device_codecs::make_device_dq(cpu, b, resident, param(s, "min"), param(s, "max"),
-                                              nearest(s));
+         return device_codecs::make_device_dq(cpu, b, resident, dq_params(s));
        },
        kStateful,
        [](const CodecSpec& s, const std::string& text) {

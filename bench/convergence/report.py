@@ -150,7 +150,9 @@ def claims(runs):
                   f"accuracy (rule: the most accurate fixed `maxnorm` run within 0.25 points of "
                   f"it, `{best[9:]}`, {acc[best]:.2f}% at {bits[best]:.2f} bits/elem): dq "
                   f"{acc[dq]:.2f}% at {bits[dq]:.2f} bits/elem (mean width "
-                  f"{mean(runs[dq], 'mean_codec_bits'):.2f}), {verdict(bits[dq] < bits[best])}.")
+                  f"{mean(runs[dq], 'mean_codec_bits'):.2f}), {verdict(bits[dq] < bits[best])}. "
+                  f"Width per epoch (first seed): "
+                  + " ".join(f"{b:.1f}" for b in runs[dq][0].get("bits_per_epoch", [])) + ".")
     for q in [k for k in runs if k.startswith("qadam/maxnorm")]:
         if have("adam/none"):
             d = acc[q] - acc["adam/none"]

@@ -73,12 +73,15 @@ for task in "${!DATA[@]}"; do
     [ -n "$FILTER" ] || : > "$OUT/raw/$task-s$seed.jsonl"
     # A: momentum SGD on averaged gradients (algorithm=auto: from 3 ranks the codecs that
     # cannot add codes run the scatter-reduce-allgather). maxnorm:bits=3/7 is the two-scale
-    # scheme the all-reduce-compatible reference calls 2/6 (its bits exclude the sign).
+    # scheme the all-reduce-compatible reference calls 2/6 (its bits exclude the sign). dq's
+    # steps are the run's calls: 8,000 images in batches of 64 are 125 steps an epoch.
     for c in none fp16 maxnorm:bits=8 maxnorm:bits=4 maxnorm:bits=4,ef=1 maxnorm:bits=3 \
              maxnorm:bits=3/7 maxnorm:bits=2 maxnorm:bits=2,ef=1 \
              maxnorm:bits=2,round=stochastic,ef=1 sketch:bits=2 sketch:bits=2,zero=0,refine=0 \
              sketch:bits=3 qsgd:bits=4 qsgd:bits=4,ef=1 terngrad terngrad,ef=1 sign,ef=1 \
-             randk:ratio=0.1,ef=1 dq:min=2,max=8 dq:min=2,max=8,kappa=0.1; do
+             randk:ratio=0.1,ef=1 dq:min=2,max=8,budget=64 \
+             dq:min=2,max=8,budget=16,steps=$((125 * EPOCHS)),decay=0.998 \
+             dq:min=2,max=8,budget=64,steps=$((125 * EPOCHS)),decay=0.998; do
       train "$task" "$seed" "sgd/grad/$c" --optimizer sgd --comm grad --codec "$c"
     done
     # B: momentum SGD averaging each rank's momentum buffer (temporal coding's setting)

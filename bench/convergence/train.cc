@@ -466,6 +466,8 @@ int main(int argc, char** argv) {
   double err_num = 0;       // sum over steps of ||avg - exact||^2
   double err_den = 0;       // sum over steps of ||exact||^2
   double bits_sum = 0;
+  std::vector<double> epoch_bits;  // mean Stats::bits of each epoch (dq's width log)
+  double epoch_bits_sum = 0;
   long steps = 0;
   bool stop = false;
   const double t_start = MPI_Wtime();
@@ -508,6 +510,7 @@ int main(int argc, char** argv) {
       ccoll::compressed_allreduce(send, avg.data(), np, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, opt);
       wire_grad += static_cast<double>(st.wire_bytes_sent + st.control_bytes);
       bits_sum += st.bits;
+      epoch_bits_sum += st.bits;
       if (args.measure_error) {
         MPI_Allreduce(send, exact.data(), static_cast<int>(np), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
         for (std::size_t i = 0; i < np; ++i) {
@@ -563,6 +566,8 @@ int main(int argc, char** argv) {
     const double l = epoch_steps > 0 ? epoch_loss / epoch_steps : 0.0;
     losses.push_back(l);
     accuracies.push_back(acc);
+    epoch_bits.push_back(epoch_steps > 0 ? epoch_bits_sum / static_cast<double>(epoch_steps) : 0.0);
+    epoch_bits_sum = 0;
     if (rank_ == 0) {
       std::printf("epoch %2d  steps %6ld  train loss %.4f  test loss %.4f  test accuracy %.2f%%\n",
                   epoch + 1, steps, l, test_losses.back(), acc);
@@ -602,14 +607,14 @@ int main(int argc, char** argv) {
           "\"grad_bits_per_element\": %.4f, "
           "\"weight_bits_per_element\": %.4f, \"wire_bytes\": %.0f, "
           "\"relative_error\": %.6g, \"mean_codec_bits\": %.3f, \"loss\": %s, "
-          "\"accuracy\": %s}\n",
+          "\"accuracy\": %s, \"bits_per_epoch\": %s}\n",
           json_escape(args.label).c_str(), json_escape(args.codec).c_str(),
           json_escape(args.weight_codec).c_str(), args.optimizer.c_str(), args.comm.c_str(),
           args.model.c_str(), size_, args.data.empty() ? "generated" : "mnist", args.seed, steps,
-          np,
-          accuracies.empty() ? 0.0 : accuracies.back(), losses.empty() ? 0.0 : losses.back(),
+          np, accuracies.empty() ? 0.0 : accuracies.back(), losses.empty() ? 0.0 : losses.back(),
           test_losses.empty() ? 0.0 : test_losses.back(), grad_bits, weight_bits, sums[0] + sums[1],
-          rel_err, mean_bits, json_array(losses).c_str(), json_array(accuracies).c_str());
+          rel_err, mean_bits, json_array(losses).c_str(), json_array(accuracies).c_str(),
+          json_array(epoch_bits).c_str());
       std::fclose(f);
     }
   }

@@ -49,7 +49,7 @@ std::unique_ptr<codec::Codec> make_device_temporal(codec::Codec& cpu, gpu::Backe
                                                    bool ef, bool nearest);
 /// dq: the device maxnorm of every width from `min_bits` to `max_bits`
 std::unique_ptr<codec::Codec> make_device_dq(codec::Codec& cpu, gpu::Backend& b, bool resident,
-                                             unsigned min_bits, unsigned max_bits, bool nearest);
+                                             const codec::DqParams& p);
 /// ef=1 around `dev_inner` (the device codec of the spec without ef, over `cpu_inner`)
 std::unique_ptr<codec::Codec> make_device_error_feedback(codec::Codec& cpu, gpu::Backend& b,
                                                          bool resident,

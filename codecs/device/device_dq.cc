@@ -10,13 +10,12 @@ namespace {
 // reference norm), and the device maxnorm of that width codes the call.
 class DeviceDq final : public DeviceCodec {
  public:
-  DeviceDq(codec::Codec& cpu, gpu::Backend& b, bool resident, unsigned min_bits, unsigned max_bits,
-           bool nearest)
-      : b_(b), cpu_(cpu), widths_(min_bits) {
-    for (unsigned bits = min_bits; bits <= max_bits; ++bits) {
+  DeviceDq(codec::Codec& cpu, gpu::Backend& b, bool resident, const codec::DqParams& p)
+      : b_(b), cpu_(cpu), widths_(p.min_bits) {
+    for (unsigned bits = p.min_bits; bits <= p.max_bits; ++bits) {
       codec::MaxNormParams m;
       m.bits = bits;
-      m.nearest = nearest;
+      m.nearest = p.nearest;
       cpu_widths_.push_back(codec::make_maxnorm_codec(codec::DType::kFloat32, m));
       widths_.add(make_device_maxnorm(*cpu_widths_.back(), b, resident, m));
     }
@@ -72,6 +71,7 @@ class DeviceDq final : public DeviceCodec {
       total += ((h[0] + h[1]) + (h[2] + h[3])) + ((h[4] + h[5]) + (h[6] + h[7]));
     }
     out[0] = total;
+    out[1] = static_cast<double>(count);  // as the CPU dq's second sum
   }
   // the chosen width's device codec encodes and decodes (dq changes neither): its batches
   // pipeline across the streams
@@ -83,7 +83,6 @@ class DeviceDq final : public DeviceCodec {
   }
   void set_sums(const double* summed, std::size_t n, double lr) override {
     cpu_.set_sums(summed, n, lr);
-    set_target(&widths_.at(cpu_.bits_used()));
   }
   // every width gets the call's set-up: the one chosen later uses it
   void begin_call(int ranks) override {
@@ -95,7 +94,12 @@ class DeviceDq final : public DeviceCodec {
             bool& fallback) const override {
     return target()->scan(data, count, ranks, scales, fallback);  // scales do not depend on width
   }
-  void set_scales(const double* shared, std::size_t n) override { widths_.set_scales(shared, n); }
+  // the plan's CPU dq chooses the width from the scales (its state: the call index, lr_0)
+  void set_scales(const double* shared, std::size_t n) override {
+    widths_.set_scales(shared, n);
+    cpu_.set_scales(shared, n);
+    set_target(&widths_.at(cpu_.bits_used()));
+  }
 
  private:
   gpu::Backend& b_;
@@ -109,8 +113,8 @@ class DeviceDq final : public DeviceCodec {
 }  // namespace
 
 std::unique_ptr<codec::Codec> make_device_dq(codec::Codec& cpu, gpu::Backend& b, bool resident,
-                                             unsigned min_bits, unsigned max_bits, bool nearest) {
-  return std::make_unique<DeviceDq>(cpu, b, resident, min_bits, max_bits, nearest);
+                                             const codec::DqParams& p) {
+  return std::make_unique<DeviceDq>(cpu, b, resident, p);
 }
 
 }  // namespace ccoll::device_codecs

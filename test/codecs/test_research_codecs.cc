@@ -11,6 +11,7 @@
 #include "agree.hpp"
 #include "ccoll/error.hpp"
 #include "codec.hpp"
+#include "quantizers.hpp"
 #include "spec.hpp"
 #include "wire.hpp"
 
@@ -402,69 +403,85 @@ TEST(Temporal, SpecAndCapabilities) {
 
 // ---- dq ---------------------------------------------------------------------------------------
 
-TEST(Dq, WidthFollowsNormAndLearningRate) {
-  auto c = make("dq:min=2,max=8");
-  ASSERT_EQ(c->sum_slots(), 1u);
-  const std::vector<float> x(1000, 0.5f);
-  double sq = 0;
-  c->local_sums(x.data(), x.size(), &sq);
-  EXPECT_DOUBLE_EQ(sq, 250.0);
-  c->set_sums(&sq, 1, 0.0);  // first call: the reference, full width
-  EXPECT_EQ(c->bits_used(), 8u);
-  double quarter = sq / 16;  // norm / 4: s = ceil(127/4) = 32 -> 7 bits (s 63)
-  c->set_sums(&quarter, 1, 0.0);
-  EXPECT_EQ(c->bits_used(), 7u);
-  double tiny = sq * 1e-8;  // s clamps at s_min = 1: 2 bits
-  c->set_sums(&tiny, 1, 0.0);
-  EXPECT_EQ(c->bits_used(), 2u);
-  c->set_sums(&sq, 1, 0.0);
-  EXPECT_EQ(c->bits_used(), 8u);
-  // the learning-rate hint scales the same way: lr 1e-3 then 1e-5 at the same norm -> 1/100
-  auto d = make("dq:min=3,max=6");
-  d->set_sums(&sq, 1, 1e-3);
-  EXPECT_EQ(d->bits_used(), 6u);
-  d->set_sums(&sq, 1, 1e-5);  // s = ceil(31/100) = 1 -> clamps at s_min = 3 (3 bits)
-  EXPECT_EQ(d->bits_used(), 3u);
-  d->reset_state();  // forgets the reference: the next call is a first call again
-  d->set_sums(&sq, 1, 1e-5);
-  EXPECT_EQ(d->bits_used(), 6u);
-  // kappa > 1 keeps more bits: at norm / 16, s = ceil(4·31/16) = 8 -> 5 bits (kappa 1: 3)
-  double sixteenth = sq / 256;
-  auto k = make("dq:kappa=4,max=6,min=2");
-  k->set_sums(&sq, 1, 0.0);
-  k->set_sums(&sixteenth, 1, 0.0);
-  EXPECT_EQ(k->bits_used(), 5u);
-  auto k1 = make("dq:max=6,min=2");
-  k1->set_sums(&sq, 1, 0.0);
-  k1->set_sums(&sixteenth, 1, 0.0);
-  EXPECT_EQ(k1->bits_used(), 3u);
+// dq's rule (dq.cc): the fewest bits whose rounding variance bound, ranks·Σ n_b·M_b²/(4s²), is
+// within budget × the gradients' energy; with steps and decay the allowance of call t is
+// budget·decay^-(steps-1-t), so the width rises toward the end (DQ-SGD's ascending schedule);
+// a smaller learning rate than the first call's allows more variance.
+TEST(Dq, WidthFromTheVarianceBudget) {
+  DqParams p;
+  p.min_bits = 2;
+  p.max_bits = 8;
+  const std::size_t n = 1000;
+  const double scale = 1.0;
+  const double energy = 250.0;  // V(s) = 1000/(4 s²) = 250/s²
+  double lr0 = 0;
+  p.budget = 1.0;  // s >= 1: 2 bits
+  EXPECT_EQ(dq_width(p, &scale, 1, n, 1, energy, 0, 0, lr0), 2u);
+  p.budget = 0.01;  // s >= 10: 5 bits (s = 15; 4 bits has 7)
+  EXPECT_EQ(dq_width(p, &scale, 1, n, 1, energy, 0, 0, lr0), 5u);
+  // 4 ranks: 4 times the variance and 4 times the energy
+  EXPECT_EQ(dq_width(p, &scale, 1, n, 4, 4 * energy, 0, 0, lr0), 5u);
+  p.budget = 1e-9;  // more than 8 bits would be needed: clamped
+  EXPECT_EQ(dq_width(p, &scale, 1, n, 1, energy, 0, 0, lr0), 8u);
+  // the ascending schedule: 11 calls, decay 0.5: call 0 may have 0.5^-10 = 1024 times the
+  // variance of the last
+  p.budget = 0.01;
+  p.steps = 11;
+  p.decay = 0.5;
+  unsigned prev = 0;
+  for (std::uint64_t t = 0; t < 11; ++t) {
+    const unsigned b = dq_width(p, &scale, 1, n, 1, energy, 0, t, lr0);
+    EXPECT_GE(b, prev) << "call " << t;
+    prev = b;
+  }
+  EXPECT_EQ(dq_width(p, &scale, 1, n, 1, energy, 0, 0, lr0), 2u);
+  EXPECT_EQ(prev, 5u);  // the last call: the budget itself
+  // the learning-rate hint: a tenth of the first call's lr allows 100 times the variance
+  p.steps = 0;
+  lr0 = 0;
+  EXPECT_EQ(dq_width(p, &scale, 1, n, 1, energy, 0.1, 0, lr0), 5u);
+  EXPECT_DOUBLE_EQ(lr0, 0.1);
+  EXPECT_EQ(dq_width(p, &scale, 1, n, 1, energy, 0.01, 1, lr0), 2u);
+  // only the elements a block holds count: a 1000-element tensor has one partial block
+  const double scales2[2] = {1.0, 1.0};
+  EXPECT_EQ(dq_width(p, scales2, 2, n, 1, energy, 0, 0, lr0), 5u);
 }
 
-// The chosen width is what goes on the wire: payloads are maxnorm payloads of that width, and a
-// decoder that chose another width rejects them.
-TEST(Dq, PayloadsCarryTheChosenWidth) {
+// Through the codec, call after call on the same data (the API's order: sums, then scales):
+// the width log rises over an ascending run, a reset starts it again, and the chosen width is
+// what goes on the wire.
+TEST(Dq, WidthLogRisesAndPayloadsCarryIt) {
   const auto x = heavy_tailed(4000, 8);
-  auto c = make("dq:min=2,max=8");
-  agree(*c, std::vector<std::vector<float>>{x});
-  double sq = 0;
-  c->local_sums(x.data(), x.size(), &sq);
-  c->set_sums(&sq, 1, 0.0);
-  double small = sq / 1e4;
-  c->set_sums(&small, 1, 0.0);  // norm / 100: s = 2 -> 3 bits
-  ASSERT_EQ(c->bits_used(), 3u);
+  auto c = make("dq:min=2,max=8,budget=0.05,steps=30,decay=0.8");
+  auto call = [&] {
+    c->begin_call(1);
+    double sums[2] = {0, 0};
+    c->local_sums(x.data(), x.size(), sums);
+    c->set_sums(sums, 2, 0.0);
+    agree(*c, std::vector<std::vector<float>>{x});
+    return c->bits_used();
+  };
+  std::vector<unsigned> log;
+  for (int t = 0; t < 30; ++t) log.push_back(call());
+  for (std::size_t t = 1; t < log.size(); ++t) EXPECT_GE(log[t], log[t - 1]) << "call " << t;
+  EXPECT_LT(log.front() + 2, log.back()) << log.front() << " -> " << log.back();
+  c->reset_state();
+  EXPECT_EQ(call(), log.front());
+  // the payload is maxnorm's at the chosen width
   std::vector<std::byte> enc(c->max_encoded_bytes(x.size()));
   const std::size_t n = c->encode(x.data(), x.size(), {3, 0, 0, 0}, enc.data());
-  const auto y3 = round_trip("maxnorm:bits=3", x, 0);
+  const auto want = round_trip("maxnorm:bits=" + std::to_string(log.front()), x, 0);
   std::vector<float> y(x.size());
   c->decode(enc.data(), n, x.size(), y.data());
-  EXPECT_EQ(y, y3);
-  c->set_sums(&sq, 1, 0.0);  // back to 8 bits: the 3-bit payload no longer matches
-  EXPECT_THROW(c->decode(enc.data(), n, x.size(), y.data()), Error);
+  EXPECT_EQ(y, want);
 }
 
 TEST(Dq, SpecErrors) {
   EXPECT_EQ(parse_codec_spec("dq:min=2,max=8").canonical, "dq:max=8,min=2");
-  EXPECT_EQ(parse_codec_spec("dq:min=2,max=8,kappa=2").canonical, "dq:kappa=2,max=8,min=2");
+  EXPECT_EQ(parse_codec_spec("dq:min=2,max=8,steps=100,decay=0.99,budget=0.5").canonical,
+            "dq:budget=0.5,decay=0.99,max=8,min=2,steps=100");
+  EXPECT_EQ(make("dq:min=2,max=8,steps=100,decay=0.99,budget=0.5")->spec(),
+            "dq:budget=0.5,decay=0.99,max=8,min=2,steps=100");
   try {
     parse_codec_spec("dq:min=6,max=4");
     ADD_FAILURE() << "accepted min > max";
@@ -473,7 +490,9 @@ TEST(Dq, SpecErrors) {
         << e.what();
   }
   EXPECT_THROW(parse_codec_spec("dq:min=2"), Error);
-  EXPECT_THROW(parse_codec_spec("dq:min=2,max=8,kappa=0"), Error);
+  EXPECT_THROW(parse_codec_spec("dq:min=2,max=8,budget=0"), Error);
+  EXPECT_THROW(parse_codec_spec("dq:min=2,max=8,decay=1.5"), Error);
+  EXPECT_THROW(parse_codec_spec("dq:min=2,max=8,kappa=1"), Error);  // the former rule's
 }
 
 }  // namespace

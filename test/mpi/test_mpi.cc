@@ -448,18 +448,29 @@ TEST(MpiAllreduce, TemporalAndDqState) {
       },
       ccoll::Status::kUnsupported);
   EXPECT_NE(msg.find("all-gather"), std::string::npos) << msg;
-  // dq: the first call of a key uses max bits, a 100x smaller input fewer; every rank agrees
+  // dq: the width follows the budget, not the scale (a 100x smaller input, the same width),
+  // rises over an ascending schedule, and every rank chooses the same
   if (p > 1) {
     ccoll::Stats s1;
-    call(a, "dq:min=2,max=8", 11, x, &s1);
-    EXPECT_EQ(s1.bits, 8u);
+    call(a, "dq:min=2,max=8,budget=0.01", 11, x, &s1);
     std::vector<float> small = x;
     for (auto& v : small) v *= 0.01f;
     ccoll::Stats s2;
-    call(a, "dq:min=2,max=8", 11, small, &s2);
-    EXPECT_EQ(s2.bits, 3u);  // s = ceil(127/100) = 2 -> 3 bits
+    call(a, "dq:min=2,max=8,budget=0.01", 11, small, &s2);
+    // (the same up to a rounding at a width's boundary: these inputs are integers)
+    EXPECT_LE(std::abs(static_cast<int>(s2.bits) - static_cast<int>(s1.bits)), 1);
+    EXPECT_GT(s1.bits, 2u);
     const unsigned bits = s2.bits;
     EXPECT_TRUE(identical_on_all_ranks(&bits, sizeof bits, MPI_COMM_WORLD));
+    unsigned first = 0, last = 0;
+    for (int t = 0; t < 10; ++t) {
+      ccoll::Stats st;
+      call(a, "dq:min=2,max=8,budget=0.01,steps=10,decay=0.5", 12, x, &st);
+      if (t == 0) first = st.bits;
+      EXPECT_GE(st.bits, last) << "call " << t;
+      last = st.bits;
+    }
+    EXPECT_LT(first, last);
     // the learning-rate hint must agree across ranks
     const std::string lr_msg = expect_error_everywhere(
         [&] {
