@@ -51,6 +51,19 @@ TEST(Spec, MalformedParameters) {
   }
 }
 
+// Bit widths count the sign: bits=B has 2^(B-1) - 1 levels per sign. The all-reduce-compatible
+// reference's "q bits" exclude it (2^q - 1 levels), so its q is ccoll's B - 1: its two-scale
+// 2/6 (3 coarse levels, 63 fine ones) is ccoll's bits=3/7.
+TEST(Spec, BitWidthsCountTheSign) {
+  auto levels = [](const std::string& spec) {
+    return 1.0 / make_codec(parse_codec_spec(spec), codec::DType::kFloat32)->unit_roundoff();
+  };
+  for (int q = 1; q <= 7; ++q) {
+    EXPECT_DOUBLE_EQ(levels("maxnorm:bits=" + std::to_string(q + 1)), (1 << q) - 1) << q;
+  }
+  EXPECT_DOUBLE_EQ(levels("maxnorm:bits=3/7"), 3.0);  // the coarse step bounds the error
+}
+
 TEST(Spec, MaxnormFamily) {
   EXPECT_EQ(parse_codec_spec("maxnorm:bits=4").canonical, "maxnorm:bits=4");
   EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,sum=exact").canonical, "maxnorm:bits=4");
