@@ -47,8 +47,8 @@ Rate measure(const std::string& spec, unsigned bits, std::size_t n, int steps, f
     std::vector<double> scales(c->scale_slots(n));
     c->local_scales(x.data(), n, scales.data());
     c->set_scales(scales.data(), scales.size());
-    const std::size_t len = c->encode(x.data(), n, {1, static_cast<std::uint64_t>(t), 0, 0},
-                                      payload.data());
+    const std::size_t len =
+        c->encode(x.data(), n, {1, static_cast<std::uint64_t>(t), 0, 0}, payload.data());
     c->decode(payload.data(), len, n, d.data());  // the coded values (temporal: its residual)
     std::map<long, std::size_t> freq;
     for (std::size_t i = 0; i < n; ++i) {
