@@ -71,7 +71,7 @@ ErrorOf error_of(const std::string& spec, Algorithm algo, int p, std::size_t n) 
 TEST(ScatterReduce, ErrorDoesNotGrowWithTheRankCount) {
   const std::size_t n = 1 << 14;
   const std::pair<const char*, double> specs[] = {
-      {"qsgd:bits=4", 1.3},   {"terngrad", 1.3},         {"sign", 1.3}, {"sketch:bits=2", 1.3},
+      {"qsgd:bits=4", 1.3},   {"terngrad", 1.3},        {"sign", 1.3}, {"sketch:bits=2", 1.3},
       {"sketch:bits=3", 1.3}, {"terngrad:clip=0", 1.4}, {"fp16", 1.3}, {"bf16", 1.3}};
   for (const auto& [spec, growth] : specs) {
     SCOPED_TRACE(spec);

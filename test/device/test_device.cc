@@ -488,8 +488,8 @@ INSTANTIATE_TEST_SUITE_P(
         "maxnorm:bits=3,round=nearest", "maxnorm:bits=2/6,round=nearest",
         "qsgd:bits=4,round=nearest", "qsgd:bits=2,bucket=100,ef=1", "terngrad:round=nearest",
         "terngrad,ef=1", "sign:scale=rms", "sign:bucket=3,ef=1", "randk:ratio=0.1,round=nearest",
-        "terngrad:clip=0", "terngrad:bucket=100,clip=1.5",
-        "sketch:bits=3,round=nearest", "sketch:bits=2,ef=1", "dq:max=6,min=2,round=nearest"),
+        "terngrad:clip=0", "terngrad:bucket=100,clip=1.5", "sketch:bits=3,round=nearest",
+        "sketch:bits=2,ef=1", "dq:max=6,min=2,round=nearest"),
     param_name);
 
 // Device-resident payloads (the CUDA-aware MPI path): the same bytes in device memory, the
