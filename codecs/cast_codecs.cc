@@ -2,11 +2,14 @@
 // The header's parameter holds the element type, so a payload of doubles is never read as floats.
 #include "cast_codecs.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "ccoll/error.hpp"
 #include "half.hpp"
+#include "half_batch.hpp"
 #include "wire.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -80,6 +83,12 @@ struct Fp16Format {
   static constexpr double kMax = 65504.0;
   static std::uint16_t to_bits(float f) { return float_to_half(f); }
   static float from_bits(std::uint16_t h) { return half_to_float(h); }
+  static void to_many(const float* x, std::size_t n, std::uint16_t* out) {
+    floats_to_half(x, n, out);
+  }
+  static void from_many(const std::uint16_t* h, std::size_t n, float* out, bool acc) {
+    half_to_floats(h, n, out, acc);
+  }
 };
 
 struct Bf16Format {
@@ -89,6 +98,12 @@ struct Bf16Format {
   static constexpr double kMax = 3.3895313892515355e38;  // largest finite bf16
   static std::uint16_t to_bits(float f) { return float_to_bf16(f); }
   static float from_bits(std::uint16_t b) { return bf16_to_float(b); }
+  static void to_many(const float* x, std::size_t n, std::uint16_t* out) {
+    floats_to_bf16(x, n, out);
+  }
+  static void from_many(const std::uint16_t* b, std::size_t n, float* out, bool acc) {
+    bf16_to_floats(b, n, out, acc);
+  }
 };
 
 /// Casts elements of type T to a 16-bit float format F. Doubles are rounded to float first.
@@ -116,9 +131,17 @@ class CastCodec final : public Codec {
     wire::write_header(out, {F::kId, 0, static_cast<std::uint32_t>(kType), count});
     const T* x = static_cast<const T*>(in);
     std::byte* dst = out + wire::kHeaderBytes;
-    for (std::size_t i = 0; i < count; ++i) {
-      const std::uint16_t h = F::to_bits(static_cast<float>(x[i]));
-      std::memcpy(dst + 2 * i, &h, 2);
+    if constexpr (std::is_same_v<T, float>) {  // in batches through the vectorized conversion
+      for (std::size_t i = 0; i < count; i += kBatch) {
+        const std::size_t n = std::min(kBatch, count - i);
+        F::to_many(x + i, n, batch_);
+        std::memcpy(dst + 2 * i, batch_, 2 * n);
+      }
+    } else {
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint16_t h = F::to_bits(static_cast<float>(x[i]));
+        std::memcpy(dst + 2 * i, &h, 2);
+      }
     }
     return wire::kHeaderBytes + 2 * count;
   }
@@ -126,18 +149,35 @@ class CastCodec final : public Codec {
     check(in, bytes, count);
     const std::byte* src = in + wire::kHeaderBytes;
     T* y = static_cast<T*>(out);
-    for (std::size_t i = 0; i < count; ++i) y[i] = static_cast<T>(F::from_bits(load(src, i)));
+    if constexpr (std::is_same_v<T, float>) {
+      apply(src, count, y, false);
+    } else {
+      for (std::size_t i = 0; i < count; ++i) y[i] = static_cast<T>(F::from_bits(load(src, i)));
+    }
   }
   void decode_accumulate(const std::byte* in, std::size_t bytes, std::size_t count,
                          void* acc) override {
     check(in, bytes, count);
     const std::byte* src = in + wire::kHeaderBytes;
     T* a = static_cast<T*>(acc);
-    for (std::size_t i = 0; i < count; ++i) a[i] += static_cast<T>(F::from_bits(load(src, i)));
+    if constexpr (std::is_same_v<T, float>) {
+      apply(src, count, a, true);
+    } else {
+      for (std::size_t i = 0; i < count; ++i) a[i] += static_cast<T>(F::from_bits(load(src, i)));
+    }
   }
 
  private:
   static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
+  static constexpr std::size_t kBatch = 2048;  // 16-bit values per batch (4 KiB, in L1)
+  // decode (or decode-accumulate) float elements in batches through the vectorized conversion
+  void apply(const std::byte* src, std::size_t count, float* y, bool accumulate) {
+    for (std::size_t i = 0; i < count; i += kBatch) {
+      const std::size_t n = std::min(kBatch, count - i);
+      std::memcpy(batch_, src + 2 * i, 2 * n);
+      F::from_many(batch_, n, y + i, accumulate);
+    }
+  }
   static std::uint16_t load(const std::byte* src, std::size_t i) {
     std::uint16_t h;
     std::memcpy(&h, src + 2 * i, 2);
@@ -147,6 +187,7 @@ class CastCodec final : public Codec {
     wire::expect_payload(in, bytes, F::kId, static_cast<std::uint32_t>(kType), count, 2 * count);
   }
   std::string spec_ = F::kName;
+  std::uint16_t batch_[kBatch];  // a codec serves one call at a time
 };
 
 template <template <class> class C>

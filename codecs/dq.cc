@@ -69,23 +69,23 @@ class DqCodec final : public ForwardingCodec {
     return (b ^ (t_ * 0x9E3779B97F4A7C15ull)) | (t_ != 0 ? 1u : 0u);
   }
 
-  // the squared norm, and the count (summed over the ranks: ranks·count)
-  std::size_t sum_slots() const override { return 2; }
+  // the squared norm, 1 and the count: summed over the ranks, the energy, the rank count and
+  // ranks·count (integers, exact), known to every rank before the call's other set-up
+  std::size_t sum_slots() const override { return 3; }
   void local_sums(const void* data, std::size_t count, double* out) const override {
     out[0] = tiled_square_sum(static_cast<const T*>(data), count);
-    out[1] = static_cast<double>(count);
+    out[1] = 1.0;
+    out[2] = static_cast<double>(count);
   }
   void set_sums(const double* summed, std::size_t n, double lr) override {
     energy_ = n > 0 ? summed[0] : 0.0;
-    count_ = n > 1 ? static_cast<std::size_t>(std::llround(summed[1] / ranks_)) : 0;
+    ranks_ = n > 1 && summed[1] >= 1 ? static_cast<int>(std::llround(summed[1])) : 1;
+    count_ = n > 2 ? static_cast<std::size_t>(std::llround(summed[2] / ranks_)) : 0;
     lr_ = lr;
   }
 
   // every width gets the call's set-up: the one chosen later uses it
-  void begin_call(int ranks) override {
-    ranks_ = ranks < 1 ? 1 : ranks;
-    by_bits_.begin_call(ranks);
-  }
+  void begin_call(int ranks) override { by_bits_.begin_call(ranks); }
   void set_call(std::uint64_t seed, std::uint64_t call) override { by_bits_.set_call(seed, call); }
   bool scan(const void* data, std::size_t count, int ranks, double* scales,
             bool& fallback) const override {

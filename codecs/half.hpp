@@ -64,7 +64,8 @@ CCOLL_HOST_DEVICE inline float half_to_float(std::uint16_t h) {
   const std::uint32_t sign = static_cast<std::uint32_t>(h & 0x8000u) << 16;
   std::uint32_t e = (h >> 10) & 0x1Fu;
   std::uint32_t m = h & 0x3FFu;
-  if (e == 0x1F) return bits_float(sign | 0x7F800000u | (m << 13));
+  // Inf; NaN quieted (as F16C and CUDA convert), its payload kept
+  if (e == 0x1F) return bits_float(sign | 0x7F800000u | (m << 13) | (m != 0 ? 0x400000u : 0u));
   if (e == 0) {
     if (m == 0) return bits_float(sign);
     e = 113;

@@ -71,7 +71,8 @@ class DeviceDq final : public DeviceCodec {
       total += ((h[0] + h[1]) + (h[2] + h[3])) + ((h[4] + h[5]) + (h[6] + h[7]));
     }
     out[0] = total;
-    out[1] = static_cast<double>(count);  // as the CPU dq's second sum
+    out[1] = 1.0;  // as the CPU dq's other sums: the rank count and the count
+    out[2] = static_cast<double>(count);
   }
   // the chosen width's device codec encodes and decodes (dq changes neither): its batches
   // pipeline across the streams

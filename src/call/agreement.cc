@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "mpi_check.hpp"
 
@@ -114,9 +115,20 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   return a;
 }
 
+// Gathered and added in rank order on every rank: MPI_Allreduce does not promise every rank the
+// same bits for a floating-point sum (Open MPI's algorithms add in rank-dependent orders), and
+// codecs choose from these sums (dq's width) what every rank must choose alike.
 void MpiExchange::sum(double* values, std::size_t n) {
-  CCOLL_MPI_CHECK(
-      MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(n), MPI_DOUBLE, MPI_SUM, comm_));
+  int p = 1;
+  CCOLL_MPI_CHECK(MPI_Comm_size(comm_, &p));
+  std::vector<double> all(n * static_cast<std::size_t>(p));
+  CCOLL_MPI_CHECK(MPI_Allgather(values, static_cast<int>(n), MPI_DOUBLE, all.data(),
+                                static_cast<int>(n), MPI_DOUBLE, comm_));
+  for (std::size_t i = 0; i < n; ++i) {
+    double s = all[i];
+    for (int r = 1; r < p; ++r) s += all[static_cast<std::size_t>(r) * n + i];
+    values[i] = s;
+  }
 }
 
 void MpiExchange::max(double* values, std::size_t n) {

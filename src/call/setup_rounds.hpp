@@ -1,7 +1,7 @@
 // The codec's set-up rounds: the small all-reduces that run after the agreement and before any
 // payload, so that every rank encodes with the same parameters.
 //
-//   sums   (dq: the global squared norm)       SUM of every rank's local_sums
+//   sums   (dq: the global squared norm)       SUM of every rank's local_sums, added in rank order
 //   scales (max-norm codecs: the shared scale) MAX of every rank's local_scales
 //   mask   (two-scale max-norm: which elements take the fine scale) AND of every rank's mask
 //

@@ -9,6 +9,7 @@
 
 #include "ccoll/error.hpp"
 #include "half.hpp"
+#include "half_batch.hpp"
 #include "spec.hpp"
 #include "wire.hpp"
 
@@ -80,6 +81,52 @@ TEST(Half, RoundsToNearestEven) {
     ++checked;
   }
   EXPECT_GT(checked, 1000000);
+}
+
+// The batch conversions (F16C where the CPU has it, vectorized loops otherwise) give exactly
+// the scalar functions' bits: every 16-bit pattern decoded (and accumulated), and fp32 patterns
+// densely sampled plus every rounding tie, subnormal boundary, overflow edge and NaN payload
+// class, encoded; at lengths that leave every tail size.
+TEST(HalfBatch, BitIdenticalToTheScalarConversions) {
+  RecordProperty("f16c", half_batch_uses_f16c() ? "yes" : "no");
+  std::vector<std::uint16_t> all(65536);
+  for (std::uint32_t i = 0; i < 65536; ++i) all[i] = static_cast<std::uint16_t>(i);
+  for (const bool bf : {false, true}) {
+    SCOPED_TRACE(bf ? "bf16" : "fp16");
+    std::vector<float> got(all.size());
+    std::vector<float> acc(all.size(), 1.5f);
+    bf ? bf16_to_floats(all.data(), all.size(), got.data(), false)
+       : half_to_floats(all.data(), all.size(), got.data(), false);
+    bf ? bf16_to_floats(all.data(), all.size(), acc.data(), true)
+       : half_to_floats(all.data(), all.size(), acc.data(), true);
+    for (std::uint32_t i = 0; i < 65536; ++i) {
+      const float want = bf ? bf16_to_float(all[i]) : half_to_float(all[i]);
+      ASSERT_EQ(float_bits(got[i]), float_bits(want)) << std::hex << i;
+      ASSERT_EQ(float_bits(acc[i]), float_bits(1.5f + want)) << std::hex << i;
+    }
+  }
+  std::vector<float> x;
+  for (std::uint64_t u = 0; u < (1ull << 32); u += 4099)
+    x.push_back(bits_float(static_cast<std::uint32_t>(u)));
+  for (std::uint32_t sign : {0u, 0x80000000u}) {
+    for (std::uint32_t e = 0; e < 256; ++e) {
+      for (std::uint32_t low : {0u, 1u, 0xFFFu, 0x1000u, 0x1001u, 0x2000u, 0x3000u, 0x7FFFu,
+                                0x8000u, 0x8001u, 0x18000u, 0x7FFFFFu, 0x400000u, 0x400001u}) {
+        x.push_back(bits_float(sign | (e << 23) | low));
+      }
+    }
+  }
+  for (const std::size_t n : {x.size(), std::size_t{1}, std::size_t{7}, std::size_t{9},
+                              std::size_t{15}, std::size_t{17}}) {
+    for (const bool bf : {false, true}) {
+      std::vector<std::uint16_t> got(n);
+      bf ? floats_to_bf16(x.data(), n, got.data()) : floats_to_half(x.data(), n, got.data());
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint16_t want = bf ? float_to_bf16(x[i]) : float_to_half(x[i]);
+        ASSERT_EQ(got[i], want) << (bf ? "bf16 " : "fp16 ") << std::hex << float_bits(x[i]);
+      }
+    }
+  }
 }
 
 TEST(Half, SpecialValues) {

@@ -455,9 +455,9 @@ TEST(Dq, WidthLogRisesAndPayloadsCarryIt) {
   auto c = make("dq:min=2,max=8,budget=0.05,steps=30,decay=0.8");
   auto call = [&] {
     c->begin_call(1);
-    double sums[2] = {0, 0};
+    double sums[3] = {0, 0, 0};
     c->local_sums(x.data(), x.size(), sums);
-    c->set_sums(sums, 2, 0.0);
+    c->set_sums(sums, 3, 0.0);
     agree(*c, std::vector<std::vector<float>>{x});
     return c->bits_used();
   };
