@@ -4,6 +4,7 @@
 #include "half.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define CCOLL_X86_F16C 1
 #endif
@@ -24,8 +25,14 @@ namespace {
 #endif
 
 #if CCOLL_X86_F16C
+// AVX2 (the compilers' builtin, which also checks that the OS saves the AVX state) and F16C
+// (CPUID leaf 1, ECX bit 29: clang's builtin does not know the name)
 bool have_f16c() {
-  static const bool yes = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
+  static const bool yes = [] {
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    return __builtin_cpu_supports("avx2") && __get_cpuid(1, &a, &b, &c, &d) != 0 &&
+           (c & (1u << 29)) != 0;
+  }();
   return yes;
 }
 
