@@ -12,15 +12,15 @@
 #include <cmath>
 #include <cstdio>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
+#include "inproc_calls.hpp"
 #include "inproc_transport.hpp"
-#include "setup_rounds.hpp"
 #include "spec.hpp"
+#include "tool_args.hpp"
 
 namespace {
 
@@ -54,66 +54,23 @@ std::vector<double> errors(const std::string& spec, Algorithm algo, int p, std::
   std::vector<double> out_errors;
   ccoll::run_inproc(p, [&](ccoll::coll::Transport& t) {
     auto codec = ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
-    ccoll::TransportExchange ex(t);
-    ccoll::coll::Workspace ws;
-    ccoll::coll::Counters counters;
-    std::vector<double> scales;
-    std::vector<std::uint8_t> mask;
+    ccoll::InprocAllreduce allreduce(t, *codec);
     std::vector<double> total(n, 0.0);
+    std::vector<double> mean(n);
     std::vector<float> out(n);
-    const void* mine = xs[static_cast<std::size_t>(t.rank())].data();
+    const float* mine = xs[static_cast<std::size_t>(t.rank())].data();
     std::size_t next = 0;
     for (int c = 1; c <= at.back(); ++c) {
-      codec->begin_call(p);
-      ccoll::SetupCall call;
-      call.seed = 9;
-      call.call = static_cast<std::uint64_t>(c);
-      ccoll::run_setup_rounds(*codec, {&mine, 1, n}, call, scales, mask, ex);
-      ccoll::coll::Context cx{t, *codec, ws, counters};
-      cx.seed = 9;
-      cx.call = static_cast<std::uint64_t>(c);
-      if (algo == Algorithm::kScatterReduce) {
-        ccoll::coll::allreduce_scatter_reduce(cx, mine, out.data(), n, false);
-      } else if (algo == Algorithm::kAllgather || algo == Algorithm::kTree) {
-        std::copy_n(static_cast<const float*>(mine), n, out.data());
-        if (algo == Algorithm::kTree) {
-          ccoll::coll::allreduce_recursive_doubling(cx, out.data(), n, false);
-        } else {
-          ccoll::coll::allreduce_allgather(cx, out.data(), n, false);
-        }
-      } else {
-        ccoll::coll::allreduce_ring(cx, mine, out.data(), n, false);
-      }
-      codec->finish_allreduce(out.data(), n);
+      allreduce.run(algo, mine, out.data(), n, 9, static_cast<std::uint64_t>(c));
       for (std::size_t i = 0; i < n; ++i) total[i] += out[i];
       if (c != at[next]) continue;
       ++next;
       if (t.rank() != 0) continue;
-      double num = 0, den = 0;
-      for (std::size_t i = 0; i < n; ++i) {
-        const double d = total[i] / c - exact[i];
-        num += d * d;
-        den += exact[i] * exact[i];
-      }
-      out_errors.push_back(std::sqrt(num / den));
+      for (std::size_t i = 0; i < n; ++i) mean[i] = total[i] / c;
+      out_errors.push_back(ccoll::relative_l2(mean.data(), exact.data(), n));
     }
   });
   return out_errors;
-}
-
-std::vector<int> parse_list(const std::string& text, int lo, int hi, const char* what) {
-  std::vector<int> v;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
-    const int k = std::atoi(item.c_str());
-    if (k < lo || k > hi || (!v.empty() && k <= v.back())) {
-      std::fprintf(stderr, "ccoll_ef_average: %s: '%s' is not increasing in %d..%d\n", what,
-                   item.c_str(), lo, hi);
-      std::exit(2);
-    }
-    v.push_back(k);
-  }
-  return v;
 }
 
 }  // namespace
@@ -125,19 +82,13 @@ int main(int argc, char** argv) {
   std::vector<std::string> codecs;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "ccoll_ef_average: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto value = [&] { return ccoll::tools::option_value("ccoll_ef_average", argc, argv, i); };
     if (a == "--elements") {
       n = static_cast<std::size_t>(std::stoull(value()));
     } else if (a == "--ranks") {
-      p = parse_list(value(), 2, 64, "--ranks").front();
+      p = ccoll::tools::int_list("ccoll_ef_average", "--ranks", value(), 2, 64, false).front();
     } else if (a == "--calls") {
-      at = parse_list(value(), 1, 100000, "--calls");
+      at = ccoll::tools::int_list("ccoll_ef_average", "--calls", value(), 1, 100000, true);
     } else if (a == "--codec") {
       codecs.push_back(value());
     } else {

@@ -11,15 +11,15 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
+#include "inproc_calls.hpp"
 #include "inproc_transport.hpp"
-#include "setup_rounds.hpp"
 #include "spec.hpp"
+#include "tool_args.hpp"
 
 namespace {
 
@@ -38,58 +38,19 @@ double relative_error(const std::string& spec, Algorithm algo,
                       const std::vector<std::vector<float>>& xs) {
   const int p = static_cast<int>(xs.size());
   const std::size_t n = xs[0].size();
+  std::vector<double> exact(n, 0.0);
+  for (const auto& x : xs) {
+    for (std::size_t i = 0; i < n; ++i) exact[i] += x[i];
+  }
   std::vector<float> out0(n);
-  std::vector<const void*> inputs;
-  for (const auto& x : xs) inputs.push_back(x.data());
   ccoll::run_inproc(p, [&](ccoll::coll::Transport& t) {
-    const int r = t.rank();
     auto codec = ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
-    // the API's set-up rounds, every rank's inputs combined here
-    ccoll::IdentityExchange all_here;
-    std::vector<double> scales;
-    std::vector<std::uint8_t> mask;
-    const ccoll::SetupInputs in{inputs.data(), inputs.size(), n};
-    ccoll::SetupCall call;
-    call.seed = 1;
-    ccoll::run_setup_rounds(*codec, in, call, scales, mask, all_here);
-    ccoll::coll::Workspace ws;
-    ccoll::coll::Counters counters;
-    ccoll::coll::Context cx{t, *codec, ws, counters};
-    cx.seed = 1;
     std::vector<float> out(n);
-    const float* mine = xs[static_cast<std::size_t>(r)].data();
-    if (algo == Algorithm::kScatterReduce) {
-      ccoll::coll::allreduce_scatter_reduce(cx, mine, out.data(), n, false);
-    } else {
-      ccoll::coll::allreduce_ring(cx, mine, out.data(), n, false);
-    }
-    codec->finish_allreduce(out.data(), n);
-    if (r == 0) out0 = out;
+    ccoll::InprocAllreduce(t, *codec).run(algo, xs[static_cast<std::size_t>(t.rank())].data(),
+                                          out.data(), n, 1, 0);
+    if (t.rank() == 0) out0 = out;
   });
-  double num = 0;
-  double den = 0;
-  for (std::size_t i = 0; i < n; ++i) {
-    double s = 0;
-    for (const auto& x : xs) s += x[i];
-    const double d = static_cast<double>(out0[i]) - s;
-    num += d * d;
-    den += s * s;
-  }
-  return std::sqrt(num / den);
-}
-
-std::vector<int> parse_ranks(const std::string& text) {
-  std::vector<int> v;
-  std::stringstream in(text);
-  for (std::string item; std::getline(in, item, ',');) {
-    const int p = std::atoi(item.c_str());
-    if (p < 1 || p > 256) {
-      std::fprintf(stderr, "ccoll_error_vs_ranks: --ranks: '%s' is not 1..256\n", item.c_str());
-      std::exit(2);
-    }
-    v.push_back(p);
-  }
-  return v;
+  return ccoll::relative_l2(out0.data(), exact.data(), n);
 }
 
 }  // namespace
@@ -100,17 +61,11 @@ int main(int argc, char** argv) {
   std::vector<std::string> codecs;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "ccoll_error_vs_ranks: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto value = [&] { return ccoll::tools::option_value("ccoll_error_vs_ranks", argc, argv, i); };
     if (a == "--elements") {
       n = static_cast<std::size_t>(std::stoull(value()));
     } else if (a == "--ranks") {
-      ranks = parse_ranks(value());
+      ranks = ccoll::tools::int_list("ccoll_error_vs_ranks", "--ranks", value(), 1, 256, false);
     } else if (a == "--codec") {
       codecs.push_back(value());
     } else {

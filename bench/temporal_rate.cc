@@ -12,14 +12,15 @@
 #include <cstdio>
 #include <map>
 #include <random>
-#include <sstream>
 #include <string>
 #include <vector>
 
 #include "ccoll/error.hpp"
 #include "codec.hpp"
+#include "inproc_calls.hpp"
 #include "maxnorm_wire.hpp"
 #include "spec.hpp"
+#include "tool_args.hpp"
 
 namespace {
 
@@ -63,13 +64,8 @@ Rate measure(const std::string& spec, unsigned bits, std::size_t n, int steps, f
       const double q = static_cast<double>(k) / static_cast<double>(n);
       h -= q * std::log2(q);
     }
-    double num = 0, den = 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      num += (double(out[i]) - x[i]) * (double(out[i]) - x[i]);
-      den += double(x[i]) * x[i];
-    }
     r.entropy += h;
-    r.error += std::sqrt(num / den);
+    r.error += ccoll::relative_l2(out.data(), x.data(), n);
     ++counted;
   }
   r.entropy /= counted;
@@ -86,13 +82,7 @@ int main(int argc, char** argv) {
   std::vector<unsigned> widths = {2, 3, 4, 6};
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "ccoll_temporal_rate: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
+    auto value = [&] { return ccoll::tools::option_value("ccoll_temporal_rate", argc, argv, i); };
     if (a == "--elements") {
       n = static_cast<std::size_t>(std::stoull(value()));
     } else if (a == "--steps") {
@@ -101,13 +91,8 @@ int main(int argc, char** argv) {
       beta = std::stof(value());
     } else if (a == "--bits") {
       widths.clear();
-      std::stringstream in(value());
-      for (std::string item; std::getline(in, item, ',');) {
-        const int b = std::atoi(item.c_str());
-        if (b < 2 || b > 8) {
-          std::fprintf(stderr, "ccoll_temporal_rate: --bits: '%s' is not 2..8\n", item.c_str());
-          return 2;
-        }
+      for (const int b :
+           ccoll::tools::int_list("ccoll_temporal_rate", "--bits", value(), 2, 8, false)) {
         widths.push_back(static_cast<unsigned>(b));
       }
     } else {

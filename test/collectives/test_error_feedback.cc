@@ -6,6 +6,7 @@
 // the nearest level instead (round=nearest), and these tests fail with round=stochastic.
 #include <cctype>
 
+#include "inproc_calls.hpp"
 #include "schedules_test_support.hpp"
 
 namespace ccoll {
@@ -35,46 +36,22 @@ std::vector<double> time_average_errors(const std::string& spec, Algorithm algo,
   run_inproc(p, [&](coll::Transport& t) {
     const int r = t.rank();
     auto codec = make_codec(parse_codec_spec(spec), DType::kFloat32);
-    TransportExchange ex(t);
-    coll::Workspace ws;
-    coll::Counters counters;
-    std::vector<double> scales;
-    std::vector<std::uint8_t> mask;
+    InprocAllreduce allreduce(t, *codec);
     std::vector<double> total(n, 0.0);
+    std::vector<double> mean(n);
     std::vector<float> out(n);
     std::size_t next = 0;
-    const void* mine = xs[static_cast<std::size_t>(r)].data();
+    const float* mine = xs[static_cast<std::size_t>(r)].data();
     try {
       for (int c = 1; c <= calls; ++c) {
-        codec->begin_call(p);
-        SetupCall call;
-        call.seed = 5;
-        call.call = static_cast<std::uint64_t>(c);
-        run_setup_rounds(*codec, {&mine, 1, n}, call, scales, mask, ex);
-        coll::Context cx{t, *codec, ws, counters};
-        cx.seed = 5;
-        cx.call = static_cast<std::uint64_t>(c);
-        if (algo == Algorithm::kScatterReduce) {
-          coll::allreduce_scatter_reduce(cx, mine, out.data(), n, false);
-        } else if (algo == Algorithm::kAllgather) {
-          std::copy_n(static_cast<const float*>(mine), n, out.data());
-          coll::allreduce_allgather(cx, out.data(), n, false);
-        } else {
-          coll::allreduce_ring(cx, mine, out.data(), n, false);
-        }
-        codec->finish_allreduce(out.data(), n);
+        allreduce.run(algo, mine, out.data(), n, 5, static_cast<std::uint64_t>(c));
         for (std::size_t i = 0; i < n; ++i) total[i] += out[i];
         if (c == checkpoints[next]) {
           ++next;
           outs[static_cast<std::size_t>(r)].push_back(out);
           if (r == 0) {
-            double num = 0, den = 0;
-            for (std::size_t i = 0; i < n; ++i) {
-              const double d = total[i] / c - exact[i];
-              num += d * d;
-              den += exact[i] * exact[i];
-            }
-            errors.push_back(std::sqrt(num / den));
+            for (std::size_t i = 0; i < n; ++i) mean[i] = total[i] / c;
+            errors.push_back(relative_l2(mean.data(), exact.data(), n));
           }
         }
       }
