@@ -20,7 +20,7 @@ const float* uniforms_for(std::uint64_t seed, std::uint64_t call, std::uint64_t 
 /// The draws of a rounding for elements [first, first + count) (count <= kUniformBatch):
 /// uniforms_for()'s for stochastic rounding; for nearest rounding 0.5 for every element, with
 /// which stochastic_code() rounds to the nearer level (a tie toward zero) and sketch's interval
-/// test picks the nearer end. `scratch` as for uniforms_for().
+/// test picks the nearer end (a constant array, not `scratch`). `scratch` as for uniforms_for().
 const float* rounding_draws(bool nearest, std::uint64_t seed, std::uint64_t call,
                             std::uint64_t stream, std::uint64_t first, std::size_t count,
                             float* scratch);
