@@ -23,7 +23,8 @@
 namespace ccoll::coll {
 namespace {
 
-void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input, std::byte* data,
+// `own`: this rank's chunk of the output (chunk-relative element offsets).
+void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input, std::byte* own,
                           std::byte* slots) {
   const int p = e.size();
   const int r = e.rank();
@@ -50,9 +51,10 @@ void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input
     });
     // rank `from`'s contribution to this rank's chunk, added in as each segment arrives
     codec::DecodeJob* dec = e.workspace().decode_jobs(nown);
+    const std::size_t first = L.seg_offset(r, 0);
     for (std::size_t j = 0; j < nown; ++j) {
-      dec[j] =
-          codec::DecodeJob{nullptr, 0, L.seg_elems(r, j), data + L.seg_offset(r, j) * es, true};
+      dec[j] = codec::DecodeJob{nullptr, 0, L.seg_elems(r, j),
+                                own + (L.seg_offset(r, j) - first) * es, true};
     }
     e.decode_many(dec, nown, [&](std::size_t j) {
       dec[j].in = slots + L.slot(r, j);
@@ -73,25 +75,25 @@ void require_not_summable(const codec::Codec& c) {
   }
 }
 
-// Rank r's chunk of `out` as its own input, exact, then the pairwise exchange.
+// Rank r's chunk of the output (`own`) as its own input, exact, then the pairwise exchange.
 void reduce_scatter_into(Context& cx, Engine& e, const RingLayout& L, const std::byte* input,
-                         std::byte* data, std::byte* slots) {
+                         std::byte* own, std::byte* slots) {
   const int r = e.rank();
   const std::size_t es = e.elem_bytes();
-  const std::size_t at = L.seg_offset(r, 0) * es;
-  if (input != data) copy_elements(cx, data + at, input + at, L.chunk_elems(r) * es);
-  if (e.size() > 1) scatter_reduce_phase(e, L, input, data, slots);
+  const std::byte* mine = input + L.seg_offset(r, 0) * es;
+  if (mine != own) copy_elements(cx, own, mine, L.chunk_elems(r) * es);
+  if (e.size() > 1) scatter_reduce_phase(e, L, input, own, slots);
 }
 
 }  // namespace
 
-void reduce_scatter_pairwise(Context& cx, const void* in, void* out, std::size_t count) {
+void reduce_scatter_pairwise(Context& cx, const void* in, void* out_chunk, std::size_t count) {
   require_not_summable(cx.codec);
   Engine e(cx);
   const RingLayout L(count, e.size(), cx.segment_elems, cx.codec);
   std::byte* slots = cx.workspace.bytes(L.slot_bytes());
-  reduce_scatter_into(cx, e, L, static_cast<const std::byte*>(in), static_cast<std::byte*>(out),
-                      slots);
+  reduce_scatter_into(cx, e, L, static_cast<const std::byte*>(in),
+                      static_cast<std::byte*>(out_chunk), slots);
   e.finish();
 }
 
@@ -112,8 +114,8 @@ void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_
   const RingLayout L(count, p, cx.segment_elems, cx.codec);
   std::byte* slots = cx.workspace.bytes(L.slot_bytes());
   std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
-  reduce_scatter_into(cx, e, L, input, data, slots);
   std::byte* own = data + L.seg_offset(r, 0) * es;
+  reduce_scatter_into(cx, e, L, input, own, slots);
   if (average) divide_elements(cx, own, L.chunk_elems(r), p);
   // the sum's one quantization, by its owner (ef=1: the owner's residual, as a ring hop's)
   encode_own_chunk(e, L, own, slots, sizes, false, codec::BlockContext::Role::kHop);

@@ -234,11 +234,12 @@ inline void allreduce_ring(Context& cx, void* buf, std::size_t count, bool avera
 void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_t count,
                               bool average);
 
-/// The reduce-scatter half of allreduce_scatter_reduce: on return this rank's chunk (index
-/// rank(), chunk_count/chunk_offset) of `out` holds the sum, its own contribution exact and
-/// every other one quantized once; the rest of `out` is left as it was (`in` == `out`: as the
-/// input). `in` is only read.
-void reduce_scatter_pairwise(Context& cx, const void* in, void* out, std::size_t count);
+/// The reduce-scatter half of allreduce_scatter_reduce: `count` elements at `in` in size()
+/// balanced chunks (chunk_count/chunk_offset); on return `out_chunk` holds the sum of this
+/// rank's chunk (index rank()), its own contribution exact and every other one quantized once.
+/// `in` is only read; `out_chunk` may be this rank's chunk of `in` (in place) and must not
+/// overlap any other chunk. Throws ccoll::Error(kUnsupported) for a summable codec.
+void reduce_scatter_pairwise(Context& cx, const void* in, void* out_chunk, std::size_t count);
 
 /// Recursive doubling all-reduce for small messages; non-powers of two fold the extra ranks in
 /// and out around it.
@@ -259,10 +260,13 @@ void allreduce_recursive_doubling_plain(Transport& t, void* buf, std::size_t cou
 /// schedule of sparse codecs (topk), whose partial sums would have to be re-sparsified.
 void allreduce_allgather(Context& cx, void* buf, std::size_t count, bool average);
 
-/// Ring reduce-scatter of `count` elements at `buf`, split in `size()` balanced chunks (chunk c
-/// has count/p elements, plus one when c < count % p). On return this rank's chunk (index
-/// rank()) of `buf` holds the sum; the other chunks hold partial sums.
-void reduce_scatter_ring(Context& cx, void* buf, std::size_t count);
+/// Ring reduce-scatter of `count` elements at `in`, split in `size()` balanced chunks (chunk c
+/// has count/p elements, plus one when c < count % p), for summable codecs: the codes are added
+/// along the ring and the owner decodes the sum of its chunk (index rank()) once, into
+/// `out_chunk`. `in` is only read; `out_chunk` is written after the last read of `in`, so it may
+/// overlap it (in place). Throws ccoll::Error(kUnsupported) for a codec that is not summable
+/// (reduce_scatter_pairwise takes those).
+void reduce_scatter_ring(Context& cx, const void* in, void* out_chunk, std::size_t count);
 
 /// Ring all-gather: `count` elements from every rank into `recv` (rank i's block at i × count).
 /// `send` may point at this rank's block inside `recv`.

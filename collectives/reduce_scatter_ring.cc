@@ -7,6 +7,7 @@
 // codes). Transports that need exact receive lengths run the lock-step form (ring_lockstep.cc).
 #include <cstring>
 
+#include "ccoll/error.hpp"
 #include "collectives.hpp"
 #include "engine.hpp"
 #include "wire.hpp"
@@ -126,24 +127,30 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
   for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
 }
 
-void reduce_scatter_ring(Context& cx, void* buf, std::size_t count) {
+void reduce_scatter_ring(Context& cx, const void* in, void* out_chunk, std::size_t count) {
+  if (!cx.codec.capabilities().summable) {
+    throw Error(Status::kUnsupported,
+                "algorithm: the ring reduce-scatter is for codecs that add codes; " +
+                    cx.codec.spec() + " cannot (valid for it: auto, sra)");
+  }
   Engine e(cx);
-  const RingLayout L(count, e.size(), cx.segment_elems, cx.codec);
+  const int p = e.size();
+  const int r = e.rank();
+  const RingLayout L(count, p, cx.segment_elems, cx.codec);
   std::byte* slots = cx.workspace.bytes(L.slot_bytes() + (L.nseg_max() + 1) * L.seg_capacity());
-  std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(e.size()));
-  reduce_scatter_phase(e, L, static_cast<std::byte*>(buf), slots, sizes);
-  if (cx.codec.capabilities().summable) {
-    // the sums are still codes: decode this rank's chunk in place
-    const int r = e.rank();
-    for (std::size_t j = 0; j < L.nseg(r); ++j) {
-      if (e.size() == 1) {
-        sizes[L.index(r, j)] =
-            e.encode(static_cast<std::byte*>(buf) + L.seg_offset(r, j) * e.elem_bytes(),
-                     L.seg_elems(r, j), 0, L.seg_offset(r, j), slots + L.slot(r, j));
-      }
-      e.decode(slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
-               static_cast<std::byte*>(buf) + L.seg_offset(r, j) * e.elem_bytes(), false);
-    }
+  std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
+  // a summable codec's phase only reads its input: the sums stay codes in the slots
+  auto* input = const_cast<std::byte*>(static_cast<const std::byte*>(in));
+  if (p == 1) {
+    encode_own_chunk(e, L, input, slots, sizes, false, codec::BlockContext::Role::kOwn);
+  }
+  reduce_scatter_phase(e, L, input, slots, sizes);
+  // every send and every encode of the input is done: `out_chunk` may now overwrite any of it
+  auto* out = static_cast<std::byte*>(out_chunk);
+  const std::size_t first = L.seg_offset(r, 0);
+  for (std::size_t j = 0; j < L.nseg(r); ++j) {
+    e.decode(slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
+             out + (L.seg_offset(r, j) - first) * e.elem_bytes(), false);
   }
   e.finish();
 }

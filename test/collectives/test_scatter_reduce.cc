@@ -113,7 +113,7 @@ TEST(ScatterReduce, OwnersContributionIsExact) {
           std::vector<float> in = gaussian(r, n);
           if (r != owner) std::fill(in.begin(), in.end(), 0.0f);
           std::vector<float> out(n, -1.0f);
-          coll::reduce_scatter_pairwise(cx, in.data(), out.data(), n);
+          coll::reduce_scatter_pairwise(cx, in.data(), out.data() + coll::chunk_offset(n, p, r), n);
           if (r != owner) return std::vector<std::byte>{};
           const std::size_t at = coll::chunk_offset(n, p, r);
           const std::size_t len = coll::chunk_count(n, p, r);

@@ -160,29 +160,96 @@ TEST(Allreduce, LossyRoundingStaysIdenticalAcrossRanks) {
   }
 }
 
-TEST(ReduceScatter, OwnChunkHoldsTheSum) {
+// The pairwise reduce-scatter (every codec that cannot add codes; `none` here): each owner's
+// chunk is the exact sum, into a separate output and into its own chunk of the input.
+TEST(ReduceScatter, PairwiseOwnChunkHoldsTheSum) {
   for (int p = 1; p <= 8; ++p) {
     for (const std::size_t count : counts_for(p)) {
       if (count > 100000) continue;
-      const auto res = run_ranks(p, RunConfig{}, DType::kFloat32, [&](coll::Context& cx, int r) {
-        std::vector<float> buf(count);
-        for (std::size_t i = 0; i < count; ++i) buf[i] = input<float>(r, i);
-        coll::reduce_scatter_ring(cx, buf.data(), count);
-        const std::size_t off = coll::chunk_offset(count, p, r);
-        const std::size_t n = coll::chunk_count(count, p, r);
-        return as_bytes(std::vector<float>(buf.begin() + static_cast<long>(off),
-                                           buf.begin() + static_cast<long>(off + n)));
-      });
-      for (int r = 0; r < p; ++r) {
-        ASSERT_FALSE(res[static_cast<std::size_t>(r)].failed);
-        const auto chunk = from_bytes<float>(res[static_cast<std::size_t>(r)].out);
-        const std::size_t off = coll::chunk_offset(count, p, r);
-        ASSERT_EQ(chunk.size(), coll::chunk_count(count, p, r));
-        for (std::size_t i = 0; i < chunk.size(); ++i) {
-          ASSERT_EQ(chunk[i], exact_sum<float>(p, off + i)) << "p " << p << " rank " << r;
+      for (const int where : {0, 1}) {  // a separate output, this rank's chunk of the input
+        SCOPED_TRACE("p " + std::to_string(p) + " count " + std::to_string(count) + " where " +
+                     std::to_string(where));
+        const auto res = run_ranks(p, RunConfig{}, DType::kFloat32, [&](coll::Context& cx, int r) {
+          std::vector<float> buf(count);
+          for (std::size_t i = 0; i < count; ++i) buf[i] = input<float>(r, i);
+          const std::size_t off = coll::chunk_offset(count, p, r);
+          const std::size_t n = coll::chunk_count(count, p, r);
+          std::vector<float> sep(n, std::numeric_limits<float>::quiet_NaN());
+          float* out = where == 0 ? sep.data() : buf.data() + off;
+          coll::reduce_scatter_pairwise(cx, buf.data(), out, count);
+          return as_bytes(std::vector<float>(out, out + n));
+        });
+        for (int r = 0; r < p; ++r) {
+          const auto& rr = res[static_cast<std::size_t>(r)];
+          ASSERT_FALSE(rr.failed) << rr.message;
+          const auto chunk = from_bytes<float>(rr.out);
+          const std::size_t off = coll::chunk_offset(count, p, r);
+          ASSERT_EQ(chunk.size(), coll::chunk_count(count, p, r));
+          for (std::size_t i = 0; i < chunk.size(); ++i) {
+            ASSERT_EQ(chunk[i], exact_sum<float>(p, off + i)) << "rank " << r << " at " << i;
+          }
         }
       }
     }
+  }
+}
+
+// The ring reduce-scatter of a summable codec: each owner decodes the same summed codes the ring
+// all-reduce forwards, so its chunk equals that chunk of the all-reduce bit for bit, into a
+// separate output and in place at the input's start. Codecs that cannot add codes are refused.
+TEST(ReduceScatter, RingEqualsTheAllreducesChunk) {
+  for (const int p : {1, 2, 3, 4, 5, 8}) {
+    for (const std::size_t count :
+         {std::size_t{1}, std::size_t{5}, std::size_t{1000}, std::size_t{40001}}) {
+      SCOPED_TRACE("p " + std::to_string(p) + " count " + std::to_string(count));
+      RunConfig rc;
+      rc.codec = "maxnorm:bits=4";
+      rc.segment_elems = 3000;
+      rc.prepare = [&](codec::Codec& c, int) {
+        c.set_call(42, 7);
+        std::vector<std::vector<float>> xs(static_cast<std::size_t>(p), std::vector<float>(count));
+        for (int r = 0; r < p; ++r) {
+          for (std::size_t i = 0; i < count; ++i) xs[r][i] = smooth_input(r, i);
+        }
+        testing_support::agree(c, xs);
+      };
+      auto run = [&](int mode) {  // 0: all-reduce, 1: separate output, 2: in place at the start
+        return run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+          std::vector<float> buf(count);
+          for (std::size_t i = 0; i < count; ++i) buf[i] = smooth_input(r, i);
+          const std::size_t off = coll::chunk_offset(count, p, r);
+          const std::size_t n = coll::chunk_count(count, p, r);
+          if (mode == 0) {
+            coll::allreduce_ring(cx, buf.data(), buf.data(), count, false);
+            return as_bytes(std::vector<float>(buf.begin() + static_cast<long>(off),
+                                               buf.begin() + static_cast<long>(off + n)));
+          }
+          std::vector<float> sep(n, std::numeric_limits<float>::quiet_NaN());
+          float* out = mode == 1 ? sep.data() : buf.data();
+          coll::reduce_scatter_ring(cx, buf.data(), out, count);
+          return as_bytes(std::vector<float>(out, out + n));
+        });
+      };
+      const auto all = run(0);
+      for (const int mode : {1, 2}) {
+        const auto rs = run(mode);
+        for (int r = 0; r < p; ++r) {
+          const auto& a = all[static_cast<std::size_t>(r)];
+          const auto& b = rs[static_cast<std::size_t>(r)];
+          ASSERT_FALSE(a.failed || b.failed) << a.message << b.message;
+          EXPECT_TRUE(a.out == b.out) << "rank " << r << " mode " << mode;
+        }
+      }
+    }
+  }
+  const auto res = run_ranks(2, RunConfig{}, DType::kFloat32, [&](coll::Context& cx, int) {
+    std::vector<float> buf(10, 1.0f);
+    coll::reduce_scatter_ring(cx, buf.data(), buf.data(), buf.size());
+    return std::vector<std::byte>{};
+  });
+  for (const auto& r : res) {
+    EXPECT_TRUE(r.failed);
+    EXPECT_EQ(r.code, Status::kUnsupported);
   }
 }
 
