@@ -1,5 +1,6 @@
-// OSU-style latency driver for ccoll's all-reduce (and, built with CCOLL_BENCH_ALLGATHER, its
-// all-gather), with plain MPI measured in the same run as the baseline. Built with
+// OSU-style latency driver for ccoll's all-reduce (built with CCOLL_BENCH_ALLGATHER, its
+// all-gather; with CCOLL_BENCH_REDUCE_SCATTER, its reduce-scatter), with plain MPI measured in the
+// same run as the baseline. Built with
 // CCOLL_BENCH_GLOO it is the peer driver ccoll_gloo_allreduce: the same options, timing,
 // validation and output, with Gloo's all-reduce algorithms over its TCP transport in place of
 // ccoll's codecs (--codec ring,ring_chunked,halving_doubling); MPI only launches the ranks,
@@ -14,7 +15,9 @@
 // wire with the same schedule / bytes this codec puts there, plus the bytes it passes to its
 // own small all-reduces (agreement, scales, two-scale's mask) (summed over ranks, measured);
 // max relative error = max|result - exact| / max|exact|; busbw from uncompressed bytes
-// (nccl-tests: all-reduce algbw·2(p-1)/p, all-gather algbw·(p-1)/p).
+// (nccl-tests: all-reduce algbw·2(p-1)/p, all-gather and reduce-scatter algbw·(p-1)/p).
+// Sizes: all-reduce, the vector; all-gather, each rank's block; reduce-scatter, each rank's input
+// (as OSU's osu_reduce_scatter: every rank receives size / ranks of it).
 #include <getopt.h>
 #include <mpi.h>
 
@@ -46,16 +49,25 @@ namespace {
 
 #if defined(CCOLL_BENCH_GLOO)
 constexpr bool kAllgather = false;
+constexpr bool kReduceScatter = false;
 constexpr bool kGloo = true;
 constexpr const char* kTitle = "OSU Gloo Allreduce Latency Test";
 constexpr const char* kProgram = "ccoll_gloo_allreduce";
 #elif defined(CCOLL_BENCH_ALLGATHER)
 constexpr bool kAllgather = true;
+constexpr bool kReduceScatter = false;
 constexpr bool kGloo = false;
 constexpr const char* kTitle = "OSU MPI Allgather Latency Test";
 constexpr const char* kProgram = "ccoll_osu_allgather";
+#elif defined(CCOLL_BENCH_REDUCE_SCATTER)
+constexpr bool kAllgather = false;
+constexpr bool kReduceScatter = true;
+constexpr bool kGloo = false;
+constexpr const char* kTitle = "OSU MPI Reduce_scatter Latency Test";
+constexpr const char* kProgram = "ccoll_osu_reduce_scatter";
 #else
 constexpr bool kAllgather = false;
+constexpr bool kReduceScatter = false;
 constexpr bool kGloo = false;
 constexpr const char* kTitle = "OSU MPI Allreduce Latency Test";
 constexpr const char* kProgram = "ccoll_osu_allreduce";
@@ -109,7 +121,9 @@ void usage() {
           : "  --codec SPEC                  ccoll codec spec (repeatable; a comma list of plain\n"
             "                                names works too). Default: none\n"
             "  --algorithm auto|ring|tree|allgather|sra  ccoll schedule (default auto)\n",
-      kAllgather ? "Allgather" : "Allreduce");
+      kAllgather       ? "Allgather"
+      : kReduceScatter ? "Reduce_scatter_block"
+                       : "Allreduce");
 }
 
 [[noreturn]] void fail(const std::string& msg) {
@@ -269,6 +283,7 @@ Timing time_op(int iterations, int warmup, Op&& op) {
 double busbw_gbps(std::size_t bytes, double us) {
   const double p = size_;
   if (kAllgather) return p * static_cast<double>(bytes) / (us * 1e3) * (p - 1) / p;
+  if (kReduceScatter) return static_cast<double>(bytes) / (us * 1e3) * (p - 1) / p;
   return static_cast<double>(bytes) / (us * 1e3) * 2 * (p - 1) / p;
 }
 
@@ -282,6 +297,9 @@ std::size_t wire_bytes(const std::string& codec, const std::string& algorithm,
   if (kAllgather) {
     ccoll::compressed_allgather(send.data(), send.size(), recv.data(), MPI_FLOAT, MPI_COMM_WORLD,
                                 opt);
+  } else if (kReduceScatter) {
+    ccoll::compressed_reduce_scatter(send.data(), recv.data(), recv.size(), MPI_FLOAT, MPI_SUM,
+                                     MPI_COMM_WORLD, opt);
   } else {
     ccoll::compressed_allreduce(send.data(), recv.data(), send.size(), MPI_FLOAT, MPI_SUM,
                                 MPI_COMM_WORLD, opt);
@@ -347,7 +365,9 @@ int main(int argc, char** argv) {
 #else
     {
       std::printf("# %s (ccoll %s: %d ranks, MPI_FLOAT, %s)\n", kTitle, ccoll::version(), size_,
-                  kAllgather ? "bytes per rank" : "MPI_SUM");
+                  kAllgather       ? "bytes per rank"
+                  : kReduceScatter ? "MPI_SUM, bytes of each rank's input"
+                                   : "MPI_SUM");
     }
 #endif
     std::printf("# %-10s %-26s %15s", "Size", "Codec", "Avg Latency(us)");
@@ -360,13 +380,19 @@ int main(int argc, char** argv) {
   std::mt19937 gen(1234u + static_cast<unsigned>(rank_));
   std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
   for (std::size_t bytes = args.min_bytes; bytes <= args.max_bytes; bytes *= 2) {
-    const std::size_t count = std::max<std::size_t>(1, bytes / sizeof(float));
+    // reduce-scatter: each rank's input of `count` elements, recvcount of them received
+    const std::size_t recvcount =
+        std::max<std::size_t>(1, bytes / sizeof(float) / static_cast<std::size_t>(size_));
+    const std::size_t count = kReduceScatter ? recvcount * static_cast<std::size_t>(size_)
+                                             : std::max<std::size_t>(1, bytes / sizeof(float));
     const bool small = bytes <= 8192;
     const int iters = args.iterations > 0 ? args.iterations : (small ? 1000 : 100);
     const int warm = args.warmup >= 0 ? args.warmup : (small ? 100 : 10);
     std::vector<float> send(count);
     for (auto& v : send) v = dist(gen);
-    const std::size_t out_count = kAllgather ? count * static_cast<std::size_t>(size_) : count;
+    const std::size_t out_count = kAllgather       ? count * static_cast<std::size_t>(size_)
+                                  : kReduceScatter ? recvcount
+                                                   : count;
     std::vector<float> recv(out_count);
 
     // exact reference (double) and Σ_i max|x_i| for the error bound
@@ -376,6 +402,9 @@ int main(int argc, char** argv) {
       if (kAllgather) {
         MPI_Allgather(mine.data(), static_cast<int>(count), MPI_DOUBLE, exact.data(),
                       static_cast<int>(count), MPI_DOUBLE, MPI_COMM_WORLD);
+      } else if (kReduceScatter) {
+        MPI_Reduce_scatter_block(mine.data(), exact.data(), static_cast<int>(recvcount), MPI_DOUBLE,
+                                 MPI_SUM, MPI_COMM_WORLD);
       } else {
         MPI_Allreduce(mine.data(), exact.data(), static_cast<int>(count), MPI_DOUBLE, MPI_SUM,
                       MPI_COMM_WORLD);
@@ -402,6 +431,9 @@ int main(int argc, char** argv) {
       if (kAllgather) {
         MPI_Allgather(send.data(), static_cast<int>(count), MPI_FLOAT, recv.data(),
                       static_cast<int>(count), MPI_FLOAT, MPI_COMM_WORLD);
+      } else if (kReduceScatter) {
+        MPI_Reduce_scatter_block(send.data(), recv.data(), static_cast<int>(recvcount), MPI_FLOAT,
+                                 MPI_SUM, MPI_COMM_WORLD);
       } else {
         MPI_Allreduce(send.data(), recv.data(), static_cast<int>(count), MPI_FLOAT, MPI_SUM,
                       MPI_COMM_WORLD);
@@ -479,6 +511,9 @@ int main(int argc, char** argv) {
         if (kAllgather) {
           ccoll::compressed_allgather(send.data(), count, recv.data(), MPI_FLOAT, MPI_COMM_WORLD,
                                       opt);
+        } else if (kReduceScatter) {
+          ccoll::compressed_reduce_scatter(send.data(), recv.data(), recvcount, MPI_FLOAT, MPI_SUM,
+                                           MPI_COMM_WORLD, opt);
         } else {
           ccoll::compressed_allreduce(send.data(), recv.data(), count, MPI_FLOAT, MPI_SUM,
                                       MPI_COMM_WORLD, opt);
@@ -504,7 +539,8 @@ int main(int argc, char** argv) {
       // against x alone (reported only)
       double bound = -1;
       if (args.validate && !ccoll::describe_codec(codec, size_).stateful) {
-        // all-gather: every element went through one encode; all-reduce: the documented bound
+        // all-gather: every element went through one encode; all-reduce: the documented bound,
+        // which holds for a reduce-scatter too (it quantizes no more often)
         bound = ccoll::describe_codec(codec, size_).error_bound * sum_max;
         if (kAllgather) {
           double global_max = 0;

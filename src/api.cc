@@ -43,6 +43,13 @@ void compressed_allgather(const void* sendbuf, std::size_t sendcount, void* recv
                             sendcount, datatype, MPI_SUM, comm, options});
 }
 
+void compressed_reduce_scatter(const void* sendbuf, void* recvbuf, std::size_t recvcount,
+                               MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                               const Options& options) {
+  run_and_report(call::Call{call::Kind::kReduceScatter, "compressed_reduce_scatter", sendbuf,
+                            recvbuf, recvcount, datatype, op, comm, options});
+}
+
 CodecInfo describe_codec(const std::string& spec_text, int ranks) {
   if (ranks < 1) {
     throw Error(Status::kInvalidArgument,

@@ -90,6 +90,14 @@ ccoll_status_t ccoll_allgather(const void* sendbuf, size_t sendcount, void* recv
   });
 }
 
+ccoll_status_t ccoll_reduce_scatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                    MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                    const ccoll_options_t* options) {
+  return guarded(options, [&](const ccoll::Options& opt) {
+    ccoll::compressed_reduce_scatter(sendbuf, recvbuf, recvcount, datatype, op, comm, opt);
+  });
+}
+
 const char* ccoll_status_string(ccoll_status_t status) {
   return ccoll::status_string(static_cast<ccoll::Status>(status));
 }

@@ -172,7 +172,10 @@ Plan& CommContext::plan(const PlanKey& key, const CodecSpec& spec) {
   ++(key.tensor_key != 0 ? stateful_ : stateless_);
   evict();
   log(LogLevel::kInfo, rank(),
-      "new plan: " + std::string(key.kind == 0 ? "allreduce" : "allgather") +
+      "new plan: " +
+          std::string(key.kind == 0   ? "allreduce"
+                      : key.kind == 1 ? "allgather"
+                                      : "reduce_scatter") +
           " count=" + std::to_string(key.count) + " codec=" + key.codec);
   return plans_.front();
 }

@@ -24,7 +24,7 @@ namespace ccoll {
 
 /// What a plan is for; plans with equal keys share codec instance and workspace.
 struct PlanKey {
-  int kind = 0;  // 0 all-reduce, 1 all-gather
+  int kind = 0;  // call::Kind: 0 all-reduce, 1 all-gather, 2 reduce-scatter
   std::size_t count = 0;
   codec::DType dtype = codec::DType::kFloat32;
   std::string codec;             // canonical spec

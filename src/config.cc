@@ -103,16 +103,18 @@ PreloadConfig read_preload() {
       }
     }
     if (const std::string v = getenv_str("CCOLL_INTERCEPT"); !v.empty()) {
-      c.allreduce = c.allgather = false;
+      c.allreduce = c.allgather = c.reduce_scatter = false;
       std::stringstream in(v);
       for (std::string item; std::getline(in, item, ',');) {
         if (item == "allreduce") {
           c.allreduce = true;
         } else if (item == "allgather") {
           c.allgather = true;
+        } else if (item == "reduce_scatter") {
+          c.reduce_scatter = true;
         } else {
           bad("CCOLL_INTERCEPT: unknown collective '" + item +
-              "' (valid: allreduce, allgather, comma-separated)");
+              "' (valid: allreduce, allgather, reduce_scatter, comma-separated)");
         }
       }
     }

@@ -20,7 +20,8 @@
 //   CCOLL_CODEC          (also) set: compress; unset: pass every call to MPI
 //   CCOLL_MIN_BYTES      (also) default 1024 there, so that scalars stay exact
 //   CCOLL_EXCLUDE_COMM_SIZE  comma-separated communicator sizes never compressed
-//   CCOLL_INTERCEPT      which collectives: allreduce, allgather (comma-separated; default both)
+//   CCOLL_INTERCEPT      which collectives: allreduce, allgather, reduce_scatter (comma-separated;
+//                        default all three)
 //   CCOLL_STATS          1: print per-communicator statistics at MPI_Finalize
 //   CCOLL_STATE_BY_BUFFER  1: the program's receive buffers identify its tensors, so stateful
 //                        codecs (ef=1, temporal, dq) may key their state by (buffer, count);
@@ -63,6 +64,7 @@ struct PreloadConfig {
   std::set<int> excluded_sizes;  ///< CCOLL_EXCLUDE_COMM_SIZE
   bool allreduce = true;         ///< CCOLL_INTERCEPT
   bool allgather = true;
+  bool reduce_scatter = true;    ///< MPI_Reduce_scatter_block, MPI_Reduce_scatter (equal counts)
   bool stats = false;            ///< CCOLL_STATS=1
   bool state_by_buffer = false;  ///< CCOLL_STATE_BY_BUFFER=1: stateful codecs allowed
   std::string error;             ///< a malformed variable: reported by every compressing call

@@ -1,6 +1,7 @@
 // libccoll_mpi: compressed collectives for unmodified MPI programs, through the MPI profiling
 // interface. Loaded with LD_PRELOAD (or linked before libmpi), it defines MPI_Allreduce,
-// MPI_Allgather and MPI_Finalize and their Fortran (mpif.h / `use mpi`) entry points.
+// MPI_Allgather, MPI_Reduce_scatter_block, MPI_Reduce_scatter and MPI_Finalize and their Fortran
+// (mpif.h / `use mpi`) entry points.
 //
 // A call is compressed only when CCOLL_CODEC is set and ccoll can do it correctly: contiguous
 // MPI_FLOAT/MPI_DOUBLE (Fortran REAL*4/REAL*8) with MPI_SUM on an intra-communicator, at least
@@ -12,6 +13,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -176,6 +178,24 @@ const void* fortran_buffer(const void* p) {
   return p;
 }
 
+// Whether a reduce-scatter of `recvcount` elements per rank of `datatype` (every rank the same)
+// is compressed: eligible() weighs what each rank sends, recvcount × size elements.
+bool reduce_scatter_eligible(int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
+  if (!config().reduce_scatter || op != MPI_SUM || comm == MPI_COMM_NULL) return false;
+  int size = 0;
+  PMPI_Comm_size(comm, &size);
+  const long long total = static_cast<long long>(recvcount) * size;
+  return total <= INT_MAX && eligible(comm, static_cast<int>(total), ccoll_type(datatype));
+}
+
+int run_reduce_scatter(const char* fn, const void* sendbuf, void* recvbuf, int recvcount,
+                       MPI_Datatype datatype, MPI_Comm comm) {
+  return run_ccoll(comm, fn, [&](const ccoll::Options& opt) {
+    ccoll::compressed_reduce_scatter(sendbuf, recvbuf, static_cast<std::size_t>(recvcount),
+                                     ccoll_type(datatype), MPI_SUM, comm, opt);
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -216,6 +236,42 @@ __attribute__((visibility("default"))) int MPI_Allgather(const void* sendbuf, in
   });
 }
 
+__attribute__((visibility("default"))) int MPI_Reduce_scatter_block(const void* sendbuf,
+                                                                    void* recvbuf, int recvcount,
+                                                                    MPI_Datatype datatype,
+                                                                    MPI_Op op, MPI_Comm comm) {
+  if (inside_ccoll || !reduce_scatter_eligible(recvcount, datatype, op, comm)) {
+    if (!inside_ccoll) count_passed(comm);
+    return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
+  }
+  return run_reduce_scatter("MPI_Reduce_scatter_block", sendbuf, recvbuf, recvcount, datatype,
+                            comm);
+}
+
+// MPI_Reduce_scatter with every count equal is compressed as MPI_Reduce_scatter_block; other
+// counts, and every call that is not compressed, go to PMPI_Reduce_scatter itself (its results
+// bit for bit). recvcounts must be equal on every rank (MPI), so all ranks take the same path.
+__attribute__((visibility("default"))) int MPI_Reduce_scatter(const void* sendbuf, void* recvbuf,
+                                                              const int recvcounts[],
+                                                              MPI_Datatype datatype, MPI_Op op,
+                                                              MPI_Comm comm) {
+  if (inside_ccoll) return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+  bool equal = false;
+  int inter = 0;
+  if (comm != MPI_COMM_NULL && recvcounts != nullptr &&
+      PMPI_Comm_test_inter(comm, &inter) == MPI_SUCCESS && inter == 0) {
+    int size = 0;
+    PMPI_Comm_size(comm, &size);
+    equal = size > 0 &&
+            std::all_of(recvcounts, recvcounts + size, [&](int c) { return c == recvcounts[0]; });
+  }
+  if (!equal || !reduce_scatter_eligible(recvcounts[0], datatype, op, comm)) {
+    count_passed(comm);
+    return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+  }
+  return run_reduce_scatter("MPI_Reduce_scatter", sendbuf, recvbuf, recvcounts[0], datatype, comm);
+}
+
 __attribute__((visibility("default"))) int MPI_Finalize(void) {
   if (config().stats) print_stats();
   return PMPI_Finalize();
@@ -240,6 +296,15 @@ __attribute__((visibility("default"))) int MPI_Finalize(void) {
                       *recvcount, MPI_Type_f2c(*recvtype), MPI_Comm_f2c(*comm));                  \
     if (ierr != nullptr) *ierr = rc;                                                              \
   }
+#define CCOLL_FORTRAN_REDUCE_SCATTER_BLOCK(name)                                                   \
+  __attribute__((visibility("default"))) void name(void* sendbuf, void* recvbuf,                   \
+                                                   MPI_Fint* recvcount, MPI_Fint* datatype,        \
+                                                   MPI_Fint* op, MPI_Fint* comm, MPI_Fint* ierr) { \
+    const int rc =                                                                                 \
+        MPI_Reduce_scatter_block(fortran_buffer(sendbuf), recvbuf, *recvcount,                     \
+                                 MPI_Type_f2c(*datatype), MPI_Op_f2c(*op), MPI_Comm_f2c(*comm));   \
+    if (ierr != nullptr) *ierr = rc;                                                               \
+  }
 #define CCOLL_FORTRAN_FINALIZE(name)                                 \
   __attribute__((visibility("default"))) void name(MPI_Fint* ierr) { \
     const int rc = MPI_Finalize();                                   \
@@ -253,6 +318,10 @@ CCOLL_FORTRAN_ALLGATHER(mpi_allgather_)
 CCOLL_FORTRAN_ALLGATHER(mpi_allgather__)
 CCOLL_FORTRAN_ALLGATHER(mpi_allgather)
 CCOLL_FORTRAN_ALLGATHER(MPI_ALLGATHER)
+CCOLL_FORTRAN_REDUCE_SCATTER_BLOCK(mpi_reduce_scatter_block_)
+CCOLL_FORTRAN_REDUCE_SCATTER_BLOCK(mpi_reduce_scatter_block__)
+CCOLL_FORTRAN_REDUCE_SCATTER_BLOCK(mpi_reduce_scatter_block)
+CCOLL_FORTRAN_REDUCE_SCATTER_BLOCK(MPI_REDUCE_SCATTER_BLOCK)
 CCOLL_FORTRAN_FINALIZE(mpi_finalize_)
 CCOLL_FORTRAN_FINALIZE(mpi_finalize__)
 CCOLL_FORTRAN_FINALIZE(mpi_finalize)

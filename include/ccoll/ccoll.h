@@ -56,10 +56,10 @@ typedef struct ccoll_options {
   const char* algorithm; /**< "auto", "ring", "tree", "allgather", "sra"; NULL: "auto". */
   uint64_t key;          /**< Per-tensor state key; 0: derived from (recvbuf, count). */
   uint64_t seed;         /**< Shared RNG seed of stochastic codecs. */
-  int average;           /**< All-reduce: non-zero divides the sum by the rank count. */
-  ccoll_stats_t* stats;  /**< Filled when not NULL. */
-  double lr;             /**< Learning-rate hint (dq); 0: none. */
-  void* cuda_stream;     /**< Device buffers: the cudaStream_t to order after; NULL: default. */
+  int average; /**< All-reduce, reduce-scatter: non-zero divides the sum by the rank count. */
+  ccoll_stats_t* stats; /**< Filled when not NULL. */
+  double lr;            /**< Learning-rate hint (dq); 0: none. */
+  void* cuda_stream;    /**< Device buffers: the cudaStream_t to order after; NULL: default. */
 } ccoll_options_t;
 
 /** Sets every field of `options` to its default. */
@@ -74,6 +74,11 @@ CCOLL_C_API ccoll_status_t ccoll_allreduce(const void* sendbuf, void* recvbuf, s
 CCOLL_C_API ccoll_status_t ccoll_allgather(const void* sendbuf, size_t sendcount, void* recvbuf,
                                            MPI_Datatype datatype, MPI_Comm comm,
                                            const ccoll_options_t* options);
+
+/** C twin of ccoll::compressed_reduce_scatter. `options` may be NULL (defaults). */
+CCOLL_C_API ccoll_status_t ccoll_reduce_scatter(const void* sendbuf, void* recvbuf,
+                                                size_t recvcount, MPI_Datatype datatype, MPI_Op op,
+                                                MPI_Comm comm, const ccoll_options_t* options);
 
 /** Short description of a status code; never NULL. */
 CCOLL_C_API const char* ccoll_status_string(ccoll_status_t status);

@@ -40,8 +40,9 @@ struct Stats {
   /// fixed-width quantizer's width; 0 for casts, sparse codecs and uncompressed calls.
   unsigned bits = 0;
   std::string codec;  ///< Canonical spec of the codec used ("none" when uncompressed).
-  std::string
-      algorithm;  ///< Schedule used: "ring", "tree", "allgather", "sra", "local" (1 rank), "mpi".
+  /// Schedule used: "ring", "tree", "allgather", "sra", "pairwise" (reduce-scatter of a codec
+  /// that cannot add codes), "local" (1 rank), "mpi".
+  std::string algorithm;
   /// How the data moved: "host" (host buffers), "staged" (device buffers: the codec ran on the
   /// GPU and only payloads crossed to the host for MPI), "host-copy" (device buffers copied
   /// whole to the host and back, the codec on the CPU: codecs without device kernels, or
@@ -74,7 +75,7 @@ struct Options {
   std::uint64_t key = 0;
   /// Seed of the shared random stream of stochastic codecs; must be equal on all ranks.
   std::uint64_t seed = 0;
-  /// All-reduce only: divide the sum by the number of ranks (needs op == MPI_SUM).
+  /// All-reduce and reduce-scatter: divide the sum by the number of ranks (needs op == MPI_SUM).
   bool average = false;
   /// Learning-rate hint for codecs that adapt to it (dq); 0: none. Must be equal on all ranks.
   double lr = 0;
@@ -109,6 +110,25 @@ CCOLL_API void compressed_allreduce(const void* sendbuf, void* recvbuf, std::siz
 CCOLL_API void compressed_allgather(const void* sendbuf, std::size_t sendcount, void* recvbuf,
                                     MPI_Datatype datatype, MPI_Comm comm,
                                     const Options& options = {});
+
+/// Reduce-scatter with MPI_Reduce_scatter_block's semantics: the sum (or with Options::average
+/// the mean) of every rank's `recvcount` × size elements is split in size blocks, and rank r
+/// receives block r (elements [r·recvcount, (r+1)·recvcount)) in `recvbuf`, compressing what
+/// travels.
+/// - `sendbuf` holds recvcount × size elements and must not overlap `recvbuf`; or MPI_IN_PLACE:
+///   the input is `recvbuf` (recvcount × size elements), and the result is written to its first
+///   recvcount elements (the rest is left with unspecified contents).
+/// - Summable codecs (maxnorm) add codes on the ring and each owner decodes its block once;
+///   every other codec sends each rank's contribution to each block's owner once, encoded, and
+///   the owner adds them to its own contribution, exact (algorithm "pairwise" in Stats). So
+///   each contribution is quantized once, whatever the rank count. Options::algorithm: "auto",
+///   or "ring" (summable codecs), "sra" (the others).
+/// - Datatypes MPI_FLOAT, MPI_DOUBLE; op MPI_SUM. Codecs: all but temporal (whose output
+///   transform needs the whole all-reduce result). ef=1 keeps per-tensor state as the all-reduce
+///   does (Options::key). Throws ccoll::Error on every rank for bad or mismatched arguments.
+CCOLL_API void compressed_reduce_scatter(const void* sendbuf, void* recvbuf, std::size_t recvcount,
+                                         MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                         const Options& options = {});
 
 /// What a codec spec string means; see describe_codec().
 struct CodecInfo {

@@ -87,7 +87,7 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
                     " was rejected on rank " + show_number(v[kErrRank]) +
                     " (see that rank's error); no data was exchanged");
   }
-  check_pair(v, kCount, fn, m.allreduce ? "count" : "sendcount", show_number);
+  check_pair(v, kCount, fn, m.count_name, show_number);
   check_pair(v, kDtype, fn, "datatype", [](double x) {
     return std::string(codec::dtype_name(static_cast<codec::DType>(static_cast<int>(x))));
   });

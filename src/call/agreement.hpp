@@ -22,7 +22,7 @@ namespace ccoll::call {
 struct Proposal {
   const LocalError* bad = nullptr;
   int rank = 0;
-  bool allreduce = true;
+  const char* count_name = "count";  ///< the count argument's name in messages
   std::size_t count = 0;
   codec::DType dtype = codec::DType::kFloat32;
   const std::string* codec = nullptr;  ///< the canonical spec

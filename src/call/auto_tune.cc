@@ -88,15 +88,21 @@ bool run_auto(const Call& call, Stats& stats) {
     const bool allreduce = call.allreduce();
     codec::DType dtype = codec::DType::kFloat32;
     if (!codec_dtype(call.datatype, dtype)) return false;
-    if ((allreduce && call.op != MPI_SUM) || (!allreduce && call.options.average)) return false;
+    if ((call.reduces() && call.op != MPI_SUM) || (!call.reduces() && call.options.average)) {
+      return false;
+    }
     if (call.count == 0 || call.recvbuf == nullptr || call.count > INT_MAX) return false;
     if (call.sendbuf == nullptr) return false;
     if (gpu::Backend* b = gpu::backend();
-        b != nullptr && (b->is_device_pointer(call.recvbuf) ||
-                         (!call.in_place() && b->is_device_pointer(call.sendbuf)))) {
-      // device buffers: auto's codec untuned, or below kAutoMinBytes, where compression does
-      // not pay on the host either, no codec (docs/design.md)
-      const bool small = call.count * codec::dtype_size(dtype) < kAutoMinBytes;
+        call.reduce_scatter() ||
+        (b != nullptr && (b->is_device_pointer(call.recvbuf) ||
+                          (!call.in_place() && b->is_device_pointer(call.sendbuf))))) {
+      // device buffers and reduce-scatters: auto's codec untuned, or below kAutoMinBytes (of
+      // this rank's input), where compression does not pay on the host either, no codec
+      // (docs/design.md)
+      int ranks = 1;
+      if (call.reduce_scatter()) CCOLL_MPI_CHECK(MPI_Comm_size(call.comm, &ranks));
+      const bool small = call.input_count(ranks) * codec::dtype_size(dtype) < kAutoMinBytes;
       started = true;  // run_call() reports its own errors on every rank
       run_with(call, stats, small ? none_spec() : spec);
       return true;

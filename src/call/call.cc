@@ -89,7 +89,7 @@ void check_communicator(const Call& call) {
 
 Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
   const Options& opt = call.options;
-  const bool allreduce = call.allreduce();
+  const bool reduces = call.reduces();
   Checked c;
   LocalError& bad = c.bad;
   try {
@@ -104,16 +104,18 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
   }
   const std::size_t es = codec::dtype_size(c.dtype);
   c.elem_bytes = es;
-  if (allreduce && call.op != MPI_SUM) {
+  if (reduces && call.op != MPI_SUM) {
     bad.set(kArgOp, Status::kUnsupported,
             "op: " + op_name(call.op) +
                 " is not supported (valid: MPI_SUM; set Options::average for the mean)");
   }
-  if (!allreduce && opt.average) {
+  if (!reduces && opt.average) {
     bad.set(kArgAverage, Status::kInvalidArgument,
-            "average: only compressed_allreduce can average (valid: false)");
+            "average: only the reductions (compressed_allreduce, compressed_reduce_scatter) can "
+            "average (valid: false)");
   }
-  c.total = allreduce ? call.count : call.count * static_cast<std::size_t>(p);
+  c.total = call.kind == Kind::kAllgather ? call.count * static_cast<std::size_t>(p) : call.count;
+  c.in_total = call.input_count(p);
   if (call.count > (std::size_t{1} << 60) / es / static_cast<std::size_t>(p)) {
     bad.set(kArgCount, Status::kInvalidArgument,
             "count: " + std::to_string(call.count) + " elements overflows the buffer size");
@@ -147,7 +149,7 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
                   " (valid: buffers on the current device; call cudaSetDevice(" + d +
                   ") before ccoll)");
     }
-    if (!call.in_place() && overlaps(call.sendbuf, call.count * es, call.recvbuf, c.total * es)) {
+    if (!call.in_place() && overlaps(call.sendbuf, c.in_total * es, call.recvbuf, c.total * es)) {
       bad.set(kArgSendbuf, Status::kInvalidArgument,
               "sendbuf: overlaps recvbuf (pass MPI_IN_PLACE for in-place operation)");
     }
@@ -167,11 +169,11 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
       bad.set(kArgCodec, e.code(), e.message());
     }
   }
-  if (!allreduce && bad.ok() && c.spec.allreduce_only) {
+  if (!call.allreduce() && bad.ok() && c.spec.allreduce_only) {
     bad.set(kArgCodec, Status::kUnsupported,
-            "codec: " + c.spec.canonical +
-                " transforms all-reduce outputs and has no all-gather form (valid for "
-                "compressed_allgather: any codec but temporal)");
+            "codec: " + c.spec.canonical + " transforms all-reduce outputs and has no " +
+                (call.reduce_scatter() ? "reduce-scatter" : "all-gather") + " form (valid for " +
+                call.fn + ": any codec but temporal)");
   }
   try {
     c.algorithm = coll::parse_algorithm(
@@ -179,13 +181,30 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
   } catch (const Error& e) {
     bad.set(kArgAlgorithm, e.code(), e.message());
   }
-  if (!allreduce && (c.algorithm == coll::Algorithm::kAllgather ||
-                     c.algorithm == coll::Algorithm::kScatterReduce)) {
+  if (call.reduce_scatter() && bad.ok()) {
+    // the owner's chunk: codes added on the ring (summable codecs) or pairwise contributions
+    const bool summable = make_codec(c.spec, c.dtype)->capabilities().summable;
+    const bool ok = c.algorithm == coll::Algorithm::kAuto ||
+                    (c.algorithm == coll::Algorithm::kRing && summable) ||
+                    (c.algorithm == coll::Algorithm::kScatterReduce && !summable);
+    if (!ok) {
+      bad.set(
+          kArgAlgorithm,
+          c.algorithm == coll::Algorithm::kRing || c.algorithm == coll::Algorithm::kScatterReduce
+              ? Status::kUnsupported
+              : Status::kInvalidArgument,
+          std::string("algorithm: '") + coll::algorithm_name(c.algorithm) + "' with " +
+              c.spec.canonical + " (valid for compressed_reduce_scatter with it: auto, " +
+              (summable ? "ring" : "sra") + ")");
+    }
+  }
+  if (call.kind == Kind::kAllgather && (c.algorithm == coll::Algorithm::kAllgather ||
+                                        c.algorithm == coll::Algorithm::kScatterReduce)) {
     bad.set(kArgAlgorithm, Status::kInvalidArgument,
             std::string("algorithm: '") + coll::algorithm_name(c.algorithm) +
                 "' is an all-reduce schedule (valid for compressed_allgather: auto, ring, tree)");
   }
-  if (allreduce && bad.ok() && c.algorithm == coll::Algorithm::kScatterReduce &&
+  if (call.allreduce() && bad.ok() && c.algorithm == coll::Algorithm::kScatterReduce &&
       make_codec(c.spec, c.dtype)->capabilities().summable) {
     // its shared scales cover single contributions, not the owners' sums
     bad.set(kArgAlgorithm, Status::kUnsupported,

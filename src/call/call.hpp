@@ -18,7 +18,7 @@
 
 namespace ccoll::call {
 
-enum class Kind { kAllreduce, kAllgather };
+enum class Kind { kAllreduce, kAllgather, kReduceScatter };
 
 /// A collective as the caller passed it.
 struct Call {
@@ -26,7 +26,7 @@ struct Call {
   const char* fn;       ///< the entry point's name, the prefix of every message
   const void* sendbuf;  ///< run_call() points these at host staging buffers on the host-copy path
   void* recvbuf;
-  std::size_t count;
+  std::size_t count;  ///< all-gather: sendcount; reduce-scatter: recvcount
   MPI_Datatype datatype;
   MPI_Op op;
   MPI_Comm comm;
@@ -35,11 +35,18 @@ struct Call {
   const CodecSpec* spec = nullptr;
 
   bool allreduce() const { return kind == Kind::kAllreduce; }
+  bool reduce_scatter() const { return kind == Kind::kReduceScatter; }
+  /// The call adds the ranks' inputs (all-reduce, reduce-scatter): op and average apply.
+  bool reduces() const { return kind != Kind::kAllgather; }
   bool in_place() const { return sendbuf == MPI_IN_PLACE; }
-  /// Bytes before this rank's block of recvbuf: 0 for an all-reduce, rank·count elements for an
-  /// all-gather.
+  /// Elements of this rank's input on `ranks` ranks: count, or for a reduce-scatter count·ranks.
+  std::size_t input_count(int ranks) const {
+    return reduce_scatter() ? count * static_cast<std::size_t>(ranks) : count;
+  }
+  /// Bytes before this rank's block of recvbuf: rank·count elements for an all-gather, else 0
+  /// (a reduce-scatter's input in place is all of recvbuf, and its output recvbuf's start).
   std::size_t own_offset(std::size_t elem_bytes, int rank) const {
-    return allreduce() ? 0 : static_cast<std::size_t>(rank) * count * elem_bytes;
+    return kind == Kind::kAllgather ? static_cast<std::size_t>(rank) * count * elem_bytes : 0;
   }
   /// This rank's block of recvbuf.
   std::byte* own_block(std::size_t elem_bytes, int rank) const {
@@ -107,7 +114,8 @@ struct Checked {
   EnvConfig env;
   codec::DType dtype = codec::DType::kFloat32;
   std::size_t elem_bytes = 4;
-  std::size_t total = 0;  ///< elements of recvbuf the call writes
+  std::size_t total = 0;     ///< elements of recvbuf the call writes
+  std::size_t in_total = 0;  ///< elements of this rank's input (Call::input_count)
   CodecSpec spec;
   coll::Algorithm algorithm = coll::Algorithm::kAuto;
 };

@@ -11,13 +11,22 @@
 namespace ccoll::call {
 namespace {
 
+// The host copy of recvbuf: what the call writes, or in place what it reads if more.
+std::size_t staged_recv_bytes(const Call& call, const Placement& pl, const CommContext& ctx,
+                              std::size_t es) {
+  // a reduce-scatter in place reads all of recvbuf, more than it writes
+  const std::size_t in = call.in_place() ? call.input_count(ctx.size()) * es : 0;
+  return in > pl.out_bytes ? in : pl.out_bytes;
+}
+
 // The host-copy path: this rank's input copied from the device into pinned host buffers, and
 // `call` pointed at them (in-place calls stay in place). run_call() copies the output back.
 void stage_in(Call& call, Placement& pl, CommContext& ctx, std::size_t es) {
   gpu::Backend& b = *pl.device;
-  const std::size_t bytes = call.count * es;
+  const std::size_t bytes = call.input_count(ctx.size()) * es;
   const std::size_t own_at = call.own_offset(es, ctx.rank());
-  auto* recv = static_cast<std::byte*>(ctx.stage_recv().get(b, pl.out_bytes, true));
+  auto* recv =
+      static_cast<std::byte*>(ctx.stage_recv().get(b, staged_recv_bytes(call, pl, ctx, es), true));
   if (call.in_place()) {
     b.copy(recv + own_at, static_cast<const std::byte*>(call.recvbuf) + own_at, bytes);
   } else {
@@ -97,7 +106,9 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
       compress && has_device_kernels(c.spec, c.dtype) &&
       (c.algorithm == coll::Algorithm::kAuto || c.algorithm == coll::Algorithm::kRing ||
        (c.algorithm == coll::Algorithm::kScatterReduce && transport != "nccl"));
-  const bool nccl = kernels && transport == "nccl";
+  // the reduce-scatter's schedules do not run in lock step: under CCOLL_TRANSPORT=nccl it
+  // takes the staged path
+  const bool nccl = kernels && transport == "nccl" && !call.reduce_scatter();
   // an NCCL communicator belongs to the device it was made on
   if (coll::Transport* t = ctx.nccl_transport_if_made();
       nccl && !pl.device->host_accessible() && t != nullptr &&
@@ -136,8 +147,10 @@ void fall_back_to_host_copy(Call& call, Placement& pl, CommContext& ctx, std::si
   } catch (const Error& e) {
     error = e.message();
     code = e.code();
-    call.recvbuf = ctx.stage_recv().get(*pl.device, pl.out_bytes, true);
-    if (!call.in_place()) call.sendbuf = ctx.stage_send().get(*pl.device, call.count * es, true);
+    call.recvbuf = ctx.stage_recv().get(*pl.device, staged_recv_bytes(call, pl, ctx, es), true);
+    if (!call.in_place()) {
+      call.sendbuf = ctx.stage_send().get(*pl.device, call.input_count(ctx.size()) * es, true);
+    }
   }
 }
 

@@ -42,8 +42,8 @@ Prepared prepare_plan(const Call& call, Placement& pl, Checked& c, CommContext& 
   Prepared out;
   try {
     PlanKey key;
-    key.kind = call.allreduce() ? 0 : 1;
-    key.count = call.count;
+    key.kind = static_cast<int>(call.kind);
+    key.count = c.in_total;
     key.dtype = c.dtype;
     key.codec = c.spec.canonical;
     // Stateful codecs keep state per tensor: Options::key, or the receive buffer and count.
@@ -68,10 +68,10 @@ Prepared prepare_plan(const Call& call, Placement& pl, Checked& c, CommContext& 
     }
     codec::Codec& codec = pl.kernels() ? *plan->device_codec : *plan->codec;
     if (!codec.capabilities().lossless) {
-      const std::size_t nscales = codec.scale_slots(call.count);
+      const std::size_t nscales = codec.scale_slots(c.in_total);
       if (plan->scales.size() < nscales) plan->scales.resize(nscales);
-      out.scanned = codec.scan(call.input(c.elem_bytes, ctx.rank()), call.count,
-                               call.allreduce() ? ctx.size() : 1,
+      out.scanned = codec.scan(call.input(c.elem_bytes, ctx.rank()), c.in_total,
+                               call.reduces() ? ctx.size() : 1,
                                nscales != 0 ? plan->scales.data() : nullptr, out.fallback);
     }
   } catch (const Error& e) {
@@ -145,9 +145,36 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   q.stateful = codec.capabilities().stateful;
   q.device_codecs = agreed.device_codecs;
   q.exact_lengths = agreed.exact_lengths;
+  const bool average = call.options.average;
+  if (call.reduce_scatter()) {
+    // the owner's chunk of count·p elements: codes added on the ring and decoded once
+    // (summable codecs), or every other rank's contribution quantized once and added to the
+    // owner's own, exact (the pairwise exchange). MPI_IN_PLACE: the input is recvbuf and the
+    // result goes to its start, as MPI_Reduce_scatter_block puts it.
+    const std::size_t n = c.in_total;
+    if (codec.capabilities().summable) {
+      stats.algorithm = "ring";
+      coll::reduce_scatter_ring(cx, input, recv, n);  // writes after its last read of the input
+    } else {
+      stats.algorithm = "pairwise";
+      const std::size_t at = coll::chunk_offset(n, p, ctx.rank()) * es;
+      // in place, the owner's chunk is summed where it is (the other chunks are still to be
+      // sent) and moved to the start afterwards (chunk r > 0 does not overlap chunk 0)
+      std::byte* chunk = call.in_place() ? recv + at : recv;
+      coll::reduce_scatter_pairwise(cx, input, chunk, n);
+      if (chunk != recv) coll::copy_elements(cx, recv, chunk, call.count * es);
+    }
+    if (average) coll::divide_elements(cx, recv, call.count, p);
+    if (log_enabled(LogLevel::kTrace)) {
+      log(LogLevel::kTrace, ctx.rank(),
+          std::string(call.fn) + " recvcount=" + std::to_string(call.count) +
+              " codec=" + stats.codec + " algorithm=" + stats.algorithm +
+              " sent=" + std::to_string(counters.bytes_sent));
+    }
+    return;
+  }
   const coll::Schedule schedule = coll::select_schedule(q);
   stats.algorithm = coll::schedule_name(schedule);
-  const bool average = call.options.average;
   if (allreduce) {
     switch (schedule) {
       case coll::Schedule::kTree:
@@ -192,13 +219,12 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   CommContext& ctx = CommContext::get(call.comm);
   const int p = ctx.size();
   const int rank = ctx.rank();
-  const bool allreduce = call.allreduce();
 
   // Local checks, collected rather than thrown so that every rank takes part in the agreement.
   Checked c = check_arguments(call, pl.facts, p);
   if (pl.device != nullptr) check_device_transport(pl, c);
   const std::size_t es = c.elem_bytes;
-  const bool compress = c.bad.ok() && call.count > 0 && p > 1 && call.count * es >= c.env.min_bytes;
+  const bool compress = c.bad.ok() && call.count > 0 && p > 1 && c.in_total * es >= c.env.min_bytes;
   if (pl.device != nullptr) choose_device_path(call, pl, c, ctx, compress);
   Prepared prep;
   if (compress) prep = prepare_plan(call, pl, c, ctx);
@@ -208,7 +234,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   Proposal mine;
   mine.bad = &c.bad;
   mine.rank = rank;
-  mine.allreduce = allreduce;
+  mine.count_name = call.allreduce() ? "count" : call.reduce_scatter() ? "recvcount" : "sendcount";
   mine.count = call.count;
   mine.dtype = c.dtype;
   mine.codec = &c.spec.canonical;
@@ -244,14 +270,14 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   stats.transport = data_path_name(pl.path);
 
   const std::uint64_t call_no = ctx.next_call();
-  stats.input_bytes = call.count * es;
+  stats.input_bytes = c.in_total * es;
   stats.codec = c.spec.canonical;
   if (call.count == 0) {
     stats.algorithm = "local";
     return;
   }
   if (p == 1 || !compress || agreed.fallback) {
-    place_own_input(call, es, rank);
+    if (p == 1 || !call.reduce_scatter()) place_own_input(call, es, rank);
     if (p == 1) {
       stats.algorithm = "local";
       return;
@@ -278,7 +304,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   setup.seed = call.options.seed;
   setup.call = call_no;
   setup.scanned = prep.scanned;
-  const SetupInputs inputs{&input, 1, call.count};
+  const SetupInputs inputs{&input, 1, c.in_total};
   stats.control_bytes += run_setup_rounds(codec, inputs, setup, plan->scales, plan->mask, exchange);
   run_schedule(call, stats, pl, *plan, codec, c, agreed, ctx, call_no, input);
 }
@@ -313,6 +339,14 @@ void run_mpi_uncompressed(const Call& call, Stats& stats, codec::DType dtype, st
       throw Error(Status::kUnsupported, std::string(call.fn) +
                                             ": uncompressed fallback of more than INT_MAX "
                                             "elements per rank");
+    }
+    if (call.reduce_scatter()) {
+      CCOLL_MPI_CHECK(MPI_Reduce_scatter_block(call.in_place() ? MPI_IN_PLACE : call.sendbuf, recv,
+                                               static_cast<int>(call.count), call.datatype, MPI_SUM,
+                                               ctx.comm()));
+      if (call.options.average) coll::divide_elements(recv, call.count, dtype, ctx.size());
+      stats.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+      return;
     }
     CCOLL_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv,
                                   static_cast<int>(call.count), call.datatype, ctx.comm()));

@@ -37,6 +37,21 @@ int main(int argc, char** argv) {
   CHECK(stats.fell_back == 0);
   CHECK(strcmp(stats.transport, "host") == 0);
 
+  /* reduce-scatter: rank r receives block r of the sum, 5 elements each (at most 16 ranks) */
+  float all[5 * 16];
+  float block[5];
+  for (int i = 0; i < 5 * size; ++i) all[i] = (float)(i + rank);
+  opt.codec = "fp16";
+  CHECK(ccoll_reduce_scatter(all, block, 5, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &opt) ==
+        CCOLL_SUCCESS);
+  for (int i = 0; i < 5; ++i) {
+    const float expect = (float)(5 * rank + i) + (float)(size - 1) / 2.0f;
+    CHECK(block[i] == expect);
+  }
+  CHECK(stats.input_bytes == 5 * (size_t)size * sizeof(float));
+  CHECK(ccoll_reduce_scatter(MPI_IN_PLACE, all, 5, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD, &opt) ==
+        CCOLL_ERR_UNSUPPORTED);
+
   double d[4] = {1, 2, 3, 4};
   ccoll_status_t st = ccoll_allreduce(MPI_IN_PLACE, d, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, 0);
   CHECK(st == CCOLL_ERR_UNSUPPORTED);

@@ -222,6 +222,52 @@ TEST_F(DeviceBuffers, AllgatherEqualsHostBuffers) {
   }
 }
 
+// Reduce-scatter on device buffers: the same bytes as on host buffers (the device codec's
+// kernels where it has them, staged even under NCCL; host copies otherwise), in place (the
+// block at the buffer's start) and not; the input is only read.
+TEST_F(DeviceBuffers, ReduceScatterEqualsHostBuffers) {
+  const int p = size_of(MPI_COMM_WORLD);
+  const int r = rank_of(MPI_COMM_WORLD);
+  unsigned seed = 300;
+  for (const char* codec : {"maxnorm:bits=4", "maxnorm:bits=8,ef=1", "fp16", "qsgd:bits=4", "none",
+                            "topk:ratio=0.1", "sketch:bits=3"}) {
+    for (const std::size_t n : {std::size_t{1}, std::size_t{1001}, std::size_t{70001}}) {
+      for (const bool in_place : {false, true}) {
+        SCOPED_TRACE(std::string(codec) + " recvcount=" + std::to_string(n) +
+                     (in_place ? " in place" : ""));
+        ++seed;
+        const std::size_t total = n * static_cast<std::size_t>(p);
+        const std::vector<float> x = input(total, r, seed);
+        ccoll::Options opt;
+        opt.codec = codec;
+        opt.seed = seed;
+        opt.key = 9;
+        opt.average = seed % 2 == 0;
+        ccoll::Stats hs, ds;
+        std::vector<float> want = in_place ? x : std::vector<float>(n, NAN);
+        opt.stats = &hs;
+        ccoll::compressed_reduce_scatter(in_place ? MPI_IN_PLACE : x.data(), want.data(), n,
+                                         MPI_FLOAT, MPI_SUM, host_comm_, opt);
+        DeviceVec dx(x);
+        DeviceVec dout(std::vector<float>(n, NAN));
+        opt.stats = &ds;
+        ccoll::compressed_reduce_scatter(in_place ? MPI_IN_PLACE : dx.data(),
+                                         in_place ? dx.data() : dout.data(), n, MPI_FLOAT, MPI_SUM,
+                                         dev_comm_, opt);
+        const std::vector<float> got = in_place ? dx.host() : dout.host();
+        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
+        const std::string staged = transport_env() == "nccl" ? "staged" : kernel_transport();
+        EXPECT_EQ(ds.transport, p > 1 && has_kernels(codec) ? staged : "host-copy");
+        EXPECT_EQ(ds.algorithm, hs.algorithm);
+        EXPECT_EQ(ds.wire_bytes_sent, hs.wire_bytes_sent);
+        if (!in_place) {
+          ASSERT_EQ(0, std::memcmp(dx.host().data(), x.data(), 4 * total));
+        }
+      }
+    }
+  }
+}
+
 // Ranks with device buffers and ranks with host buffers in one call: the payloads are the same
 // bytes, and every rank takes the ring that the device ranks need.
 TEST_F(DeviceBuffers, MixedRanksInteroperate) {
