@@ -52,6 +52,9 @@ class Backend {
   virtual int device_of(const void* p) const = 0;
   /// The calling thread's current device (cudaGetDevice), where ccoll's kernels run.
   virtual int current_device() const = 0;
+  /// Makes `device` the calling thread's current device (cudaSetDevice): a non-blocking call's
+  /// progress thread takes the device of the thread that started the call.
+  virtual void set_current_device(int device) = 0;
 
   virtual void* device_alloc(std::size_t bytes) = 0;
   virtual void device_free(void* p) noexcept = 0;

@@ -415,6 +415,7 @@ class CudaBackend final : public Backend {
     return attr.type == cudaMemoryTypeDevice || attr.type == cudaMemoryTypeManaged ? attr.device
                                                                                    : -1;
   }
+  void set_current_device(int device) override { check(cudaSetDevice(device), "cudaSetDevice"); }
   int current_device() const override {
     int d = 0;
     check(cudaGetDevice(&d), "cudaGetDevice");

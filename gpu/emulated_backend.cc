@@ -137,6 +137,7 @@ class EmulatedBackend final : public Backend {
     return b == nullptr ? -1 : b->device;
   }
   int current_device() const override { return current_device_of_thread(); }
+  void set_current_device(int device) override { current_device_of_thread() = device; }
   // exactly `bytes` (at least 1), 256-byte aligned as cudaMalloc's: AddressSanitizer then sees
   // a kernel's read past the end of its buffer
   void* device_alloc(std::size_t bytes) override {

@@ -1,11 +1,18 @@
 // The public C++ entry points. A call runs as the stages of src/call/ (run_call.hpp lists
-// them); codec=auto first goes to its tuner (auto_tune.hpp).
+// them); codec=auto first goes to its tuner (auto_tune.hpp). Non-blocking calls run the same
+// way on their communicator's progress thread (progress.hpp).
 #include <chrono>
+#include <cstdio>
+#include <exception>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "auto_tune.hpp"
+#include "backend.hpp"
 #include "ccoll/ccoll.hpp"
 #include "comm_context.hpp"
+#include "progress.hpp"
 #include "run_call.hpp"
 #include "spec.hpp"
 
@@ -29,25 +36,182 @@ void run_and_report(const call::Call& c) {
   report();
 }
 
+bool mpi_usable() {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized != 0 && finalized == 0;
+}
+
+int world_rank() {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank;
+}
+
+// A non-blocking call as its progress thread runs it: the arguments, the Options copied when it
+// started, and the device that was current on the starting thread (-1: none or unknown).
+struct Job {
+  Options options;
+  call::Call call;
+  int device = -1;
+
+  explicit Job(const call::Call& c)
+      : options(c.options), call{c.kind,     c.fn, c.sendbuf, c.recvbuf, c.count,
+                                 c.datatype, c.op, c.comm,    options} {}
+  void run() {
+    if (device >= 0) {
+      if (gpu::Backend* b = gpu::backend()) b->set_current_device(device);
+    }
+    run_and_report(call);
+  }
+};
+
+// A request already complete, with `error` (null: success).
+Request completed(std::exception_ptr error) {
+  auto state = std::make_shared<detail::RequestState>();
+  state->complete(std::move(error));
+  return Request(std::move(state));
+}
+
+// Starts `c` on its communicator's progress thread, or, without MPI_THREAD_MULTIPLE, runs it
+// here; either way its errors surface at wait()/test().
+Request start(const call::Call& c) {
+  try {
+    call::check_communicator(c);  // the same on every rank: MPI state and comm
+    if (!nonblocking_progress()) {
+      static std::once_flag warned;
+      std::call_once(warned, [] {
+        int provided = MPI_THREAD_SINGLE;
+        MPI_Query_thread(&provided);
+        std::fprintf(stderr,
+                     "ccoll WARN [rank %d] MPI was initialized with thread level %d, below "
+                     "MPI_THREAD_MULTIPLE: non-blocking calls run to completion when they start "
+                     "(no overlap). Initialize MPI with MPI_Init_thread(..., MPI_THREAD_MULTIPLE, "
+                     "...) for background progress.\n",
+                     world_rank(), provided);
+      });
+      run_and_report(c);
+      return completed(nullptr);
+    }
+    CommContext& ctx = CommContext::get(c.comm);  // collective on first use, as a blocking call
+    auto job = std::make_shared<Job>(c);
+    job->call.ctx = &ctx;
+    if (c.count > 0) {
+      try {
+        if (gpu::Backend* b = gpu::backend()) job->device = b->current_device();
+      } catch (const Error&) {
+        // the progress thread's own device query reports it, on every rank
+      }
+    }
+    auto state = std::make_shared<detail::RequestState>();
+    ctx.progress().push([job] { job->run(); }, state);
+    return Request(std::move(state));
+  } catch (...) {
+    return completed(std::current_exception());
+  }
+}
+
+// A blocking call: on a communicator with non-blocking calls still pending it queues behind
+// them (the communicator's calls run in the order they were started) and waits.
+void run_blocking(const call::Call& c) {
+  if (mpi_usable() && c.comm != MPI_COMM_NULL) {
+    CommContext* ctx = CommContext::find(c.comm);
+    if (ctx != nullptr && ctx->progress_if_made() != nullptr && ctx->progress_if_made()->busy()) {
+      start(c).wait();
+      return;
+    }
+  }
+  run_and_report(c);
+}
+
 }  // namespace
+
+Request::Request() noexcept = default;
+Request::Request(std::shared_ptr<detail::RequestState> state) noexcept : state_(std::move(state)) {}
+Request::Request(Request&& other) noexcept = default;
+
+Request& Request::operator=(Request&& other) noexcept {
+  if (this != &other) {
+    Request old(std::move(*this));  // waits for the call this one named
+    state_ = std::move(other.state_);
+  }
+  return *this;
+}
+
+Request::~Request() {
+  if (state_ == nullptr) return;
+  const std::exception_ptr error = state_->wait();
+  if (error == nullptr) return;
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ccoll WARN [rank %d] a request destroyed without wait() failed: %s\n",
+                 mpi_usable() ? world_rank() : -1, e.what());
+  } catch (...) {
+    std::fprintf(stderr, "ccoll WARN a request destroyed without wait() failed\n");
+  }
+}
+
+void Request::wait() {
+  if (state_ == nullptr) return;
+  const std::shared_ptr<detail::RequestState> state = std::move(state_);
+  if (const std::exception_ptr error = state->wait()) std::rethrow_exception(error);
+}
+
+bool Request::test() {
+  if (state_ == nullptr) return true;
+  if (!state_->done()) return false;
+  const std::shared_ptr<detail::RequestState> state = std::move(state_);
+  if (const std::exception_ptr error = state->error()) std::rethrow_exception(error);
+  return true;
+}
+
+bool nonblocking_progress() {
+  if (!mpi_usable()) return false;
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  return provided == MPI_THREAD_MULTIPLE;
+}
+
+Request compressed_iallreduce(const void* sendbuf, void* recvbuf, std::size_t count,
+                              MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                              const Options& options) {
+  return start(call::Call{call::Kind::kAllreduce, "compressed_iallreduce", sendbuf, recvbuf, count,
+                          datatype, op, comm, options});
+}
+
+Request compressed_iallgather(const void* sendbuf, std::size_t sendcount, void* recvbuf,
+                              MPI_Datatype datatype, MPI_Comm comm, const Options& options) {
+  return start(call::Call{call::Kind::kAllgather, "compressed_iallgather", sendbuf, recvbuf,
+                          sendcount, datatype, MPI_SUM, comm, options});
+}
+
+Request compressed_ireduce_scatter(const void* sendbuf, void* recvbuf, std::size_t recvcount,
+                                   MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                   const Options& options) {
+  return start(call::Call{call::Kind::kReduceScatter, "compressed_ireduce_scatter", sendbuf,
+                          recvbuf, recvcount, datatype, op, comm, options});
+}
 
 void compressed_allreduce(const void* sendbuf, void* recvbuf, std::size_t count,
                           MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, const Options& options) {
-  run_and_report(call::Call{call::Kind::kAllreduce, "compressed_allreduce", sendbuf, recvbuf, count,
-                            datatype, op, comm, options});
+  run_blocking(call::Call{call::Kind::kAllreduce, "compressed_allreduce", sendbuf, recvbuf, count,
+                          datatype, op, comm, options});
 }
 
 void compressed_allgather(const void* sendbuf, std::size_t sendcount, void* recvbuf,
                           MPI_Datatype datatype, MPI_Comm comm, const Options& options) {
-  run_and_report(call::Call{call::Kind::kAllgather, "compressed_allgather", sendbuf, recvbuf,
-                            sendcount, datatype, MPI_SUM, comm, options});
+  run_blocking(call::Call{call::Kind::kAllgather, "compressed_allgather", sendbuf, recvbuf,
+                          sendcount, datatype, MPI_SUM, comm, options});
 }
 
 void compressed_reduce_scatter(const void* sendbuf, void* recvbuf, std::size_t recvcount,
                                MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
                                const Options& options) {
-  run_and_report(call::Call{call::Kind::kReduceScatter, "compressed_reduce_scatter", sendbuf,
-                            recvbuf, recvcount, datatype, op, comm, options});
+  run_blocking(call::Call{call::Kind::kReduceScatter, "compressed_reduce_scatter", sendbuf, recvbuf,
+                          recvcount, datatype, op, comm, options});
 }
 
 CodecInfo describe_codec(const std::string& spec_text, int ranks) {
@@ -76,7 +240,11 @@ void reset_state(MPI_Comm comm, std::uint64_t key) {
   if (initialized == 0 || finalized != 0) {
     throw Error(Status::kInvalidArgument, "reset_state: MPI is not initialized (or finalized)");
   }
-  if (CommContext* ctx = CommContext::find(comm)) ctx->reset_state(key);
+  if (CommContext* ctx = CommContext::find(comm)) {
+    // after the non-blocking calls still pending on comm, whose state it is
+    if (ProgressQueue* q = ctx->progress_if_made()) q->quiesce();
+    ctx->reset_state(key);
+  }
 }
 
 const char* version() noexcept { return CCOLL_VERSION_STRING; }

@@ -1,5 +1,7 @@
 // The C API: thin wrappers that turn ccoll::Error into status codes and keep the message.
 #include <exception>
+#include <functional>
+#include <memory>
 #include <string>
 
 #include "ccoll/ccoll.h"
@@ -36,6 +38,65 @@ void copy_stats(const ccoll::Stats& s, ccoll_stats_t* out) {
   out->fell_back = s.fell_back ? 1 : 0;
   out->bits = s.bits;
   out->transport = ccoll::data_path_static_name(s.transport);
+}
+
+// The status of `f`, with the message kept for ccoll_last_error().
+template <class F>
+ccoll_status_t status_of(F&& f) {
+  g_last_error.clear();
+  try {
+    f();
+  } catch (const ccoll::Error& e) {
+    g_last_error = e.what();
+    return static_cast<ccoll_status_t>(e.code());
+  } catch (const std::exception& e) {
+    g_last_error = std::string("ccoll: internal error: ") + e.what();
+    return CCOLL_ERR_INTERNAL;
+  }
+  return CCOLL_SUCCESS;
+}
+
+}  // namespace
+
+// A C request: the C++ request, and the statistics its call fills, copied out on completion.
+struct ccoll_request {
+  ccoll::Request request;
+  ccoll::Stats stats;
+  ccoll_stats_t* out = nullptr;
+};
+
+namespace {
+
+// Starts a non-blocking call `f(options)` into a new C request.
+template <class F>
+ccoll_status_t start(const ccoll_options_t* o, ccoll_request_t* request, F&& f) {
+  g_last_error.clear();
+  if (request == nullptr) {
+    // the other ranks started the call: finish it here too, so that none of them hangs
+    ccoll::Options opt = to_options(o);
+    status_of([&] { f(opt).wait(); });
+    g_last_error =
+        "ccoll: request: NULL (valid: the address of a ccoll_request_t); the call ran to "
+        "completion";
+    return CCOLL_ERR_INVALID_ARGUMENT;
+  }
+  *request = CCOLL_REQUEST_NULL;
+  auto r = std::make_unique<ccoll_request>();
+  ccoll::Options opt = to_options(o);
+  opt.stats = &r->stats;
+  r->out = o != nullptr ? o->stats : nullptr;
+  const ccoll_status_t status = status_of([&] { r->request = f(opt); });
+  if (status == CCOLL_SUCCESS) *request = r.release();
+  return status;
+}
+
+// Retires a completed (or failed) request: its statistics out, then freed.
+ccoll_status_t finish(ccoll_request_t* request, const std::function<void(ccoll::Request&)>& f) {
+  std::unique_ptr<ccoll_request> r(*request);
+  *request = CCOLL_REQUEST_NULL;
+  const ccoll_status_t status = status_of([&] { f(r->request); });
+  copy_stats(r->stats, r->out);
+  return status;
 }
 
 template <class F>
@@ -97,6 +158,64 @@ ccoll_status_t ccoll_reduce_scatter(const void* sendbuf, void* recvbuf, size_t r
     ccoll::compressed_reduce_scatter(sendbuf, recvbuf, recvcount, datatype, op, comm, opt);
   });
 }
+
+ccoll_status_t ccoll_iallreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                const ccoll_options_t* options, ccoll_request_t* request) {
+  return start(options, request, [&](const ccoll::Options& opt) {
+    return ccoll::compressed_iallreduce(sendbuf, recvbuf, count, datatype, op, comm, opt);
+  });
+}
+
+ccoll_status_t ccoll_iallgather(const void* sendbuf, size_t sendcount, void* recvbuf,
+                                MPI_Datatype datatype, MPI_Comm comm,
+                                const ccoll_options_t* options, ccoll_request_t* request) {
+  return start(options, request, [&](const ccoll::Options& opt) {
+    return ccoll::compressed_iallgather(sendbuf, sendcount, recvbuf, datatype, comm, opt);
+  });
+}
+
+ccoll_status_t ccoll_ireduce_scatter(const void* sendbuf, void* recvbuf, size_t recvcount,
+                                     MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                     const ccoll_options_t* options, ccoll_request_t* request) {
+  return start(options, request, [&](const ccoll::Options& opt) {
+    return ccoll::compressed_ireduce_scatter(sendbuf, recvbuf, recvcount, datatype, op, comm, opt);
+  });
+}
+
+ccoll_status_t ccoll_request_wait(ccoll_request_t* request) {
+  if (request == nullptr || *request == CCOLL_REQUEST_NULL) {
+    g_last_error.clear();
+    return CCOLL_SUCCESS;
+  }
+  return finish(request, [](ccoll::Request& r) { r.wait(); });
+}
+
+ccoll_status_t ccoll_request_test(ccoll_request_t* request, int* flag) {
+  if (flag != nullptr) *flag = 1;
+  if (request == nullptr || *request == CCOLL_REQUEST_NULL) {
+    g_last_error.clear();
+    return CCOLL_SUCCESS;
+  }
+  bool done = false;
+  // a failed call completes too: test() throws its error
+  const ccoll_status_t status = status_of([&] { done = (*request)->request.test(); });
+  if (status != CCOLL_SUCCESS) done = true;
+  if (flag != nullptr) *flag = done ? 1 : 0;
+  if (!done) return CCOLL_SUCCESS;
+  std::unique_ptr<ccoll_request> r(*request);
+  *request = CCOLL_REQUEST_NULL;
+  copy_stats(r->stats, r->out);
+  return status;
+}
+
+void ccoll_request_free(ccoll_request_t* request) {
+  if (request == nullptr || *request == CCOLL_REQUEST_NULL) return;
+  delete *request;  // ccoll::Request's destructor: waits, prints a failure
+  *request = CCOLL_REQUEST_NULL;
+}
+
+int ccoll_nonblocking_progress(void) { return ccoll::nonblocking_progress() ? 1 : 0; }
 
 const char* ccoll_status_string(ccoll_status_t status) {
   return ccoll::status_string(static_cast<ccoll::Status>(status));

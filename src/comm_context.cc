@@ -41,6 +41,10 @@ int at_finalize(MPI_Comm, int, void*, void*) {
     std::lock_guard<std::mutex> lock(g_mu);
     for (const auto& [c, n] : g_live) by_creation.emplace(n, c);
   }
+  // non-blocking calls still queued run first, while every communicator is intact
+  for (const auto& [n, c] : by_creation) {
+    if (ProgressQueue* q = c->progress_if_made()) q->quiesce();
+  }
   // newest first, the same order on every rank (runs delete_context)
   for (auto it = by_creation.rbegin(); it != by_creation.rend(); ++it) {
     MPI_Comm_delete_attr(it->second->user(), g_keyval);
@@ -104,7 +108,13 @@ CommContext::CommContext(MPI_Comm user) : user_(user) {
 }
 
 CommContext::~CommContext() {
+  progress_.reset();  // runs the calls still queued (they use dup_)
   if (dup_ != MPI_COMM_NULL) MPI_Comm_free(&dup_);
+}
+
+ProgressQueue& CommContext::progress() {
+  if (progress_ == nullptr) progress_ = std::make_unique<ProgressQueue>();
+  return *progress_;
 }
 
 std::size_t PlanKeyHash::operator()(const PlanKey& k) const noexcept {

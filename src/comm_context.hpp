@@ -17,6 +17,7 @@
 #include "backend.hpp"
 #include "codec.hpp"
 #include "collectives.hpp"
+#include "progress.hpp"
 #include "spec.hpp"
 #include "transport/mpi_transport.hpp"
 
@@ -136,6 +137,11 @@ class CommContext {
     return auto_[(static_cast<std::uint64_t>(kind) << 40) | (elem_bytes << 8) | size_class];
   }
 
+  /// The progress queue of non-blocking calls, made (with its thread) on first use.
+  ProgressQueue& progress();
+  /// The progress queue if it was made, else null.
+  ProgressQueue* progress_if_made() { return progress_.get(); }
+
   /// Pinned host buffers of the device-buffer paths: a copy of the input and of the output.
   gpu::Buffer& stage_send() { return stage_send_; }
   gpu::Buffer& stage_recv() { return stage_recv_; }
@@ -165,6 +171,8 @@ class CommContext {
   std::map<std::uint64_t, AutoChoice> auto_;
   gpu::Buffer stage_send_;
   gpu::Buffer stage_recv_;
+  // last: destroyed first, after running its queued calls, which use everything above
+  std::unique_ptr<ProgressQueue> progress_;
 };
 
 }  // namespace ccoll

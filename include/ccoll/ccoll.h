@@ -80,6 +80,42 @@ CCOLL_C_API ccoll_status_t ccoll_reduce_scatter(const void* sendbuf, void* recvb
                                                 size_t recvcount, MPI_Datatype datatype, MPI_Op op,
                                                 MPI_Comm comm, const ccoll_options_t* options);
 
+/** A non-blocking call in flight (see ccoll::Request); CCOLL_REQUEST_NULL when there is none. */
+typedef struct ccoll_request* ccoll_request_t;
+#define CCOLL_REQUEST_NULL ((ccoll_request_t)0)
+
+/** C twins of ccoll::compressed_iallreduce, _iallgather and _ireduce_scatter. On return
+    `*request` names the call (also when it failed to start: wait reports it). `options` is copied
+    when the call starts; its `stats`, when set, is filled when the request completes. The call
+    owns its buffers until then. */
+CCOLL_C_API ccoll_status_t ccoll_iallreduce(const void* sendbuf, void* recvbuf, size_t count,
+                                            MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                            const ccoll_options_t* options,
+                                            ccoll_request_t* request);
+CCOLL_C_API ccoll_status_t ccoll_iallgather(const void* sendbuf, size_t sendcount, void* recvbuf,
+                                            MPI_Datatype datatype, MPI_Comm comm,
+                                            const ccoll_options_t* options,
+                                            ccoll_request_t* request);
+CCOLL_C_API ccoll_status_t ccoll_ireduce_scatter(const void* sendbuf, void* recvbuf,
+                                                 size_t recvcount, MPI_Datatype datatype, MPI_Op op,
+                                                 MPI_Comm comm, const ccoll_options_t* options,
+                                                 ccoll_request_t* request);
+
+/** Blocks until the call completes, frees the request and sets `*request` to CCOLL_REQUEST_NULL;
+    returns the call's status (its message: ccoll_last_error). CCOLL_REQUEST_NULL: success. */
+CCOLL_C_API ccoll_status_t ccoll_request_wait(ccoll_request_t* request);
+
+/** Sets `*flag` to 1 when the call is complete (then as ccoll_request_wait: the request is freed
+    and the call's status returned), else to 0 and returns CCOLL_SUCCESS. */
+CCOLL_C_API ccoll_status_t ccoll_request_test(ccoll_request_t* request, int* flag);
+
+/** Frees a request without reporting its status: waits for its call first if it is still in
+    flight (its buffers stay in use until then), and prints a failure on stderr. */
+CCOLL_C_API void ccoll_request_free(ccoll_request_t* request);
+
+/** Non-zero when non-blocking calls progress in the background (MPI_THREAD_MULTIPLE). */
+CCOLL_C_API int ccoll_nonblocking_progress(void);
+
 /** Short description of a status code; never NULL. */
 CCOLL_C_API const char* ccoll_status_string(ccoll_status_t status);
 

@@ -5,7 +5,8 @@
 /// same order with matching arguments (count, datatype, op, codec, algorithm, average).
 /// Arguments are checked on every rank and then agreed on with one small all-reduce, so a bad or
 /// mismatched argument on any rank makes the call throw ccoll::Error on *every* rank of `comm`
-/// (never a hang, never a crash). Calls are blocking: buffers may be reused when they return.
+/// (never a hang, never a crash). The blocking calls return when buffers may be reused; the
+/// non-blocking ones (compressed_i*) return a Request and own the buffers until it completes.
 /// Thread safety: like an MPI communicator, one thread at a time per communicator.
 #pragma once
 
@@ -13,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "ccoll/config.hpp"
@@ -129,6 +131,68 @@ CCOLL_API void compressed_allgather(const void* sendbuf, std::size_t sendcount, 
 CCOLL_API void compressed_reduce_scatter(const void* sendbuf, void* recvbuf, std::size_t recvcount,
                                          MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
                                          const Options& options = {});
+
+namespace detail {
+class RequestState;
+}
+
+/// A non-blocking call in flight (MPI_Request's counterpart), returned by compressed_iallreduce,
+/// compressed_iallgather and compressed_ireduce_scatter. Movable, not copyable.
+/// - Until it completes, the call owns its buffers (and Options::stats): do not read or write
+///   them. The Options object itself is copied when the call starts.
+/// - wait() blocks until the call is complete and rethrows its ccoll::Error, on every rank, as
+///   the blocking call would have thrown it (a mismatched argument raises here). test() returns
+///   whether it is complete, throwing the error the same way when it is. Either one that sees
+///   the completion retires the request (active() turns false; a later wait() returns at once).
+/// - Requests may be waited in any order; calls on one communicator run in the order they were
+///   started, which must be the same on every rank (as MPI requires of collectives).
+/// - The destructor (and move assignment onto it) of an active request waits for its call to
+///   complete, so no buffer is freed while ccoll uses it; an error it cannot throw from there is
+///   printed on stderr. Never destroy an active request whose call the other ranks do not
+///   start: like an MPI collective left unmatched, it never completes.
+class CCOLL_API Request {
+ public:
+  Request() noexcept;
+  Request(Request&& other) noexcept;
+  Request& operator=(Request&& other) noexcept;
+  Request(const Request&) = delete;
+  Request& operator=(const Request&) = delete;
+  ~Request();
+
+  void wait();
+  bool test();
+  /// True between the start of the call and the wait() or test() that sees it complete.
+  bool active() const noexcept { return state_ != nullptr; }
+
+  /// For the library: a request for `state`.
+  explicit Request(std::shared_ptr<detail::RequestState> state) noexcept;
+
+ private:
+  std::shared_ptr<detail::RequestState> state_;
+};
+
+/// Non-blocking compressed_allreduce: the same arguments, results, statistics and errors, with
+/// the call running while the caller computes. Progress needs no test() calls: with
+/// MPI_THREAD_MULTIPLE a thread per communicator runs its calls; with a lower thread level the
+/// call completes before this returns (see nonblocking_progress()). Device buffers: the call is
+/// ordered after the work queued on Options::cuda_stream before it started, and its result is
+/// in recvbuf when wait() returns (order later kernels after the wait).
+CCOLL_API Request compressed_iallreduce(const void* sendbuf, void* recvbuf, std::size_t count,
+                                        MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
+                                        const Options& options = {});
+/// Non-blocking compressed_allgather (see compressed_iallreduce).
+CCOLL_API Request compressed_iallgather(const void* sendbuf, std::size_t sendcount, void* recvbuf,
+                                        MPI_Datatype datatype, MPI_Comm comm,
+                                        const Options& options = {});
+/// Non-blocking compressed_reduce_scatter (see compressed_iallreduce).
+CCOLL_API Request compressed_ireduce_scatter(const void* sendbuf, void* recvbuf,
+                                             std::size_t recvcount, MPI_Datatype datatype,
+                                             MPI_Op op, MPI_Comm comm, const Options& options = {});
+
+/// True when non-blocking calls progress in the background: MPI was initialized with
+/// MPI_THREAD_MULTIPLE (MPI_Init_thread). Otherwise each non-blocking call runs to completion
+/// before it returns (no overlap; the first one prints a warning saying so). Call after MPI_Init.
+CCOLL_API bool nonblocking_progress();
 
 /// What a codec spec string means; see describe_codec().
 struct CodecInfo {

@@ -67,6 +67,7 @@ void run_with(const Call& call, Stats& stats, const CodecSpec& spec) {
   Call inner{call.kind,     call.fn, call.sendbuf, call.recvbuf, call.count,
              call.datatype, call.op, call.comm,    opt};
   inner.spec = &spec;
+  inner.ctx = call.ctx;
   run_call(inner, stats);
 }
 
@@ -78,7 +79,9 @@ bool run_auto(const Call& call, Stats& stats) {
   int finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized == 0 || finalized != 0 || call.comm == MPI_COMM_NULL) return false;
+  if (call.ctx == nullptr && (initialized == 0 || finalized != 0 || call.comm == MPI_COMM_NULL)) {
+    return false;
+  }
   bool started = false;  // a candidate (or run_call) has started: its errors are final
   try {
     if (text.empty()) text = env_config().codec;
@@ -101,16 +104,24 @@ bool run_auto(const Call& call, Stats& stats) {
       // this rank's input), where compression does not pay on the host either, no codec
       // (docs/design.md)
       int ranks = 1;
-      if (call.reduce_scatter()) CCOLL_MPI_CHECK(MPI_Comm_size(call.comm, &ranks));
+      if (call.reduce_scatter()) {
+        if (call.ctx != nullptr) {
+          ranks = call.ctx->size();
+        } else {
+          CCOLL_MPI_CHECK(MPI_Comm_size(call.comm, &ranks));
+        }
+      }
       const bool small = call.input_count(ranks) * codec::dtype_size(dtype) < kAutoMinBytes;
       started = true;  // run_call() reports its own errors on every rank
       run_with(call, stats, small ? none_spec() : spec);
       return true;
     }
-    int inter = 0;
-    CCOLL_MPI_CHECK(MPI_Comm_test_inter(call.comm, &inter));
-    if (inter != 0) return false;
-    CommContext& ctx = CommContext::get(call.comm);
+    if (call.ctx == nullptr) {
+      int inter = 0;
+      CCOLL_MPI_CHECK(MPI_Comm_test_inter(call.comm, &inter));
+      if (inter != 0) return false;
+    }
+    CommContext& ctx = call.ctx != nullptr ? *call.ctx : CommContext::get(call.comm);
     if (ctx.size() == 1) return false;
     const std::size_t es = codec::dtype_size(dtype);
     const std::size_t bytes = call.count * es;

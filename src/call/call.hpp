@@ -16,6 +16,10 @@
 #include "config.hpp"
 #include "spec.hpp"
 
+namespace ccoll {
+class CommContext;
+}
+
 namespace ccoll::call {
 
 enum class Kind { kAllreduce, kAllgather, kReduceScatter };
@@ -33,6 +37,10 @@ struct Call {
   const Options& options;
   /// options.codec already parsed (codec=auto's calls of its candidates), or null
   const CodecSpec* spec = nullptr;
+  /// The communicator's context when the caller already checked `comm` and found it (a
+  /// non-blocking call's progress thread, which must not look it up through `comm`'s
+  /// attributes while the caller may be freeing `comm`), or null.
+  CommContext* ctx = nullptr;
 
   bool allreduce() const { return kind == Kind::kAllreduce; }
   bool reduce_scatter() const { return kind == Kind::kReduceScatter; }

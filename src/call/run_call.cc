@@ -215,8 +215,8 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
 
 // The stages, from the local checks to the result (run_call.hpp).
 void run_placed(Call call, Stats& stats, Placement& pl) {
-  check_communicator(call);
-  CommContext& ctx = CommContext::get(call.comm);
+  if (call.ctx == nullptr) check_communicator(call);
+  CommContext& ctx = call.ctx != nullptr ? *call.ctx : CommContext::get(call.comm);
   const int p = ctx.size();
   const int rank = ctx.rank();
 

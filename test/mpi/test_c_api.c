@@ -1,4 +1,5 @@
-/* The C API from a C program: results, status codes and messages on every rank. */
+/* The C API from a C program: results, status codes and messages on every rank; non-blocking
+ * calls on progress threads (MPI_THREAD_MULTIPLE). */
 #include <ccoll/ccoll.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -14,7 +15,8 @@ static int failures = 0;
   } while (0)
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -51,6 +53,47 @@ int main(int argc, char** argv) {
   CHECK(stats.input_bytes == 5 * (size_t)size * sizeof(float));
   CHECK(ccoll_reduce_scatter(MPI_IN_PLACE, all, 5, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD, &opt) ==
         CCOLL_ERR_UNSUPPORTED);
+
+  /* non-blocking: two calls in flight, waited in reverse order; statistics at completion */
+  CHECK(ccoll_nonblocking_progress() == (provided == MPI_THREAD_MULTIPLE));
+  float y[3000], z[3000];
+  for (int i = 0; i < 3000; ++i) y[i] = z[i] = (float)(rank + i % 5);
+  ccoll_request_t ry = CCOLL_REQUEST_NULL, rz = CCOLL_REQUEST_NULL;
+  ccoll_stats_t ystats;
+  ccoll_options_t yopt;
+  ccoll_options_init(&yopt);
+  yopt.codec = "none";
+  yopt.stats = &ystats;
+  ystats.input_bytes = 0;
+  CHECK(ccoll_iallreduce(MPI_IN_PLACE, y, 3000, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &yopt, &ry) ==
+        CCOLL_SUCCESS);
+  CHECK(ccoll_iallreduce(MPI_IN_PLACE, z, 3000, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, NULL, &rz) ==
+        CCOLL_SUCCESS);
+  CHECK(ry != CCOLL_REQUEST_NULL && rz != CCOLL_REQUEST_NULL);
+  int flag = 0;
+  while (!flag) CHECK(ccoll_request_test(&rz, &flag) == CCOLL_SUCCESS);
+  CHECK(rz == CCOLL_REQUEST_NULL);
+  CHECK(ccoll_request_wait(&ry) == CCOLL_SUCCESS);
+  CHECK(ry == CCOLL_REQUEST_NULL);
+  CHECK(ccoll_request_wait(&ry) == CCOLL_SUCCESS); /* a null request: nothing to wait for */
+  for (int i = 0; i < 3000; ++i) {
+    const float expect = (float)(size * (size - 1) / 2) + (float)size * (float)(i % 5);
+    CHECK(y[i] == expect && z[i] == expect);
+  }
+  CHECK(ystats.input_bytes == sizeof y);
+  /* a failing call: its error at wait, on every rank; a freed request waits first */
+  ccoll_request_t bad = CCOLL_REQUEST_NULL;
+  CHECK(ccoll_ireduce_scatter(MPI_IN_PLACE, y, 5, MPI_FLOAT, MPI_MAX, MPI_COMM_WORLD, NULL, &bad) ==
+        CCOLL_SUCCESS);
+  CHECK(ccoll_request_wait(&bad) == CCOLL_ERR_UNSUPPORTED);
+  CHECK(strstr(ccoll_last_error(), "compressed_ireduce_scatter: op: MPI_MAX") != NULL);
+  ccoll_request_t later = CCOLL_REQUEST_NULL;
+  CHECK(ccoll_iallgather(MPI_IN_PLACE, 1, y, MPI_FLOAT, MPI_COMM_WORLD, NULL, &later) ==
+        CCOLL_SUCCESS);
+  ccoll_request_free(&later);
+  CHECK(later == CCOLL_REQUEST_NULL);
+  CHECK(ccoll_iallreduce(MPI_IN_PLACE, y, 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, NULL, NULL) ==
+        CCOLL_ERR_INVALID_ARGUMENT);
 
   double d[4] = {1, 2, 3, 4};
   ccoll_status_t st = ccoll_allreduce(MPI_IN_PLACE, d, 4, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD, 0);

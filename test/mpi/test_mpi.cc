@@ -572,7 +572,20 @@ class RankFailurePrinter : public ::testing::EmptyTestEventListener {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // --thread-multiple: MPI_THREAD_MULTIPLE, under which non-blocking calls progress on threads
+  bool multiple = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::string(argv[i]) == "--thread-multiple") multiple = true;
+  }
+  if (multiple) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    if (provided != MPI_THREAD_MULTIPLE) {
+      std::fprintf(stderr, "this MPI does not provide MPI_THREAD_MULTIPLE (%d)\n", provided);
+    }
+  } else {
+    MPI_Init(&argc, &argv);
+  }
   ::testing::InitGoogleTest(&argc, argv);
   if (world_rank() != 0) {
     // Other ranks report failures only, prefixed with their rank.

@@ -1,4 +1,4 @@
-// Device buffers through compressed_allreduce/compressed_allgather, on the emulated device
+// Device buffers through the collectives (blocking and non-blocking), on the emulated device
 // backend (testing.hpp) where no GPU exists, or on CUDA when CCOLL_TEST_DEVICE=cuda and one is.
 //
 // The reference is the same call on host buffers: every call is made twice, on two duplicates
@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -266,6 +267,47 @@ TEST_F(DeviceBuffers, ReduceScatterEqualsHostBuffers) {
       }
     }
   }
+}
+
+// Non-blocking calls on device buffers, several in flight and waited in reverse order, on the
+// progress thread: the same bytes as blocking calls on host buffers; on the emulated device the
+// buffers are on device 1, which the progress thread must take from the starting thread.
+TEST_F(DeviceBuffers, NonblockingEqualsBlocking) {
+  if (!ccoll::nonblocking_progress()) GTEST_SKIP() << "needs MPI_THREAD_MULTIPLE";
+  const char* why = "";
+  const char* name = ccoll::testing::device_backend(&why);
+  const bool emulated = name != nullptr && std::string(name) == "emulated";
+  if (emulated) ccoll::testing::set_emulated_device(1);
+  const int r = rank_of(MPI_COMM_WORLD);
+  const char* codecs[] = {"maxnorm:bits=4", "fp16", "none", "qsgd:bits=4,ef=1"};
+  const std::size_t sizes[] = {1001, 70001};
+  std::vector<std::vector<float>> want;
+  std::vector<std::unique_ptr<DeviceVec>> bufs;
+  std::vector<ccoll::Request> reqs;
+  unsigned seed = 500;
+  for (const char* codec : codecs) {
+    for (const std::size_t n : sizes) {
+      ++seed;
+      const std::vector<float> x = input(n, r, seed);
+      ccoll::Options opt;
+      opt.codec = codec;
+      opt.seed = seed;
+      opt.key = seed;
+      opt.algorithm = "ring";
+      std::vector<float> w(n);
+      ccoll::compressed_allreduce(x.data(), w.data(), n, MPI_FLOAT, MPI_SUM, host_comm_, opt);
+      want.push_back(std::move(w));
+      bufs.push_back(std::make_unique<DeviceVec>(x));
+      reqs.push_back(ccoll::compressed_iallreduce(MPI_IN_PLACE, bufs.back()->data(), n, MPI_FLOAT,
+                                                  MPI_SUM, dev_comm_, opt));
+    }
+  }
+  for (std::size_t k = reqs.size(); k-- > 0;) reqs[k].wait();
+  for (std::size_t k = 0; k < want.size(); ++k) {
+    ASSERT_EQ(0, std::memcmp(bufs[k]->host().data(), want[k].data(), 4 * want[k].size())) << k;
+  }
+  bufs.clear();
+  if (emulated) ccoll::testing::set_emulated_device(0);
 }
 
 // Ranks with device buffers and ranks with host buffers in one call: the payloads are the same
@@ -597,7 +639,9 @@ TEST_F(DeviceBuffers, BuffersOnAnotherDeviceRaiseOnEveryRank) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  // non-blocking calls run on progress threads (DeviceBuffers.NonblockingEqualsBlocking)
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
   ::testing::InitGoogleTest(&argc, argv);
   const char* want = std::getenv("CCOLL_TEST_DEVICE");
   if (want == nullptr || std::string(want) != "cuda") ccoll::testing::use_emulated_device();

@@ -39,8 +39,8 @@ void check_exact(std::size_t recvcount, bool in_place, bool average) {
   const MPI_Datatype t = sizeof(T) == 8 ? MPI_DOUBLE : MPI_FLOAT;
   const std::vector<T> orig = in;
   if (in_place) {
-    ccoll::compressed_reduce_scatter(MPI_IN_PLACE, in.data(), recvcount, t, MPI_SUM,
-                                     MPI_COMM_WORLD, opt);
+    ccoll::compressed_reduce_scatter(MPI_IN_PLACE, in.data(), recvcount, t, MPI_SUM, MPI_COMM_WORLD,
+                                     opt);
     std::copy(in.begin(), in.begin() + static_cast<std::ptrdiff_t>(recvcount), out.begin());
   } else {
     ccoll::compressed_reduce_scatter(in.data(), out.data(), recvcount, t, MPI_SUM, MPI_COMM_WORLD,
@@ -114,10 +114,9 @@ TEST(MpiReduceScatter, EveryCodecWithinItsBound) {
   MPI_Comm cb = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &ca);
   MPI_Comm_dup(MPI_COMM_WORLD, &cb);
-  for (const char* spec :
-       {"maxnorm:bits=8", "maxnorm:bits=4", "maxnorm:bits=2/6", "qsgd:bits=4", "terngrad", "sign",
-        "randk:ratio=0.5", "topk:ratio=0.1", "sketch:bits=3", "fp16", "bf16", "dq:min=2,max=8",
-        "maxnorm:bits=4,sum=requant"}) {
+  for (const char* spec : {"maxnorm:bits=8", "maxnorm:bits=4", "maxnorm:bits=2/6", "qsgd:bits=4",
+                           "terngrad", "sign", "randk:ratio=0.5", "topk:ratio=0.1", "sketch:bits=3",
+                           "fp16", "bf16", "dq:min=2,max=8", "maxnorm:bits=4,sum=requant"}) {
     SCOPED_TRACE(spec);
     const ccoll::CodecInfo info = ccoll::describe_codec(spec, p);
     ccoll::Options opt;
@@ -127,8 +126,7 @@ TEST(MpiReduceScatter, EveryCodecWithinItsBound) {
     opt.stats = &st;
     const std::vector<float> x = smooth(r, n);
     std::vector<float> out(recvcount);
-    ccoll::compressed_reduce_scatter(x.data(), out.data(), recvcount, MPI_FLOAT, MPI_SUM, ca,
-                                     opt);
+    ccoll::compressed_reduce_scatter(x.data(), out.data(), recvcount, MPI_FLOAT, MPI_SUM, ca, opt);
     EXPECT_EQ(st.codec, info.canonical);
     if (p > 1) {
       EXPECT_EQ(st.algorithm, info.summable ? "ring" : "pairwise");
@@ -169,8 +167,7 @@ TEST(MpiReduceScatter, SummableRingEqualsTheAllreducesBlock) {
     std::vector<float> all(n);
     ccoll::compressed_allreduce(x.data(), all.data(), n, MPI_FLOAT, MPI_SUM, ca, opt);
     std::vector<float> mine(recvcount);
-    ccoll::compressed_reduce_scatter(x.data(), mine.data(), recvcount, MPI_FLOAT, MPI_SUM, cb,
-                                     opt);
+    ccoll::compressed_reduce_scatter(x.data(), mine.data(), recvcount, MPI_FLOAT, MPI_SUM, cb, opt);
     const auto at = static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r) * recvcount);
     EXPECT_TRUE(std::equal(mine.begin(), mine.end(), all.begin() + at));
   }
@@ -246,8 +243,7 @@ TEST(MpiReduceScatter, ErrorsRaiseOnEveryRank) {
   opt.algorithm = "sra";
   msg = expect_error_everywhere([&] { rs(f.data(), MPI_FLOAT, MPI_SUM, opt); },
                                 ccoll::Status::kUnsupported);
-  EXPECT_NE(msg.find("valid for compressed_reduce_scatter with it: auto, ring"),
-            std::string::npos)
+  EXPECT_NE(msg.find("valid for compressed_reduce_scatter with it: auto, ring"), std::string::npos)
       << msg;
   opt.codec = "qsgd:bits=4";
   opt.algorithm = "ring";
@@ -262,8 +258,8 @@ TEST(MpiReduceScatter, ErrorsRaiseOnEveryRank) {
   // sendbuf holds recvcount·p elements: a recvbuf inside it overlaps
   msg = expect_error_everywhere(
       [&] {
-        ccoll::compressed_reduce_scatter(f.data(), f.data() + f.size() - 10, 10, MPI_FLOAT,
-                                         MPI_SUM, MPI_COMM_WORLD, opt);
+        ccoll::compressed_reduce_scatter(f.data(), f.data() + f.size() - 10, 10, MPI_FLOAT, MPI_SUM,
+                                         MPI_COMM_WORLD, opt);
       },
       ccoll::Status::kInvalidArgument);
   EXPECT_NE(msg.find("sendbuf: overlaps recvbuf"), std::string::npos) << msg;
@@ -275,8 +271,7 @@ TEST(MpiReduceScatter, ErrorsRaiseOnEveryRank) {
   }
   // the library still works afterwards
   std::vector<float> ok(static_cast<std::size_t>(p), 1.0f);
-  ccoll::compressed_reduce_scatter(MPI_IN_PLACE, ok.data(), 1, MPI_FLOAT, MPI_SUM,
-                                   MPI_COMM_WORLD);
+  ccoll::compressed_reduce_scatter(MPI_IN_PLACE, ok.data(), 1, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   EXPECT_EQ(ok[0], static_cast<float>(p));
 }
 

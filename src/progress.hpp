@@ -1,0 +1,77 @@
+// Non-blocking calls: the state a ccoll::Request shares with the call it names, and the progress
+// queue of a communicator, a thread that runs the communicator's calls in the order they were
+// started while the caller computes.
+//
+// One queue per communicator (made with its CommContext on the first non-blocking call, when MPI
+// provides MPI_THREAD_MULTIPLE): its thread owns every ccoll call on that communicator from then
+// on while work is queued (a blocking call made meanwhile is queued behind the pending ones and
+// waited for), so the communicator's calls keep the order every rank started them in. The queue
+// drains before its CommContext frees ccoll's duplicated communicator.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+
+namespace ccoll {
+namespace detail {
+
+/// A call's completion, shared by its Request and the job that runs it.
+class RequestState {
+ public:
+  /// Marks the call complete with `error` (null: success) and wakes every waiter.
+  void complete(std::exception_ptr error) noexcept;
+  /// Blocks until the call is complete; returns its error (null: success).
+  std::exception_ptr wait();
+  /// True once the call is complete.
+  bool done();
+  /// The error of a complete call (null: success).
+  std::exception_ptr error();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+  std::exception_ptr error_;
+};
+
+}  // namespace detail
+
+/// The progress queue of one communicator.
+class ProgressQueue {
+ public:
+  ProgressQueue();
+  /// Runs every queued job, then ends the thread.
+  ~ProgressQueue();
+  ProgressQueue(const ProgressQueue&) = delete;
+  ProgressQueue& operator=(const ProgressQueue&) = delete;
+
+  /// Queues `job` behind the pending ones; `state` completes when it has run (with the error it
+  /// threw, if any).
+  void push(std::function<void()> job, std::shared_ptr<detail::RequestState> state);
+  /// True while a job is queued or running.
+  bool busy();
+  /// Blocks until no job is queued or running.
+  void quiesce();
+
+ private:
+  struct Job {
+    std::function<void()> run;
+    std::shared_ptr<detail::RequestState> state;
+  };
+  void loop();
+
+  std::mutex mu_;
+  std::condition_variable work_;
+  std::condition_variable idle_;
+  std::deque<Job> jobs_;
+  bool running_ = false;
+  bool stop_ = false;
+  std::thread thread_;  // last: started once the members above exist
+};
+
+}  // namespace ccoll
