@@ -12,6 +12,8 @@
 #include "backend.hpp"
 #include "ccoll/ccoll.hpp"
 #include "comm_context.hpp"
+#include "half_call.hpp"
+#include "mpi_check.hpp"
 #include "progress.hpp"
 #include "run_call.hpp"
 #include "spec.hpp"
@@ -27,21 +29,20 @@ void run_and_report(const call::Call& c) {
     *c.options.stats = stats;
     c.options.stats->total_seconds = std::chrono::duration<double>(call::Clock::now() - t0).count();
   };
+  auto run = [](const call::Call& x, Stats& s) {
+    if (!call::run_auto(x, s)) call::run_call(x, s);
+  };
   try {
-    if (!call::run_auto(c, stats)) call::run_call(c, stats);
+    if (const call::Half h = call::half_type(c.datatype); h != call::Half::kNone) {
+      call::run_half(c, h, stats, run);
+    } else {
+      run(c, stats);
+    }
   } catch (...) {
     report();
     throw;
   }
   report();
-}
-
-bool mpi_usable() {
-  int initialized = 0;
-  int finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  return initialized != 0 && finalized == 0;
 }
 
 int world_rank() {
@@ -116,7 +117,7 @@ Request start(const call::Call& c) {
 // A blocking call: on a communicator with non-blocking calls still pending it queues behind
 // them (the communicator's calls run in the order they were started) and waits.
 void run_blocking(const call::Call& c) {
-  if (mpi_usable() && c.comm != MPI_COMM_NULL) {
+  if (detail::mpi_active() && c.comm != MPI_COMM_NULL) {
     CommContext* ctx = CommContext::find(c.comm);
     if (ctx != nullptr && ctx->progress_if_made() != nullptr && ctx->progress_if_made()->busy()) {
       start(c).wait();
@@ -148,7 +149,7 @@ Request::~Request() {
     std::rethrow_exception(error);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ccoll WARN [rank %d] a request destroyed without wait() failed: %s\n",
-                 mpi_usable() ? world_rank() : -1, e.what());
+                 detail::mpi_active() ? world_rank() : -1, e.what());
   } catch (...) {
     std::fprintf(stderr, "ccoll WARN a request destroyed without wait() failed\n");
   }
@@ -169,7 +170,7 @@ bool Request::test() {
 }
 
 bool nonblocking_progress() {
-  if (!mpi_usable()) return false;
+  if (!detail::mpi_active()) return false;
   int provided = MPI_THREAD_SINGLE;
   MPI_Query_thread(&provided);
   return provided == MPI_THREAD_MULTIPLE;
@@ -233,13 +234,7 @@ CodecInfo describe_codec(const std::string& spec_text, int ranks) {
 }
 
 void reset_state(MPI_Comm comm, std::uint64_t key) {
-  int initialized = 0;
-  int finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized == 0 || finalized != 0) {
-    throw Error(Status::kInvalidArgument, "reset_state: MPI is not initialized (or finalized)");
-  }
+  detail::require_mpi("reset_state");
   if (CommContext* ctx = CommContext::find(comm)) {
     // after the non-blocking calls still pending on comm, whose state it is
     if (ProgressQueue* q = ctx->progress_if_made()) q->quiesce();

@@ -215,6 +215,18 @@ void ccoll_request_free(ccoll_request_t* request) {
   *request = CCOLL_REQUEST_NULL;
 }
 
+MPI_Datatype ccoll_float16(void) {
+  MPI_Datatype t = MPI_DATATYPE_NULL;
+  status_of([&] { t = ccoll::float16(); });
+  return t;
+}
+
+MPI_Datatype ccoll_bfloat16(void) {
+  MPI_Datatype t = MPI_DATATYPE_NULL;
+  status_of([&] { t = ccoll::bfloat16(); });
+  return t;
+}
+
 int ccoll_nonblocking_progress(void) { return ccoll::nonblocking_progress() ? 1 : 0; }
 
 const char* ccoll_status_string(ccoll_status_t status) {

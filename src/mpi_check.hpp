@@ -10,6 +10,24 @@
 
 namespace ccoll::detail {
 
+/// True between MPI_Init and MPI_Finalize: ccoll may call MPI.
+inline bool mpi_active() {
+  int initialized = 0;
+  int finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  return initialized != 0 && finalized == 0;
+}
+
+/// Throws ccoll::Error(kInvalidArgument) "FN: MPI is not initialized (or already finalized)"
+/// unless mpi_active().
+inline void require_mpi(const char* fn) {
+  if (!mpi_active()) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) + ": MPI is not initialized (or already finalized)");
+  }
+}
+
 [[noreturn]] inline void throw_mpi_error(int rc, const char* call, const char* file, int line) {
   char text[MPI_MAX_ERROR_STRING] = {0};
   int len = 0;

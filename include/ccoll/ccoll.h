@@ -113,6 +113,11 @@ CCOLL_C_API ccoll_status_t ccoll_request_test(ccoll_request_t* request, int* fla
     flight (its buffers stay in use until then), and prints a failure on stderr. */
 CCOLL_C_API void ccoll_request_free(ccoll_request_t* request);
 
+/** C twins of ccoll::float16() and ccoll::bfloat16(); MPI_DATATYPE_NULL (message in
+    ccoll_last_error) before MPI_Init. */
+CCOLL_C_API MPI_Datatype ccoll_float16(void);
+CCOLL_C_API MPI_Datatype ccoll_bfloat16(void);
+
 /** Non-zero when non-blocking calls progress in the background (MPI_THREAD_MULTIPLE). */
 CCOLL_C_API int ccoll_nonblocking_progress(void);
 

@@ -194,6 +194,20 @@ CCOLL_API Request compressed_ireduce_scatter(const void* sendbuf, void* recvbuf,
 /// before it returns (no overlap; the first one prints a warning saying so). Call after MPI_Init.
 CCOLL_API bool nonblocking_progress();
 
+/// Datatype handles for 16-bit floats that every ccoll call accepts: IEEE binary16 (fp16) and
+/// bfloat16. (MPIX_C_FLOAT16 is accepted too where the MPI library defines it.) Made on the
+/// first call (MPI must be initialized; throws ccoll::Error otherwise) and the same handle
+/// afterwards; MPI frees them at MPI_Finalize. They describe 2-byte elements to MPI, but MPI
+/// itself cannot add them: use them with ccoll's calls only.
+/// A call on 16-bit buffers runs on fp32 copies: its input is widened exactly, every codec and
+/// schedule works as on fp32 input (sums, and the residuals of ef=1, in fp32), and the output
+/// is rounded once to the 16-bit type, to nearest even. With Options::average the mean is
+/// formed before that rounding, so a mean the type can hold never overflows on the way. Device
+/// buffers are copied to the host for it (Stats::transport "host-copy"). Statistics count the
+/// 16-bit input bytes; with codec "none" the wire carries fp32.
+CCOLL_API MPI_Datatype float16();
+CCOLL_API MPI_Datatype bfloat16();
+
 /// What a codec spec string means; see describe_codec().
 struct CodecInfo {
   std::string canonical;  ///< Normalized spec string (what Stats::codec reports).

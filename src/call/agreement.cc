@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "half_call.hpp"
 #include "mpi_check.hpp"
 
 namespace ccoll::call {
@@ -67,7 +68,7 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   v[kErrRank] = bad.ok() ? -1 : m.rank;
   v[kErrCode] = static_cast<double>(bad.code);
   put_pair(v, kCount, static_cast<double>(m.count));
-  put_pair(v, kDtype, static_cast<double>(m.dtype));
+  put_pair(v, kDtype, static_cast<double>(m.dtype) + 16.0 * m.half);
   put_pair(v, kCodec, fingerprint(*m.codec));
   put_pair(v, kAlgo, static_cast<double>(m.algorithm));
   put_pair(v, kAvg, m.average ? 1 : 0);
@@ -89,6 +90,8 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   }
   check_pair(v, kCount, fn, m.count_name, show_number);
   check_pair(v, kDtype, fn, "datatype", [](double x) {
+    const int half = static_cast<int>(x) / 16;
+    if (half != 0) return std::string(half_name(static_cast<Half>(half)));
     return std::string(codec::dtype_name(static_cast<codec::DType>(static_cast<int>(x))));
   });
   check_pair(v, kCodec, fn, "codec", show_hash);

@@ -25,6 +25,7 @@ struct Proposal {
   const char* count_name = "count";  ///< the count argument's name in messages
   std::size_t count = 0;
   codec::DType dtype = codec::DType::kFloat32;
+  int half = 0;                        ///< Call::half: the caller's 16-bit type, 0 for none
   const std::string* codec = nullptr;  ///< the canonical spec
   coll::Algorithm algorithm = coll::Algorithm::kAuto;
   bool average = false;

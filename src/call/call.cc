@@ -67,14 +67,7 @@ bool overlaps(const void* a, std::size_t an, const void* b, std::size_t bn) {
 }
 
 void check_communicator(const Call& call) {
-  int initialized = 0;
-  int finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized == 0 || finalized != 0) {
-    throw Error(Status::kInvalidArgument,
-                std::string(call.fn) + ": MPI is not initialized (or already finalized)");
-  }
+  detail::require_mpi(call.fn);
   if (call.comm == MPI_COMM_NULL) {
     throw Error(Status::kInvalidArgument, std::string(call.fn) + ": comm is MPI_COMM_NULL");
   }
@@ -100,7 +93,8 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
   if (!codec_dtype(call.datatype, c.dtype)) {
     bad.set(kArgDatatype, Status::kUnsupported,
             "datatype: " + datatype_name(call.datatype) +
-                " is not supported (valid: MPI_FLOAT, MPI_DOUBLE)");
+                " is not supported (valid: MPI_FLOAT, MPI_DOUBLE, ccoll::float16(), "
+                "ccoll::bfloat16())");
   }
   const std::size_t es = codec::dtype_size(c.dtype);
   c.elem_bytes = es;

@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "ccoll/ccoll.hpp"
@@ -23,6 +24,10 @@ class CommContext;
 namespace ccoll::call {
 
 enum class Kind { kAllreduce, kAllgather, kReduceScatter };
+
+/// The 16-bit element type of the caller's buffers when the call runs on fp32 copies of them
+/// (half_call.hpp).
+enum class Half : std::uint8_t { kNone = 0, kFloat16 = 1, kBFloat16 = 2 };
 
 /// A collective as the caller passed it.
 struct Call {
@@ -41,6 +46,9 @@ struct Call {
   /// non-blocking call's progress thread, which must not look it up through `comm`'s
   /// attributes while the caller may be freeing `comm`), or null.
   CommContext* ctx = nullptr;
+  /// Set when this fp32 call runs on copies of the caller's 16-bit buffers: the agreement
+  /// then compares the caller's type.
+  Half half = Half::kNone;
 
   bool allreduce() const { return kind == Kind::kAllreduce; }
   bool reduce_scatter() const { return kind == Kind::kReduceScatter; }

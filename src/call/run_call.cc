@@ -237,6 +237,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   mine.count_name = call.allreduce() ? "count" : call.reduce_scatter() ? "recvcount" : "sendcount";
   mine.count = call.count;
   mine.dtype = c.dtype;
+  mine.half = static_cast<int>(call.half);
   mine.codec = &c.spec.canonical;
   mine.algorithm = c.algorithm;
   mine.average = call.options.average;

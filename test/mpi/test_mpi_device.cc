@@ -310,6 +310,46 @@ TEST_F(DeviceBuffers, NonblockingEqualsBlocking) {
   if (emulated) ccoll::testing::set_emulated_device(0);
 }
 
+// 16-bit device buffers: the calls run on host copies widened to fp32, the same bytes as on
+// 16-bit host buffers, in place and not.
+TEST_F(DeviceBuffers, HalfBuffersEqualHostBuffers) {
+  const int p = size_of(MPI_COMM_WORLD);
+  const int r = rank_of(MPI_COMM_WORLD);
+  const std::size_t n = 4001;
+  for (const bool bf16 : {false, true}) {
+    for (const bool in_place : {false, true}) {
+      SCOPED_TRACE(std::string(bf16 ? "bfloat16" : "float16") + (in_place ? " in place" : ""));
+      const MPI_Datatype t = bf16 ? ccoll::bfloat16() : ccoll::float16();
+      const std::size_t total = n * static_cast<std::size_t>(p);
+      std::vector<std::uint16_t> x(total);
+      for (std::size_t i = 0; i < total; ++i) {
+        x[i] = static_cast<std::uint16_t>(0x3c00u + ((i * 7 + static_cast<std::size_t>(r)) % 512));
+      }
+      ccoll::Options opt;
+      opt.codec = "maxnorm:bits=8";
+      opt.seed = 3;
+      std::vector<std::uint16_t> want = in_place ? x : std::vector<std::uint16_t>(n);
+      ccoll::compressed_reduce_scatter(in_place ? MPI_IN_PLACE : x.data(), want.data(), n, t,
+                                       MPI_SUM, host_comm_, opt);
+      void* dx = ccoll::testing::device_alloc(2 * total);
+      void* dout = ccoll::testing::device_alloc(2 * n);
+      ccoll::testing::device_copy(dx, x.data(), 2 * total);
+      ccoll::Stats ds;
+      opt.stats = &ds;
+      ccoll::compressed_reduce_scatter(in_place ? MPI_IN_PLACE : dx, in_place ? dx : dout, n, t,
+                                       MPI_SUM, dev_comm_, opt);
+      std::vector<std::uint16_t> got(n);
+      ccoll::testing::device_copy(got.data(), in_place ? dx : dout, 2 * n);
+      ccoll::testing::device_free(dx);
+      ccoll::testing::device_free(dout);
+      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin()));
+      if (p > 1) {
+        EXPECT_EQ(ds.transport, "host-copy");
+      }
+    }
+  }
+}
+
 // Ranks with device buffers and ranks with host buffers in one call: the payloads are the same
 // bytes, and every rank takes the ring that the device ranks need.
 TEST_F(DeviceBuffers, MixedRanksInteroperate) {

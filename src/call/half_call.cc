@@ -1,0 +1,161 @@
+// 16-bit float buffers as fp32 calls (half_call.hpp), and the datatype handles that name them.
+#include "half_call.hpp"
+
+#include <mpi.h>
+
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "backend.hpp"
+#include "comm_context.hpp"
+#include "half_batch.hpp"
+#include "mpi_check.hpp"
+
+namespace ccoll {
+namespace {
+
+std::mutex g_types_mu;
+MPI_Datatype g_float16 = MPI_DATATYPE_NULL;
+MPI_Datatype g_bfloat16 = MPI_DATATYPE_NULL;
+
+// A committed 2-byte datatype named `name`, made once per process (MPI frees it at
+// MPI_Finalize).
+MPI_Datatype make_type(MPI_Datatype& slot, const char* name, const char* fn) {
+  std::lock_guard<std::mutex> lock(g_types_mu);
+  if (slot != MPI_DATATYPE_NULL) return slot;
+  detail::require_mpi(fn);
+  MPI_Datatype t = MPI_DATATYPE_NULL;
+  CCOLL_MPI_CHECK(MPI_Type_contiguous(2, MPI_BYTE, &t));
+  CCOLL_MPI_CHECK(MPI_Type_set_name(t, const_cast<char*>(name)));
+  CCOLL_MPI_CHECK(MPI_Type_commit(&t));
+  slot = t;
+  return t;
+}
+
+}  // namespace
+
+MPI_Datatype float16() { return make_type(g_float16, "ccoll_float16", "float16"); }
+MPI_Datatype bfloat16() { return make_type(g_bfloat16, "ccoll_bfloat16", "bfloat16"); }
+
+namespace call {
+
+Half half_type(MPI_Datatype t) {
+  if (t == MPI_DATATYPE_NULL) return Half::kNone;
+#ifdef MPIX_C_FLOAT16
+  if (t == MPIX_C_FLOAT16) return Half::kFloat16;
+#endif
+  std::lock_guard<std::mutex> lock(g_types_mu);
+  if (t == g_float16) return Half::kFloat16;
+  if (t == g_bfloat16) return Half::kBFloat16;
+  return Half::kNone;
+}
+
+const char* half_name(Half h) {
+  switch (h) {
+    case Half::kFloat16:
+      return "ccoll::float16()";
+    case Half::kBFloat16:
+      return "ccoll::bfloat16()";
+    case Half::kNone:
+      break;
+  }
+  return "";
+}
+
+void run_half(const Call& call, Half h, Stats& stats,
+              const std::function<void(const Call&, Stats&)>& run) {
+  // every rank sees the same here: MPI's state and the communicator
+  if (call.ctx == nullptr) check_communicator(call);
+  int p = 1;
+  int rank = 0;
+  if (call.ctx != nullptr) {
+    p = call.ctx->size();
+    rank = call.ctx->rank();
+  } else {
+    CCOLL_MPI_CHECK(MPI_Comm_size(call.comm, &p));
+    CCOLL_MPI_CHECK(MPI_Comm_rank(call.comm, &rank));
+  }
+  Call c32 = call;
+  c32.datatype = MPI_FLOAT;
+  c32.half = h;
+  const auto ranks = static_cast<std::size_t>(p);
+  const std::size_t in_n = call.input_count(p);
+  const std::size_t out_n = call.kind == Kind::kAllgather ? call.count * ranks : call.count;
+  // Buffers that cannot be read safely go to the fp32 call as they are: its checks reject
+  // them on every rank before any element is read (a null buffer; an overlap, which at fp32
+  // sizes only grows; device and host buffers mixed; a count whose bytes overflow).
+  bool readable = call.count <= (std::size_t{1} << 58) / ranks;
+  if (readable && call.count > 0) {
+    readable = call.recvbuf != nullptr && (call.in_place() || call.sendbuf != nullptr) &&
+               (call.in_place() || !overlaps(call.sendbuf, in_n * 2, call.recvbuf, out_n * 2));
+  }
+  gpu::Backend* device = nullptr;
+  if (readable && call.count > 0) {
+    try {
+      if (gpu::Backend* b = gpu::backend()) {
+        const bool recv_dev = b->is_device_pointer(call.recvbuf);
+        const bool send_dev = !call.in_place() && b->is_device_pointer(call.sendbuf);
+        if (recv_dev != send_dev && !call.in_place()) readable = false;
+        if (recv_dev) device = b;
+      }
+    } catch (const Error&) {
+      readable = false;  // the fp32 call's probe reports it on every rank
+    }
+  }
+  if (!readable) {
+    run(c32, stats);
+    return;
+  }
+  // device copies go on the caller's stream, after the work that produces the input
+  struct StreamScope {
+    gpu::Backend* b;
+    ~StreamScope() {
+      if (b != nullptr) b->set_stream(nullptr);
+    }
+  } stream_scope{device};
+  if (device != nullptr) device->set_stream(call.options.cuda_stream);
+  // the fp32 copies, kept by the thread for its next call
+  thread_local std::vector<float> in32;
+  thread_local std::vector<float> out32;
+  thread_local std::vector<std::uint16_t> staged;
+  in32.resize(in_n);
+  out32.resize(out_n);
+  const auto* src = static_cast<const std::uint16_t*>(
+      call.in_place() ? static_cast<const void*>(static_cast<const std::byte*>(call.recvbuf) +
+                                                 call.own_offset(2, rank))
+                      : call.sendbuf);
+  if (device != nullptr && in_n > 0) {
+    staged.resize(in_n > out_n ? in_n : out_n);
+    device->copy(staged.data(), src, in_n * 2);
+    device->synchronize();
+    src = staged.data();
+  }
+  if (in_n > 0) {
+    if (h == Half::kFloat16) {
+      codec::half_to_floats(src, in_n, in32.data(), false);
+    } else {
+      codec::bf16_to_floats(src, in_n, in32.data(), false);
+    }
+  }
+  c32.sendbuf = in32.data();
+  c32.recvbuf = out32.data();
+  run(c32, stats);
+  stats.input_bytes = in_n * 2;
+  if (out_n == 0) return;
+  auto* dst = static_cast<std::uint16_t*>(device != nullptr ? staged.data() : call.recvbuf);
+  if (h == Half::kFloat16) {
+    codec::floats_to_half(out32.data(), out_n, dst);
+  } else {
+    codec::floats_to_bf16(out32.data(), out_n, dst);
+  }
+  if (device != nullptr) {
+    device->copy(call.recvbuf, staged.data(), out_n * 2);
+    device->synchronize();
+    stats.transport = "host-copy";
+  }
+}
+
+}  // namespace call
+}  // namespace ccoll
