@@ -111,7 +111,11 @@ template <class T, class F>
 class CastCodec final : public Codec {
  public:
   const std::string& spec() const override { return spec_; }
-  Capabilities capabilities() const override { return {}; }
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.prescale_mean = F::kMax < 1e30;  // fp16, not bf16 (whose range is fp32's)
+    return c;
+  }
   DType dtype() const override { return kType; }
   double unit_roundoff() const override { return F::kUnitRoundoff; }
   std::size_t max_encoded_bytes(std::size_t count) const override {

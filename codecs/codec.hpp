@@ -43,6 +43,11 @@ struct Capabilities {
   /// Sparse codecs whose payloads lose little by travelling whole (topk): "auto" reduces them by
   /// an all-gather of every rank's payload instead of a ring that would re-sparsify partial sums.
   bool gather_reduce = false;
+  /// Codecs whose format has a narrow range (fp16): for an all-reduce mean the call divides
+  /// every contribution by the rank count before the schedule, so the partial sums it encodes
+  /// stay within the inputs' range rather than reaching ranks × max|x| (and the codec's fallback
+  /// test takes the inputs alone).
+  bool prescale_mean = false;
 };
 
 /// Where a block sits, for codecs whose output depends on more than the values (stochastic

@@ -70,8 +70,11 @@ Prepared prepare_plan(const Call& call, Placement& pl, Checked& c, CommContext& 
     if (!codec.capabilities().lossless) {
       const std::size_t nscales = codec.scale_slots(c.in_total);
       if (plan->scales.size() < nscales) plan->scales.resize(nscales);
+      // the sums a schedule encodes reach ranks × max|x|, unless a mean is prescaled
+      const bool prescaled =
+          call.allreduce() && call.options.average && codec.capabilities().prescale_mean;
       out.scanned = codec.scan(call.input(c.elem_bytes, ctx.rank()), c.in_total,
-                               call.reduces() ? ctx.size() : 1,
+                               call.reduces() && !prescaled ? ctx.size() : 1,
                                nscales != 0 ? plan->scales.data() : nullptr, out.fallback);
     }
   } catch (const Error& e) {
@@ -97,8 +100,10 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   const int p = ctx.size();
   auto* recv = static_cast<std::byte*>(call.recvbuf);
   std::byte* own = call.own_block(es, ctx.rank());
+  bool copied = false;  // the input is in recvbuf already (copied, or prescaled there)
   auto copy_input = [&] {
-    if (call.in_place()) return;
+    if (call.in_place() || copied) return;
+    copied = true;
     if (pl.kernels()) {
       pl.device->copy(own, call.sendbuf, call.count * es);
     } else {
@@ -175,21 +180,29 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   }
   const coll::Schedule schedule = coll::select_schedule(q);
   stats.algorithm = coll::schedule_name(schedule);
+  bool divide = average;
+  if (allreduce && average && codec.capabilities().prescale_mean) {
+    // each contribution divided first: the sums stay within the inputs' range (fp16)
+    copy_input();
+    coll::divide_elements(cx, recv, call.count, p);
+    input = recv;
+    divide = false;
+  }
   if (allreduce) {
     switch (schedule) {
       case coll::Schedule::kTree:
         copy_input();
-        coll::allreduce_recursive_doubling(cx, recv, call.count, average);
+        coll::allreduce_recursive_doubling(cx, recv, call.count, divide);
         break;
       case coll::Schedule::kAllgatherReduce:
         copy_input();
-        coll::allreduce_allgather(cx, recv, call.count, average);
+        coll::allreduce_allgather(cx, recv, call.count, divide);
         break;
       case coll::Schedule::kRing:
-        coll::allreduce_ring(cx, input, recv, call.count, average);
+        coll::allreduce_ring(cx, input, recv, call.count, divide);
         break;
       case coll::Schedule::kScatterReduce:
-        coll::allreduce_scatter_reduce(cx, input, recv, call.count, average);
+        coll::allreduce_scatter_reduce(cx, input, recv, call.count, divide);
         break;
     }
     codec.finish_allreduce(recv, call.count);  // temporal: beta·y_prev + decoded sum

@@ -155,6 +155,47 @@ TEST(MpiHalf, MeansDoNotOverflow) {
   }
 }
 
+// The fp16 codec on fp32 input: a mean whose sum leaves fp16's range is prescaled (each
+// contribution divided first) rather than sent to MPI; the sum itself still falls back.
+TEST(MpiHalf, Fp16CodecPrescalesMeans) {
+  const int p = world_size();
+  if (p < 2) GTEST_SKIP() << "needs 2 ranks (one rank is never encoded)";
+  const int r = world_rank();
+  const std::size_t n = 10007;
+  for (const bool in_place : {true, false}) {
+    SCOPED_TRACE(in_place ? "in place" : "separate buffers");
+    std::vector<float> x(n), out(n);
+    std::vector<double> mean(n, 0.0);
+    double sum_max = 0;
+    for (int k = 0; k < p; ++k) {
+      double m = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const float v = 40000.0f + static_cast<float>((i * 13 + static_cast<std::size_t>(k)) % 999);
+        mean[i] += v / p;
+        m = std::max(m, static_cast<double>(v));
+        if (k == r) x[i] = v;
+      }
+      sum_max += m;
+    }
+    ccoll::Options opt;
+    opt.codec = "fp16";
+    opt.average = true;
+    ccoll::Stats st;
+    opt.stats = &st;
+    if (in_place) out = x;
+    ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : x.data(), out.data(), n, MPI_FLOAT,
+                                MPI_SUM, MPI_COMM_WORLD, opt);
+    EXPECT_FALSE(st.fell_back);
+    EXPECT_NE(st.algorithm, "mpi");
+    const double bound = ccoll::describe_codec("fp16", p).error_bound * sum_max / p;
+    for (std::size_t i = 0; i < n; ++i) ASSERT_NEAR(out[i], mean[i], bound) << i;
+    EXPECT_TRUE(identical_on_all_ranks(out.data(), 4 * n, MPI_COMM_WORLD));
+    opt.average = false;  // the sum leaves fp16's range: MPI on every rank
+    ccoll::compressed_allreduce(x.data(), out.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, opt);
+    EXPECT_TRUE(st.fell_back);
+  }
+}
+
 // Lossy codecs on 16-bit buffers: within the codec's bound plus one rounding of the output.
 TEST(MpiHalf, LossyCodecsWithinTheirBound) {
   const int p = world_size();
