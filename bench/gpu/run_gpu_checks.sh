@@ -27,7 +27,9 @@ mkdir -p "$out"
 summary="$out/summary.md"
 rows=()
 failed=0
-commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+# the commit the bundle was built from (the checkout here may be another)
+commit="$(sed -n 's/^commit: \([0-9a-f]\{7\}\).*/\1/p' "${2:-gpu-check}/MANIFEST" 2>/dev/null)"
+[ -n "$commit" ] || commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
 # Time limits (seconds): about six minutes in all, so that a 10-minute run can be repeated once.
 t_env=20 t_tests=90 t_memcheck=90 t_synccheck=40 t_large=60 t_bench=60 t_mpi=60
