@@ -156,9 +156,11 @@ struct Context {
   bool exact_lengths = false;
 };
 
-enum class Algorithm { kAuto, kRing, kTree, kAllgather, kScatterReduce };
+/// kHierarchical is the API layer's two-level all-reduce (src/call/hierarchical.hpp); the
+/// schedules here never see it.
+enum class Algorithm { kAuto, kRing, kTree, kAllgather, kScatterReduce, kHierarchical };
 
-/// "auto", "ring", "tree", "allgather", "sra".
+/// "auto", "ring", "tree", "allgather", "sra", "hierarchical".
 const char* algorithm_name(Algorithm a);
 /// Parses an algorithm name; throws ccoll::Error(kInvalidArgument) listing the valid names.
 Algorithm parse_algorithm(const std::string& name);

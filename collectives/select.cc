@@ -22,6 +22,8 @@ const char* algorithm_name(Algorithm a) {
       return "allgather";
     case Algorithm::kScatterReduce:
       return "sra";
+    case Algorithm::kHierarchical:
+      return "hierarchical";
   }
   return "auto";
 }
@@ -32,8 +34,10 @@ Algorithm parse_algorithm(const std::string& name) {
   if (name == "tree") return Algorithm::kTree;
   if (name == "allgather") return Algorithm::kAllgather;
   if (name == "sra") return Algorithm::kScatterReduce;
-  throw Error(Status::kInvalidArgument, "algorithm: unknown algorithm '" + name +
-                                            "' (valid: auto, ring, tree, allgather, sra)");
+  if (name == "hierarchical") return Algorithm::kHierarchical;
+  throw Error(Status::kInvalidArgument,
+              "algorithm: unknown algorithm '" + name +
+                  "' (valid: auto, ring, tree, allgather, sra, hierarchical)");
 }
 
 Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,

@@ -38,6 +38,7 @@ void copy_stats(const ccoll::Stats& s, ccoll_stats_t* out) {
   out->fell_back = s.fell_back ? 1 : 0;
   out->bits = s.bits;
   out->transport = ccoll::data_path_static_name(s.transport);
+  out->node_bytes = s.node_bytes;
 }
 
 // The status of `f`, with the message kept for ccoll_last_error().

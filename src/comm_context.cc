@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -109,7 +110,56 @@ CommContext::CommContext(MPI_Comm user) : user_(user) {
 
 CommContext::~CommContext() {
   progress_.reset();  // runs the calls still queued (they use dup_)
+  if (topology_ != nullptr) {
+    if (topology_->cross != MPI_COMM_NULL) MPI_Comm_free(&topology_->cross);
+    if (topology_->node != MPI_COMM_NULL) MPI_Comm_free(&topology_->node);
+  }
   if (dup_ != MPI_COMM_NULL) MPI_Comm_free(&dup_);
+}
+
+const Topology& CommContext::topology() {
+  if (topology_ != nullptr) return *topology_;
+  auto t = std::make_unique<Topology>();
+  const int p = size();
+  const int r = rank();
+  // CCOLL_RANKS_PER_NODE: K >= 1, the same on every rank (checked together: no rank may take
+  // another grouping than the others)
+  int k = 0;
+  if (const char* v = std::getenv("CCOLL_RANKS_PER_NODE"); v != nullptr && *v != '\0') {
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    k = (*end == '\0' && n >= 1 && n <= 1 << 20) ? static_cast<int>(n) : -1;
+  }
+  int lo_hi[2] = {k, -k};
+  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, lo_hi, 2, MPI_INT, MPI_MAX, dup_));
+  if (lo_hi[0] != -lo_hi[1] || k < 0) {
+    t->uniform = false;
+    t->error = lo_hi[0] != -lo_hi[1]
+                   ? "CCOLL_RANKS_PER_NODE differs across ranks (valid: the same on every rank)"
+                   : "CCOLL_RANKS_PER_NODE: '" + std::string(std::getenv("CCOLL_RANKS_PER_NODE")) +
+                         "' (valid: a whole number of ranks, at least 1)";
+    topology_ = std::move(t);
+    return *topology_;
+  }
+  if (k > 0) {
+    CCOLL_MPI_CHECK(MPI_Comm_split(dup_, r / k, r, &t->node));
+    t->how = "CCOLL_RANKS_PER_NODE=" + std::to_string(k);
+  } else {
+    CCOLL_MPI_CHECK(MPI_Comm_split_type(dup_, MPI_COMM_TYPE_SHARED, r, MPI_INFO_NULL, &t->node));
+    t->how = "MPI_COMM_TYPE_SHARED";
+  }
+  CCOLL_MPI_CHECK(MPI_Comm_size(t->node, &t->node_size));
+  CCOLL_MPI_CHECK(MPI_Comm_rank(t->node, &t->node_rank));
+  int sizes[2] = {t->node_size, -t->node_size};
+  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, sizes, 2, MPI_INT, MPI_MAX, dup_));
+  t->uniform = sizes[0] == -sizes[1];
+  t->nodes = p / t->node_size;
+  // one communicator per local index, its ranks in this communicator's order
+  CCOLL_MPI_CHECK(MPI_Comm_split(dup_, t->node_rank, r, &t->cross));
+  MPI_Comm_set_errhandler(t->node, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(t->cross, MPI_ERRORS_RETURN);
+  topology_ = std::move(t);
+  return *topology_;
 }
 
 ProgressQueue& CommContext::progress() {

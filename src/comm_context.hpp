@@ -100,6 +100,20 @@ struct AutoChoice {
   int choice = -1;  // a Candidate once tuned
 };
 
+/// The two levels of algorithm=hierarchical, made on a communicator's first hierarchical call.
+struct Topology {
+  MPI_Comm node = MPI_COMM_NULL;   ///< the ranks of this rank's node
+  MPI_Comm cross = MPI_COMM_NULL;  ///< the ranks with this rank's index in their node, one per node
+  int node_size = 1;
+  int node_rank = 0;
+  int nodes = 1;
+  /// Every node has node_size ranks (else the call runs a flat schedule), and the grouping is
+  /// valid on every rank (else `error` says why, the same on every rank).
+  bool uniform = true;
+  std::string error;
+  std::string how;  ///< "MPI_COMM_TYPE_SHARED" or "CCOLL_RANKS_PER_NODE=K"
+};
+
 class CommContext {
  public:
   /// The context of `user`, created on the first call (collective: MPI_Comm_dup).
@@ -137,6 +151,11 @@ class CommContext {
     return auto_[(static_cast<std::uint64_t>(kind) << 40) | (elem_bytes << 8) | size_class];
   }
 
+  /// This communicator's nodes (collective on first use: every rank must ask in the same call).
+  /// Nodes are MPI_COMM_TYPE_SHARED groups, or with CCOLL_RANKS_PER_NODE=K (read then) groups
+  /// of K consecutive ranks, so that one machine can stand for several nodes.
+  const Topology& topology();
+
   /// The progress queue of non-blocking calls, made (with its thread) on first use.
   ProgressQueue& progress();
   /// The progress queue if it was made, else null.
@@ -171,6 +190,7 @@ class CommContext {
   std::map<std::uint64_t, AutoChoice> auto_;
   gpu::Buffer stage_send_;
   gpu::Buffer stage_recv_;
+  std::unique_ptr<Topology> topology_;
   // last: destroyed first, after running its queued calls, which use everything above
   std::unique_ptr<ProgressQueue> progress_;
 };

@@ -9,15 +9,21 @@
 # and always tears everything down afterwards: on success, failure, Ctrl-C or TERM.
 #
 # Usage (as root):
-#   bench/cluster/netcluster.sh [-n HOSTS] [-r RATE] [-k] -- COMMAND [ARGS...]
+#   bench/cluster/netcluster.sh [-n HOSTS] [-p RANKS] [-r RATE] [-k] -- COMMAND [ARGS...]
 #     -n HOSTS  number of hosts (namespaces), 2..64 (default 4)
+#     -p RANKS  ranks per host: consecutive ranks fill a host (--map-by ppr:RANKS:node) and
+#               talk through shared memory there, each host's with a backing directory of
+#               its own (the namespaces share /dev/shm and the hostname, so Open MPI's
+#               shared-memory segments would collide); default: one rank per host, ranks spread
+#               round-robin
 #     -r RATE   link rate per host: a tc rate such as 1gbit, 10gbit, 500mbit, or unlimited
 #               (default 1gbit)
 #     -k        keep going on a stale ccoll-* namespace set from an earlier crash: remove it
 #               first (without -k the script refuses to touch namespaces it did not create)
 #   COMMAND runs in ccoll-h0 with these in its environment:
 #     CCOLL_MPIEXEC   e.g. `$CCOLL_MPIEXEC -n 8 ./build/bench/ccoll_osu_allreduce -m 64M:64M`;
-#                     ranks are spread round-robin over the hosts (--map-by node)
+#                     ranks are spread round-robin over the hosts (--map-by node), or with
+#                     -p packed RANKS to a host
 #     CCOLL_CLUSTER_HOSTS, CCOLL_CLUSTER_RATE, CCOLL_CLUSTER_IFACE (eth0: the hosts' link)
 #
 # Example:
@@ -26,16 +32,18 @@
 set -euo pipefail
 
 HOSTS=4
+RANKS_PER_HOST=0
 RATE=1gbit
 CLEAN_STALE=0
 PREFIX=ccoll
 SUBNET=10.77.0
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "netcluster: $*" >&2; exit 2; }
 
-while getopts "n:r:kh" opt; do
+while getopts "n:p:r:kh" opt; do
   case "$opt" in
     n) HOSTS=$OPTARG ;;
+    p) RANKS_PER_HOST=$OPTARG ;;
     r) RATE=$OPTARG ;;
     k) CLEAN_STALE=1 ;;
     h) usage; exit 0 ;;
@@ -47,6 +55,8 @@ shift $((OPTIND - 1))
 [ $# -gt 0 ] || { usage >&2; die "no COMMAND given"; }
 [[ "$HOSTS" =~ ^[0-9]+$ ]] && [ "$HOSTS" -ge 2 ] && [ "$HOSTS" -le 64 ] ||
   die "-n $HOSTS: the host count must be 2..64"
+[[ "$RANKS_PER_HOST" =~ ^[0-9]+$ ]] && [ "$RANKS_PER_HOST" -le 64 ] ||
+  die "-p $RANKS_PER_HOST: ranks per host must be 1..64"
 [[ "$RATE" = unlimited || "$RATE" =~ ^[0-9]+(bit|kbit|mbit|gbit)$ ]] ||
   die "-r $RATE: valid rates are unlimited or a number with bit, kbit, mbit or gbit (e.g. 1gbit)"
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces and tc need CAP_NET_ADMIN)"
@@ -110,21 +120,45 @@ done
 # namespace, with that namespace's own session directory.
 # The launcher (mpiexec in ccoll-h0) has a directory of its own: sharing h0's with the daemon
 # it starts there races on the job-family directory ("File exists").
+# With -p, every host also gets a hostname of its own (a UTS namespace): Open MPI decides which
+# ranks share a node, and so shared memory and MPI_COMM_TYPE_SHARED, by hostname.
+UTS=""
+HOSTNAME_CMD=""
+if [ "$RANKS_PER_HOST" -gt 0 ]; then
+  UTS="unshare --uts"
+  HOSTNAME_CMD='hostname "\$CCOLL_NETCLUSTER_HOST"; '
+fi
 cat > "$WORK/agent" <<AGENT
 #!/bin/sh
 while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
 host=\$1; shift
 i=\${host##*.}; i=\$((i - 1))
-exec ip netns exec $PREFIX-h\$i env OMPI_MCA_orte_tmpdir_base=$WORK/h\$i PMIX_MCA_gds=hash sh -c "\$*"
+export OMPI_MCA_orte_tmpdir_base=$WORK/h\$i OMPI_MCA_btl_vader_backing_directory=$WORK/h\$i \
+  PMIX_MCA_gds=hash CCOLL_NETCLUSTER_HOST=$PREFIX-h\$i CCOLL_NETCLUSTER_CMD="\$*"
+exec ip netns exec $PREFIX-h\$i $UTS sh -c "$HOSTNAME_CMD"'exec sh -c "\$CCOLL_NETCLUSTER_CMD"'
+
 AGENT
 chmod +x "$WORK/agent"
 
 host_list=$(IFS=,; echo "${hosts[*]/%/:64}")
-export CCOLL_MPIEXEC="mpiexec --allow-run-as-root --oversubscribe --host $host_list --map-by node \
---mca plm_rsh_agent $WORK/agent --mca pml ob1 --mca btl tcp,self \
+map="--map-by node"
+btl="tcp,self"
+if [ "$RANKS_PER_HOST" -gt 0 ]; then
+  map="--map-by ppr:$RANKS_PER_HOST:node --bind-to none"
+  btl="tcp,vader,self"
+fi
+export CCOLL_MPIEXEC="mpiexec --allow-run-as-root --oversubscribe --host $host_list $map \
+--mca plm_rsh_agent $WORK/agent --mca pml ob1 --mca btl $btl \
 --mca btl_tcp_if_include $SUBNET.0/24 --mca oob_tcp_if_include $SUBNET.0/24 \
 --mca rtc_hwloc_vmhole none --mca mpi_yield_when_idle 1"
-export CCOLL_CLUSTER_HOSTS=$HOSTS CCOLL_CLUSTER_RATE=$RATE CCOLL_CLUSTER_IFACE=eth0
+export CCOLL_CLUSTER_HOSTS=$HOSTS CCOLL_CLUSTER_RATE=$RATE CCOLL_CLUSTER_IFACE=eth0 \
+  CCOLL_CLUSTER_RANKS_PER_HOST=$RANKS_PER_HOST
 echo "netcluster: $HOSTS hosts on $SUBNET.0/24, links $RATE; running: $*" >&2
-ip netns exec "$PREFIX-h0" env OMPI_MCA_orte_tmpdir_base="$WORK/launcher" PMIX_MCA_gds=hash \
-  OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "$@"
+export OMPI_MCA_orte_tmpdir_base="$WORK/launcher" OMPI_MCA_btl_vader_backing_directory="$WORK/launcher" \
+  PMIX_MCA_gds=hash OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+  CCOLL_NETCLUSTER_HOST="$PREFIX-h0"
+if [ -n "$UTS" ]; then
+  ip netns exec "$PREFIX-h0" unshare --uts sh -c 'hostname "$CCOLL_NETCLUSTER_HOST"; exec "$@"' sh "$@"
+else
+  ip netns exec "$PREFIX-h0" "$@"
+fi

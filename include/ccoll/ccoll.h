@@ -48,6 +48,7 @@ typedef struct ccoll_stats {
   /** How the data moved (see ccoll::Stats::transport): "host", "host-copy", "staged",
       "cuda-aware-mpi", "nccl", or "" when the call stopped before choosing; a static string. */
   const char* transport;
+  size_t node_bytes; /**< algorithm "hierarchical": bytes moved inside the node (ccoll::Stats). */
 } ccoll_stats_t;
 
 /** Per-call options; initialize with ccoll_options_init(). NULL strings mean the defaults. */

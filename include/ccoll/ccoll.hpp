@@ -38,12 +38,16 @@ struct Stats {
   /// input (non-finite values, or values out of the codec's range); the result is then exactly
   /// what MPI_Allreduce / MPI_Allgather gives.
   bool fell_back = false;
+  /// algorithm "hierarchical": bytes of this rank's data the uncompressed steps inside its node
+  /// move (the reduce-scatter's and the all-gather's share of the tensor, each way; MPI moves
+  /// them). wire_bytes_* then count only the compressed cross-node step. 0 for other schedules.
+  std::size_t node_bytes = 0;
   /// Bits per element of the codes this call sent: the width dq chose for the call, a
   /// fixed-width quantizer's width; 0 for casts, sparse codecs and uncompressed calls.
   unsigned bits = 0;
   std::string codec;  ///< Canonical spec of the codec used ("none" when uncompressed).
   /// Schedule used: "ring", "tree", "allgather", "sra", "pairwise" (reduce-scatter of a codec
-  /// that cannot add codes), "local" (1 rank), "mpi".
+  /// that cannot add codes), "hierarchical/<the cross-node schedule>", "local" (1 rank), "mpi".
   std::string algorithm;
   /// How the data moved: "host" (host buffers), "staged" (device buffers: the codec ran on the
   /// GPU and only payloads crossed to the host for MPI), "host-copy" (device buffers copied
@@ -65,7 +69,9 @@ struct Options {
   /// "auto" (default; CCOLL_ALGO when set), "ring", "tree", "allgather" (all-reduce only:
   /// every rank's payload gathered whole and reduced in rank order; auto's choice for topk), or
   /// "sra" (all-reduce only, codecs that cannot add codes: scatter-reduce-allgather, each element
-  /// quantized at most twice; auto's choice for them from 3 ranks on).
+  /// quantized at most twice; auto's choice for them from 3 ranks on), or "hierarchical"
+  /// (all-reduce only: exact inside each node, the codec only between nodes; auto does not
+  /// choose it).
   std::string algorithm = "auto";
   /// Per-tensor key for codecs that keep state between calls (ef=1, temporal, dq): pass one per
   /// tensor. 0 derives it from (recvbuf, count), which is right only when every receive buffer

@@ -171,7 +171,8 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
   }
   try {
     c.algorithm = coll::parse_algorithm(
-        opt.algorithm == "auto" && !c.env.algorithm.empty() ? c.env.algorithm : opt.algorithm);
+        opt.algorithm == "auto" && !c.env.algorithm.empty() && !call.nested ? c.env.algorithm
+                                                                            : opt.algorithm);
   } catch (const Error& e) {
     bad.set(kArgAlgorithm, e.code(), e.message());
   }
@@ -182,15 +183,21 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
                     (c.algorithm == coll::Algorithm::kRing && summable) ||
                     (c.algorithm == coll::Algorithm::kScatterReduce && !summable);
     if (!ok) {
-      bad.set(
-          kArgAlgorithm,
-          c.algorithm == coll::Algorithm::kRing || c.algorithm == coll::Algorithm::kScatterReduce
-              ? Status::kUnsupported
-              : Status::kInvalidArgument,
-          std::string("algorithm: '") + coll::algorithm_name(c.algorithm) + "' with " +
-              c.spec.canonical + " (valid for compressed_reduce_scatter with it: auto, " +
-              (summable ? "ring" : "sra") + ")");
+      bad.set(kArgAlgorithm,
+              c.algorithm == coll::Algorithm::kRing ||
+                      c.algorithm == coll::Algorithm::kScatterReduce ||
+                      c.algorithm == coll::Algorithm::kHierarchical
+                  ? Status::kUnsupported
+                  : Status::kInvalidArgument,
+              std::string("algorithm: '") + coll::algorithm_name(c.algorithm) + "' with " +
+                  c.spec.canonical + " (valid for compressed_reduce_scatter with it: auto, " +
+                  (summable ? "ring" : "sra") + ")");
     }
+  }
+  if (call.kind == Kind::kAllgather && c.algorithm == coll::Algorithm::kHierarchical) {
+    bad.set(kArgAlgorithm, Status::kUnsupported,
+            "algorithm: 'hierarchical' has no all-gather form yet (valid for "
+            "compressed_allgather: auto, ring, tree)");
   }
   if (call.kind == Kind::kAllgather && (c.algorithm == coll::Algorithm::kAllgather ||
                                         c.algorithm == coll::Algorithm::kScatterReduce)) {

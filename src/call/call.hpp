@@ -49,6 +49,9 @@ struct Call {
   /// Set when this fp32 call runs on copies of the caller's 16-bit buffers: the agreement
   /// then compares the caller's type.
   Half half = Half::kNone;
+  /// A call ccoll makes inside another (the hierarchical schedule's steps): CCOLL_ALGO does
+  /// not apply to it.
+  bool nested = false;
 
   bool allreduce() const { return kind == Kind::kAllreduce; }
   bool reduce_scatter() const { return kind == Kind::kReduceScatter; }

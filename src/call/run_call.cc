@@ -9,6 +9,7 @@
 #include "agreement.hpp"
 #include "collectives.hpp"
 #include "device_codec.hpp"
+#include "hierarchical.hpp"
 #include "mpi_check.hpp"
 #include "nccl_transport.hpp"
 #include "placement.hpp"
@@ -239,8 +240,10 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   const std::size_t es = c.elem_bytes;
   const bool compress = c.bad.ok() && call.count > 0 && p > 1 && c.in_total * es >= c.env.min_bytes;
   if (pl.device != nullptr) choose_device_path(call, pl, c, ctx, compress);
+  // the hierarchical schedule's cross-node call makes its own plan
+  const bool hierarchical = c.algorithm == coll::Algorithm::kHierarchical;
   Prepared prep;
-  if (compress) prep = prepare_plan(call, pl, c, ctx);
+  if (compress && !hierarchical) prep = prepare_plan(call, pl, c, ctx);
   Plan* plan = prep.plan;
   stats.states_evicted = prep.evicted;
 
@@ -305,6 +308,10 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     if (stage_code != Status::kSuccess) {
       throw Error(stage_code, std::string(call.fn) + ": device buffers: " + stage_error);
     }
+    return;
+  }
+  if (hierarchical) {
+    run_hierarchical(call, stats, ctx);
     return;
   }
   codec::Codec& codec = pl.kernels() ? *plan->device_codec : *plan->codec;

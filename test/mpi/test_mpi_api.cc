@@ -279,8 +279,8 @@ TEST(MpiErrors, BadArgumentOnOneRankRaisesOnEveryRank) {
       },
       ccoll::Status::kInvalidArgument);
   EXPECT_NE(
-      msg.find(
-          "algorithm: unknown algorithm 'butterfly' (valid: auto, ring, tree, allgather, sra)"),
+      msg.find("algorithm: unknown algorithm 'butterfly' (valid: auto, ring, tree, allgather, sra, "
+               "hierarchical)"),
       std::string::npos)
       << msg;
   msg = expect_error_everywhere(

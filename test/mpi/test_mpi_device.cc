@@ -350,6 +350,40 @@ TEST_F(DeviceBuffers, HalfBuffersEqualHostBuffers) {
   }
 }
 
+// algorithm=hierarchical on device buffers (host copies), two ranks per node where the rank
+// count allows: the same bytes as on host buffers.
+TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
+  const int p = size_of(MPI_COMM_WORLD);
+  const int r = rank_of(MPI_COMM_WORLD);
+  setenv("CCOLL_RANKS_PER_NODE", p % 2 == 0 ? "2" : "1", 1);
+  MPI_Comm hc = MPI_COMM_NULL;
+  MPI_Comm dc = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &hc);
+  MPI_Comm_dup(MPI_COMM_WORLD, &dc);
+  for (const char* codec : {"maxnorm:bits=4", "none"}) {
+    SCOPED_TRACE(codec);
+    const std::size_t n = 20011;
+    const std::vector<float> x = input(n, r, 77);
+    ccoll::Options opt;
+    opt.codec = codec;
+    opt.algorithm = "hierarchical";
+    std::vector<float> want(n);
+    ccoll::compressed_allreduce(x.data(), want.data(), n, MPI_FLOAT, MPI_SUM, hc, opt);
+    DeviceVec dx(x);
+    DeviceVec dout(n);
+    ccoll::Stats ds;
+    opt.stats = &ds;
+    ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dc, opt);
+    ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
+    if (p > 1) {
+      EXPECT_EQ(ds.transport, "host-copy");
+    }
+  }
+  MPI_Comm_free(&hc);
+  MPI_Comm_free(&dc);
+  unsetenv("CCOLL_RANKS_PER_NODE");
+}
+
 // Ranks with device buffers and ranks with host buffers in one call: the payloads are the same
 // bytes, and every rank takes the ring that the device ranks need.
 TEST_F(DeviceBuffers, MixedRanksInteroperate) {

@@ -1,0 +1,28 @@
+// algorithm=hierarchical: the all-reduce in two levels, exact inside each node and compressed
+// only between nodes.
+//
+//   1. reduce-scatter inside the node, uncompressed (MPI_Reduce_scatter on the node's
+//      communicator): local rank l ends with the node's exact sum of shard l (the balanced
+//      split of the tensor into node_size shards);
+//   2. the compressed all-reduce of shard l among the ranks with local index l, one per node:
+//      a flat ccoll call on that communicator, with the call's codec, seed, key and statistics
+//      (its own agreement, scale pass, ef=1 state and schedule, which auto chooses);
+//   3. all-gather inside the node, uncompressed (MPI_Allgatherv): every rank gets every shard.
+// Every rank ends bit-identical: the cross-node call leaves its ranks identical, and the
+// all-gather copies. Per node, each element crosses the network once per direction in the
+// compressed step instead of the flat ring's node_size-fold share of the node's link.
+// A failure in step 2 on any rank still lets every rank finish step 3, then raises on all.
+#pragma once
+
+#include "call.hpp"
+#include "comm_context.hpp"
+
+namespace ccoll::call {
+
+/// Runs the hierarchical all-reduce of `call` (host buffers; recvbuf already holds the input
+/// when `call` is in place) after the agreement of the call on ctx's communicator. Nodes of
+/// unequal size run the flat schedule instead (Stats::algorithm says which); an invalid
+/// CCOLL_RANKS_PER_NODE raises on every rank.
+void run_hierarchical(const Call& call, Stats& stats, CommContext& ctx);
+
+}  // namespace ccoll::call

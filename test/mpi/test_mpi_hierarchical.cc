@@ -1,0 +1,185 @@
+// Multi-process tests of algorithm=hierarchical (part of ccoll_mpi_tests). Nodes are forced with
+// CCOLL_RANKS_PER_NODE=K (read when a communicator makes its first hierarchical call, so each
+// grouping gets a fresh duplicate of MPI_COMM_WORLD): K×(p/K) layouts, one node, one rank per
+// node, and uneven nodes (the flat schedule). Exact sums with `none`, codecs within their
+// bounds, bit-identical ranks, statistics, errors on every rank, non-blocking and stateful calls.
+#include <cmath>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "mpi_test_support.hpp"
+
+namespace {
+
+// A duplicate of MPI_COMM_WORLD whose nodes are groups of `k` consecutive ranks.
+struct Grouped {
+  explicit Grouped(int k) {
+    setenv("CCOLL_RANKS_PER_NODE", std::to_string(k).c_str(), 1);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  }
+  ~Grouped() {
+    MPI_Comm_free(&comm);
+    unsetenv("CCOLL_RANKS_PER_NODE");
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+};
+
+std::vector<int> groupings(int p) {
+  std::vector<int> ks{1, 2, 3, 4, p};
+  std::vector<int> out;
+  for (const int k : ks) {
+    if (k <= p && (out.empty() || out.back() != k)) out.push_back(k);
+  }
+  return out;
+}
+
+TEST(MpiHierarchical, ExactWithNoneForEveryGrouping) {
+  const int p = world_size();
+  const int r = world_rank();
+  for (const int k : groupings(p)) {
+    SCOPED_TRACE("ranks per node " + std::to_string(k));
+    const Grouped g(k);
+    const bool uniform = p % k == 0;
+    for (const std::size_t n :
+         {std::size_t{0}, std::size_t{1}, std::size_t{3}, static_cast<std::size_t>(p - 1),
+          std::size_t{1001}, std::size_t{(1u << 18) + 3}}) {
+      for (const bool in_place : {false, true}) {
+        for (const bool average : {false, true}) {
+          SCOPED_TRACE("n " + std::to_string(n) + (in_place ? " in place" : "") +
+                       (average ? " average" : ""));
+          std::vector<float> in(n);
+          for (std::size_t i = 0; i < n; ++i) {
+            in[i] = input<float>(r, i) * (average ? static_cast<float>(p) : 1.0f);
+          }
+          std::vector<float> out = in_place ? in : std::vector<float>(n, NAN);
+          ccoll::Options opt;
+          opt.codec = "none";
+          opt.algorithm = "hierarchical";
+          opt.average = average;
+          ccoll::Stats st;
+          opt.stats = &st;
+          ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : in.data(), out.data(), n, MPI_FLOAT,
+                                      MPI_SUM, g.comm, opt);
+          std::size_t wrong = 0;
+          for (std::size_t i = 0; i < n; ++i) wrong += out[i] != exact_sum<float>(p, i);
+          EXPECT_EQ(wrong, 0u);
+          EXPECT_TRUE(identical_on_all_ranks(out.data(), 4 * n, MPI_COMM_WORLD));
+          if (n > 0 && p > 1) {
+            EXPECT_EQ(st.algorithm.rfind("hierarchical/", 0) == 0, uniform) << st.algorithm;
+          }
+          if (uniform && n > 0 && p > 1) {
+            const std::size_t shard = n / k + (static_cast<std::size_t>(r % k) < n % k ? 1 : 0);
+            EXPECT_EQ(st.node_bytes, 2 * (n - shard) * sizeof(float));
+          }
+        }
+      }
+    }
+  }
+}
+
+// Lossy codecs: within the codec's bound at the node count (each node's exact sum is
+// quantized as one contribution), bit-identical on every rank; doubles too.
+TEST(MpiHierarchical, CodecsWithinTheirBoundOnEveryRank) {
+  const int p = world_size();
+  const int r = world_rank();
+  const int k = p % 2 == 0 ? 2 : 1;
+  const Grouped g(k);
+  const std::size_t n = 30011;
+  std::vector<double> exact(n, 0.0);
+  double sum_max = 0;
+  for (int q = 0; q < p; ++q) {
+    double m = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double v = std::sin(0.01 * static_cast<double>(i) + q) * (1 + q % 3);
+      exact[i] += static_cast<float>(v);
+      m = std::max(m, std::fabs(static_cast<double>(static_cast<float>(v))));
+    }
+    sum_max += m;
+  }
+  for (const char* codec : {"maxnorm:bits=8", "maxnorm:bits=4", "qsgd:bits=4", "fp16",
+                            "topk:ratio=0.5", "sketch:bits=3"}) {
+    SCOPED_TRACE(codec);
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      x[i] = static_cast<float>(std::sin(0.01 * static_cast<double>(i) + r) * (1 + r % 3));
+    }
+    ccoll::Options opt;
+    opt.codec = codec;
+    opt.algorithm = "hierarchical";
+    opt.seed = 11;
+    ccoll::Stats st;
+    opt.stats = &st;
+    ccoll::compressed_allreduce(MPI_IN_PLACE, x.data(), n, MPI_FLOAT, MPI_SUM, g.comm, opt);
+    double worst = 0;
+    for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(x[i] - exact[i]));
+    const int nodes = p / k;
+    EXPECT_LE(worst, ccoll::describe_codec(codec, nodes).error_bound * sum_max + 1e-5);
+    EXPECT_TRUE(identical_on_all_ranks(x.data(), 4 * n, MPI_COMM_WORLD));
+    EXPECT_EQ(st.codec, ccoll::describe_codec(codec).canonical);
+  }
+  std::vector<double> d(777);
+  for (std::size_t i = 0; i < d.size(); ++i) d[i] = input<double>(r, i);
+  ccoll::Options opt;
+  opt.algorithm = "hierarchical";
+  ccoll::compressed_allreduce(MPI_IN_PLACE, d.data(), d.size(), MPI_DOUBLE, MPI_SUM, g.comm, opt);
+  for (std::size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d[i], exact_sum<double>(p, i));
+}
+
+// ef=1 keeps its state on the cross-node step: repeated calls converge as error feedback does,
+// and the non-blocking call gives the blocking call's bytes.
+TEST(MpiHierarchical, StatefulAndNonblocking) {
+  const int p = world_size();
+  const int r = world_rank();
+  const int k = p % 2 == 0 ? 2 : 1;
+  const Grouped a(k);
+  const Grouped b(k);
+  const std::size_t n = 5003;
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = std::cos(0.02f * static_cast<float>(i) + r);
+  ccoll::Options opt;
+  opt.codec = "maxnorm:bits=2,ef=1";
+  opt.algorithm = "hierarchical";
+  opt.key = 4242;
+  for (int t = 0; t < 5; ++t) {
+    std::vector<float> y = x;
+    std::vector<float> z = x;
+    ccoll::compressed_allreduce(MPI_IN_PLACE, y.data(), n, MPI_FLOAT, MPI_SUM, a.comm, opt);
+    ccoll::Request q =
+        ccoll::compressed_iallreduce(MPI_IN_PLACE, z.data(), n, MPI_FLOAT, MPI_SUM, b.comm, opt);
+    q.wait();
+    ASSERT_TRUE(y == z) << "call " << t;
+    EXPECT_TRUE(identical_on_all_ranks(y.data(), 4 * n, MPI_COMM_WORLD));
+  }
+}
+
+TEST(MpiHierarchical, ErrorsRaiseOnEveryRank) {
+  std::vector<float> f(100, 1.0f);
+  if (world_size() > 1) {  // (one rank never reaches the schedule)
+    setenv("CCOLL_RANKS_PER_NODE", "0", 1);
+    MPI_Comm c = MPI_COMM_NULL;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    ccoll::Options opt;
+    opt.algorithm = "hierarchical";
+    opt.codec = "maxnorm:bits=8";
+    const std::string msg = expect_error_everywhere(
+        [&] {
+          ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), f.size(), MPI_FLOAT, MPI_SUM, c, opt);
+        },
+        ccoll::Status::kInvalidArgument);
+    EXPECT_NE(msg.find("CCOLL_RANKS_PER_NODE: '0'"), std::string::npos) << msg;
+    MPI_Comm_free(&c);
+    unsetenv("CCOLL_RANKS_PER_NODE");
+  }
+  ccoll::Options opt;
+  opt.algorithm = "hierarchical";
+  std::vector<float> all(100 * static_cast<std::size_t>(world_size()));
+  const std::string msg = expect_error_everywhere(
+      [&] {
+        ccoll::compressed_allgather(f.data(), 100, all.data(), MPI_FLOAT, MPI_COMM_WORLD, opt);
+      },
+      ccoll::Status::kUnsupported);
+  EXPECT_NE(msg.find("'hierarchical' has no all-gather form"), std::string::npos) << msg;
+}
+
+}  // namespace
