@@ -8,7 +8,15 @@ a: per-step latency; the middle term: the ring's wire bytes at link rate R (rati
 from the lane widths: reduce-scatter step j carries bits_for(2 j s)-bit lanes, the all-gather
 carries the p-contribution width); g: the series' CPU time per input byte (encode, adds,
 decode, copies), multiplied by the ranks per core on the measuring machine. a and g are fitted
-(least squares, non-negative); the projection gives every rank its own core."""
+(least squares, non-negative); the projection gives every rank its own core.
+
+Hierarchical all-reduce (algorithm=hierarchical), L ranks per node and N nodes (p = L N), the
+L cross-node all-reduces of a node sharing its one link at rate R, the node's own steps at
+B bytes/s per rank (shared memory or NVLink):
+    flat:          a 2(p-1) + n 2(p-1)/p 8 / (R ratio(p)) + g n
+    hierarchical:  2 n (L-1)/L / B + a 2(N-1) + n 2(N-1)/N 8 / (R ratio(N)) + g n / L
+(the flat ring's step time is its one cross-node hop per node; the hierarchical schedule's
+codec works on a shard of n/L, and its sums have N contributions instead of p)."""
 import glob
 import math
 import os
@@ -84,6 +92,56 @@ def predict(series, a, g, p, n, R, per_core):
             + g * n * max(1.0, per_core))
 
 
+# The node's own steps: per-rank bandwidth of an intra-node reduce-scatter or all-gather.
+INTRA_BPS = {"shared memory": 20e9, "NVLink": 200e9}
+# A GPU's codec time per input byte: maxnorm:bits=8 on an H100 encodes at about 520 GB/s and
+# decode-accumulates at about 330 GB/s (bench/results/gpu/), once each per byte on the ring.
+GPU_G = 1 / 520e9 + 1 / 330e9
+
+
+def predict_flat(series, a, g, L, N, n, R):
+    p = L * N
+    return a * 2 * (p - 1) + n * 2 * (p - 1) / p * 8 / (R * ratio(series, p)) + g * n
+
+
+def predict_hierarchical(series, a, g, L, N, n, R, B):
+    return (2 * n * (L - 1) / L / B + a * 2 * (N - 1)
+            + n * 2 * (N - 1) / N * 8 / (R * ratio(series, N)) + g * n / L)
+
+
+def hierarchical_section(order, params):
+    n = 64 << 20
+    L = 8
+    nodes = [8, 16, 32, 64, 128]
+    md = ["", "## Projection: hierarchical against flat, 8 ranks per node, 64 MiB (ms)", "",
+          "`flat / hier` per node count; codec time per byte `g` as fitted on this machine's CPU",
+          "(\"CPU\") or an H100's maxnorm kernels (\"GPU\", `bench/results/gpu/`); the node's",
+          "own steps at " + ", ".join(f"{k} {v / 1e9:.0f} GB/s" for k, v in INTRA_BPS.items()) +
+          " per rank. A model, not a measurement: see bench/results/hierarchical/ for what",
+          "2 and 4 hosts on the test network gave.", "",
+          "| link | inside the node | series, codec on | " +
+          " | ".join(f"{N} nodes" for N in nodes) + " |",
+          "|---|---|---|" + "---|" * len(nodes)]
+    for gbit in (10, 100):
+        R = gbit * 1e9
+        for where, B in INTRA_BPS.items():
+            for s in order:
+                if s == "mpi-ring":
+                    continue
+                a, g = params[s]
+                for dev, gg in (("CPU", g), ("GPU", GPU_G if s.startswith("maxnorm") else g)):
+                    if dev == "GPU" and not s.startswith("maxnorm"):
+                        continue
+                    cells = []
+                    for N in nodes:
+                        f = predict_flat(s, a, gg, L, N, n, R)
+                        h = predict_hierarchical(s, a, gg, L, N, n, R, B)
+                        cells.append(f"{f * 1e3:.0f} / {h * 1e3:.0f}")
+                    md.append(f"| {gbit} Gbit/s | {where} | `{s}`, {dev} | " + " | ".join(cells) +
+                              " |")
+    return md
+
+
 def main():
     out, rate = sys.argv[1], sys.argv[2]
     R = rate_bps(rate)
@@ -146,7 +204,8 @@ def main():
     axes[0].legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(out, "model.png"), dpi=90)
-    md += ["", "![model](model.png)", ""]
+    md += ["", "![model](model.png)"]
+    md += hierarchical_section(order, params) + [""]
     with open(os.path.join(out, "README.md"), "w") as f:
         f.write("\n".join(md) + "\n")
     print(f"model: wrote {out}/README.md and model.png")
