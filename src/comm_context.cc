@@ -158,6 +158,19 @@ const Topology& CommContext::topology() {
   CCOLL_MPI_CHECK(MPI_Comm_split(dup_, t->node_rank, r, &t->cross));
   MPI_Comm_set_errhandler(t->node, MPI_ERRORS_RETURN);
   MPI_Comm_set_errhandler(t->cross, MPI_ERRORS_RETURN);
+  CCOLL_MPI_CHECK(MPI_Comm_rank(t->cross, &t->cross_rank));
+  if (t->uniform) {
+    // where each (local rank, node) pair sits on this communicator: the all-gather's layout
+    int mine[2] = {t->node_rank, t->cross_rank};
+    std::vector<int> all(2 * static_cast<std::size_t>(p));
+    CCOLL_MPI_CHECK(MPI_Allgather(mine, 2, MPI_INT, all.data(), 2, MPI_INT, dup_));
+    t->who.assign(static_cast<std::size_t>(p), -1);
+    for (int q = 0; q < p; ++q) {
+      const auto i = static_cast<std::size_t>(all[2 * static_cast<std::size_t>(q)]);
+      const auto j = static_cast<std::size_t>(all[2 * static_cast<std::size_t>(q) + 1]);
+      t->who[i * static_cast<std::size_t>(t->nodes) + j] = q;
+    }
+  }
   topology_ = std::move(t);
   return *topology_;
 }

@@ -70,8 +70,8 @@ struct Options {
   /// every rank's payload gathered whole and reduced in rank order; auto's choice for topk), or
   /// "sra" (all-reduce only, codecs that cannot add codes: scatter-reduce-allgather, each element
   /// quantized at most twice; auto's choice for them from 3 ranks on), or "hierarchical"
-  /// (all-reduce only: exact inside each node, the codec only between nodes; auto does not
-  /// choose it).
+  /// (all-reduce and all-gather: exact inside each node, the codec only between nodes; auto
+  /// does not choose it).
   std::string algorithm = "auto";
   /// Per-tensor key for codecs that keep state between calls (ef=1, temporal, dq): pass one per
   /// tensor. 0 derives it from (recvbuf, count), which is right only when every receive buffer

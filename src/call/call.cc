@@ -194,16 +194,12 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
                   (summable ? "ring" : "sra") + ")");
     }
   }
-  if (call.kind == Kind::kAllgather && c.algorithm == coll::Algorithm::kHierarchical) {
-    bad.set(kArgAlgorithm, Status::kUnsupported,
-            "algorithm: 'hierarchical' has no all-gather form yet (valid for "
-            "compressed_allgather: auto, ring, tree)");
-  }
   if (call.kind == Kind::kAllgather && (c.algorithm == coll::Algorithm::kAllgather ||
                                         c.algorithm == coll::Algorithm::kScatterReduce)) {
     bad.set(kArgAlgorithm, Status::kInvalidArgument,
             std::string("algorithm: '") + coll::algorithm_name(c.algorithm) +
-                "' is an all-reduce schedule (valid for compressed_allgather: auto, ring, tree)");
+                "' is an all-reduce schedule (valid for compressed_allgather: auto, ring, tree, "
+                "hierarchical)");
   }
   if (call.allreduce() && bad.ok() && c.algorithm == coll::Algorithm::kScatterReduce &&
       make_codec(c.spec, c.dtype)->capabilities().summable) {

@@ -3,6 +3,7 @@
 
 #include <climits>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,105 @@
 #include "run_call.hpp"
 
 namespace ccoll::call {
+namespace {
+
+// The cross-node step's outcome on this rank.
+struct CrossStep {
+  Stats stats;
+  bool failed = false;
+  Status code = Status::kSuccess;
+  std::string message;
+};
+
+// Runs the cross-node call `inner` (then `after`, on success), keeping a failure for later: the
+// node's step must still run on every rank.
+void run_cross(const Call& inner, CrossStep& step, const std::function<void()>& after) {
+  try {
+    if (!run_auto(inner, step.stats)) run_call(inner, step.stats);
+    after();
+  } catch (const Error& e) {
+    step.failed = true;
+    step.code = e.code();
+    step.message = e.message();
+  }
+}
+
+// The statistics of both levels into `stats`, then the cross-node step's failure, if any rank
+// had one, raised on every rank.
+void finish_levels(const Call& call, CommContext& ctx, const CrossStep& step, Stats& stats,
+                   double node_seconds, std::size_t node_bytes, const char* what) {
+  int worst[2] = {step.failed ? 1 : 0, step.failed ? static_cast<int>(step.code) : 0};
+  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_INT, MPI_MAX, ctx.comm()));
+  const Stats& cross = step.stats;
+  stats.codec = cross.codec;
+  stats.algorithm = "hierarchical/" + cross.algorithm;
+  stats.bits = cross.bits;
+  stats.fell_back = cross.fell_back;
+  stats.wire_bytes_sent = cross.wire_bytes_sent;
+  stats.wire_bytes_received = cross.wire_bytes_received;
+  stats.control_bytes += cross.control_bytes + 2 * sizeof(int);
+  stats.encode_seconds = cross.encode_seconds;
+  stats.decode_seconds = cross.decode_seconds;
+  stats.comm_seconds = cross.comm_seconds + node_seconds;
+  stats.node_bytes = node_bytes;
+  if (worst[0] != 0) {
+    throw Error(step.failed ? step.code : static_cast<Status>(worst[1]),
+                step.failed ? step.message
+                            : std::string(call.fn) + ": algorithm 'hierarchical': the cross-node " +
+                                  what + " failed on another node's rank");
+  }
+}
+
+// The two-level all-gather: the compressed all-gather of every rank's block among the ranks of
+// its local index (one per node), then the node's exact all-gather of what they received, laid
+// out by rank. Each block is encoded once, by its owner, and crosses the network only in the
+// cross-node step, where the ranks of a local index decode the same bytes; the node step copies
+// those values, so every rank ends bit-identical.
+void run_hierarchical_allgather(const Call& call, Stats& stats, CommContext& ctx,
+                                const Topology& topo) {
+  const std::size_t n = call.count;
+  const auto nodes = static_cast<std::size_t>(topo.nodes);
+  const auto local = static_cast<std::size_t>(topo.node_size);
+  if (n * nodes > static_cast<std::size_t>(INT_MAX)) {
+    throw Error(Status::kUnsupported, std::string(call.fn) +
+                                          ": algorithm 'hierarchical': more than INT_MAX "
+                                          "elements per node step (valid: the flat schedules)");
+  }
+  codec::DType dtype = codec::DType::kFloat32;
+  codec_dtype(call.datatype, dtype);
+  const std::size_t es = codec::dtype_size(dtype);
+  const std::size_t block = n * es;
+  auto* out = static_cast<std::byte*>(call.recvbuf);
+  const void* mine =
+      call.in_place() ? out + static_cast<std::size_t>(ctx.rank()) * block : call.sendbuf;
+  // 1. the blocks of this rank's local index, one per node, compressed
+  std::vector<std::byte> across(nodes * block);
+  std::vector<std::byte> node(local * nodes * block);
+  CrossStep step;
+  Options o = call.options;
+  o.algorithm = "auto";
+  o.stats = &step.stats;
+  Call inner{Kind::kAllgather, call.fn,    mine, across.data(), n, call.datatype,
+             MPI_SUM,          topo.cross, o};
+  inner.nested = true;
+  inner.half = call.half;
+  run_cross(inner, step, [] {});
+  // 2. the node's exact all-gather of them, then every block to its rank's place
+  const auto t0 = Clock::now();
+  CCOLL_MPI_CHECK(MPI_Allgather(across.data(), static_cast<int>(n * nodes), call.datatype,
+                                node.data(), static_cast<int>(n * nodes), call.datatype,
+                                topo.node));
+  for (std::size_t i = 0; i < local; ++i) {
+    for (std::size_t j = 0; j < nodes; ++j) {
+      const auto r = static_cast<std::size_t>(topo.who[i * nodes + j]);
+      std::memcpy(out + r * block, node.data() + (i * nodes + j) * block, block);
+    }
+  }
+  finish_levels(call, ctx, step, stats, std::chrono::duration<double>(Clock::now() - t0).count(),
+                (local - 1) * nodes * block, "all-gather");
+}
+
+}  // namespace
 
 void run_hierarchical(const Call& call, Stats& stats, CommContext& ctx) {
   const Topology& topo = ctx.topology();  // collective on first use: every rank is here
@@ -33,6 +133,10 @@ void run_hierarchical(const Call& call, Stats& stats, CommContext& ctx) {
     inner.ctx = &ctx;
     inner.half = call.half;
     run_call(inner, stats);
+    return;
+  }
+  if (call.kind == Kind::kAllgather) {
+    run_hierarchical_allgather(call, stats, ctx, topo);
     return;
   }
   const std::size_t n = call.count;
@@ -69,54 +173,27 @@ void run_hierarchical(const Call& call, Stats& stats, CommContext& ctx) {
   const double intra_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
   // 2. the shard's compressed all-reduce across the nodes
-  Stats cross;
+  CrossStep step;
   Options o = call.options;
   o.algorithm = "auto";
   o.average = false;  // the mean divides by every rank, not by the nodes
-  o.stats = &cross;
+  o.stats = &step.stats;
   Call inner{Kind::kAllreduce, call.fn, MPI_IN_PLACE, shard, mine,
              call.datatype,    MPI_SUM, topo.cross,   o};
   inner.nested = true;
   inner.half = call.half;
-  bool failed = false;
-  Status code = Status::kSuccess;
-  std::string message;
-  try {
-    if (!run_auto(inner, cross)) run_call(inner, cross);
+  run_cross(inner, step, [&] {
     if (call.options.average) coll::divide_elements(shard, mine, dtype, ctx.size());
-  } catch (const Error& e) {
-    failed = true;
-    code = e.code();
-    message = e.message();
-  }
+  });
 
   // 3. every shard to every rank of the node, exact; then the cross-node step's failure, if
   // any rank had one, on every rank
   const auto t1 = Clock::now();
   CCOLL_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(),
                                  displs.data(), call.datatype, topo.node));
-  int worst[2] = {failed ? 1 : 0, failed ? static_cast<int>(code) : 0};
-  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_INT, MPI_MAX, ctx.comm()));
-
-  stats.codec = cross.codec;
-  stats.algorithm = "hierarchical/" + cross.algorithm;
-  stats.bits = cross.bits;
-  stats.fell_back = cross.fell_back;
-  stats.wire_bytes_sent = cross.wire_bytes_sent;
-  stats.wire_bytes_received = cross.wire_bytes_received;
-  stats.control_bytes += cross.control_bytes + 2 * sizeof(int);
-  stats.encode_seconds = cross.encode_seconds;
-  stats.decode_seconds = cross.decode_seconds;
-  stats.comm_seconds =
-      cross.comm_seconds + intra_seconds + std::chrono::duration<double>(Clock::now() - t1).count();
-  stats.node_bytes = 2 * (n - mine) * es;
-  if (worst[0] != 0) {
-    throw Error(failed ? code : static_cast<Status>(worst[1]),
-                failed ? message
-                       : std::string(call.fn) +
-                             ": algorithm 'hierarchical': the cross-node all-reduce failed on "
-                             "another node's rank");
-  }
+  finish_levels(call, ctx, step, stats,
+                intra_seconds + std::chrono::duration<double>(Clock::now() - t1).count(),
+                2 * (n - mine) * es, "all-reduce");
 }
 
 }  // namespace ccoll::call

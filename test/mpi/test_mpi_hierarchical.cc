@@ -176,10 +176,54 @@ TEST(MpiHierarchical, ErrorsRaiseOnEveryRank) {
   std::vector<float> all(100 * static_cast<std::size_t>(world_size()));
   const std::string msg = expect_error_everywhere(
       [&] {
-        ccoll::compressed_allgather(f.data(), 100, all.data(), MPI_FLOAT, MPI_COMM_WORLD, opt);
+        ccoll::compressed_reduce_scatter(all.data(), f.data(), 100, MPI_FLOAT, MPI_SUM,
+                                         MPI_COMM_WORLD, opt);
       },
       ccoll::Status::kUnsupported);
-  EXPECT_NE(msg.find("'hierarchical' has no all-gather form"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("algorithm: 'hierarchical'"), std::string::npos) << msg;
+}
+
+// The all-gather: every rank's block in its place on every rank, exact with `none` for every
+// grouping (uneven ones run flat), in place and not; a lossy codec within one encode's bound,
+// bit-identical ranks.
+TEST(MpiHierarchical, AllgatherForEveryGrouping) {
+  const int p = world_size();
+  const int r = world_rank();
+  for (const int k : groupings(p)) {
+    SCOPED_TRACE("ranks per node " + std::to_string(k));
+    const Grouped g(k);
+    for (const char* codec : {"none", "maxnorm:bits=8"}) {
+      for (const std::size_t n : {std::size_t{1}, std::size_t{5}, std::size_t{10007}}) {
+        for (const bool in_place : {false, true}) {
+          SCOPED_TRACE(std::string(codec) + " n " + std::to_string(n) +
+                       (in_place ? " in place" : ""));
+          std::vector<float> mine(n);
+          for (std::size_t i = 0; i < n; ++i) mine[i] = input<float>(r, i) * 0.25f;
+          const std::size_t total = n * static_cast<std::size_t>(p);
+          std::vector<float> out(total, NAN);
+          if (in_place) std::copy(mine.begin(), mine.end(), out.begin() + static_cast<long>(n) * r);
+          ccoll::Options opt;
+          opt.codec = codec;
+          opt.algorithm = "hierarchical";
+          ccoll::Stats st;
+          opt.stats = &st;
+          ccoll::compressed_allgather(in_place ? MPI_IN_PLACE : mine.data(), n, out.data(),
+                                      MPI_FLOAT, g.comm, opt);
+          const double u = ccoll::describe_codec(codec).unit_roundoff;
+          double worst = 0;
+          for (std::size_t i = 0; i < total; ++i) {
+            const double want = input<float>(static_cast<int>(i / n), i % n) * 0.25;
+            worst = std::max(worst, std::fabs(out[i] - want));
+          }
+          EXPECT_LE(worst, u * 20 * 0.25 + 1e-7);
+          EXPECT_TRUE(identical_on_all_ranks(out.data(), 4 * total, MPI_COMM_WORLD));
+          if (p > 1) {
+            EXPECT_EQ(st.algorithm.rfind("hierarchical/", 0) == 0, p % k == 0) << st.algorithm;
+          }
+        }
+      }
+    }
+  }
 }
 
 }  // namespace
