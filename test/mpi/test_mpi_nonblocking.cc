@@ -135,7 +135,8 @@ TEST(MpiNonblocking, EqualsBlockingForEveryCall) {
     SCOPED_TRACE("kind " + std::to_string(c.kind) + " n " + std::to_string(c.n) + " " + c.codec +
                  (c.in_place ? " in place" : ""));
     ASSERT_EQ(got[k].out.size(), want[k].out.size());
-    EXPECT_EQ(0, std::memcmp(got[k].out.data(), want[k].out.data(), 4 * got[k].out.size()));
+    EXPECT_TRUE(got[k].out.empty() ||
+                std::memcmp(got[k].out.data(), want[k].out.data(), 4 * got[k].out.size()) == 0);
     EXPECT_EQ(got[k].stats.wire_bytes_sent, want[k].stats.wire_bytes_sent);
     EXPECT_EQ(got[k].stats.algorithm, want[k].stats.algorithm);
     EXPECT_EQ(got[k].stats.codec, want[k].stats.codec);
