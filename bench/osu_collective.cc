@@ -120,7 +120,8 @@ void usage() {
             "                                $CCOLL_CLUSTER_IFACE, else lo)\n"
           : "  --codec SPEC                  ccoll codec spec (repeatable; a comma list of plain\n"
             "                                names works too). Default: none\n"
-            "  --algorithm auto|ring|tree|allgather|sra  ccoll schedule (default auto)\n",
+            "  --algorithm auto|ring|tree|allgather|sra|hierarchical\n"
+            "                                ccoll schedule (default auto)\n",
       kAllgather       ? "Allgather"
       : kReduceScatter ? "Reduce_scatter_block"
                        : "Allreduce");

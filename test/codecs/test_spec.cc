@@ -115,12 +115,15 @@ TEST(Spec, Algorithms) {
   EXPECT_EQ(coll::parse_algorithm("ring"), coll::Algorithm::kRing);
   EXPECT_EQ(coll::parse_algorithm("tree"), coll::Algorithm::kTree);
   EXPECT_EQ(coll::parse_algorithm("allgather"), coll::Algorithm::kAllgather);
+  EXPECT_EQ(coll::parse_algorithm("sra"), coll::Algorithm::kScatterReduce);
+  EXPECT_EQ(coll::parse_algorithm("hierarchical"), coll::Algorithm::kHierarchical);
+  EXPECT_STREQ(coll::algorithm_name(coll::Algorithm::kHierarchical), "hierarchical");
   try {
     coll::parse_algorithm("butterfly");
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("algorithm: unknown algorithm 'butterfly' (valid: auto, "
-                                         "ring, tree, allgather, sra)"),
+                                         "ring, tree, allgather, sra, hierarchical)"),
               std::string::npos)
         << e.what();
   }
