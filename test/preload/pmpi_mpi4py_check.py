@@ -1,5 +1,5 @@
-"""An ordinary mpi4py program that knows nothing of ccoll: Comm.Allreduce and Comm.Allgather on
-numpy arrays, for test/preload/pmpi_preload_test.sh (the same output format as pmpi_check.c: one line
+"""An ordinary mpi4py program that knows nothing of ccoll: Comm.Allreduce, Comm.Allgather and
+Comm.Reduce_scatter_block on numpy arrays, for test/preload/pmpi_preload_test.sh (the same output format as pmpi_check.c: one line
 per case on world rank 0: <case> <hash of the result bytes> <error> <ranks agree>)."""
 import hashlib
 
@@ -49,6 +49,20 @@ def allgather_case(name, comm, dtype, n):
     report(name, comm, out, err)
 
 
+def reduce_scatter_case(name, comm, dtype, n):
+    p = comm.Get_size()
+    members = comm.allgather(MPI.COMM_WORLD.Get_rank())
+    xs = [inputs(r, n * p, dtype) for r in members]
+    out = np.empty(n, dtype=dtype)
+    comm.Reduce_scatter_block(xs[comm.Get_rank()], out, op=MPI.SUM)
+    stack = np.array(xs, dtype=np.float64)
+    r = comm.Get_rank()
+    exact = stack.sum(axis=0)[r * n:(r + 1) * n]
+    norm = sum(np.abs(x).max() for x in stack)
+    err = comm.allreduce(float(np.abs(out.astype(np.float64) - exact).max() / norm), op=MPI.MAX)
+    report(name, comm, np.concatenate(comm.allgather(out)), err)
+
+
 world = MPI.COMM_WORLD
 half = world.Split(world.Get_rank() % 2, world.Get_rank())
 allreduce_case("lossy_float32_sum", world, np.float32, MPI.SUM, 5000)
@@ -56,8 +70,10 @@ allreduce_case("lossy_float32_sum_inplace", world, np.float32, MPI.SUM, 4097, in
 allreduce_case("lossy_float64_sum", world, np.float64, MPI.SUM, 3001)
 allreduce_case("lossy_float32_sum_split", half, np.float32, MPI.SUM, 5000)
 allgather_case("lossy_float32_allgather", world, np.float32, 2000)
+reduce_scatter_case("lossy_float32_reduce_scatter_block", world, np.float32, 3000)
 allreduce_case("exact_int32_sum", world, np.int32, MPI.SUM, 5000)
 allreduce_case("exact_float32_max", world, np.float32, MPI.MAX, 5000)
 allreduce_case("exact_float32_small_sum", world, np.float32, MPI.SUM, 3)
 allgather_case("exact_int64_allgather", world, np.int64, 2000)
+reduce_scatter_case("exact_int32_reduce_scatter_block", world, np.int32, 3000)
 half.Free()
