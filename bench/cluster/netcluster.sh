@@ -13,9 +13,10 @@
 #     -n HOSTS  number of hosts (namespaces), 2..64 (default 4)
 #     -p RANKS  ranks per host: consecutive ranks fill a host (--map-by ppr:RANKS:node) and
 #               talk through shared memory there, each host's with a backing directory of
-#               its own (the namespaces share /dev/shm and the hostname, so Open MPI's
-#               shared-memory segments would collide); default: one rank per host, ranks spread
-#               round-robin
+#               its own (the namespaces share /dev/shm, so Open MPI's shared-memory segments
+#               would collide); default: one rank per host, ranks spread round-robin. Every
+#               host gets a hostname of its own (a UTS namespace), by which Open MPI tells
+#               nodes apart
 #     -r RATE   link rate per host: a tc rate such as 1gbit, 10gbit, 500mbit, or unlimited
 #               (default 1gbit)
 #     -k        keep going on a stale ccoll-* namespace set from an earlier crash: remove it
@@ -120,14 +121,11 @@ done
 # namespace, with that namespace's own session directory.
 # The launcher (mpiexec in ccoll-h0) has a directory of its own: sharing h0's with the daemon
 # it starts there races on the job-family directory ("File exists").
-# With -p, every host also gets a hostname of its own (a UTS namespace): Open MPI decides which
-# ranks share a node, and so shared memory and MPI_COMM_TYPE_SHARED, by hostname.
-UTS=""
-HOSTNAME_CMD=""
-if [ "$RANKS_PER_HOST" -gt 0 ]; then
-  UTS="unshare --uts"
-  HOSTNAME_CMD='hostname "\$CCOLL_NETCLUSTER_HOST"; '
-fi
+# Every host also gets a hostname of its own (a UTS namespace): Open MPI decides which ranks
+# share a node, and so shared memory and MPI_COMM_TYPE_SHARED, by hostname.
+UTS="unshare --uts"
+HOSTNAME_CMD='hostname "\$CCOLL_NETCLUSTER_HOST"; '
+command -v unshare >/dev/null || die "'unshare' not found (Debian: util-linux)"
 cat > "$WORK/agent" <<AGENT
 #!/bin/sh
 while [ \$# -gt 0 ]; do case "\$1" in -*) shift ;; *) break ;; esac; done
@@ -157,8 +155,4 @@ echo "netcluster: $HOSTS hosts on $SUBNET.0/24, links $RATE; running: $*" >&2
 export OMPI_MCA_orte_tmpdir_base="$WORK/launcher" OMPI_MCA_btl_vader_backing_directory="$WORK/launcher" \
   PMIX_MCA_gds=hash OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   CCOLL_NETCLUSTER_HOST="$PREFIX-h0"
-if [ -n "$UTS" ]; then
-  ip netns exec "$PREFIX-h0" unshare --uts sh -c 'hostname "$CCOLL_NETCLUSTER_HOST"; exec "$@"' sh "$@"
-else
-  ip netns exec "$PREFIX-h0" "$@"
-fi
+ip netns exec "$PREFIX-h0" unshare --uts sh -c 'hostname "$CCOLL_NETCLUSTER_HOST"; exec "$@"' sh "$@"
