@@ -1,6 +1,5 @@
 // The C API: thin wrappers that turn ccoll::Error into status codes and keep the message.
 #include <exception>
-#include <functional>
 #include <memory>
 #include <string>
 
@@ -91,11 +90,10 @@ ccoll_status_t start(const ccoll_options_t* o, ccoll_request_t* request, F&& f) 
   return status;
 }
 
-// Retires a completed (or failed) request: its statistics out, then freed.
-ccoll_status_t finish(ccoll_request_t* request, const std::function<void(ccoll::Request&)>& f) {
-  std::unique_ptr<ccoll_request> r(*request);
+// Retires a request whose call completed with `status`: its statistics out, then freed.
+ccoll_status_t retire(ccoll_request_t* request, ccoll_status_t status) {
+  const std::unique_ptr<ccoll_request> r(*request);
   *request = CCOLL_REQUEST_NULL;
-  const ccoll_status_t status = status_of([&] { f(r->request); });
   copy_stats(r->stats, r->out);
   return status;
 }
@@ -189,7 +187,7 @@ ccoll_status_t ccoll_request_wait(ccoll_request_t* request) {
     g_last_error.clear();
     return CCOLL_SUCCESS;
   }
-  return finish(request, [](ccoll::Request& r) { r.wait(); });
+  return retire(request, status_of([&] { (*request)->request.wait(); }));
 }
 
 ccoll_status_t ccoll_request_test(ccoll_request_t* request, int* flag) {
@@ -203,11 +201,7 @@ ccoll_status_t ccoll_request_test(ccoll_request_t* request, int* flag) {
   const ccoll_status_t status = status_of([&] { done = (*request)->request.test(); });
   if (status != CCOLL_SUCCESS) done = true;
   if (flag != nullptr) *flag = done ? 1 : 0;
-  if (!done) return CCOLL_SUCCESS;
-  std::unique_ptr<ccoll_request> r(*request);
-  *request = CCOLL_REQUEST_NULL;
-  copy_stats(r->stats, r->out);
-  return status;
+  return done ? retire(request, status) : CCOLL_SUCCESS;
 }
 
 void ccoll_request_free(ccoll_request_t* request) {

@@ -75,13 +75,7 @@ void run_with(const Call& call, Stats& stats, const CodecSpec& spec) {
 
 bool run_auto(const Call& call, Stats& stats) {
   std::string text = call.options.codec;
-  int initialized = 0;
-  int finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (call.ctx == nullptr && (initialized == 0 || finalized != 0 || call.comm == MPI_COMM_NULL)) {
-    return false;
-  }
+  if (call.ctx == nullptr && (!detail::mpi_active() || call.comm == MPI_COMM_NULL)) return false;
   bool started = false;  // a candidate (or run_call) has started: its errors are final
   try {
     if (text.empty()) text = env_config().codec;

@@ -68,8 +68,8 @@ void finish_levels(const Call& call, CommContext& ctx, const CrossStep& step, St
 // out by rank. Each block is encoded once, by its owner, and crosses the network only in the
 // cross-node step, where the ranks of a local index decode the same bytes; the node step copies
 // those values, so every rank ends bit-identical.
-void run_hierarchical_allgather(const Call& call, Stats& stats, CommContext& ctx,
-                                const Topology& topo) {
+void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& stats,
+                                CommContext& ctx, const Topology& topo) {
   const std::size_t n = call.count;
   const auto nodes = static_cast<std::size_t>(topo.nodes);
   const auto local = static_cast<std::size_t>(topo.node_size);
@@ -78,8 +78,6 @@ void run_hierarchical_allgather(const Call& call, Stats& stats, CommContext& ctx
                                           ": algorithm 'hierarchical': more than INT_MAX "
                                           "elements per node step (valid: the flat schedules)");
   }
-  codec::DType dtype = codec::DType::kFloat32;
-  codec_dtype(call.datatype, dtype);
   const std::size_t es = codec::dtype_size(dtype);
   const std::size_t block = n * es;
   auto* out = static_cast<std::byte*>(call.recvbuf);
@@ -114,7 +112,7 @@ void run_hierarchical_allgather(const Call& call, Stats& stats, CommContext& ctx
 
 }  // namespace
 
-void run_hierarchical(const Call& call, Stats& stats, CommContext& ctx) {
+void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx) {
   const Topology& topo = ctx.topology();  // collective on first use: every rank is here
   if (!topo.error.empty()) {
     throw Error(Status::kInvalidArgument,
@@ -136,7 +134,7 @@ void run_hierarchical(const Call& call, Stats& stats, CommContext& ctx) {
     return;
   }
   if (call.kind == Kind::kAllgather) {
-    run_hierarchical_allgather(call, stats, ctx, topo);
+    run_hierarchical_allgather(call, dtype, stats, ctx, topo);
     return;
   }
   const std::size_t n = call.count;
@@ -145,8 +143,6 @@ void run_hierarchical(const Call& call, Stats& stats, CommContext& ctx) {
                                           ": algorithm 'hierarchical': more than INT_MAX "
                                           "elements (valid: the flat schedules)");
   }
-  codec::DType dtype = codec::DType::kFloat32;
-  codec_dtype(call.datatype, dtype);
   const std::size_t es = codec::dtype_size(dtype);
   const int local = topo.node_size;
   const int l = topo.node_rank;

@@ -19,10 +19,11 @@
 
 namespace ccoll::call {
 
-/// Runs the hierarchical all-reduce of `call` (host buffers; recvbuf already holds the input
-/// when `call` is in place) after the agreement of the call on ctx's communicator. Nodes of
+/// Runs the hierarchical all-reduce or all-gather of `call` (host buffers of `dtype`, the
+/// checked element type; recvbuf already holds the input when `call` is in place) after the
+/// agreement of the call on ctx's communicator. Nodes of
 /// unequal size run the flat schedule instead (Stats::algorithm says which); an invalid
 /// CCOLL_RANKS_PER_NODE raises on every rank.
-void run_hierarchical(const Call& call, Stats& stats, CommContext& ctx);
+void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx);
 
 }  // namespace ccoll::call

@@ -152,6 +152,14 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   q.device_codecs = agreed.device_codecs;
   q.exact_lengths = agreed.exact_lengths;
   const bool average = call.options.average;
+  // the call's one trace line (no message strings on the hot path)
+  auto trace = [&] {
+    if (!log_enabled(LogLevel::kTrace)) return;
+    log(LogLevel::kTrace, ctx.rank(),
+        std::string(call.fn) + " count=" + std::to_string(call.count) + " codec=" + stats.codec +
+            " algorithm=" + stats.algorithm + " transport=" + stats.transport +
+            " sent=" + std::to_string(counters.bytes_sent));
+  };
   if (call.reduce_scatter()) {
     // the owner's chunk of count·p elements: codes added on the ring and decoded once
     // (summable codecs), or every other rank's contribution quantized once and added to the
@@ -171,12 +179,7 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
       if (chunk != recv) coll::copy_elements(cx, recv, chunk, call.count * es);
     }
     if (average) coll::divide_elements(cx, recv, call.count, p);
-    if (log_enabled(LogLevel::kTrace)) {
-      log(LogLevel::kTrace, ctx.rank(),
-          std::string(call.fn) + " recvcount=" + std::to_string(call.count) +
-              " codec=" + stats.codec + " algorithm=" + stats.algorithm +
-              " sent=" + std::to_string(counters.bytes_sent));
-    }
+    trace();
     return;
   }
   const coll::Schedule schedule = coll::select_schedule(q);
@@ -220,11 +223,7 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
         break;
     }
   }
-  if (!log_enabled(LogLevel::kTrace)) return;  // no message strings on the hot path
-  log(LogLevel::kTrace, ctx.rank(),
-      std::string(call.fn) + " count=" + std::to_string(call.count) + " codec=" + stats.codec +
-          " algorithm=" + stats.algorithm + " transport=" + stats.transport +
-          " sent=" + std::to_string(counters.bytes_sent));
+  trace();
 }
 
 // The stages, from the local checks to the result (run_call.hpp).
@@ -311,7 +310,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     return;
   }
   if (hierarchical) {
-    run_hierarchical(call, stats, ctx);
+    run_hierarchical(call, c.dtype, stats, ctx);
     return;
   }
   codec::Codec& codec = pl.kernels() ? *plan->device_codec : *plan->codec;
