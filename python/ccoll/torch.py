@@ -1,0 +1,230 @@
+"""ccoll for PyTorch DistributedDataParallel: a communication hook that averages each gradient
+bucket with ccoll, compressed and asynchronous.
+
+Three lines in an existing DDP script (launched with ``mpirun``)::
+
+    import ccoll.torch
+    ccoll.torch.init_process_group()                 # torch.distributed over gloo, from MPI
+    model = DDP(net)
+    ccoll.torch.register_comm_hook(model, codec="maxnorm:bits=8,ef=1")
+
+For each bucket DDP hands over, the hook averages parameters with fewer than ``min_numel``
+elements and every 1-D parameter (biases, norms) exactly, and each other parameter through ccoll
+with the codec, keyed by the parameter's name so that ``ef=1`` residuals follow the parameter
+when DDP rebuilds its buckets. The calls are ccoll's non-blocking ones: the hook returns a
+``torch.futures.Future`` at once and the backward pass goes on while gradients travel over MPI.
+"""
+import os
+import queue
+import socket
+import threading
+from typing import Dict, List, Optional
+
+import torch
+import torch.distributed as dist
+
+import ccoll
+
+__all__ = ["CcollHookState", "ccoll_hook", "register_comm_hook", "init_process_group"]
+
+
+def init_process_group(backend: str = "gloo", comm=None, **kwargs) -> None:
+    """Initializes ``torch.distributed`` from MPI: rank and world size from `comm` (an mpi4py
+    communicator, default ``MPI.COMM_WORLD``), the rendezvous address from ``MASTER_ADDR`` /
+    ``MASTER_PORT`` when set, otherwise rank 0's host address and a free port, sent to every
+    rank over MPI. `kwargs` go to ``torch.distributed.init_process_group`` (e.g. ``timeout``)."""
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD if comm is None else comm
+    rank, size = comm.Get_rank(), comm.Get_size()
+    addr, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
+    if rank == 0:
+        if not addr:
+            try:
+                addr = socket.gethostbyname(socket.gethostname())
+            except OSError:
+                addr = "127.0.0.1"
+        if not port:
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                s.bind(("", 0))
+                port = str(s.getsockname()[1])
+    addr, port = comm.bcast((addr, port), root=0)
+    dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank,
+                            world_size=size, **kwargs)
+
+
+class CcollHookState:
+    """What the hook needs between calls: the codec and its options, each parameter's key, and
+    a thread that completes the hook's futures in the order the calls were started.
+
+    codec: a ccoll codec spec (``ccoll.describe_codec`` checks it). min_numel: parameters with
+    fewer elements are averaged exactly, as are all 1-D parameters unless ``exact_1d=False``.
+    comm: the mpi4py communicator ccoll uses; it must hold the same processes, in the same rank
+    order, as DDP's process group. names: parameter -> name, for the keys (register_comm_hook
+    fills it from the model); parameters without a name get one from their order in the first
+    bucket that holds them, which is the same on every rank.
+
+    Counters (this rank, since creation): ``calls``, ``input_bytes`` (gradient bytes averaged),
+    ``wire_bytes_sent`` (compressed and exact payload bytes ccoll sent), ``exact_elements`` and
+    ``compressed_elements`` per step summed."""
+
+    def __init__(self, codec: str = "maxnorm:bits=8,ef=1", min_numel: int = 1024,
+                 exact_1d: bool = True, comm=None, algorithm: str = "auto", seed: int = 0,
+                 names: Optional[Dict[torch.nn.Parameter, str]] = None):
+        if not isinstance(codec, str):
+            raise TypeError(f"codec: a {type(codec).__name__} (valid: a ccoll codec spec string)")
+        ccoll.describe_codec(codec)  # raises ccoll.InvalidArgumentError naming the problem
+        if isinstance(min_numel, bool) or not isinstance(min_numel, int) or min_numel < 0:
+            raise ValueError(f"min_numel: {min_numel!r} (valid: an int >= 0)")
+        if algorithm not in ccoll.ALGORITHMS:
+            raise ValueError(f"algorithm: {algorithm!r} (valid: {', '.join(ccoll.ALGORITHMS)})")
+        self.codec = codec
+        self.min_numel = min_numel
+        self.exact_1d = exact_1d
+        self.comm = comm
+        self.algorithm = algorithm
+        self.seed = seed
+        self._names: Dict[int, str] = {}
+        for p, n in (names or {}).items():
+            self._names[id(p)] = n
+        self._params: Dict[int, torch.nn.Parameter] = {}  # keeps the ids above unique
+        for p in (names or {}):
+            self._params[id(p)] = p
+        self._anon = 0
+        self._queue: "queue.Queue" = queue.Queue()
+        self._thread: Optional[threading.Thread] = None
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.input_bytes = 0
+        self.wire_bytes_sent = 0
+        self.exact_elements = 0
+        self.compressed_elements = 0
+
+    # ---- keys ----------------------------------------------------------------------------------
+    def key_of(self, param: torch.Tensor) -> str:
+        """The ccoll key of `param`'s gradient: ``"ddp:<name>"``."""
+        name = self._names.get(id(param))
+        if name is None:
+            name = f"unnamed.{self._anon}"
+            self._anon += 1
+            self._names[id(param)] = name
+            self._params[id(param)] = param
+        return "ddp:" + name
+
+    def compressed(self, param: torch.Tensor) -> bool:
+        """Whether `param`'s gradient goes through the codec (else it is averaged exactly)."""
+        if param.numel() < self.min_numel:
+            return False
+        return not (self.exact_1d and param.dim() <= 1)
+
+    # ---- completion thread ---------------------------------------------------------------------
+    def _ensure_thread(self):
+        if self._thread is None or not self._thread.is_alive():
+            self._thread = threading.Thread(target=self._complete, name="ccoll-ddp-hook",
+                                            daemon=True)
+            self._thread.start()
+
+    def _complete(self):
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            handles, exact, buffer, fut = job
+            try:
+                error = None
+                for h in handles:
+                    try:
+                        h.wait()
+                    except BaseException as e:  # wait every call, then report the first error
+                        error = error or e
+                    else:
+                        with self._lock:
+                            self.calls += 1
+                            self.input_bytes += h.stats.input_bytes
+                            self.wire_bytes_sent += h.stats.wire_bytes_sent
+                if error is not None:
+                    raise error
+                if exact is not None:
+                    flat, segments = exact
+                    at = 0
+                    for off, n in segments:
+                        buffer[off:off + n].copy_(flat[at:at + n])
+                        at += n
+                fut.set_result(buffer)
+            except BaseException as e:
+                fut.set_exception(e)
+
+    def shutdown(self) -> None:
+        """Waits for the calls in flight and stops the completion thread."""
+        if self._thread is not None and self._thread.is_alive():
+            self._queue.put(None)
+            self._thread.join()
+        self._thread = None
+
+
+def ccoll_hook(state: "CcollHookState",
+               bucket: dist.GradBucket) -> torch.futures.Future[torch.Tensor]:
+    """The DDP communication hook (``ddp_model.register_comm_hook(state, ccoll_hook)``): starts
+    ccoll's non-blocking averages of the bucket's gradients and returns a Future that completes,
+    with the averaged bucket, once they are done."""
+    buffer = bucket.buffer()
+    exact_segments: List[tuple] = []
+    compressed: List[tuple] = []
+    off = 0
+    for p in bucket.parameters():
+        n = p.numel()
+        if state.compressed(p):
+            compressed.append((off, n, state.key_of(p)))
+        else:
+            exact_segments.append((off, n))
+        off += n
+    if off != buffer.numel():
+        raise RuntimeError(f"ccoll_hook: the bucket's parameters hold {off} elements but its "
+                           f"buffer {buffer.numel()}")
+    handles = []
+    exact = None
+    if exact_segments:
+        if len(exact_segments) == 1 and exact_segments[0][1] == buffer.numel():
+            flat = buffer
+            exact = None
+        else:
+            flat = torch.cat([buffer[o:o + n] for o, n in exact_segments])
+            exact = (flat, exact_segments)
+        handles.append(ccoll.iallreduce(flat, codec="none", average=True, comm=state.comm,
+                                        algorithm=state.algorithm))
+        state.exact_elements += flat.numel()
+    for o, n, key in compressed:
+        handles.append(ccoll.iallreduce(buffer[o:o + n], codec=state.codec, average=True,
+                                        key=key, seed=state.seed, comm=state.comm,
+                                        algorithm=state.algorithm))
+        state.compressed_elements += n
+    fut: torch.futures.Future = torch.futures.Future()  # noqa
+    state._ensure_thread()
+    state._queue.put((handles, exact, buffer, fut))
+    return fut
+
+
+def register_comm_hook(ddp_model: torch.nn.parallel.DistributedDataParallel,
+                       codec: str = "maxnorm:bits=8,ef=1", min_numel: int = 1024,
+                       exact_1d: bool = True, comm=None, algorithm: str = "auto",
+                       seed: int = 0) -> CcollHookState:
+    """Registers :func:`ccoll_hook` on `ddp_model` with a new :class:`CcollHookState` whose
+    parameter keys are the model's parameter names; returns the state (its counters say how
+    many bytes went out). `comm` (mpi4py, default ``MPI.COMM_WORLD``) must hold the same
+    processes in the same order as the model's process group."""
+    if not isinstance(ddp_model, torch.nn.parallel.DistributedDataParallel):
+        raise TypeError(f"ddp_model: a {type(ddp_model).__name__} (valid: a "
+                        "torch.nn.parallel.DistributedDataParallel)")
+    from mpi4py import MPI
+
+    mpi_comm = MPI.COMM_WORLD if comm is None else comm
+    group = getattr(ddp_model, "process_group", None)
+    group_size = dist.get_world_size(group) if group is not None else dist.get_world_size()
+    if mpi_comm.Get_size() != group_size:
+        raise ValueError(f"comm: {mpi_comm.Get_size()} ranks, but the model's process group has "
+                         f"{group_size} (valid: a communicator of the same processes)")
+    names = {p: n for n, p in ddp_model.module.named_parameters()}
+    state = CcollHookState(codec=codec, min_numel=min_numel, exact_1d=exact_1d, comm=comm,
+                           algorithm=algorithm, seed=seed, names=names)
+    ddp_model.register_comm_hook(state, ccoll_hook)
+    return state
