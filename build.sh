@@ -3,19 +3,20 @@
 #   ./build.sh run    install what is missing, build, run compressed all-reduce on 4 MPI ranks
 #                     next to MPI_Allreduce (on a 1 Gbit/s test network when root with iproute2)
 #   ./build.sh test   install what is missing, check the sources' format (clang-format), build,
-#                     run the whole CTest suite (unit, MPI, package consumer), the unit tests
-#                     again under ASan+UBSan, and every decoder under libFuzzer for a few
-#                     seconds (when clang is installed)
+#                     run the whole CTest suite (unit, MPI, Python, package consumer), install
+#                     the Python package with pip into a virtual environment and test it, run
+#                     the unit tests again under ASan+UBSan, and every decoder under libFuzzer
+#                     for a few seconds (when clang is installed)
 # Environment: JOBS (parallel build jobs, default 2), BUILD_DIR (default build),
-#   CCOLL_SKIP_SANITIZER=1 / CCOLL_SKIP_FUZZ=1 (test: skip those passes), CI=true (warnings
-#   are errors).
+#   CCOLL_SKIP_SANITIZER=1 / CCOLL_SKIP_FUZZ=1 / CCOLL_SKIP_PIP=1 (test: skip those passes),
+#   CI=true (warnings are errors).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
 cmd=${1:-}
 JOBS=${JOBS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
 
-usage() { sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
 
 install_missing() {
   local missing=()
@@ -33,6 +34,12 @@ install_missing() {
   # the preload library's mpi4py test and example (Debian's python3, whatever is first on PATH)
   /usr/bin/python3 -c 'import mpi4py' 2>/dev/null || missing+=(python3-mpi4py)
   /usr/bin/python3 -c 'import numpy' 2>/dev/null || missing+=(python3-numpy)
+  # the Python package (python/): its bindings, its tests, the DDP hook's tests and their data
+  [ -f /usr/include/pybind11/pybind11.h ] || missing+=(pybind11-dev)
+  /usr/bin/python3 -c 'import pytest' 2>/dev/null || missing+=(python3-pytest)
+  /usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
+  /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+  [ -d /usr/share/datasets/fashion-mnist ] || missing+=(dataset-fashion-mnist)
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "build.sh: installing ${missing[*]}"
   local sudo=()
@@ -67,6 +74,8 @@ format_check() {
 configure() {
   local extra=()
   [ "${CI:-}" = "true" ] && extra+=(-DCCOLL_WARNINGS_AS_ERRORS=ON)
+  # the Python package is built for Debian's python3 (the one with mpi4py and torch)
+  [ -x /usr/bin/python3 ] && extra+=(-DPython_EXECUTABLE=/usr/bin/python3)
   cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release "${extra[@]}" "$@"
 }
 
@@ -100,6 +109,16 @@ case "$cmd" in
     mpi_env
     # MPI tests oversubscribe the cores; run one test at a time so none starves.
     ctest --test-dir "$BUILD_DIR" --output-on-failure
+    if [ "${CCOLL_SKIP_PIP:-0}" != "1" ]; then
+      # the Python package as a user installs it: `pip install .` into a new virtual environment
+      # (seeing Debian's mpi4py, numpy and torch), then its tests on that installed copy
+      rm -rf "$BUILD_DIR-pip"
+      /usr/bin/python3 -m venv --system-site-packages "$BUILD_DIR-pip"
+      "$BUILD_DIR-pip/bin/python" -m pip install -q \
+        --config-settings=cmake.define.CCOLL_ENABLE_CUDA=OFF .
+      (cd "$BUILD_DIR-pip" && mpiexec -n 2 bin/python -m pytest -q -p no:cacheprovider \
+        "$OLDPWD/python/tests")
+    fi
     if [ "${CCOLL_SKIP_SANITIZER:-0}" != "1" ]; then
       cmake -S . -B "$BUILD_DIR-sanitize" -DCMAKE_BUILD_TYPE=Debug -DCCOLL_SANITIZE=ON \
         -DCCOLL_ENABLE_CUDA=OFF -DCCOLL_BUILD_BENCH=OFF
