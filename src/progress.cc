@@ -6,6 +6,12 @@
 namespace ccoll {
 namespace detail {
 
+namespace {
+thread_local bool t_progress_thread = false;
+}
+
+bool on_progress_thread() noexcept { return t_progress_thread; }
+
 void RequestState::complete(std::exception_ptr error) noexcept {
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -63,6 +69,7 @@ void ProgressQueue::quiesce() {
 }
 
 void ProgressQueue::loop() {
+  detail::t_progress_thread = true;
   for (;;) {
     Job job;
     {

@@ -39,6 +39,11 @@ class RequestState {
   std::exception_ptr error_;
 };
 
+/// True on a progress queue's thread (while it runs queued calls). The MPI transport waits
+/// there by polling with short sleeps instead of MPI_Wait's busy loop, so that a call in the
+/// background leaves the cores to the caller's computation while its messages are in flight.
+bool on_progress_thread() noexcept;
+
 }  // namespace detail
 
 /// The progress queue of one communicator.

@@ -198,7 +198,8 @@ def ccoll_hook(state: "CcollHookState",
                                         key=key, seed=state.seed, comm=state.comm,
                                         algorithm=state.algorithm))
         state.compressed_elements += n
-    fut: torch.futures.Future = torch.futures.Future()  # noqa
+    # a future holding a CUDA tensor must name its device
+    fut = torch.futures.Future(devices=[buffer.device] if buffer.is_cuda else None)
     state._ensure_thread()
     state._queue.put((handles, exact, buffer, fut))
     return fut
