@@ -36,6 +36,13 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     }
     inner_->local_scales(with_residual(data, count), count, out);
   }
+  // The fallback test and the scales in one pass over x + e_own (what is really encoded; the
+  // test of x + e also catches a residual that would carry a value out of the codec's range).
+  bool scan(const void* data, std::size_t count, int ranks, double* scales,
+            bool& fallback) const override {
+    if (own_.size() < count) return inner_->scan(data, count, ranks, scales, fallback);
+    return inner_->scan(with_residual(data, count), count, ranks, scales, fallback);
+  }
 
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {

@@ -330,9 +330,12 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
         if constexpr (std::is_same_v<T, float>) {
           if (bytes) {
             stochastic_bytes(x + i, u, n, inv, s_, dst + i);
-            i += n;
-            continue;
+          } else {  // narrower lanes: the same byte codes, packed
+            stochastic_bytes(x + i, u, n, inv, s_, reinterpret_cast<std::byte*>(codes_.data()));
+            w.put_bytes(codes_.data(), n);
           }
+          i += n;
+          continue;
         }
         if (bytes) {
           for (std::size_t k = 0; k < n; ++k) {

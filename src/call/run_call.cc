@@ -323,7 +323,8 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   setup.lr = call.options.lr;
   setup.seed = call.options.seed;
   setup.call = call_no;
-  setup.scanned = prep.scanned;
+  // scales scanned before a restart covered the old state (ef: x + e), not what is encoded now
+  setup.scanned = prep.scanned && !agreed.state_differs;
   const SetupInputs inputs{&input, 1, c.in_total};
   stats.control_bytes += run_setup_rounds(codec, inputs, setup, plan->scales, plan->mask, exchange);
   run_schedule(call, stats, pl, *plan, codec, c, agreed, ctx, call_no, input);
