@@ -25,11 +25,13 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ccoll/ccoll.hpp"
+#include "tool_args.hpp"
 
 #ifdef CCOLL_BENCH_GLOO
 #include <gloo/allreduce_halving_doubling.h>
@@ -134,15 +136,9 @@ void usage() {
 }
 
 std::size_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  std::string suffix(end);
-  if (end == s.c_str()) fail("bad size '" + s + "'");
-  if (suffix == "K" || suffix == "k") return v << 10;
-  if (suffix == "M" || suffix == "m") return v << 20;
-  if (suffix == "G" || suffix == "g") return v << 30;
-  if (!suffix.empty()) fail("bad size '" + s + "'");
-  return v;
+  const std::optional<std::size_t> bytes = ccoll::tools::byte_size(s);
+  if (!bytes) fail("bad size '" + s + "'");
+  return *bytes;
 }
 
 int parse_count(const char* text, const char* opt, int min) {

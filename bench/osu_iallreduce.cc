@@ -20,10 +20,12 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "ccoll/ccoll.hpp"
+#include "tool_args.hpp"
 
 namespace {
 
@@ -37,14 +39,9 @@ int size_ = 1;
 }
 
 std::size_t parse_size(const std::string& s) {
-  char* end = nullptr;
-  const unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  const std::string suffix(end);
-  if (end == s.c_str()) fail("-m: bad size '" + s + "'");
-  if (suffix == "K" || suffix == "k") return v << 10;
-  if (suffix == "M" || suffix == "m") return v << 20;
-  if (!suffix.empty()) fail("-m: bad size '" + s + "' (valid suffixes: K, M)");
-  return v;
+  const std::optional<std::size_t> bytes = ccoll::tools::byte_size(s);
+  if (!bytes) fail("-m: bad size '" + s + "' (valid: a byte count with suffix K, M or G)");
+  return *bytes;
 }
 
 double now() {

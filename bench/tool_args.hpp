@@ -1,9 +1,12 @@
-// Command-line parsing shared by the accuracy tools (ccoll_error_vs_ranks, ccoll_ef_average,
-// ccoll_temporal_rate): a bad argument prints "TOOL: ..." and exits with status 2.
+// Command-line parsing shared by the benchmark tools (the accuracy tools ccoll_error_vs_ranks,
+// ccoll_ef_average, ccoll_temporal_rate: a bad argument prints "TOOL: ..." and exits with
+// status 2; the OSU-style drivers: byte sizes).
 #pragma once
 
+#include <cstddef>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -34,6 +37,20 @@ inline std::vector<int> int_list(const char* tool, const char* what, const std::
     v.push_back(k);
   }
   return v;
+}
+
+/// A byte count such as "4096", "64K", "16M" or "1G" (suffixes in either case: KiB, MiB, GiB);
+/// nothing when `text` is not one.
+inline std::optional<std::size_t> byte_size(const std::string& text) {
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (end == text.c_str()) return std::nullopt;
+  const std::string suffix(end);
+  if (suffix.empty()) return v;
+  if (suffix == "K" || suffix == "k") return v << 10;
+  if (suffix == "M" || suffix == "m") return v << 20;
+  if (suffix == "G" || suffix == "g") return v << 30;
+  return std::nullopt;
 }
 
 }  // namespace ccoll::tools

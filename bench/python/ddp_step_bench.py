@@ -9,7 +9,7 @@ random batches (the step time does not depend on the data), SGD. Per mode, on ev
   step     mean wall time of forward + backward (with DDP's communication) + optimizer step
   compute  the same step without communication (DDP's no_sync), the lower bound
   comm     the communication alone: plain, gloo all-reduces of the gradients in DDP's 25 MB
-           buckets; hook, ccoll's averages of every parameter's gradient as the hook makes them
+           buckets; hook, the hook itself (ccoll_hook) on all the gradients as one bucket
   hidden   1 - (step - compute) / comm: the share of the communication that the backward pass
            (and ccoll's progress thread) kept off the step time, clipped to [0, 1]
 Rank 0 prints the mean over ranks of each figure and each mode's speed-up over plain DDP.
@@ -50,29 +50,33 @@ def timed_steps(model, opt, x, y, iters, sync=True):
     return sum(times) / len(times)
 
 
+class _Bucket:
+    """All gradients of the model as one bucket, for ccoll_hook outside DDP."""
+
+    def __init__(self, params, flat):
+        self._params, self._flat = params, flat
+
+    def buffer(self):
+        return self._flat
+
+    def parameters(self):
+        return self._params
+
+
 def comm_alone(model, state, iters):
     """The communication of one step without compute (see the module docstring)."""
-    grads = [p.detach().clone().reshape(-1) for p in model.module.parameters()]
+    params = list(model.module.parameters())
+    flat = torch.cat([p.detach().reshape(-1) for p in params])
     times = []
     for _ in range(iters):
         MPI.COMM_WORLD.Barrier()
         t0 = time.perf_counter()
         if state is None:
-            flat = torch.cat(grads)
             bucket = 25 * (1 << 20) // 4
             for o in range(0, flat.numel(), bucket):
                 dist.all_reduce(flat[o:o + bucket])
         else:
-            handles = []
-            exact = [g for p, g in zip(model.module.parameters(), grads) if not state.compressed(p)]
-            if exact:
-                handles.append(ccoll.iallreduce(torch.cat(exact), codec="none", average=True))
-            for p, g in zip(model.module.parameters(), grads):
-                if state.compressed(p):
-                    handles.append(ccoll.iallreduce(g, codec=state.codec, average=True,
-                                                    key=state.key_of(p)))
-            for h in handles:
-                h.wait()
+            ct.ccoll_hook(state, _Bucket(params, flat)).wait()
         times.append(time.perf_counter() - t0)
     return sum(times) / len(times)
 

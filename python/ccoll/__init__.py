@@ -217,7 +217,7 @@ def _comm_handle(comm) -> int:
 _KINDS = {"allreduce": 0, "allgather": 1, "reduce_scatter": 2}
 
 
-def _scalars(codec, algorithm, key, seed, average, lr, kind) -> tuple:
+def _scalars(codec, algorithm, key, seed, average, lr) -> tuple:
     if codec is not None and not isinstance(codec, str):
         raise InvalidArgumentError(f"codec: a {type(codec).__name__} (valid: None or a codec "
                                    "spec string such as 'maxnorm:bits=8')")
@@ -227,9 +227,6 @@ def _scalars(codec, algorithm, key, seed, average, lr, kind) -> tuple:
         raise InvalidArgumentError(f"seed: {seed!r} (valid: an int in [0, 2**64))")
     if not isinstance(average, bool):
         raise InvalidArgumentError(f"average: {average!r} (valid: True or False)")
-    if average and kind == "allgather":
-        raise InvalidArgumentError("average: only allreduce and reduce_scatter average "
-                                   "(valid: False)")
     if isinstance(lr, bool) or not isinstance(lr, (int, float)):
         raise InvalidArgumentError(f"lr: {lr!r} (valid: a float >= 0; 0 = no hint)")
     return codec or "", algorithm, key_of(key), seed, average, float(lr)
@@ -298,7 +295,7 @@ def _collective(kind: str, x, out, codec, average, key, seed, comm, algorithm, l
     handle = _comm_handle(comm)
     kind_id = _KINDS[kind]
     try:
-        scalars = _scalars(codec, algorithm, key, seed, average, lr, kind)
+        scalars = _scalars(codec, algorithm, key, seed, average, lr)
         inp = _buffer(x, "x", writable=out is None and kind == "allreduce")
         size = None
         if kind != "allreduce":

@@ -185,8 +185,7 @@ def ccoll_hook(state: "CcollHookState",
     exact = None
     if exact_segments:
         if len(exact_segments) == 1 and exact_segments[0][1] == buffer.numel():
-            flat = buffer
-            exact = None
+            flat = buffer  # the whole bucket: averaged in place, nothing to copy back
         else:
             flat = torch.cat([buffer[o:o + n] for o, n in exact_segments])
             exact = (flat, exact_segments)
