@@ -1,6 +1,7 @@
 // ccoll_temporal_rate: what temporal coding saves, as a rate. temporal's paper measures the bits
 // an entropy coder would need; ccoll sends fixed-width lanes. For each width this prints both
-// for temporal and for maxnorm on the same momentum-like sequences: the lane width, the
+// for maxnorm, temporal and temporal:shrink=0 (the predictor beta itself, not shrunk for the
+// width) on the same momentum-like sequences: the lane width, the
 // empirical entropy of the codes (bits per element an ideal entropy coder would need), and the
 // relative L2 error of the reconstruction. Prints a Markdown table.
 //
@@ -108,14 +109,16 @@ int main(int argc, char** argv) {
   }
   std::printf(
       "| bits (lane width) | maxnorm: code entropy | maxnorm: rel. error | temporal: code entropy "
-      "| temporal: rel. error |\n|---|---|---|---|---|\n");
+      "| temporal: rel. error | shrink=0: code entropy | shrink=0: rel. error |\n"
+      "|---|---|---|---|---|---|---|\n");
   try {
     for (const unsigned b : widths) {
       const std::string w = std::to_string(b);
       const Rate m = measure("maxnorm:bits=" + w, b, n, steps, beta);
       const Rate t = measure("temporal:bits=" + w, b, n, steps, beta);
-      std::printf("| %u | %.2f | %.3g | %.2f | %.3g |\n", b, m.entropy, m.error, t.entropy,
-                  t.error);
+      const Rate u = measure("temporal:bits=" + w + ",shrink=0", b, n, steps, beta);
+      std::printf("| %u | %.2f | %.3g | %.2f | %.3g | %.2f | %.3g |\n", b, m.entropy, m.error,
+                  t.entropy, t.error, u.entropy, u.error);
       std::fflush(stdout);
     }
   } catch (const ccoll::Error& e) {

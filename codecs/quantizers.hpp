@@ -193,10 +193,11 @@ std::unique_ptr<Codec> make_sign_codec(DType dtype, std::uint32_t bucket, bool r
 std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned clusters,
                                          bool nearest = false, bool zero = true,
                                          bool refine = true);
-/// temporal:bits=B[,beta=b][,ef=1]: closed-loop momentum-difference coding over maxnorm:bits=B,
-/// stateful, all-reduce only (temporal.cc). Takes ef itself (not the generic wrapper).
+/// temporal:bits=B[,beta=b][,shrink=0][,ef=1]: closed-loop momentum-difference coding over
+/// maxnorm:bits=B, stateful, all-reduce only (temporal.cc). Takes ef itself (not the generic
+/// wrapper). The prediction's coefficient is temporal_predictor(beta, bits, shrink).
 std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double beta, bool ef,
-                                           bool nearest = false);
+                                           bool nearest = false, bool shrink = true);
 /// Parameters of dq (dq.cc).
 struct DqParams {
   unsigned min_bits = 2;

@@ -1,5 +1,7 @@
-// temporal:bits=B[,beta=0.9][,ef=1] — momentum-difference predictive coding in all-reduce form
-// (docs/design.md, "The research codecs"), a closed-loop DPCM around the summable maxnorm:bits=B.
+// temporal:bits=B[,beta=0.9][,shrink=1][,ef=1] — momentum-difference predictive coding in
+// all-reduce form (docs/design.md, "The research codecs"), a closed-loop DPCM around the summable
+// maxnorm:bits=B. `beta` below is the predictor coefficient temporal_predictor() derives from
+// the spec's beta: shrunk by L/(L+1) for B-bit codes unless shrink=0.
 //
 // State per tensor (the plan's tensor key), indexed by element:
 //   xh — this rank's reconstruction of its own input (what the receivers can attribute to it),
@@ -139,7 +141,7 @@ class TemporalCodec final : public ForwardingCodec {
 }  // namespace
 
 std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double beta, bool ef,
-                                           bool nearest) {
+                                           bool nearest, bool shrink) {
   MaxNormParams m;
   m.bits = bits;
   m.nearest = nearest;
@@ -148,12 +150,14 @@ std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double be
   if (beta != 0.9) spec += "beta=" + format_real(beta) + ",";
   spec += "bits=" + std::to_string(bits);
   if (nearest != ef) spec += nearest ? ",round=nearest" : ",round=stochastic";
+  if (!shrink) spec += ",shrink=0";
   if (ef) spec += ",ef=1";
   auto inner = make_maxnorm_codec(dtype, m);
+  const double a = temporal_predictor(beta, bits, shrink);
   if (dtype == DType::kFloat64) {
-    return std::make_unique<TemporalCodec<double>>(std::move(inner), bits, beta, ef, spec);
+    return std::make_unique<TemporalCodec<double>>(std::move(inner), bits, a, ef, spec);
   }
-  return std::make_unique<TemporalCodec<float>>(std::move(inner), bits, beta, ef, spec);
+  return std::make_unique<TemporalCodec<float>>(std::move(inner), bits, a, ef, spec);
 }
 
 }  // namespace ccoll::codec

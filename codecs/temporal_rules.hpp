@@ -10,6 +10,17 @@
 
 namespace ccoll::codec {
 
+/// The coefficient of temporal's prediction beta·xh. With shrink (the default) it is beta·L/(L+1)
+/// (L = 2^(B-1) - 1 levels per sign): the prediction is made from a reconstruction that carries
+/// coding noise, and the predictor that minimizes the residual of a correlated signal seen
+/// through noise is the noise-free one shrunk by SNR/(1 + SNR); a B-bit code's reconstruction is
+/// taken at SNR = L. Without shrink: beta itself, the momentum-difference rule.
+inline double temporal_predictor(double beta, unsigned bits, bool shrink) {
+  if (!shrink) return beta;
+  const double levels = static_cast<double>((1u << (bits - 1)) - 1);
+  return beta * levels / (levels + 1);
+}
+
 /// The state checksum starts here; it is the sum, mod 2^64, of every element's term (so any
 /// order of addition gives the same value), made odd so that it is never 0 ("no state").
 inline constexpr std::uint64_t kTemporalChecksumSeed = 0x9E3779B97F4A7C15ull;

@@ -13,6 +13,7 @@
 #include "device_codec.hpp"
 #include "error_feedback.hpp"
 #include "quantizers.hpp"
+#include "temporal_rules.hpp"
 
 namespace ccoll {
 namespace {
@@ -312,14 +313,17 @@ const std::vector<Entry>& registry() {
       {"temporal",
        {uint_param("bits", 2, 8),
         real_range_param("beta", 0.0, 1.0, true, "a number in [0, 1), e.g. 0.9", "0.9"),
-        round_param()},
+        round_param(), choice_param("shrink", {"1", "0"}, "1")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_temporal_codec(t, param(s, "bits"), real_param(s, "beta"), s.ef,
-                                           nearest(s));
+                                           nearest(s), value_of(s, "shrink") == "1");
        },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
-         return device_codecs::make_device_temporal(cpu, b, resident, param(s, "bits"),
-                                                    real_param(s, "beta"), s.ef, nearest(s));
+         return device_codecs::make_device_temporal(
+             cpu, b, resident, param(s, "bits"),
+             codec::temporal_predictor(real_param(s, "beta"), param(s, "bits"),
+                                       value_of(s, "shrink") == "1"),
+             s.ef, nearest(s));
        },
        kOwnEf | kStateful | kAllreduceOnly,
        nullptr,

@@ -43,7 +43,8 @@ std::unique_ptr<codec::Codec> make_device_bucketed(codec::Codec& cpu, gpu::Backe
 std::unique_ptr<codec::Codec> make_device_sketch(codec::Codec& cpu, gpu::Backend& b, bool resident,
                                                  unsigned bits, unsigned clusters, bool nearest);
 std::unique_ptr<codec::Codec> make_device_topk(codec::Codec& cpu, gpu::Backend& b, bool resident);
-/// temporal around the device maxnorm of `bits`; takes ef=1 itself
+/// temporal around the device maxnorm of `bits`; takes ef=1 itself. `beta`: the predictor
+/// coefficient (codec::temporal_predictor of the spec's beta)
 std::unique_ptr<codec::Codec> make_device_temporal(codec::Codec& cpu, gpu::Backend& b,
                                                    bool resident, unsigned bits, double beta,
                                                    bool ef, bool nearest);

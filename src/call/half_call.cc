@@ -64,6 +64,37 @@ const char* half_name(Half h) {
   return "";
 }
 
+namespace {
+
+// Device buffers on the current device: the fp32 copies are device memory, widened and narrowed
+// by the cast kernels on the caller's stream, and the fp32 call runs on them as any call on
+// device buffers does (the codec's kernels, staged or resident payloads).
+void run_half_on_device(const Call& call, Half h, gpu::Backend& device, Call& c32, int rank,
+                        std::size_t in_n, std::size_t out_n, Stats& stats,
+                        const std::function<void(const Call&, Stats&)>& run) {
+  // kept by the thread for its next call (Buffer::get reallocates on another device)
+  thread_local gpu::Buffer in32;
+  thread_local gpu::Buffer out32;
+  const bool fp16 = h == Half::kFloat16;
+  auto* in = static_cast<float*>(in32.get(device, in_n * 4, false));
+  auto* out = static_cast<float*>(out32.get(device, out_n * 4, false));
+  const auto* src = static_cast<const std::uint16_t*>(
+      call.in_place() ? static_cast<const void*>(static_cast<const std::byte*>(call.recvbuf) +
+                                                 call.own_offset(2, rank))
+                      : call.sendbuf);
+  if (in_n > 0) device.cast_decode(fp16, src, in_n, in, false);
+  c32.sendbuf = in;
+  c32.recvbuf = out;
+  run(c32, stats);
+  stats.input_bytes = in_n * 2;
+  if (out_n == 0) return;
+  device.set_stream(call.options.cuda_stream);  // the fp32 call leaves the default stream set
+  device.cast_encode(fp16, out, out_n, static_cast<std::uint16_t*>(call.recvbuf));
+  device.synchronize();
+}
+
+}  // namespace
+
 void run_half(const Call& call, Half h, Stats& stats,
               const std::function<void(const Call&, Stats&)>& run) {
   // every rank sees the same here: MPI's state and the communicator
@@ -116,6 +147,10 @@ void run_half(const Call& call, Half h, Stats& stats,
     }
   } stream_scope{device};
   if (device != nullptr) device->set_stream(call.options.cuda_stream);
+  if (device != nullptr && device->device_of(call.recvbuf) == device->current_device()) {
+    run_half_on_device(call, h, *device, c32, rank, in_n, out_n, stats, run);
+    return;
+  }
   // the fp32 copies, kept by the thread for its next call
   thread_local std::vector<float> in32;
   thread_local std::vector<float> out32;

@@ -310,41 +310,76 @@ TEST_F(DeviceBuffers, NonblockingEqualsBlocking) {
   if (emulated) ccoll::testing::set_emulated_device(0);
 }
 
-// 16-bit device buffers: the calls run on host copies widened to fp32, the same bytes as on
-// 16-bit host buffers, in place and not.
+// 16-bit device buffers: widened to fp32 device copies by the cast kernels, the fp32 call on
+// them (on the data path an fp32 call on device buffers takes), narrowed on the device: the same
+// bytes as on 16-bit host buffers, for every collective, in place and not.
 TEST_F(DeviceBuffers, HalfBuffersEqualHostBuffers) {
   const int p = size_of(MPI_COMM_WORLD);
   const int r = rank_of(MPI_COMM_WORLD);
+  const auto ranks = static_cast<std::size_t>(p);
   const std::size_t n = 4001;
-  for (const bool bf16 : {false, true}) {
-    for (const bool in_place : {false, true}) {
-      SCOPED_TRACE(std::string(bf16 ? "bfloat16" : "float16") + (in_place ? " in place" : ""));
-      const MPI_Datatype t = bf16 ? ccoll::bfloat16() : ccoll::float16();
-      const std::size_t total = n * static_cast<std::size_t>(p);
-      std::vector<std::uint16_t> x(total);
-      for (std::size_t i = 0; i < total; ++i) {
-        x[i] = static_cast<std::uint16_t>(0x3c00u + ((i * 7 + static_cast<std::size_t>(r)) % 512));
-      }
-      ccoll::Options opt;
-      opt.codec = "maxnorm:bits=8";
-      opt.seed = 3;
-      std::vector<std::uint16_t> want = in_place ? x : std::vector<std::uint16_t>(n);
-      ccoll::compressed_reduce_scatter(in_place ? MPI_IN_PLACE : x.data(), want.data(), n, t,
-                                       MPI_SUM, host_comm_, opt);
-      void* dx = ccoll::testing::device_alloc(2 * total);
-      void* dout = ccoll::testing::device_alloc(2 * n);
-      ccoll::testing::device_copy(dx, x.data(), 2 * total);
-      ccoll::Stats ds;
-      opt.stats = &ds;
-      ccoll::compressed_reduce_scatter(in_place ? MPI_IN_PLACE : dx, in_place ? dx : dout, n, t,
-                                       MPI_SUM, dev_comm_, opt);
-      std::vector<std::uint16_t> got(n);
-      ccoll::testing::device_copy(got.data(), in_place ? dx : dout, 2 * n);
-      ccoll::testing::device_free(dx);
-      ccoll::testing::device_free(dout);
-      EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin()));
-      if (p > 1) {
-        EXPECT_EQ(ds.transport, "host-copy");
+  enum class Op { kAllreduce, kAllgather, kReduceScatter };
+  for (const Op op : {Op::kAllreduce, Op::kAllgather, Op::kReduceScatter}) {
+    for (const bool bf16 : {false, true}) {
+      for (const bool in_place : {false, true}) {
+        SCOPED_TRACE(std::to_string(static_cast<int>(op)) + (bf16 ? " bfloat16" : " float16") +
+                     (in_place ? " in place" : ""));
+        const MPI_Datatype t = bf16 ? ccoll::bfloat16() : ccoll::float16();
+        const std::size_t in_n = op == Op::kReduceScatter ? n * ranks : n;
+        const std::size_t out_n = op == Op::kAllgather ? n * ranks : n;
+        // in place, the input sits in the output buffer (all-gather: at this rank's block)
+        const std::size_t buf_n = in_place ? std::max(in_n, out_n) : in_n;
+        const std::size_t at =
+            in_place && op == Op::kAllgather ? n * static_cast<std::size_t>(r) : 0;
+        std::vector<std::uint16_t> x(buf_n, 0);
+        for (std::size_t i = 0; i < in_n; ++i) {
+          x[at + i] =
+              static_cast<std::uint16_t>(0x3c00u + ((i * 7 + static_cast<std::size_t>(r)) % 512));
+        }
+        ccoll::Options opt;
+        opt.codec = "maxnorm:bits=8";
+        opt.seed = 3;
+        auto call = [&](const void* in, void* out, MPI_Datatype type, MPI_Comm comm) {
+          if (op == Op::kAllreduce) {
+            ccoll::compressed_allreduce(in, out, n, type, MPI_SUM, comm, opt);
+          } else if (op == Op::kAllgather) {
+            ccoll::compressed_allgather(in, n, out, type, comm, opt);
+          } else {
+            ccoll::compressed_reduce_scatter(in, out, n, type, MPI_SUM, comm, opt);
+          }
+        };
+        std::vector<std::uint16_t> want = in_place ? x : std::vector<std::uint16_t>(out_n);
+        call(in_place ? MPI_IN_PLACE : x.data(), want.data(), t, host_comm_);
+        void* dx = ccoll::testing::device_alloc(2 * buf_n);
+        void* dout = ccoll::testing::device_alloc(2 * out_n);
+        ccoll::testing::device_copy(dx, x.data(), 2 * buf_n);
+        ccoll::Stats ds;
+        opt.stats = &ds;
+        call(in_place ? MPI_IN_PLACE : dx, in_place ? dx : dout, t, dev_comm_);
+        std::vector<std::uint16_t> got(out_n);
+        ccoll::testing::device_copy(got.data(), in_place ? dx : dout, 2 * out_n);
+        ccoll::testing::device_free(dx);
+        ccoll::testing::device_free(dout);
+        want.resize(out_n);
+        EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin()));
+
+        EXPECT_EQ(ds.input_bytes, 2 * in_n);
+        // the data path of the same call on fp32 device buffers (and the same call on host
+        // buffers, so that both communicators' call counters, which seed the rounding, stay
+        // equal)
+        const std::vector<float> hx(in_n, 1.0f);
+        std::vector<float> hout(out_n);
+        DeviceVec fx(hx);
+        DeviceVec fout(out_n);
+        ccoll::Stats fs;
+        opt.stats = &fs;
+        call(fx.data(), fout.data(), MPI_FLOAT, dev_comm_);
+        opt.stats = nullptr;
+        call(hx.data(), hout.data(), MPI_FLOAT, host_comm_);
+        EXPECT_EQ(ds.transport, fs.transport);
+        if (p > 1) {
+          EXPECT_NE(ds.transport, "host-copy");
+        }
       }
     }
   }
