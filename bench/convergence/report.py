@@ -132,6 +132,12 @@ def claims(runs):
             md.append(f"- `temporal:bits={b_}` lower reconstruction error than `maxnorm:bits={b_}` "
                       f"on momentum vectors: {err[t]:.3g} vs {err[m]:.3g}, "
                       f"{verdict(err[t] < err[m])}; accuracy {acc[t]:.2f}% vs {acc[m]:.2f}%.")
+    t, u, m = m_ + "temporal:bits=2", m_ + "temporal:bits=2,shrink=0", m_ + "maxnorm:bits=2"
+    if have(t, u, m):
+        md.append(f"- The width-shrunk predictor (default) against the momentum coefficient itself "
+                  f"(`shrink=0`) at 2 bits: error {err[t]:.3g} vs {err[u]:.3g} (maxnorm "
+                  f"{err[m]:.3g}), {verdict(err[t] < err[u])}; accuracy {acc[t]:.2f}% vs "
+                  f"{acc[u]:.2f}%.")
     if have(m_ + "temporal:bits=3", m_ + "maxnorm:bits=4"):
         t, m = m_ + "temporal:bits=3", m_ + "maxnorm:bits=4"
         ok = acc[t] >= acc[m] - 0.25 and bits[t] < bits[m]
