@@ -31,6 +31,10 @@ enum class DType : std::uint8_t { kFloat32 = 1, kFloat64 = 2 };
 constexpr std::size_t dtype_size(DType t) { return t == DType::kFloat64 ? 8 : 4; }
 const char* dtype_name(DType t);
 
+/// The element type of a call's input where it is narrower than the codec's own (16-bit floats
+/// read by an fp32 codec, Codec::set_input_type).
+enum class InputType : std::uint8_t { kNative = 0, kFloat16 = 1, kBFloat16 = 2 };
+
 /// What a schedule may do with a codec's payloads.
 struct Capabilities {
   bool lossless = false;  ///< decode(encode(x)) == x bit for bit.
@@ -222,6 +226,13 @@ class Codec {
     decode_accumulate(in, bytes, count, acc);
     return encode(acc, count, ctx, out);
   }
+
+  /// Makes scan(), local_scales(), local_mask() and the kOwn encodes read their input as `t`
+  /// (16-bit floats, which widen exactly into the codec's fp32) until set back to kNative; the
+  /// other roles' encodes and everything written stay fp32. Codecs that can widen as they read
+  /// (in cache-sized tiles, with no pass over the whole input) return true; the default refuses
+  /// every type but kNative, and the caller then widens the input itself.
+  virtual bool set_input_type(InputType t) { return t == InputType::kNative; }
 
   /// Forgets state kept between calls (error-feedback residuals, temporal predictions);
   /// stateless codecs: no-op.

@@ -2,9 +2,11 @@
 #include "error_feedback.hpp"
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "forwarding.hpp"
+#include "half_batch.hpp"
 
 namespace ccoll::codec {
 namespace {
@@ -28,9 +30,20 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     std::fill(hop_.begin(), hop_.end(), T(0));
     inner_->reset_state();
   }
+  // 16-bit input: x + e is formed in fp32 anyway, so the input widens in that same pass (the
+  // inner codec reads fp32 as always)
+  bool set_input_type(InputType t) override {
+    if (t != InputType::kNative && !std::is_same_v<T, float>) return false;
+    in_ = t;
+    return true;
+  }
+  bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
+    if (in_ == InputType::kNative) return inner_->needs_fallback(data, count, ranks);
+    return inner_->needs_fallback(with_residual(data, count), count, ranks);
+  }
   // The scales must cover what is really encoded: x + e_own.
   void local_scales(const void* data, std::size_t count, double* out) const override {
-    if (own_.size() < count) {
+    if (own_.size() < count && in_ == InputType::kNative) {
       inner_->local_scales(data, count, out);
       return;
     }
@@ -40,7 +53,9 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
   // test of x + e also catches a residual that would carry a value out of the codec's range).
   bool scan(const void* data, std::size_t count, int ranks, double* scales,
             bool& fallback) const override {
-    if (own_.size() < count) return inner_->scan(data, count, ranks, scales, fallback);
+    if (own_.size() < count && in_ == InputType::kNative) {
+      return inner_->scan(data, count, ranks, scales, fallback);
+    }
     return inner_->scan(with_residual(data, count), count, ranks, scales, fallback);
   }
 
@@ -51,9 +66,14 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     if (e.size() < ctx.offset + count) e.resize(ctx.offset + count, T(0));  // first call only
     p_.resize(std::max(p_.size(), count));
     d_.resize(std::max(d_.size(), count));
-    const T* x = static_cast<const T*>(in);
     T* r = e.data() + ctx.offset;
-    for (std::size_t i = 0; i < count; ++i) p_[i] = x[i] + r[i];
+    if (in_ != InputType::kNative && ctx.role == BlockContext::Role::kOwn) {
+      if constexpr (std::is_same_v<T, float>) widen(in, count, p_.data());
+      for (std::size_t i = 0; i < count; ++i) p_[i] = p_[i] + r[i];
+    } else {
+      const T* x = static_cast<const T*>(in);
+      for (std::size_t i = 0; i < count; ++i) p_[i] = x[i] + r[i];
+    }
     const std::size_t n = inner_->encode(p_.data(), count, ctx, out);
     inner_->decode(out, n, count, d_.data());
     for (std::size_t i = 0; i < count; ++i) r[i] = p_[i] - d_[i];
@@ -61,7 +81,7 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
   }
   // Like the scales, the mask must describe what is really encoded: x + e_own.
   void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override {
-    if (own_.size() < count) {
+    if (own_.size() < count && in_ == InputType::kNative) {
       inner_->local_mask(data, count, out);
       return;
     }
@@ -69,14 +89,27 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
   }
 
  private:
-  // x + e_own, computed exactly as encode() computes it.
+  // x + e_own, computed exactly as encode() computes it (e_own: 0 until the encodes have
+  // covered the whole input, as the scan of fp32 input takes it).
   const T* with_residual(const void* data, std::size_t count) const {
     std::vector<T>& p = scratch_;
     p.resize(count);
+    const std::size_t n = own_.size() >= count ? count : 0;
+    if (in_ != InputType::kNative) {
+      if constexpr (std::is_same_v<T, float>) widen(data, count, p.data());
+      for (std::size_t i = 0; i < n; ++i) p[i] = p[i] + own_[i];
+      return p.data();
+    }
     const T* x = static_cast<const T*>(data);
-    for (std::size_t i = 0; i < count; ++i) p[i] = x[i] + own_[i];
+    for (std::size_t i = 0; i < n; ++i) p[i] = x[i] + own_[i];
+    for (std::size_t i = n; i < count; ++i) p[i] = x[i];
     return p.data();
   }
+  // the 16-bit input, widened exactly
+  void widen(const void* in, std::size_t count, float* out) const {
+    widen_16(static_cast<const std::uint16_t*>(in), count, out, in_ == InputType::kBFloat16);
+  }
+  InputType in_ = InputType::kNative;
   std::unique_ptr<Codec> inner_;
   std::string spec_;
   std::vector<T> own_;

@@ -1,6 +1,8 @@
 // Batch fp32 <-> fp16/bf16 conversions (half_batch.hpp).
 #include "half_batch.hpp"
 
+#include <limits>
+
 #include "half.hpp"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -109,6 +111,26 @@ void bf16_to_floats(const std::uint16_t* b, std::size_t n, float* out, bool accu
   } else {
     for (std::size_t i = 0; i < n; ++i) out[i] = bits_float(static_cast<std::uint32_t>(b[i]) << 16);
   }
+}
+
+// the largest sign-cleared pattern at or below `limit` (a loop the compiler vectorizes)
+CCOLL_HALF_CLONES
+static std::uint32_t max_bits_16(const std::uint16_t* x, std::size_t n, std::uint32_t limit) {
+  std::uint32_t m = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::uint32_t v = x[i] & 0x7FFFu;
+    m = v <= limit && v > m ? v : m;
+  }
+  return m;
+}
+
+float abs_max_16(const std::uint16_t* x, std::size_t n, bool bf16, bool skip_nan) {
+  // above the infinity's pattern: NaN, in both formats
+  const std::uint32_t inf = bf16 ? 0x7F80u : 0x7C00u;
+  const std::uint32_t m = max_bits_16(x, n, skip_nan ? inf : 0x7FFFu);
+  if (m > inf) return std::numeric_limits<float>::quiet_NaN();
+  const auto b = static_cast<std::uint16_t>(m);
+  return bf16 ? bf16_to_float(b) : half_to_float(b);
 }
 
 }  // namespace ccoll::codec

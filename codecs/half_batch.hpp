@@ -16,6 +16,20 @@ void half_to_floats(const std::uint16_t* h, std::size_t n, float* out, bool accu
 void floats_to_bf16(const float* x, std::size_t n, std::uint16_t* out);
 void bf16_to_floats(const std::uint16_t* b, std::size_t n, float* out, bool accumulate);
 
+/// bf16_to_floats (`bf16`) or half_to_floats of n values, not accumulating.
+inline void widen_16(const std::uint16_t* h, std::size_t n, float* out, bool bf16) {
+  if (bf16) {
+    bf16_to_floats(h, n, out, false);
+  } else {
+    half_to_floats(h, n, out, false);
+  }
+}
+
+/// The largest magnitude of n fp16 (`bf16` false) or bf16 values as a float: NaN when one is
+/// NaN, unless `skip_nan` (then the largest of the others); 0 for n = 0. Compares the
+/// sign-cleared bit patterns, which order like the magnitudes in both formats.
+float abs_max_16(const std::uint16_t* x, std::size_t n, bool bf16, bool skip_nan);
+
 /// True when floats_to_half/half_to_floats use F16C on this CPU (tests report the path taken).
 bool half_batch_uses_f16c();
 

@@ -35,6 +35,7 @@
 
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
+#include "half_batch.hpp"
 #include "maxnorm_wire.hpp"
 #include "philox.hpp"
 #include "quantizers.hpp"
@@ -193,10 +194,23 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
            (static_cast<double>(std::max(1, ranks)) * (1 + kFallbackMargin));
   }
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
+    if (in_ != InputType::kNative) {
+      const auto* h = static_cast<const std::uint16_t*>(data);
+      return !(abs_max_16(h, count, in_ == InputType::kBFloat16, false) <= fallback_limit(ranks));
+    }
     return any_beyond<T>(data, count, fallback_limit(ranks));
   }
 
   unsigned bits_used() const override { return fine_bits_ != 0 ? 0 : bits_; }
+  // 16-bit input: the single-scale fp32 codec widens it as it reads (randk's scales and the
+  // two-scale mask read scattered elements: the caller widens those codecs' input)
+  bool set_input_type(InputType t) override {
+    if (t != InputType::kNative && (!std::is_same_v<T, float> || sparse_ || fine_bits_ != 0)) {
+      return false;
+    }
+    in_ = t;
+    return true;
+  }
   std::size_t scale_slots(std::size_t count) const override {
     return (count + kBlock - 1) / kBlock;
   }
@@ -207,6 +221,14 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       selection_.select(seed_, call_, 0, count, sel_);
       for (const std::uint64_t i : sel_) {
         out[i / kBlock] = std::max(out[i / kBlock], static_cast<double>(std::fabs(x[i])));
+      }
+      return;
+    }
+    if (in_ != InputType::kNative) {
+      const auto* h = static_cast<const std::uint16_t*>(data);
+      for (std::size_t b = 0; b * kBlock < count; ++b) {
+        const std::size_t end = std::min(count, (b + 1) * kBlock);
+        out[b] = abs_max_16(h + b * kBlock, end - b * kBlock, in_ == InputType::kBFloat16, true);
       }
       return;
     }
@@ -230,10 +252,15 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     }
     const double limit = fallback_limit(ranks);
     const T* x = static_cast<const T*>(data);
+    const auto* h = static_cast<const std::uint16_t*>(data);
     fallback = false;
     for (std::size_t b = 0; b * kBlock < count; ++b) {
       const std::size_t end = std::min(count, (b + 1) * kBlock);
-      const double m = static_cast<double>(abs_max(x + b * kBlock, end - b * kBlock));
+      // 16-bit input: the maximum of the bit patterns (NaN when a block holds one)
+      const double m = in_ != InputType::kNative
+                           ? static_cast<double>(abs_max_16(h + b * kBlock, end - b * kBlock,
+                                                            in_ == InputType::kBFloat16, false))
+                           : static_cast<double>(abs_max(x + b * kBlock, end - b * kBlock));
       fallback |= !(m <= limit);  // NaN compares false
       scales[b] = m;
     }
@@ -281,6 +308,10 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     std::byte* p = out + write_maxnorm_prefix(out, {id(), 0, param(1), count}, ctx.offset,
                                               scales_.data() + first, nb);
     if (sparse_) return static_cast<std::size_t>(encode_sparse(x, count, ctx, p) - out);
+    // 16-bit input (own contributions): each run of elements is widened into a tile first,
+    // which stays in the L1 cache
+    const bool widen = in_ != InputType::kNative && ctx.role == BlockContext::Role::kOwn;
+    const auto* h = static_cast<const std::uint16_t*>(in);
     BitWriter w(p, width(1));
     const auto s = static_cast<T>(s_);
     const bool bytes = width(1) == 8;  // bits=8: one byte per code, no bit packing
@@ -293,21 +324,30 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * kBlock - ctx.offset);
       while (i < end) {
         const std::uint64_t e = ctx.offset + i;
+        // the run's elements: x + i, or (16-bit input) up to a tile of them widened
+        const T* src = x + i;
+        std::size_t avail = end - i;
+        if constexpr (std::is_same_v<T, float>) {
+          if (widen) {
+            avail = std::min(avail, kUniformBatch);
+            widen_16(h + i, avail, tile_.data(), in_ == InputType::kBFloat16);
+            src = tile_.data();
+          }
+        }
 #if CCOLL_HAVE_HWY
         if constexpr (std::is_same_v<T, float>) {
           // whole quads of the Philox stream: one fused pass (Philox + rounding + byte codes)
-          if (!nearest_ && fine_bits_ == 0 && (e & 3) == 0 && end - i >= 4) {
+          if (!nearest_ && fine_bits_ == 0 && (e & 3) == 0 && avail >= 4) {
             const std::uint32_t call = static_cast<std::uint32_t>(ctx.call);
             const std::uint32_t stream = static_cast<std::uint32_t>(ctx.stream);
             if (bytes) {  // bits=8: the byte codes are the wire lanes
-              const std::size_t quads = (end - i) / 4;
-              maxnorm_bytes_hwy(ctx.seed, call, stream, e >> 2, x + i, quads, inv, s_,
+              const std::size_t quads = avail / 4;
+              maxnorm_bytes_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_,
                                 reinterpret_cast<std::uint8_t*>(dst + i));
               i += 4 * quads;
             } else {  // narrower lanes: byte codes packed 8 at a time
-              const std::size_t quads = std::min(kUniformBatch, end - i) / 4;
-              maxnorm_bytes_hwy(ctx.seed, call, stream, e >> 2, x + i, quads, inv, s_,
-                                codes_.data());
+              const std::size_t quads = std::min(kUniformBatch, avail) / 4;
+              maxnorm_bytes_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_, codes_.data());
               w.put_bytes(codes_.data(), 4 * quads);
               i += 4 * quads;
             }
@@ -316,22 +356,22 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
         }
 #endif
         // up to the next quad boundary first, so that the fused kernels can take the rest
-        const std::size_t n = std::min((e & 3) != 0 ? 4 - (e & 3) : kUniformBatch, end - i);
+        const std::size_t n = std::min((e & 3) != 0 ? 4 - (e & 3) : kUniformBatch, avail);
         const float* u =
             rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, e, n, uniforms_.data());
         if (fine_bits_ != 0) {
           for (std::size_t k = 0; k < n; ++k) {
             const bool fine = mask_bit(mask_, ctx.offset + i + k);
-            w.put(stochastic_code(x[i + k], fine ? inv2 : inv, u[k], s_));
+            w.put(stochastic_code(src[k], fine ? inv2 : inv, u[k], s_));
           }
           i += n;
           continue;
         }
         if constexpr (std::is_same_v<T, float>) {
           if (bytes) {
-            stochastic_bytes(x + i, u, n, inv, s_, dst + i);
+            stochastic_bytes(src, u, n, inv, s_, dst + i);
           } else {  // narrower lanes: the same byte codes, packed
-            stochastic_bytes(x + i, u, n, inv, s_, reinterpret_cast<std::byte*>(codes_.data()));
+            stochastic_bytes(src, u, n, inv, s_, reinterpret_cast<std::byte*>(codes_.data()));
             w.put_bytes(codes_.data(), n);
           }
           i += n;
@@ -339,10 +379,10 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
         }
         if (bytes) {
           for (std::size_t k = 0; k < n; ++k) {
-            dst[i + k] = static_cast<std::byte>(stochastic_code(x[i + k], inv, u[k], s_));
+            dst[i + k] = static_cast<std::byte>(stochastic_code(src[k], inv, u[k], s_));
           }
         } else {
-          for (std::size_t k = 0; k < n; ++k) w.put(stochastic_code(x[i + k], inv, u[k], s_));
+          for (std::size_t k = 0; k < n; ++k) w.put(stochastic_code(src[k], inv, u[k], s_));
         }
         i += n;
       }
@@ -650,6 +690,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   mutable std::vector<std::uint32_t> lanes_;
   std::vector<float> uniforms_ = std::vector<float>(kUniformBatch + 8);
   std::vector<std::uint8_t> codes_ = std::vector<std::uint8_t>(kUniformBatch);  // byte codes
+  InputType in_ = InputType::kNative;                                           // own inputs
+  std::vector<float> tile_ = std::vector<float>(kUniformBatch);  // widened 16-bit input
 };
 
 }  // namespace

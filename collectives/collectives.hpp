@@ -154,6 +154,9 @@ struct Context {
   /// Run the ring in lock step with exact receive lengths even on a transport that does not
   /// need it (a stand-in for one that does, in tests); Transport::exact_lengths asks too.
   bool exact_lengths = false;
+  /// Bytes per element of a summable codec's input, where it differs from the codec's element
+  /// (16-bit floats that the codec widens as it reads, Codec::set_input_type); 0: the same.
+  std::size_t input_elem_bytes = 0;
 };
 
 /// kHierarchical is the API layer's two-level all-reduce (src/call/hierarchical.hpp); the

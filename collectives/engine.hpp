@@ -39,6 +39,10 @@ class Engine {
   int rank() const { return rank_; }
   int size() const { return size_; }
   std::size_t elem_bytes() const { return es_; }
+  /// Bytes per element of the call's own input (Context::input_elem_bytes).
+  std::size_t input_elem_bytes() const {
+    return cx_.input_elem_bytes != 0 ? cx_.input_elem_bytes : es_;
+  }
   codec::Codec& codec() { return cx_.codec; }
   Workspace& workspace() { return cx_.workspace; }
   std::size_t segment_elems() const { return cx_.segment_elems; }
@@ -194,10 +198,12 @@ struct RingLayout {
 
 /// The ring phases shared by all-reduce, reduce-scatter and all-gather.
 /// Encode jobs (in the workspace) of this rank's own contribution to every segment of chunk `c`:
-/// the elements of segment j at data + offset·elem_bytes (`data`: the tensor's start), its codes
-/// to out + j·seg_capacity (`out`: e.g. the chunk's first slot, slots + L.slot(c, 0)).
+/// the elements of segment j at data + offset·elem_bytes (`data`: the tensor's start;
+/// `elem_bytes` 0: the codec's), its codes to out + j·seg_capacity (`out`: e.g. the chunk's
+/// first slot, slots + L.slot(c, 0)).
 codec::EncodeJob* chunk_encode_jobs(Engine& e, const RingLayout& L, int c, const std::byte* data,
-                                    std::byte* out, codec::BlockContext::Role role);
+                                    std::byte* out, codec::BlockContext::Role role,
+                                    std::size_t elem_bytes = 0);
 
 /// Encodes this rank's chunk, whose elements start at `chunk`, into its slots, recording each
 /// segment's size. Codecs see element offsets in the tensor (all-reduce) or, with

@@ -15,13 +15,15 @@
 namespace ccoll::coll {
 
 codec::EncodeJob* chunk_encode_jobs(Engine& e, const RingLayout& L, int c, const std::byte* data,
-                                    std::byte* out, codec::BlockContext::Role role) {
+                                    std::byte* out, codec::BlockContext::Role role,
+                                    std::size_t elem_bytes) {
   const std::size_t n = L.nseg(c);
+  const std::size_t es = elem_bytes != 0 ? elem_bytes : e.elem_bytes();
   codec::EncodeJob* jobs = e.workspace().encode_jobs(n);
   for (std::size_t j = 0; j < n; ++j) {
     const std::size_t off = L.seg_offset(c, j);
     jobs[j] =
-        codec::EncodeJob{data + off * e.elem_bytes(), L.seg_elems(c, j),
+        codec::EncodeJob{data + off * es, L.seg_elems(c, j),
                          codec::BlockContext{0, 0, static_cast<std::uint64_t>(e.rank()), off, role},
                          out + j * L.seg_capacity(), 0};
   }
@@ -40,6 +42,8 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
   const int next = ring_mod(r + 1, p);
   const int prev = ring_mod(r - 1, p);
   const std::size_t es = e.elem_bytes();
+  // summable codecs read their own contributions from the call's input (which may be 16-bit)
+  const std::size_t in_es = summable ? e.input_elem_bytes() : es;
   const std::size_t nmax = L.nseg_max();
   // Sends stay in flight across steps: at most p-1 chunks' worth of segments.
   Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p + 1));
@@ -52,8 +56,9 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
     if (k == 0) {  // step 0: this rank's own contribution to chunk r-1, each segment sent
                    // as soon as it is encoded
       const std::size_t n0 = L.nseg(send_chunk);
-      codec::EncodeJob* jobs = chunk_encode_jobs(
-          e, L, send_chunk, data, slots + L.slot(send_chunk, 0), codec::BlockContext::Role::kOwn);
+      codec::EncodeJob* jobs =
+          chunk_encode_jobs(e, L, send_chunk, data, slots + L.slot(send_chunk, 0),
+                            codec::BlockContext::Role::kOwn, in_es);
       e.encode_many(jobs, n0, [&](std::size_t j) {
         sends[nsends++] = e.send(jobs[j].out, jobs[j].bytes, next, kTagReduceScatter);
       });
@@ -69,7 +74,7 @@ void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::
       // forward the sum (or, at the last step, keep it as the chunk's final payload for the
       // all-gather)
       codec::EncodeJob* jobs =
-          chunk_encode_jobs(e, L, recv_chunk, data, own, codec::BlockContext::Role::kOwn);
+          chunk_encode_jobs(e, L, recv_chunk, data, own, codec::BlockContext::Role::kOwn, in_es);
       e.encode_many(jobs, nseg, [&](std::size_t j) {
         std::byte* slot = slots + L.slot(recv_chunk, j);
         const std::size_t off = L.seg_offset(recv_chunk, j);

@@ -68,6 +68,7 @@ void run_with(const Call& call, Stats& stats, const CodecSpec& spec) {
              call.datatype, call.op, call.comm,    opt};
   inner.spec = &spec;
   inner.ctx = call.ctx;
+  inner.half = call.half;
   run_call(inner, stats);
 }
 

@@ -143,7 +143,10 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
                   " (valid: buffers on the current device; call cudaSetDevice(" + d +
                   ") before ccoll)");
     }
-    if (!call.in_place() && overlaps(call.sendbuf, c.in_total * es, call.recvbuf, c.total * es)) {
+    // a 16-bit input still in sendbuf (Call::input_half) takes 2 bytes an element
+    const std::size_t in_es = call.input_half != Half::kNone ? 2 : es;
+    if (!call.in_place() &&
+        overlaps(call.sendbuf, c.in_total * in_es, call.recvbuf, c.total * es)) {
       bad.set(kArgSendbuf, Status::kInvalidArgument,
               "sendbuf: overlaps recvbuf (pass MPI_IN_PLACE for in-place operation)");
     }

@@ -49,6 +49,10 @@ struct Call {
   /// Set when this fp32 call runs on copies of the caller's 16-bit buffers: the agreement
   /// then compares the caller's type.
   Half half = Half::kNone;
+  /// Set when sendbuf still holds that 16-bit input (host all-reduces, run_half): the stages
+  /// let a codec that can read it do so (Codec::set_input_type) on the ring, and widen it into
+  /// fp32 scratch for every other path (widen_input()).
+  Half input_half = Half::kNone;
   /// A call ccoll makes inside another (the hierarchical schedule's steps): CCOLL_ALGO does
   /// not apply to it.
   bool nested = false;

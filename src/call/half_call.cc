@@ -10,6 +10,7 @@
 
 #include "backend.hpp"
 #include "comm_context.hpp"
+#include "config.hpp"
 #include "half_batch.hpp"
 #include "mpi_check.hpp"
 
@@ -155,12 +156,32 @@ void run_half(const Call& call, Half h, Stats& stats,
   thread_local std::vector<float> in32;
   thread_local std::vector<float> out32;
   thread_local std::vector<std::uint16_t> staged;
-  in32.resize(in_n);
   out32.resize(out_n);
   const auto* src = static_cast<const std::uint16_t*>(
       call.in_place() ? static_cast<const void*>(static_cast<const std::byte*>(call.recvbuf) +
                                                  call.own_offset(2, rank))
                       : call.sendbuf);
+  // Host all-reduces hand the 16-bit input itself to the fp32 call (Call::input_half): a codec
+  // that can read it does (maxnorm and every ef=1 codec on the ring), every other path widens
+  // it there. codec=auto's candidates take fp32 input.
+  const std::string& codec_text =
+      call.options.codec.empty() ? env_config().codec : call.options.codec;
+  if (device == nullptr && call.allreduce() && codec_text.rfind("auto", 0) != 0) {
+    c32.sendbuf = src;
+    c32.input_half = h;
+    c32.recvbuf = out32.data();
+    run(c32, stats);
+    stats.input_bytes = in_n * 2;
+    if (out_n == 0) return;
+    auto* dst = static_cast<std::uint16_t*>(call.recvbuf);
+    if (h == Half::kFloat16) {
+      codec::floats_to_half(out32.data(), out_n, dst);
+    } else {
+      codec::floats_to_bf16(out32.data(), out_n, dst);
+    }
+    return;
+  }
+  in32.resize(in_n);
   if (device != nullptr && in_n > 0) {
     staged.resize(in_n > out_n ? in_n : out_n);
     device->copy(staged.data(), src, in_n * 2);

@@ -5,10 +5,12 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "agreement.hpp"
 #include "collectives.hpp"
 #include "device_codec.hpp"
+#include "half_batch.hpp"
 #include "hierarchical.hpp"
 #include "mpi_check.hpp"
 #include "nccl_transport.hpp"
@@ -33,13 +35,60 @@ struct Prepared {
   Plan* plan = nullptr;
   bool fallback = false;    // the codec cannot carry this rank's input
   bool scanned = false;     // the codec's scan() already wrote this rank's scales
+  bool reads_half = false;  // the codec reads the call's 16-bit input (Call::input_half)
   std::size_t evicted = 0;  // other tensors' states freed to make this plan
 };
+
+// What decides the schedule (the same on every rank: the agreement checked its inputs).
+coll::ScheduleQuery schedule_query(const Call& call, const Checked& c, const codec::Codec& codec,
+                                   int p, bool device_codecs, bool exact_lengths) {
+  coll::ScheduleQuery q;
+  q.allreduce = call.allreduce();
+  q.requested = c.algorithm;
+  q.count = call.count;
+  q.elem_bytes = c.elem_bytes;
+  q.ranks = p;
+  q.gather_reduce = codec.capabilities().gather_reduce;
+  q.reencodes = !codec.capabilities().lossless && !codec.capabilities().summable;
+  q.stateful = codec.capabilities().stateful;
+  q.device_codecs = device_codecs;
+  q.exact_lengths = exact_lengths;
+  return q;
+}
+
+// A call whose sendbuf still holds 16-bit input (Call::input_half): widened into fp32 scratch
+// kept by the thread, which the call then reads instead.
+void widen_input(Call& call, std::size_t n) {
+  if (call.input_half == Half::kNone) return;
+  thread_local std::vector<float> widened;
+  widened.resize(n);
+  codec::widen_16(static_cast<const std::uint16_t*>(call.sendbuf), n, widened.data(),
+                  call.input_half == Half::kBFloat16);
+  call.sendbuf = widened.data();
+  call.input_half = Half::kNone;
+}
+
+// Lets the plan's codec read the call's 16-bit input where only its own encodes read it (a
+// summable codec's ring all-reduce on host buffers); otherwise widens the input first. True
+// when the codec reads it.
+bool let_codec_read_half(Call& call, const Placement& pl, const Checked& c, codec::Codec& codec,
+                         int p) {
+  if (call.input_half == Half::kNone) return false;
+  coll::ScheduleQuery q = schedule_query(call, c, codec, p, false, false);
+  const codec::InputType t =
+      call.input_half == Half::kBFloat16 ? codec::InputType::kBFloat16 : codec::InputType::kFloat16;
+  if (!pl.kernels() && call.allreduce() && codec.capabilities().summable &&
+      coll::select_schedule(q) == coll::Schedule::kRing && codec.set_input_type(t)) {
+    return true;
+  }
+  widen_input(call, c.in_total);
+  return false;
+}
 
 // Finds the plan (and on device buffers its device codec) and runs the codec's scan: the
 // fallback test and, for most codecs, the scale pass, in one read of the input. Failures go
 // into `c.bad`.
-Prepared prepare_plan(const Call& call, Placement& pl, Checked& c, CommContext& ctx) {
+Prepared prepare_plan(Call& call, Placement& pl, Checked& c, CommContext& ctx) {
   Prepared out;
   try {
     PlanKey key;
@@ -68,6 +117,7 @@ Prepared prepare_plan(const Call& call, Placement& pl, Checked& c, CommContext& 
                                   : "are staged through host memory"));
     }
     codec::Codec& codec = pl.kernels() ? *plan->device_codec : *plan->codec;
+    out.reads_half = let_codec_read_half(call, pl, c, codec, ctx.size());
     if (!codec.capabilities().lossless) {
       const std::size_t nscales = codec.scale_slots(c.in_total);
       if (plan->scales.size() < nscales) plan->scales.resize(nscales);
@@ -134,23 +184,15 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
     }
   }
   cx.segment_elems = c.env.segment_bytes / es;
+  cx.input_elem_bytes = call.input_half != Half::kNone ? 2 : 0;
   cx.seed = call.options.seed;
   cx.call = call_no;
   // the NCCL path's ring steps in lock step, also where MPI stands in for NCCL (emulated device)
   cx.exact_lengths = agreed.exact_lengths;
   CopyCounters copy{stats, counters};
   stats.bits = codec.bits_used();
-  coll::ScheduleQuery q;
-  q.allreduce = allreduce;
-  q.requested = c.algorithm;
-  q.count = call.count;
-  q.elem_bytes = es;
-  q.ranks = p;
-  q.gather_reduce = codec.capabilities().gather_reduce;
-  q.reencodes = !codec.capabilities().lossless && !codec.capabilities().summable;
-  q.stateful = codec.capabilities().stateful;
-  q.device_codecs = agreed.device_codecs;
-  q.exact_lengths = agreed.exact_lengths;
+  const coll::ScheduleQuery q =
+      schedule_query(call, c, codec, p, agreed.device_codecs, agreed.exact_lengths);
   const bool average = call.options.average;
   // the call's one trace line (no message strings on the hot path)
   auto trace = [&] {
@@ -184,6 +226,18 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   }
   const coll::Schedule schedule = coll::select_schedule(q);
   stats.algorithm = coll::schedule_name(schedule);
+  if (call.input_half != Half::kNone &&
+      (!allreduce || !codec.capabilities().summable || schedule != coll::Schedule::kRing ||
+       cx.exact_lengths || cx.transport.exact_lengths())) {
+    // only the summable ring reads 16-bit input (let_codec_read_half() chose it for that):
+    // any other schedule gets it widened where its own copy of the input goes
+    codec::widen_16(static_cast<const std::uint16_t*>(call.sendbuf), call.count,
+                    reinterpret_cast<float*>(own), call.input_half == Half::kBFloat16);
+    copied = true;
+    input = own;
+    codec.set_input_type(codec::InputType::kNative);
+    cx.input_elem_bytes = 0;
+  }
   bool divide = average;
   if (allreduce && average && codec.capabilities().prescale_mean) {
     // each contribution divided first: the sums stay within the inputs' range (fp16)
@@ -244,6 +298,15 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   Prepared prep;
   if (compress && !hierarchical) prep = prepare_plan(call, pl, c, ctx);
   Plan* plan = prep.plan;
+  // 16-bit input that no codec reads is widened before any later stage reads it; a codec that
+  // reads it goes back to fp32 input when the call ends
+  if (!prep.reads_half) widen_input(call, c.in_total);
+  struct InputTypeScope {
+    codec::Codec* codec;
+    ~InputTypeScope() {
+      if (codec != nullptr) codec->set_input_type(codec::InputType::kNative);
+    }
+  } input_scope{prep.reads_half ? plan->codec.get() : nullptr};
   stats.states_evicted = prep.evicted;
 
   Proposal mine;
@@ -293,6 +356,10 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     return;
   }
   if (p == 1 || !compress || agreed.fallback) {
+    if (prep.reads_half) {
+      plan->codec->set_input_type(codec::InputType::kNative);
+      widen_input(call, c.in_total);
+    }
     if (p == 1 || !call.reduce_scatter()) place_own_input(call, es, rank);
     if (p == 1) {
       stats.algorithm = "local";

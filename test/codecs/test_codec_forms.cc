@@ -14,6 +14,7 @@
 #include "agree.hpp"
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
+#include "half.hpp"
 #include "philox.hpp"
 #include "spec.hpp"
 #include "uniforms.hpp"
@@ -368,6 +369,98 @@ TEST(TopK, KeepsTheLargestMagnitudesTiesByIndex) {
 
 namespace ccoll::codec {
 namespace {
+
+// 16-bit input read by the codec itself (Codec::set_input_type): the same scales, fallback
+// verdict and payload bytes as the fp32 codec on the exactly widened input, over blocks,
+// offsets that do not start a Philox quad, call after call (ef=1's residual); kHop encodes
+// still read fp32; codecs that read scattered elements refuse.
+TEST(HalfInput, SameBytesAsTheWidenedInput) {
+  for (const bool bf16 : {false, true}) {
+    for (const std::string spec :
+         {"maxnorm:bits=8", "maxnorm:bits=4", "maxnorm:bits=2,round=nearest",
+          "maxnorm:bits=3,sum=requant", "maxnorm:bits=8,ef=1", "maxnorm:bits=2,ef=1",
+          "qsgd:bits=4,ef=1", "fp16,ef=1"}) {
+      SCOPED_TRACE(spec + (bf16 ? " bf16" : " fp16"));
+      const CodecSpec parsed = parse_codec_spec(spec);
+      auto half = make_codec(parsed, DType::kFloat32);
+      auto ref = make_codec(parsed, DType::kFloat32);
+      ASSERT_TRUE(half->set_input_type(bf16 ? InputType::kBFloat16 : InputType::kFloat16));
+      const std::size_t n = 70001;  // two scale blocks
+      std::mt19937 gen(3);
+      std::normal_distribution<float> z(0.0f, 1.0f);
+      std::vector<std::uint16_t> h(n);
+      std::vector<float> x(n);
+      for (int t = 0; t < 3; ++t) {
+        for (std::size_t i = 0; i < n; ++i) {
+          const float v = z(gen) * (i % 100 == 0 ? 30.0f : 1.0f);
+          h[i] = bf16 ? float_to_bf16(v) : float_to_half(v);
+          x[i] = bf16 ? bf16_to_float(h[i]) : half_to_float(h[i]);
+        }
+        for (Codec* c : {half.get(), ref.get()}) {
+          c->begin_call(2);
+          c->set_call(5, static_cast<std::uint64_t>(t));
+        }
+        const std::size_t slots = ref->scale_slots(n);
+        std::vector<double> sh(slots);
+        std::vector<double> sr(slots);
+        bool fh = true;
+        bool fr = true;
+        const bool scanned_h = half->scan(h.data(), n, 2, sh.data(), fh);
+        const bool scanned_r = ref->scan(x.data(), n, 2, sr.data(), fr);
+        ASSERT_EQ(scanned_h, scanned_r);
+        if (!scanned_h) {
+          half->local_scales(h.data(), n, sh.data());
+          ref->local_scales(x.data(), n, sr.data());
+        }
+        EXPECT_EQ(fh, fr);
+        EXPECT_EQ(sh, sr);
+        half->set_scales(sh.data(), slots);
+        ref->set_scales(sr.data(), slots);
+        // own contributions at offsets 0 and 3 (not a quad's start), as the ring encodes them
+        for (const std::size_t off : {std::size_t{0}, std::size_t{3}}) {
+          const std::size_t len = n - off - 5;
+          const BlockContext ctx{5, static_cast<std::uint64_t>(t), 1, off,
+                                 BlockContext::Role::kOwn};
+          std::vector<std::byte> a(half->max_encoded_bytes(len));
+          std::vector<std::byte> b(ref->max_encoded_bytes(len));
+          const std::size_t la = half->encode(h.data() + off, len, ctx, a.data());
+          const std::size_t lb = ref->encode(x.data() + off, len, ctx, b.data());
+          ASSERT_EQ(la, lb);
+          EXPECT_EQ(0, std::memcmp(a.data(), b.data(), la)) << "offset " << off;
+        }
+        // a hop's encode reads fp32 (partial sums), whatever the input type
+        const BlockContext hop{5, static_cast<std::uint64_t>(t), 1, 0, BlockContext::Role::kHop};
+        std::vector<std::byte> a(half->max_encoded_bytes(1000));
+        std::vector<std::byte> b(a.size());
+        const std::size_t la = half->encode(x.data(), 1000, hop, a.data());
+        const std::size_t lb = ref->encode(x.data(), 1000, hop, b.data());
+        ASSERT_EQ(la, lb);
+        EXPECT_EQ(0, std::memcmp(a.data(), b.data(), la));
+      }
+      EXPECT_TRUE(half->set_input_type(InputType::kNative));
+    }
+  }
+  // NaN and infinity in 16-bit input: the scan sends the call to MPI, as for fp32 input
+  for (const std::uint16_t bad : {std::uint16_t{0x7e00}, std::uint16_t{0x7c00}}) {
+    auto c = make_codec(parse_codec_spec("maxnorm:bits=8"), DType::kFloat32);
+    ASSERT_TRUE(c->set_input_type(InputType::kFloat16));
+    std::vector<std::uint16_t> h(5000, 0x3c00);
+    h[4321] = bad;
+    std::vector<double> scales(c->scale_slots(h.size()));
+    bool fallback = false;
+    c->scan(h.data(), h.size(), 2, scales.data(), fallback);
+    EXPECT_TRUE(fallback);
+    EXPECT_TRUE(c->needs_fallback(h.data(), h.size(), 2));
+  }
+  for (const char* spec : {"maxnorm:bits=4/7", "randk:ratio=0.1", "qsgd:bits=4", "none",
+                           "temporal:bits=4", "dq:min=2,max=8"}) {
+    auto c = make_codec(parse_codec_spec(spec), DType::kFloat32);
+    EXPECT_FALSE(c->set_input_type(InputType::kBFloat16)) << spec;
+    EXPECT_TRUE(c->set_input_type(InputType::kNative)) << spec;
+  }
+  auto d = make_codec(parse_codec_spec("maxnorm:bits=8"), DType::kFloat64);
+  EXPECT_FALSE(d->set_input_type(InputType::kFloat16));
+}
 
 // payload_bytes() is the exact length of every payload an encode or a compressed-domain sum
 // produces (what a transport with exact receives, NCCL, posts), or 0 for the value-dependent

@@ -238,6 +238,91 @@ TEST(MpiHalf, LossyCodecsWithinTheirBound) {
   }
 }
 
+// An all-reduce on 16-bit host buffers gives the bytes of the same fp32 call on the widened
+// input, rounded once: where the codec reads the 16-bit input itself on the ring (maxnorm, every
+// ef=1 codec) and where the call widens it first (the other codecs and schedules), for counts
+// from 1 to two scale blocks, in place and not, call after call (ef=1 state), and with a NaN
+// on one rank (the whole call goes to MPI on every rank).
+TEST(MpiHalf, AllreduceEqualsTheFp32CallOnWidenedInput) {
+  const int p = world_size();
+  const int r = world_rank();
+  MPI_Comm a = MPI_COMM_NULL;
+  MPI_Comm b = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &a);
+  MPI_Comm_dup(MPI_COMM_WORLD, &b);
+  const std::size_t fewer = p > 1 ? static_cast<std::size_t>(p - 1) : 1;
+  for (const Type& type : kTypes) {
+    for (const char* codec : {"maxnorm:bits=8", "maxnorm:bits=4", "maxnorm:bits=2,round=nearest",
+                              "maxnorm:bits=8,ef=1", "maxnorm:bits=3,ef=1", "maxnorm:bits=4/7",
+                              "randk:ratio=0.3", "qsgd:bits=4", "qsgd:bits=4,ef=1", "none"}) {
+      for (const std::size_t n : {std::size_t{1}, fewer, std::size_t{1001}, std::size_t{70001}}) {
+        for (const bool in_place : {false, true}) {
+          for (const bool nan : {false, true}) {
+            SCOPED_TRACE(std::string(type.name) + " " + codec + " n=" + std::to_string(n) +
+                         (in_place ? " in place" : "") + (nan ? " NaN" : ""));
+            ccoll::Options opt;
+            opt.codec = codec;
+            opt.seed = 9;
+            opt.key = 77;
+            for (int t = 0; t < 2; ++t) {
+              std::vector<std::uint16_t> x(n);
+              std::vector<float> wide(n);
+              for (std::size_t i = 0; i < n; ++i) {
+                x[i] = type.to(std::sin(0.37f * static_cast<float>(i) + static_cast<float>(r + t)) *
+                               (i % 97 == 0 ? 20.0f : 1.0f));
+                wide[i] = type.from(x[i]);
+              }
+              if (nan && r == 0 && n > 1) {
+                x[n / 2] = 0x7fc0u;  // a NaN in both types
+                wide[n / 2] = type.from(x[n / 2]);
+              }
+              std::vector<std::uint16_t> got(n);
+              ccoll::Stats st;
+              opt.stats = &st;
+              if (in_place) {
+                got = x;
+                ccoll::compressed_allreduce(MPI_IN_PLACE, got.data(), n, type.handle(), MPI_SUM, a,
+                                            opt);
+              } else {
+                ccoll::compressed_allreduce(x.data(), got.data(), n, type.handle(), MPI_SUM, a,
+                                            opt);
+              }
+              EXPECT_EQ(st.input_bytes, 2 * n);
+              std::vector<float> want(n);
+              ccoll::Stats ws;
+              opt.stats = &ws;
+              ccoll::compressed_allreduce(wide.data(), want.data(), n, MPI_FLOAT, MPI_SUM, b, opt);
+              EXPECT_EQ(st.fell_back, ws.fell_back);
+              EXPECT_EQ(st.algorithm, ws.algorithm);
+              if (nan && n > 1 && p > 1) {
+                EXPECT_EQ(st.fell_back, std::string(codec) != "none");
+              }
+              std::size_t differ = 0;
+              for (std::size_t i = 0; i < n; ++i) {
+                if (std::isnan(want[i])) {
+                  differ += std::isnan(type.from(got[i])) ? 0 : 1;
+                } else {
+                  differ += got[i] == type.to(want[i]) ? 0 : 1;
+                }
+              }
+              EXPECT_EQ(differ, 0u) << "call " << t;
+              for (std::size_t i = 0; i < n && differ > 0; ++i) {
+                if (!std::isnan(want[i]) && got[i] != type.to(want[i])) {
+                  ADD_FAILURE() << i << ": " << got[i] << " vs " << type.to(want[i]) << " "
+                                << want[i];
+                  break;
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  MPI_Comm_free(&a);
+  MPI_Comm_free(&b);
+}
+
 // Non-blocking calls on 16-bit buffers: the blocking call's bytes.
 TEST(MpiHalf, NonblockingEqualsBlocking) {
   const int r = world_rank();
