@@ -183,18 +183,18 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
     // the owner's chunk: codes added on the ring (summable codecs) or pairwise contributions
     const bool summable = make_codec(c.spec, c.dtype)->capabilities().summable;
     const bool ok = c.algorithm == coll::Algorithm::kAuto ||
+                    c.algorithm == coll::Algorithm::kHierarchical ||
                     (c.algorithm == coll::Algorithm::kRing && summable) ||
                     (c.algorithm == coll::Algorithm::kScatterReduce && !summable);
     if (!ok) {
-      bad.set(kArgAlgorithm,
-              c.algorithm == coll::Algorithm::kRing ||
-                      c.algorithm == coll::Algorithm::kScatterReduce ||
-                      c.algorithm == coll::Algorithm::kHierarchical
-                  ? Status::kUnsupported
-                  : Status::kInvalidArgument,
-              std::string("algorithm: '") + coll::algorithm_name(c.algorithm) + "' with " +
-                  c.spec.canonical + " (valid for compressed_reduce_scatter with it: auto, " +
-                  (summable ? "ring" : "sra") + ")");
+      bad.set(
+          kArgAlgorithm,
+          c.algorithm == coll::Algorithm::kRing || c.algorithm == coll::Algorithm::kScatterReduce
+              ? Status::kUnsupported
+              : Status::kInvalidArgument,
+          std::string("algorithm: '") + coll::algorithm_name(c.algorithm) + "' with " +
+              c.spec.canonical + " (valid for compressed_reduce_scatter with it: auto, " +
+              (summable ? "ring" : "sra") + ", hierarchical)");
     }
   }
   if (call.kind == Kind::kAllgather && (c.algorithm == coll::Algorithm::kAllgather ||

@@ -63,6 +63,15 @@ void finish_levels(const Call& call, CommContext& ctx, const CrossStep& step, St
   }
 }
 
+// MPI counts are int: a node step of more elements is refused.
+void check_node_step(const Call& call, std::size_t elements) {
+  if (elements > static_cast<std::size_t>(INT_MAX)) {
+    throw Error(Status::kUnsupported, std::string(call.fn) +
+                                          ": algorithm 'hierarchical': more than INT_MAX "
+                                          "elements per node step (valid: the flat schedules)");
+  }
+}
+
 // The two-level all-gather: the compressed all-gather of every rank's block among the ranks of
 // its local index (one per node), then the node's exact all-gather of what they received, laid
 // out by rank. Each block is encoded once, by its owner, and crosses the network only in the
@@ -73,11 +82,7 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
   const std::size_t n = call.count;
   const auto nodes = static_cast<std::size_t>(topo.nodes);
   const auto local = static_cast<std::size_t>(topo.node_size);
-  if (n * nodes > static_cast<std::size_t>(INT_MAX)) {
-    throw Error(Status::kUnsupported, std::string(call.fn) +
-                                          ": algorithm 'hierarchical': more than INT_MAX "
-                                          "elements per node step (valid: the flat schedules)");
-  }
+  check_node_step(call, n * nodes);
   const std::size_t es = codec::dtype_size(dtype);
   const std::size_t block = n * es;
   auto* out = static_cast<std::byte*>(call.recvbuf);
@@ -110,6 +115,51 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
                 (local - 1) * nodes * block, "all-gather");
 }
 
+// The two-level reduce-scatter: this rank's input regrouped so that part i holds the blocks of
+// the ranks of local index i in their cross-node order; the node's exact reduce-scatter of the
+// parts (local rank i gets the node's sum of part i); then the compressed reduce-scatter of that
+// part among the ranks of local index i, one per node, which leaves cross-node rank j with
+// block j of the part: the block of the rank at (i, j), this rank's own. Each element crosses
+// the network once, in the cross-node step, encoded once by each node.
+void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats& stats,
+                                     CommContext& ctx, const Topology& topo) {
+  const std::size_t n = call.count;
+  const auto nodes = static_cast<std::size_t>(topo.nodes);
+  const auto local = static_cast<std::size_t>(topo.node_size);
+  check_node_step(call, n * nodes);
+  const std::size_t es = codec::dtype_size(dtype);
+  const std::size_t block = n * es;
+  const auto* in = static_cast<const std::byte*>(call.in_place() ? call.recvbuf : call.sendbuf);
+  const auto t0 = Clock::now();
+  // 1. the node's exact sum of this rank's part
+  std::vector<std::byte> grouped(local * nodes * block);
+  for (std::size_t i = 0; i < local; ++i) {
+    for (std::size_t j = 0; j < nodes; ++j) {
+      const auto r = static_cast<std::size_t>(topo.who[i * nodes + j]);
+      std::memcpy(grouped.data() + (i * nodes + j) * block, in + r * block, block);
+    }
+  }
+  std::vector<std::byte> part(nodes * block);
+  CCOLL_MPI_CHECK(MPI_Reduce_scatter_block(grouped.data(), part.data(), static_cast<int>(n * nodes),
+                                           call.datatype, MPI_SUM, topo.node));
+  const double node_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  // 2. the part's compressed reduce-scatter across the nodes, into this rank's output
+  CrossStep step;
+  Options o = call.options;
+  o.algorithm = "auto";
+  o.average = false;  // the mean divides by every rank, not by the nodes
+  o.stats = &step.stats;
+  Call inner{Kind::kReduceScatter, call.fn, part.data(), call.recvbuf, n, call.datatype, MPI_SUM,
+             topo.cross,           o};
+  inner.nested = true;
+  inner.half = call.half;
+  run_cross(inner, step, [&] {
+    if (call.options.average) coll::divide_elements(call.recvbuf, n, dtype, ctx.size());
+  });
+  finish_levels(call, ctx, step, stats, node_seconds, (local - 1) * nodes * block,
+                "reduce-scatter");
+}
+
 }  // namespace
 
 void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx) {
@@ -135,6 +185,10 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
   }
   if (call.kind == Kind::kAllgather) {
     run_hierarchical_allgather(call, dtype, stats, ctx, topo);
+    return;
+  }
+  if (call.kind == Kind::kReduceScatter) {
+    run_hierarchical_reduce_scatter(call, dtype, stats, ctx, topo);
     return;
   }
   const std::size_t n = call.count;

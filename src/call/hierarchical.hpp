@@ -12,6 +12,7 @@
 // all-gather copies. Per node, each element crosses the network once per direction in the
 // compressed step instead of the flat ring's node_size-fold share of the node's link.
 // A failure in step 2 on any rank still lets every rank finish step 3, then raises on all.
+// The all-gather and the reduce-scatter (hierarchical.cc) run the same two levels.
 #pragma once
 
 #include "call.hpp"
@@ -19,11 +20,11 @@
 
 namespace ccoll::call {
 
-/// Runs the hierarchical all-reduce or all-gather of `call` (host buffers of `dtype`, the
-/// checked element type; recvbuf already holds the input when `call` is in place) after the
-/// agreement of the call on ctx's communicator. Nodes of
-/// unequal size run the flat schedule instead (Stats::algorithm says which); an invalid
-/// CCOLL_RANKS_PER_NODE raises on every rank.
+/// Runs the hierarchical all-reduce, all-gather or reduce-scatter of `call` (host buffers of
+/// `dtype`, the checked element type; recvbuf already holds the input when `call` is in place)
+/// after the agreement of the call on ctx's communicator. Nodes of unequal size run the flat
+/// schedule instead (Stats::algorithm says which); an invalid CCOLL_RANKS_PER_NODE raises on
+/// every rank.
 void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx);
 
 }  // namespace ccoll::call

@@ -386,7 +386,7 @@ TEST_F(DeviceBuffers, HalfBuffersEqualHostBuffers) {
 }
 
 // algorithm=hierarchical on device buffers (host copies), two ranks per node where the rank
-// count allows: the same bytes as on host buffers.
+// count allows: the same bytes as on host buffers, all-reduce and reduce-scatter.
 TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
   const int p = size_of(MPI_COMM_WORLD);
   const int r = rank_of(MPI_COMM_WORLD);
@@ -412,6 +412,19 @@ TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
     ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
     if (p > 1) {
       EXPECT_EQ(ds.transport, "host-copy");
+    }
+    // the reduce-scatter: block r of the sum
+    const std::vector<float> all = input(n * static_cast<std::size_t>(p), r, 78);
+    std::vector<float> want_rs(n);
+    opt.stats = nullptr;
+    ccoll::compressed_reduce_scatter(all.data(), want_rs.data(), n, MPI_FLOAT, MPI_SUM, hc, opt);
+    DeviceVec dall(all);
+    DeviceVec drs(n);
+    opt.stats = &ds;
+    ccoll::compressed_reduce_scatter(dall.data(), drs.data(), n, MPI_FLOAT, MPI_SUM, dc, opt);
+    ASSERT_EQ(0, std::memcmp(drs.host().data(), want_rs.data(), 4 * n));
+    if (p > 1) {
+      EXPECT_EQ(ds.algorithm.rfind("hierarchical/", 0), 0u) << ds.algorithm;
     }
   }
   MPI_Comm_free(&hc);
