@@ -100,6 +100,20 @@ struct AutoChoice {
   int choice = -1;  // a Candidate once tuned
 };
 
+/// algorithm=auto's choice between the flat schedule and the hierarchical one, per collective,
+/// codec and size class, on communicators of several nodes with several ranks each: the first
+/// calls alternate between the two (one untimed call each, then kRounds timed ones), and the
+/// slowest rank's mean time decides; hierarchical only when clearly faster.
+struct LevelChoice {
+  enum Candidate : int { kFlat = 0, kHierarchical = 1 };
+  static constexpr int kRounds = 2;
+  static constexpr double kMargin = 0.95;
+  static constexpr int kTuningCalls = 2 * (1 + kRounds);
+  int calls = 0;
+  double seconds[2] = {0, 0};
+  int choice = -1;  // a Candidate once tuned
+};
+
 /// The two levels of algorithm=hierarchical, made on a communicator's first hierarchical call.
 struct Topology {
   MPI_Comm node = MPI_COMM_NULL;   ///< the ranks of this rank's node
@@ -154,6 +168,11 @@ class CommContext {
     return auto_[(static_cast<std::uint64_t>(kind) << 40) | (elem_bytes << 8) | size_class];
   }
 
+  /// algorithm=auto's flat-or-hierarchical state for a collective, codec and size class.
+  LevelChoice& level_choice(int kind, const std::string& codec, unsigned size_class) {
+    return levels_[std::to_string(kind) + "/" + std::to_string(size_class) + "/" + codec];
+  }
+
   /// This communicator's nodes (collective on first use: every rank must ask in the same call).
   /// Nodes are MPI_COMM_TYPE_SHARED groups, or with CCOLL_RANKS_PER_NODE=K (read then) groups
   /// of K consecutive ranks, so that one machine can stand for several nodes.
@@ -191,6 +210,7 @@ class CommContext {
   std::size_t state_bytes_ = 0;  // Σ state_bytes of the stateful plans
   std::size_t evicted_ = 0;
   std::map<std::uint64_t, AutoChoice> auto_;
+  std::map<std::string, LevelChoice> levels_;
   gpu::Buffer stage_send_;
   gpu::Buffer stage_recv_;
   std::unique_ptr<Topology> topology_;

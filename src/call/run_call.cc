@@ -280,6 +280,53 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   trace();
 }
 
+// Inputs smaller than this never run hierarchical under algorithm=auto: the two levels can only
+// pay where the cross-node bytes cost more than the node's extra passes.
+constexpr std::size_t kAutoLevelsMinBytes = std::size_t{1} << 20;
+
+void run_flat(const Call& call, Stats& stats, Placement& pl, const Prepared& prep, const Checked& c,
+              const Agreed& agreed, CommContext& ctx, std::uint64_t call_no);
+
+// algorithm=auto's flat-or-hierarchical candidate for this call (LevelChoice), or null when
+// the communicator is not several nodes of several ranks. Collective on the communicator's
+// first such call (the topology) and at the end of the tuning calls (the times).
+LevelChoice* choose_levels(const Call& call, const Checked& c, CommContext& ctx, int& candidate) {
+  const Topology& topo = ctx.topology();
+  if (!topo.error.empty() || !topo.uniform || topo.nodes < 2 || topo.node_size < 2) {
+    return nullptr;
+  }
+  unsigned size_class = 0;
+  while (((c.in_total * c.elem_bytes) >> (size_class + 1)) != 0) ++size_class;
+  LevelChoice& l = ctx.level_choice(static_cast<int>(call.kind), c.spec.canonical, size_class);
+  if (l.choice < 0 && l.calls == LevelChoice::kTuningCalls) {
+    // the slowest rank's mean time is the collective's
+    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, l.seconds, 2, MPI_DOUBLE, MPI_MAX, ctx.comm()));
+    l.choice =
+        l.seconds[LevelChoice::kHierarchical] < l.seconds[LevelChoice::kFlat] * LevelChoice::kMargin
+            ? LevelChoice::kHierarchical
+            : LevelChoice::kFlat;
+    if (log_enabled(LogLevel::kInfo)) {
+      log(LogLevel::kInfo, ctx.rank(),
+          std::string(call.fn) + " algorithm=auto, " + c.spec.canonical + ", " +
+              std::to_string(topo.nodes) + " nodes of " + std::to_string(topo.node_size) +
+              " ranks: the " + std::to_string(1u << size_class) + "-byte class chooses " +
+              (l.choice == LevelChoice::kHierarchical ? "hierarchical" : "flat") + " (flat " +
+              std::to_string(l.seconds[0] * 1e3) + " ms, hierarchical " +
+              std::to_string(l.seconds[1] * 1e3) + " ms)");
+    }
+  }
+  candidate = l.choice >= 0 ? l.choice : l.calls % 2;
+  if (l.choice < 0) ++l.calls;
+  return &l;
+}
+
+// A tuning call's time (the calls after each candidate's first).
+void record_levels(LevelChoice& l, int candidate, Clock::time_point t0) {
+  if (l.choice >= 0 || l.calls <= 2) return;
+  l.seconds[candidate] +=
+      std::chrono::duration<double>(Clock::now() - t0).count() / LevelChoice::kRounds;
+}
+
 // The stages, from the local checks to the result (run_call.hpp).
 void run_placed(Call call, Stats& stats, Placement& pl) {
   if (call.ctx == nullptr) check_communicator(call);
@@ -376,10 +423,36 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     }
     return;
   }
-  if (hierarchical) {
+  // algorithm=auto on several nodes of several ranks: the flat schedule or the hierarchical
+  // one, as measured (every rank takes the same candidate: the inputs were agreed)
+  LevelChoice* level = nullptr;
+  int candidate = LevelChoice::kFlat;
+  if (!hierarchical && c.algorithm == coll::Algorithm::kAuto && !call.nested &&
+      !agreed.device_codecs && c.in_total * es >= kAutoLevelsMinBytes) {
+    level = choose_levels(call, c, ctx, candidate);
+  }
+  if (hierarchical || candidate == LevelChoice::kHierarchical) {
+    if (prep.reads_half) {
+      plan->codec->set_input_type(codec::InputType::kNative);
+      widen_input(call, c.in_total);
+    }
+    const auto t0 = Clock::now();
     run_hierarchical(call, c.dtype, stats, ctx);
+    if (level != nullptr) record_levels(*level, candidate, t0);
     return;
   }
+  const auto t0 = Clock::now();
+  run_flat(call, stats, pl, prep, c, agreed, ctx, call_no);
+  if (level != nullptr) record_levels(*level, candidate, t0);
+}
+
+// The flat schedule of a compressing call, after the agreement: the set-up rounds, then the
+// schedule.
+void run_flat(const Call& call, Stats& stats, Placement& pl, const Prepared& prep, const Checked& c,
+              const Agreed& agreed, CommContext& ctx, std::uint64_t call_no) {
+  Plan* plan = prep.plan;
+  const std::size_t es = c.elem_bytes;
+  const int rank = ctx.rank();
   codec::Codec& codec = pl.kernels() ? *plan->device_codec : *plan->codec;
   // this rank's input: read where it is (a summable codec's ring all-reduce needs no copy
   // into recvbuf; every other path copies it there before its schedule)

@@ -3,6 +3,7 @@
 // grouping gets a fresh duplicate of MPI_COMM_WORLD): K×(p/K) layouts, one node, one rank per
 // node, and uneven nodes (the flat schedule). Exact sums with `none`, codecs within their
 // bounds, bit-identical ranks, statistics, errors on every rank, non-blocking and stateful calls.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -288,6 +289,60 @@ TEST(MpiHierarchical, ReduceScatterForEveryGrouping) {
             }
           }
         }
+      }
+    }
+  }
+}
+
+// algorithm=auto on several nodes of several ranks: the first calls of a size class alternate
+// between the flat and the hierarchical schedule (timing both), then every rank keeps the same
+// one; below 1 MiB, and with one rank per node, it stays flat. Results are exact with `none`
+// whichever runs.
+TEST(MpiHierarchical, AutoMeasuresBothThenKeepsOne) {
+  const int p = world_size();
+  const int r = world_rank();
+  if (p < 4 || p % 2 != 0) GTEST_SKIP() << "needs 2 or more nodes of 2 ranks";
+  auto hier = [](const ccoll::Stats& st) { return st.algorithm.rfind("hierarchical/", 0) == 0; };
+  for (const int k : {2, 1}) {
+    SCOPED_TRACE("ranks per node " + std::to_string(k));
+    const Grouped g(k);
+    for (const char* codec : {"none", "maxnorm:bits=8"}) {
+      SCOPED_TRACE(codec);
+      const std::size_t n = std::size_t{1} << 18;  // 1 MiB of floats
+      std::vector<int> seen;
+      for (int call = 0; call < 10; ++call) {
+        std::vector<float> x(n);
+        for (std::size_t i = 0; i < n; ++i) x[i] = input<float>(r, i);
+        ccoll::Options opt;
+        opt.codec = codec;
+        ccoll::Stats st;
+        opt.stats = &st;
+        ccoll::compressed_allreduce(MPI_IN_PLACE, x.data(), n, MPI_FLOAT, MPI_SUM, g.comm, opt);
+        if (std::string(codec) == "none") {
+          std::size_t wrong = 0;
+          for (std::size_t i = 0; i < n; ++i) wrong += x[i] != exact_sum<float>(p, i);
+          EXPECT_EQ(wrong, 0u) << "call " << call;
+        }
+        EXPECT_TRUE(identical_on_all_ranks(x.data(), 4 * n, MPI_COMM_WORLD));
+        seen.push_back(hier(st) ? 1 : 0);
+      }
+      EXPECT_TRUE(identical_on_all_ranks(seen.data(), sizeof(int) * seen.size(), MPI_COMM_WORLD));
+      if (k == 1) {
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 0);
+        continue;
+      }
+      for (int call = 0; call < 6; ++call) EXPECT_EQ(seen[call], call % 2) << "call " << call;
+      for (int call = 7; call < 10; ++call) EXPECT_EQ(seen[call], seen[6]) << "call " << call;
+      // a smaller input never runs the two levels
+      std::vector<float> small(1000, 1.0f);
+      ccoll::Options opt;
+      opt.codec = codec;
+      ccoll::Stats st;
+      opt.stats = &st;
+      for (int call = 0; call < 3; ++call) {
+        ccoll::compressed_allreduce(MPI_IN_PLACE, small.data(), small.size(), MPI_FLOAT, MPI_SUM,
+                                    g.comm, opt);
+        EXPECT_FALSE(hier(st)) << st.algorithm;
       }
     }
   }
