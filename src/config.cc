@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -61,19 +62,7 @@ EnvConfig read_env() {
     }
     c.nccl_timeout_s = t;
   }
-  const std::string level = getenv_str("CCOLL_DEBUG");
-  if (level.empty() || level == "NONE") {
-    c.log_level = LogLevel::kNone;
-  } else if (level == "WARN") {
-    c.log_level = LogLevel::kWarn;
-  } else if (level == "INFO") {
-    c.log_level = LogLevel::kInfo;
-  } else if (level == "TRACE") {
-    c.log_level = LogLevel::kTrace;
-  } else {
-    throw Error(Status::kInvalidArgument,
-                "CCOLL_DEBUG: unknown level '" + level + "' (valid: NONE, WARN, INFO, TRACE)");
-  }
+  c.log_level = parse_log_level(getenv_str("CCOLL_DEBUG"));
   return c;
 }
 
@@ -144,6 +133,17 @@ PreloadConfig read_preload() {
 }
 
 }  // namespace
+
+LogLevel parse_log_level(const std::string& text) {
+  std::string level = text;
+  for (char& ch : level) ch = static_cast<char>(std::toupper(static_cast<unsigned char>(ch)));
+  if (level.empty() || level == "NONE") return LogLevel::kNone;
+  if (level == "WARN") return LogLevel::kWarn;
+  if (level == "INFO") return LogLevel::kInfo;
+  if (level == "TRACE") return LogLevel::kTrace;
+  throw Error(Status::kInvalidArgument, "CCOLL_DEBUG: unknown level '" + text +
+                                            "' (valid: NONE, WARN, INFO, TRACE, in any case)");
+}
 
 bool env_cuda_enabled() { return getenv_str("CCOLL_CUDA") != "0"; }
 

@@ -49,6 +49,10 @@ struct EnvConfig {
   std::size_t state_max_bytes = 0;  ///< CCOLL_STATE_MAX_BYTES (its default filled in)
 };
 
+/// CCOLL_DEBUG's value (NONE, WARN, INFO or TRACE, in any case; empty: NONE); throws
+/// ccoll::Error(kInvalidArgument) naming the valid levels otherwise.
+LogLevel parse_log_level(const std::string& text);
+
 /// The parsed environment; throws ccoll::Error(kInvalidArgument) naming the variable when a
 /// value is malformed (and again on every later call, so no call runs with a half-read config).
 const EnvConfig& env_config();

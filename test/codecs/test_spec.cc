@@ -6,6 +6,7 @@
 
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
+#include "config.hpp"
 #include "data_path.hpp"
 #include "spec.hpp"
 
@@ -20,6 +21,25 @@ std::string error_of(const std::string& spec) {
     return e.what();
   }
   return "";
+}
+
+// CCOLL_DEBUG takes its levels in any case, as NCCL_DEBUG does; a wrong one names the valid ones.
+TEST(Config, LogLevelInAnyCase) {
+  EXPECT_EQ(parse_log_level(""), LogLevel::kNone);
+  EXPECT_EQ(parse_log_level("none"), LogLevel::kNone);
+  EXPECT_EQ(parse_log_level("WARN"), LogLevel::kWarn);
+  EXPECT_EQ(parse_log_level("info"), LogLevel::kInfo);
+  EXPECT_EQ(parse_log_level("Trace"), LogLevel::kTrace);
+  try {
+    parse_log_level("verbose");
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("CCOLL_DEBUG: unknown level 'verbose' (valid: NONE, WARN, "
+                                         "INFO, TRACE, in any case)"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Spec, ParsesRegisteredNames) {
