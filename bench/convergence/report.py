@@ -126,7 +126,7 @@ def claims(runs):
                   f"{verdict(err[g + 'maxnorm:bits=3/7'] < err[g + 'maxnorm:bits=3'])} (lower "
                   f"error).")
     m_ = "sgd/momentum/"
-    for b_ in (4, 3, 2):
+    for b_ in (8, 6, 4, 3, 2):
         t, m = f"{m_}temporal:bits={b_}", f"{m_}maxnorm:bits={b_}"
         if have(t, m):
             md.append(f"- `temporal:bits={b_}` lower reconstruction error than `maxnorm:bits={b_}` "

@@ -89,8 +89,9 @@ for task in "${!DATA[@]}"; do
         --codec "$c"
     done
     # B: momentum SGD averaging each rank's momentum buffer (temporal coding's setting)
-    for c in none maxnorm:bits=4 maxnorm:bits=3 maxnorm:bits=2 temporal:bits=4 temporal:bits=3 \
-             temporal:bits=2 temporal:bits=2,shrink=0 temporal:bits=3,ef=1; do
+    for c in none maxnorm:bits=8 maxnorm:bits=6 maxnorm:bits=4 maxnorm:bits=3 maxnorm:bits=2 \
+             temporal:bits=8 temporal:bits=6 temporal:bits=4 temporal:bits=3 temporal:bits=2 \
+             temporal:bits=2,shrink=0 temporal:bits=3,ef=1; do
       train "$task" "$seed" "sgd/momentum/$c" --optimizer sgd --lr "${SGD_LR[$task]}" \
         --comm momentum --codec "$c"
     done
