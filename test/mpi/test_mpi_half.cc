@@ -363,6 +363,22 @@ TEST(MpiHalf, ErrorsRaiseOnEveryRank) {
         ccoll::Status::kInvalidArgument);
     EXPECT_NE(msg.find("datatype differs across ranks"), std::string::npos) << msg;
     EXPECT_NE(msg.find("ccoll::bfloat16()"), std::string::npos) << msg;
+    // codec=auto's first call at a large size runs its codec candidate, which agrees the
+    // caller's 16-bit type too
+    MPI_Comm c = MPI_COMM_NULL;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    std::vector<std::uint16_t> big(1 << 20, 0x3c00);
+    ccoll::Options opt;
+    opt.codec = "auto";
+    msg = expect_error_everywhere(
+        [&] {
+          ccoll::compressed_allreduce(MPI_IN_PLACE, big.data(), big.size(),
+                                      world_rank() == 0 ? ccoll::bfloat16() : ccoll::float16(),
+                                      MPI_SUM, c, opt);
+        },
+        ccoll::Status::kInvalidArgument);
+    EXPECT_NE(msg.find("datatype differs across ranks"), std::string::npos) << msg;
+    MPI_Comm_free(&c);
   }
   msg = expect_error_everywhere(
       [&] {
