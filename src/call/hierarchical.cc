@@ -162,7 +162,8 @@ void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats
 
 }  // namespace
 
-void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx) {
+void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx,
+                      gpu::Backend* device) {
   const Topology& topo = ctx.topology();  // collective on first use: every rank is here
   if (!topo.error.empty()) {
     throw Error(Status::kInvalidArgument,
@@ -222,19 +223,45 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
   }
   const double intra_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
-  // 2. the shard's compressed all-reduce across the nodes
+  // 2. the shard's compressed all-reduce across the nodes; for device buffers on a device copy
+  // of the shard, so that the codec runs its kernels (a failed copy: this rank runs the step
+  // on the host shard, and every rank raises the failure after the node's step)
   CrossStep step;
   Options o = call.options;
   o.algorithm = "auto";
   o.average = false;  // the mean divides by every rank, not by the nodes
   o.stats = &step.stats;
-  Call inner{Kind::kAllreduce, call.fn, MPI_IN_PLACE, shard, mine,
+  thread_local gpu::Buffer on_device;  // kept by the thread for its next call
+  void* cross = shard;
+  std::string copy_error;
+  Status copy_code = Status::kSuccess;
+  if (device != nullptr && mine > 0) {
+    try {
+      cross = on_device.get(*device, mine * es, false);
+      device->copy(cross, shard, mine * es);
+      device->synchronize();
+    } catch (const Error& e) {
+      copy_error = e.message();
+      copy_code = e.code();
+      cross = shard;
+    }
+  }
+  Call inner{Kind::kAllreduce, call.fn, MPI_IN_PLACE, cross, mine,
              call.datatype,    MPI_SUM, topo.cross,   o};
   inner.nested = true;
   inner.half = call.half;
   run_cross(inner, step, [&] {
+    if (cross != shard) {
+      device->copy(shard, cross, mine * es);
+      device->synchronize();
+    }
     if (call.options.average) coll::divide_elements(shard, mine, dtype, ctx.size());
   });
+  if (!copy_error.empty() && !step.failed) {
+    step.failed = true;
+    step.code = copy_code;
+    step.message = std::string(call.fn) + ": device buffers: " + copy_error;
+  }
 
   // 3. every shard to every rank of the node, exact; then the cross-node step's failure, if
   // any rank had one, on every rank
@@ -244,6 +271,9 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
   finish_levels(call, ctx, step, stats,
                 intra_seconds + std::chrono::duration<double>(Clock::now() - t1).count(),
                 2 * (n - mine) * es, "all-reduce");
+  if (device != nullptr && !step.stats.transport.empty()) {
+    stats.transport = "host-copy/" + step.stats.transport;  // the node's steps, the cross step
+  }
 }
 
 }  // namespace ccoll::call

@@ -15,6 +15,7 @@
 // The all-gather and the reduce-scatter (hierarchical.cc) run the same two levels.
 #pragma once
 
+#include "backend.hpp"
 #include "call.hpp"
 #include "comm_context.hpp"
 
@@ -24,7 +25,10 @@ namespace ccoll::call {
 /// `dtype`, the checked element type; recvbuf already holds the input when `call` is in place)
 /// after the agreement of the call on ctx's communicator. Nodes of unequal size run the flat
 /// schedule instead (Stats::algorithm says which); an invalid CCOLL_RANKS_PER_NODE raises on
-/// every rank.
-void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx);
+/// every rank. `device`: the backend of the caller's device buffers (their host copies are
+/// `call`'s buffers), or null: the all-reduce's cross-node step then runs on a device copy of
+/// the shard, with the codec's kernels where it has them.
+void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx,
+                      gpu::Backend* device = nullptr);
 
 }  // namespace ccoll::call

@@ -437,7 +437,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
       widen_input(call, c.in_total);
     }
     const auto t0 = Clock::now();
-    run_hierarchical(call, c.dtype, stats, ctx);
+    run_hierarchical(call, c.dtype, stats, ctx, pl.device);
     if (level != nullptr) record_levels(*level, candidate, t0);
     return;
   }
