@@ -63,6 +63,69 @@ void finish_levels(const Call& call, CommContext& ctx, const CrossStep& step, St
   }
 }
 
+// A cross-node step's buffers for device buffers: its input and output copied to device
+// memory kept by the thread (`in` null: the step is in place in `out`), so that the codec runs
+// its kernels; without a device, or when a copy fails (kept for step_done()), the host buffers.
+class CrossBuffers {
+ public:
+  CrossBuffers(gpu::Backend* device, const void* in, std::size_t in_bytes, void* out,
+               std::size_t out_bytes)
+      : in_(in), out_(out), host_out_(out), out_bytes_(out_bytes) {
+    if (device == nullptr || out_bytes == 0) return;
+    thread_local gpu::Buffer dev_in;
+    thread_local gpu::Buffer dev_out;
+    try {
+      void* o = dev_out.get(*device, out_bytes, false);
+      void* i = nullptr;
+      if (in != nullptr) {
+        i = dev_in.get(*device, in_bytes, false);
+        device->copy(i, in, in_bytes);
+      } else {
+        device->copy(o, out, out_bytes);  // in place: the input is in `out`
+      }
+      device->synchronize();
+      device_ = device;
+      in_ = i;
+      out_ = o;
+    } catch (const Error& e) {
+      error_ = e.message();
+      code_ = e.code();
+    }
+  }
+  const void* in() const { return in_ != nullptr ? in_ : MPI_IN_PLACE; }
+  void* out() const { return out_; }
+  // After the step succeeded: its output back into the host buffer.
+  void copy_back() {
+    if (device_ == nullptr) return;
+    device_->copy(host_out_, out_, out_bytes_);
+    device_->synchronize();
+  }
+  // A failed copy fails this rank's step (it ran on the host buffers meanwhile).
+  void step_done(const Call& call, CrossStep& step) const {
+    if (error_.empty() || step.failed) return;
+    step.failed = true;
+    step.code = code_;
+    step.message = std::string(call.fn) + ": device buffers: " + error_;
+  }
+
+ private:
+  gpu::Backend* device_ = nullptr;
+  const void* in_;
+  void* out_;
+  void* host_out_;
+  std::size_t out_bytes_;
+  std::string error_;
+  Status code_ = Status::kSuccess;
+};
+
+// Stats::transport of a hierarchical call on device buffers: the node's path ("host-copy"),
+// then the cross-node step's.
+void name_paths(gpu::Backend* device, const CrossStep& step, Stats& stats) {
+  if (device != nullptr && !step.stats.transport.empty()) {
+    stats.transport = "host-copy/" + step.stats.transport;
+  }
+}
+
 // MPI counts are int: a node step of more elements is refused.
 void check_node_step(const Call& call, std::size_t elements) {
   if (elements > static_cast<std::size_t>(INT_MAX)) {
@@ -78,7 +141,7 @@ void check_node_step(const Call& call, std::size_t elements) {
 // cross-node step, where the ranks of a local index decode the same bytes; the node step copies
 // those values, so every rank ends bit-identical.
 void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& stats,
-                                CommContext& ctx, const Topology& topo) {
+                                CommContext& ctx, const Topology& topo, gpu::Backend* device) {
   const std::size_t n = call.count;
   const auto nodes = static_cast<std::size_t>(topo.nodes);
   const auto local = static_cast<std::size_t>(topo.node_size);
@@ -95,11 +158,13 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
   Options o = call.options;
   o.algorithm = "auto";
   o.stats = &step.stats;
-  Call inner{Kind::kAllgather, call.fn,    mine, across.data(), n, call.datatype,
-             MPI_SUM,          topo.cross, o};
+  CrossBuffers bufs(device, mine, block, across.data(), nodes * block);
+  Call inner{Kind::kAllgather, call.fn, bufs.in(),  bufs.out(), n,
+             call.datatype,    MPI_SUM, topo.cross, o};
   inner.nested = true;
   inner.half = call.half;
-  run_cross(inner, step, [] {});
+  run_cross(inner, step, [&] { bufs.copy_back(); });
+  bufs.step_done(call, step);
   // 2. the node's exact all-gather of them, then every block to its rank's place
   const auto t0 = Clock::now();
   CCOLL_MPI_CHECK(MPI_Allgather(across.data(), static_cast<int>(n * nodes), call.datatype,
@@ -113,6 +178,7 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
   }
   finish_levels(call, ctx, step, stats, std::chrono::duration<double>(Clock::now() - t0).count(),
                 (local - 1) * nodes * block, "all-gather");
+  name_paths(device, step, stats);
 }
 
 // The two-level reduce-scatter: this rank's input regrouped so that part i holds the blocks of
@@ -122,7 +188,7 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
 // block j of the part: the block of the rank at (i, j), this rank's own. Each element crosses
 // the network once, in the cross-node step, encoded once by each node.
 void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats& stats,
-                                     CommContext& ctx, const Topology& topo) {
+                                     CommContext& ctx, const Topology& topo, gpu::Backend* device) {
   const std::size_t n = call.count;
   const auto nodes = static_cast<std::size_t>(topo.nodes);
   const auto local = static_cast<std::size_t>(topo.node_size);
@@ -149,15 +215,19 @@ void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats
   o.algorithm = "auto";
   o.average = false;  // the mean divides by every rank, not by the nodes
   o.stats = &step.stats;
-  Call inner{Kind::kReduceScatter, call.fn, part.data(), call.recvbuf, n, call.datatype, MPI_SUM,
-             topo.cross,           o};
+  CrossBuffers bufs(device, part.data(), nodes * block, call.recvbuf, block);
+  Call inner{Kind::kReduceScatter, call.fn, bufs.in(),  bufs.out(), n,
+             call.datatype,        MPI_SUM, topo.cross, o};
   inner.nested = true;
   inner.half = call.half;
   run_cross(inner, step, [&] {
+    bufs.copy_back();
     if (call.options.average) coll::divide_elements(call.recvbuf, n, dtype, ctx.size());
   });
+  bufs.step_done(call, step);
   finish_levels(call, ctx, step, stats, node_seconds, (local - 1) * nodes * block,
                 "reduce-scatter");
+  name_paths(device, step, stats);
 }
 
 }  // namespace
@@ -185,11 +255,11 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
     return;
   }
   if (call.kind == Kind::kAllgather) {
-    run_hierarchical_allgather(call, dtype, stats, ctx, topo);
+    run_hierarchical_allgather(call, dtype, stats, ctx, topo, device);
     return;
   }
   if (call.kind == Kind::kReduceScatter) {
-    run_hierarchical_reduce_scatter(call, dtype, stats, ctx, topo);
+    run_hierarchical_reduce_scatter(call, dtype, stats, ctx, topo, device);
     return;
   }
   const std::size_t n = call.count;
@@ -231,37 +301,16 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
   o.algorithm = "auto";
   o.average = false;  // the mean divides by every rank, not by the nodes
   o.stats = &step.stats;
-  thread_local gpu::Buffer on_device;  // kept by the thread for its next call
-  void* cross = shard;
-  std::string copy_error;
-  Status copy_code = Status::kSuccess;
-  if (device != nullptr && mine > 0) {
-    try {
-      cross = on_device.get(*device, mine * es, false);
-      device->copy(cross, shard, mine * es);
-      device->synchronize();
-    } catch (const Error& e) {
-      copy_error = e.message();
-      copy_code = e.code();
-      cross = shard;
-    }
-  }
-  Call inner{Kind::kAllreduce, call.fn, MPI_IN_PLACE, cross, mine,
-             call.datatype,    MPI_SUM, topo.cross,   o};
+  CrossBuffers bufs(device, nullptr, 0, shard, mine * es);
+  Call inner{Kind::kAllreduce, call.fn, bufs.in(),  bufs.out(), mine,
+             call.datatype,    MPI_SUM, topo.cross, o};
   inner.nested = true;
   inner.half = call.half;
   run_cross(inner, step, [&] {
-    if (cross != shard) {
-      device->copy(shard, cross, mine * es);
-      device->synchronize();
-    }
+    bufs.copy_back();
     if (call.options.average) coll::divide_elements(shard, mine, dtype, ctx.size());
   });
-  if (!copy_error.empty() && !step.failed) {
-    step.failed = true;
-    step.code = copy_code;
-    step.message = std::string(call.fn) + ": device buffers: " + copy_error;
-  }
+  bufs.step_done(call, step);
 
   // 3. every shard to every rank of the node, exact; then the cross-node step's failure, if
   // any rank had one, on every rank
@@ -271,9 +320,7 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
   finish_levels(call, ctx, step, stats,
                 intra_seconds + std::chrono::duration<double>(Clock::now() - t1).count(),
                 2 * (n - mine) * es, "all-reduce");
-  if (device != nullptr && !step.stats.transport.empty()) {
-    stats.transport = "host-copy/" + step.stats.transport;  // the node's steps, the cross step
-  }
+  name_paths(device, step, stats);
 }
 
 }  // namespace ccoll::call

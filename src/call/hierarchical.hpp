@@ -26,8 +26,8 @@ namespace ccoll::call {
 /// after the agreement of the call on ctx's communicator. Nodes of unequal size run the flat
 /// schedule instead (Stats::algorithm says which); an invalid CCOLL_RANKS_PER_NODE raises on
 /// every rank. `device`: the backend of the caller's device buffers (their host copies are
-/// `call`'s buffers), or null: the all-reduce's cross-node step then runs on a device copy of
-/// the shard, with the codec's kernels where it has them.
+/// `call`'s buffers), or null: the cross-node step then runs on a device copy of its input,
+/// with the codec's kernels where it has them.
 void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx,
                       gpu::Backend* device = nullptr);
 

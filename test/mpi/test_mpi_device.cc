@@ -385,9 +385,9 @@ TEST_F(DeviceBuffers, HalfBuffersEqualHostBuffers) {
   }
 }
 
-// algorithm=hierarchical on device buffers (the node's steps on host copies, the all-reduce's
-// cross-node step on the device), two ranks per node where the rank count allows: the same
-// bytes as on host buffers, all-reduce and reduce-scatter.
+// algorithm=hierarchical on device buffers (the node's steps on host copies, the cross-node
+// step on the device), two ranks per node where the rank count allows: the same bytes as on
+// host buffers, for every collective.
 TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
   const int p = size_of(MPI_COMM_WORLD);
   const int r = rank_of(MPI_COMM_WORLD);
@@ -431,6 +431,20 @@ TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
     ASSERT_EQ(0, std::memcmp(drs.host().data(), want_rs.data(), 4 * n));
     if (p > 1) {
       EXPECT_EQ(ds.algorithm.rfind("hierarchical/", 0), 0u) << ds.algorithm;
+      EXPECT_EQ(ds.transport.rfind("host-copy/", 0), 0u) << ds.transport;
+    }
+    // the all-gather: every rank's block
+    const std::vector<float> block = input(n, r, 79);
+    std::vector<float> want_ag(n * static_cast<std::size_t>(p));
+    opt.stats = nullptr;
+    ccoll::compressed_allgather(block.data(), n, want_ag.data(), MPI_FLOAT, hc, opt);
+    DeviceVec dblock(block);
+    DeviceVec dag(want_ag.size());
+    opt.stats = &ds;
+    ccoll::compressed_allgather(dblock.data(), n, dag.data(), MPI_FLOAT, dc, opt);
+    ASSERT_EQ(0, std::memcmp(dag.host().data(), want_ag.data(), 4 * want_ag.size()));
+    if (p > 1) {
+      EXPECT_EQ(ds.transport.rfind("host-copy/", 0), 0u) << ds.transport;
     }
   }
   MPI_Comm_free(&hc);
