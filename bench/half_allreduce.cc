@@ -124,18 +124,10 @@ int main(int argc, char** argv) {
         opt.key = 2;
         const double widened = time_calls(
             [&] {
-              if (bf16) {
-                ccoll::codec::bf16_to_floats(x.data(), n, w.data(), false);
-              } else {
-                ccoll::codec::half_to_floats(x.data(), n, w.data(), false);
-              }
+              ccoll::codec::widen_16(x.data(), n, w.data(), bf16);
               ccoll::compressed_allreduce(w.data(), out.data(), n, MPI_FLOAT, MPI_SUM,
                                           MPI_COMM_WORLD, opt);
-              if (bf16) {
-                ccoll::codec::floats_to_bf16(out.data(), n, y.data());
-              } else {
-                ccoll::codec::floats_to_half(out.data(), n, y.data());
-              }
+              ccoll::codec::narrow_16(out.data(), n, y.data(), bf16);
             },
             2, iters);
         opt.key = 3;

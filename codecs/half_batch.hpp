@@ -25,6 +25,15 @@ inline void widen_16(const std::uint16_t* h, std::size_t n, float* out, bool bf1
   }
 }
 
+/// floats_to_bf16 (`bf16`) or floats_to_half of n values.
+inline void narrow_16(const float* x, std::size_t n, std::uint16_t* out, bool bf16) {
+  if (bf16) {
+    floats_to_bf16(x, n, out);
+  } else {
+    floats_to_half(x, n, out);
+  }
+}
+
 /// The largest magnitude of n fp16 (`bf16` false) or bf16 values as a float: NaN when one is
 /// NaN, unless `skip_nan` (then the largest of the others); 0 for n = 0. Compares the
 /// sign-cleared bit patterns, which order like the magnitudes in both formats.

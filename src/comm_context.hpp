@@ -100,15 +100,24 @@ struct AutoChoice {
   int choice = -1;  // a Candidate once tuned
 };
 
+/// The power-of-two size class of a call of `bytes` bytes (floor(log2), 0 for 0 and 1), by
+/// which codec=auto and algorithm=auto keep their measurements.
+inline unsigned size_class_of(std::size_t bytes) {
+  unsigned k = 0;
+  while ((bytes >> (k + 1)) != 0) ++k;
+  return k;
+}
+
 /// algorithm=auto's choice between the flat schedule and the hierarchical one, per collective,
 /// codec and size class, on communicators of several nodes with several ranks each: the first
 /// calls alternate between the two (one untimed call each, then kRounds timed ones), and the
 /// slowest rank's mean time decides; hierarchical only when clearly faster.
 struct LevelChoice {
   enum Candidate : int { kFlat = 0, kHierarchical = 1 };
+  static constexpr int kCandidates = 2;
   static constexpr int kRounds = 2;
   static constexpr double kMargin = 0.95;
-  static constexpr int kTuningCalls = 2 * (1 + kRounds);
+  static constexpr int kTuningCalls = kCandidates * (1 + kRounds);
   int calls = 0;
   double seconds[2] = {0, 0};
   int choice = -1;  // a Candidate once tuned

@@ -124,8 +124,7 @@ bool run_auto(const Call& call, Stats& stats) {
     if (!call.in_place() && overlaps(call.sendbuf, bytes, call.recvbuf, out_bytes)) {
       return false;  // run_call() reports it on every rank
     }
-    unsigned size_class = 0;
-    while ((bytes >> (size_class + 1)) != 0) ++size_class;
+    const unsigned size_class = size_class_of(bytes);
     AutoChoice& a = ctx.auto_choice(allreduce ? 0 : 1, es, size_class);
     if (a.ncandidates == 0) {
       a.init(bytes < kAutoMinBytes      ? AutoChoice::Band::kSmall

@@ -70,8 +70,8 @@ namespace {
 // Device buffers on the current device: the fp32 copies are device memory, widened and narrowed
 // by the cast kernels on the caller's stream, and the fp32 call runs on them as any call on
 // device buffers does (the codec's kernels, staged or resident payloads).
-void run_half_on_device(const Call& call, Half h, gpu::Backend& device, Call& c32, int rank,
-                        std::size_t in_n, std::size_t out_n, Stats& stats,
+void run_half_on_device(const Call& call, Half h, gpu::Backend& device, Call& c32,
+                        const std::uint16_t* src, std::size_t in_n, std::size_t out_n, Stats& stats,
                         const std::function<void(const Call&, Stats&)>& run) {
   // kept by the thread for its next call (Buffer::get reallocates on another device)
   thread_local gpu::Buffer in32;
@@ -79,10 +79,6 @@ void run_half_on_device(const Call& call, Half h, gpu::Backend& device, Call& c3
   const bool fp16 = h == Half::kFloat16;
   auto* in = static_cast<float*>(in32.get(device, in_n * 4, false));
   auto* out = static_cast<float*>(out32.get(device, out_n * 4, false));
-  const auto* src = static_cast<const std::uint16_t*>(
-      call.in_place() ? static_cast<const void*>(static_cast<const std::byte*>(call.recvbuf) +
-                                                 call.own_offset(2, rank))
-                      : call.sendbuf);
   if (in_n > 0) device.cast_decode(fp16, src, in_n, in, false);
   c32.sendbuf = in;
   c32.recvbuf = out;
@@ -148,19 +144,20 @@ void run_half(const Call& call, Half h, Stats& stats,
     }
   } stream_scope{device};
   if (device != nullptr) device->set_stream(call.options.cuda_stream);
+  const auto* src = static_cast<const std::uint16_t*>(
+      call.in_place() ? static_cast<const void*>(static_cast<const std::byte*>(call.recvbuf) +
+                                                 call.own_offset(2, rank))
+                      : call.sendbuf);
   if (device != nullptr && device->device_of(call.recvbuf) == device->current_device()) {
-    run_half_on_device(call, h, *device, c32, rank, in_n, out_n, stats, run);
+    run_half_on_device(call, h, *device, c32, src, in_n, out_n, stats, run);
     return;
   }
+  const bool bf16 = h == Half::kBFloat16;
   // the fp32 copies, kept by the thread for its next call
   thread_local std::vector<float> in32;
   thread_local std::vector<float> out32;
   thread_local std::vector<std::uint16_t> staged;
   out32.resize(out_n);
-  const auto* src = static_cast<const std::uint16_t*>(
-      call.in_place() ? static_cast<const void*>(static_cast<const std::byte*>(call.recvbuf) +
-                                                 call.own_offset(2, rank))
-                      : call.sendbuf);
   // Host all-reduces hand the 16-bit input itself to the fp32 call (Call::input_half): a codec
   // that can read it does (maxnorm and every ef=1 codec on the ring), every other path widens
   // it there. codec=auto's candidates take fp32 input.
@@ -169,43 +166,23 @@ void run_half(const Call& call, Half h, Stats& stats,
   if (device == nullptr && call.allreduce() && codec_text.rfind("auto", 0) != 0) {
     c32.sendbuf = src;
     c32.input_half = h;
-    c32.recvbuf = out32.data();
-    run(c32, stats);
-    stats.input_bytes = in_n * 2;
-    if (out_n == 0) return;
-    auto* dst = static_cast<std::uint16_t*>(call.recvbuf);
-    if (h == Half::kFloat16) {
-      codec::floats_to_half(out32.data(), out_n, dst);
-    } else {
-      codec::floats_to_bf16(out32.data(), out_n, dst);
+  } else {
+    in32.resize(in_n);
+    if (device != nullptr && in_n > 0) {
+      staged.resize(in_n > out_n ? in_n : out_n);
+      device->copy(staged.data(), src, in_n * 2);
+      device->synchronize();
+      src = staged.data();
     }
-    return;
+    if (in_n > 0) codec::widen_16(src, in_n, in32.data(), bf16);
+    c32.sendbuf = in32.data();
   }
-  in32.resize(in_n);
-  if (device != nullptr && in_n > 0) {
-    staged.resize(in_n > out_n ? in_n : out_n);
-    device->copy(staged.data(), src, in_n * 2);
-    device->synchronize();
-    src = staged.data();
-  }
-  if (in_n > 0) {
-    if (h == Half::kFloat16) {
-      codec::half_to_floats(src, in_n, in32.data(), false);
-    } else {
-      codec::bf16_to_floats(src, in_n, in32.data(), false);
-    }
-  }
-  c32.sendbuf = in32.data();
   c32.recvbuf = out32.data();
   run(c32, stats);
   stats.input_bytes = in_n * 2;
   if (out_n == 0) return;
   auto* dst = static_cast<std::uint16_t*>(device != nullptr ? staged.data() : call.recvbuf);
-  if (h == Half::kFloat16) {
-    codec::floats_to_half(out32.data(), out_n, dst);
-  } else {
-    codec::floats_to_bf16(out32.data(), out_n, dst);
-  }
+  codec::narrow_16(out32.data(), out_n, dst, bf16);
   if (device != nullptr) {
     device->copy(call.recvbuf, staged.data(), out_n * 2);
     device->synchronize();

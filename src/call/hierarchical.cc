@@ -24,23 +24,11 @@ struct CrossStep {
   std::string message;
 };
 
-// Runs the cross-node call `inner` (then `after`, on success), keeping a failure for later: the
-// node's step must still run on every rank.
-void run_cross(const Call& inner, CrossStep& step, const std::function<void()>& after) {
-  try {
-    if (!run_auto(inner, step.stats)) run_call(inner, step.stats);
-    after();
-  } catch (const Error& e) {
-    step.failed = true;
-    step.code = e.code();
-    step.message = e.message();
-  }
-}
-
 // The statistics of both levels into `stats`, then the cross-node step's failure, if any rank
 // had one, raised on every rank.
 void finish_levels(const Call& call, CommContext& ctx, const CrossStep& step, Stats& stats,
-                   double node_seconds, std::size_t node_bytes, const char* what) {
+                   double node_seconds, std::size_t node_bytes, const char* what,
+                   gpu::Backend* device) {
   int worst[2] = {step.failed ? 1 : 0, step.failed ? static_cast<int>(step.code) : 0};
   CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_INT, MPI_MAX, ctx.comm()));
   const Stats& cross = step.stats;
@@ -55,6 +43,9 @@ void finish_levels(const Call& call, CommContext& ctx, const CrossStep& step, St
   stats.decode_seconds = cross.decode_seconds;
   stats.comm_seconds = cross.comm_seconds + node_seconds;
   stats.node_bytes = node_bytes;
+  if (device != nullptr && !cross.transport.empty()) {
+    stats.transport = "host-copy/" + cross.transport;  // the node's path, the cross step's
+  }
   if (worst[0] != 0) {
     throw Error(step.failed ? step.code : static_cast<Status>(worst[1]),
                 step.failed ? step.message
@@ -118,12 +109,33 @@ class CrossBuffers {
   Status code_ = Status::kSuccess;
 };
 
-// Stats::transport of a hierarchical call on device buffers: the node's path ("host-copy"),
-// then the cross-node step's.
-void name_paths(gpu::Backend* device, const CrossStep& step, Stats& stats) {
-  if (device != nullptr && !step.stats.transport.empty()) {
-    stats.transport = "host-copy/" + step.stats.transport;
+// The cross-node step: the call's collective `kind` of `count` elements from `in` (null: in
+// place in `out`) into `out`, both host buffers of the given sizes, among the ranks of this
+// rank's local index, with the call's codec, seed, key and statistics (its own agreement,
+// scale pass, ef=1 state and schedule, which auto chooses); for device buffers on device
+// copies. `after` runs on the host output once the step succeeded; a failure is kept in `step`
+// for finish_levels(), since the node's step must still run on every rank.
+void run_cross_step(const Call& call, Kind kind, const void* in, std::size_t in_bytes, void* out,
+                    std::size_t out_bytes, std::size_t count, const Topology& topo,
+                    gpu::Backend* device, CrossStep& step, const std::function<void()>& after) {
+  Options o = call.options;
+  o.algorithm = "auto";
+  o.average = false;  // a mean divides by every rank, not by the nodes: `after` does it
+  o.stats = &step.stats;
+  CrossBuffers bufs(device, in, in_bytes, out, out_bytes);
+  Call inner{kind, call.fn, bufs.in(), bufs.out(), count, call.datatype, MPI_SUM, topo.cross, o};
+  inner.nested = true;
+  inner.half = call.half;
+  try {
+    if (!run_auto(inner, step.stats)) run_call(inner, step.stats);
+    bufs.copy_back();
+    after();
+  } catch (const Error& e) {
+    step.failed = true;
+    step.code = e.code();
+    step.message = e.message();
   }
+  bufs.step_done(call, step);
 }
 
 // MPI counts are int: a node step of more elements is refused.
@@ -155,16 +167,8 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
   std::vector<std::byte> across(nodes * block);
   std::vector<std::byte> node(local * nodes * block);
   CrossStep step;
-  Options o = call.options;
-  o.algorithm = "auto";
-  o.stats = &step.stats;
-  CrossBuffers bufs(device, mine, block, across.data(), nodes * block);
-  Call inner{Kind::kAllgather, call.fn, bufs.in(),  bufs.out(), n,
-             call.datatype,    MPI_SUM, topo.cross, o};
-  inner.nested = true;
-  inner.half = call.half;
-  run_cross(inner, step, [&] { bufs.copy_back(); });
-  bufs.step_done(call, step);
+  run_cross_step(call, Kind::kAllgather, mine, block, across.data(), nodes * block, n, topo, device,
+                 step, [] {});
   // 2. the node's exact all-gather of them, then every block to its rank's place
   const auto t0 = Clock::now();
   CCOLL_MPI_CHECK(MPI_Allgather(across.data(), static_cast<int>(n * nodes), call.datatype,
@@ -177,8 +181,7 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
     }
   }
   finish_levels(call, ctx, step, stats, std::chrono::duration<double>(Clock::now() - t0).count(),
-                (local - 1) * nodes * block, "all-gather");
-  name_paths(device, step, stats);
+                (local - 1) * nodes * block, "all-gather", device);
 }
 
 // The two-level reduce-scatter: this rank's input regrouped so that part i holds the blocks of
@@ -211,23 +214,14 @@ void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats
   const double node_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   // 2. the part's compressed reduce-scatter across the nodes, into this rank's output
   CrossStep step;
-  Options o = call.options;
-  o.algorithm = "auto";
-  o.average = false;  // the mean divides by every rank, not by the nodes
-  o.stats = &step.stats;
-  CrossBuffers bufs(device, part.data(), nodes * block, call.recvbuf, block);
-  Call inner{Kind::kReduceScatter, call.fn, bufs.in(),  bufs.out(), n,
-             call.datatype,        MPI_SUM, topo.cross, o};
-  inner.nested = true;
-  inner.half = call.half;
-  run_cross(inner, step, [&] {
-    bufs.copy_back();
-    if (call.options.average) coll::divide_elements(call.recvbuf, n, dtype, ctx.size());
-  });
-  bufs.step_done(call, step);
-  finish_levels(call, ctx, step, stats, node_seconds, (local - 1) * nodes * block,
-                "reduce-scatter");
-  name_paths(device, step, stats);
+  run_cross_step(call, Kind::kReduceScatter, part.data(), nodes * block, call.recvbuf, block, n,
+                 topo, device, step, [&] {
+                   if (call.options.average) {
+                     coll::divide_elements(call.recvbuf, n, dtype, ctx.size());
+                   }
+                 });
+  finish_levels(call, ctx, step, stats, node_seconds, (local - 1) * nodes * block, "reduce-scatter",
+                device);
 }
 
 }  // namespace
@@ -293,24 +287,12 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
   }
   const double intra_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
-  // 2. the shard's compressed all-reduce across the nodes; for device buffers on a device copy
-  // of the shard, so that the codec runs its kernels (a failed copy: this rank runs the step
-  // on the host shard, and every rank raises the failure after the node's step)
+  // 2. the shard's compressed all-reduce across the nodes (device buffers: on the device)
   CrossStep step;
-  Options o = call.options;
-  o.algorithm = "auto";
-  o.average = false;  // the mean divides by every rank, not by the nodes
-  o.stats = &step.stats;
-  CrossBuffers bufs(device, nullptr, 0, shard, mine * es);
-  Call inner{Kind::kAllreduce, call.fn, bufs.in(),  bufs.out(), mine,
-             call.datatype,    MPI_SUM, topo.cross, o};
-  inner.nested = true;
-  inner.half = call.half;
-  run_cross(inner, step, [&] {
-    bufs.copy_back();
-    if (call.options.average) coll::divide_elements(shard, mine, dtype, ctx.size());
-  });
-  bufs.step_done(call, step);
+  run_cross_step(call, Kind::kAllreduce, nullptr, 0, shard, mine * es, mine, topo, device, step,
+                 [&] {
+                   if (call.options.average) coll::divide_elements(shard, mine, dtype, ctx.size());
+                 });
 
   // 3. every shard to every rank of the node, exact; then the cross-node step's failure, if
   // any rank had one, on every rank
@@ -319,8 +301,7 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
                                  displs.data(), call.datatype, topo.node));
   finish_levels(call, ctx, step, stats,
                 intra_seconds + std::chrono::duration<double>(Clock::now() - t1).count(),
-                2 * (n - mine) * es, "all-reduce");
-  name_paths(device, step, stats);
+                2 * (n - mine) * es, "all-reduce", device);
 }
 
 }  // namespace ccoll::call

@@ -295,8 +295,7 @@ LevelChoice* choose_levels(const Call& call, const Checked& c, CommContext& ctx,
   if (!topo.error.empty() || !topo.uniform || topo.nodes < 2 || topo.node_size < 2) {
     return nullptr;
   }
-  unsigned size_class = 0;
-  while (((c.in_total * c.elem_bytes) >> (size_class + 1)) != 0) ++size_class;
+  const unsigned size_class = size_class_of(c.in_total * c.elem_bytes);
   LevelChoice& l = ctx.level_choice(static_cast<int>(call.kind), c.spec.canonical, size_class);
   if (l.choice < 0 && l.calls == LevelChoice::kTuningCalls) {
     // the slowest rank's mean time is the collective's
@@ -315,14 +314,14 @@ LevelChoice* choose_levels(const Call& call, const Checked& c, CommContext& ctx,
               std::to_string(l.seconds[1] * 1e3) + " ms)");
     }
   }
-  candidate = l.choice >= 0 ? l.choice : l.calls % 2;
+  candidate = l.choice >= 0 ? l.choice : l.calls % LevelChoice::kCandidates;
   if (l.choice < 0) ++l.calls;
   return &l;
 }
 
 // A tuning call's time (the calls after each candidate's first).
 void record_levels(LevelChoice& l, int candidate, Clock::time_point t0) {
-  if (l.choice >= 0 || l.calls <= 2) return;
+  if (l.choice >= 0 || l.calls <= LevelChoice::kCandidates) return;
   l.seconds[candidate] +=
       std::chrono::duration<double>(Clock::now() - t0).count() / LevelChoice::kRounds;
 }
@@ -346,7 +345,8 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   if (compress && !hierarchical) prep = prepare_plan(call, pl, c, ctx);
   Plan* plan = prep.plan;
   // 16-bit input that no codec reads is widened before any later stage reads it; a codec that
-  // reads it goes back to fp32 input when the call ends
+  // reads it goes back to fp32 input when the call ends (the paths that do not run that codec
+  // widen the input where they start)
   if (!prep.reads_half) widen_input(call, c.in_total);
   struct InputTypeScope {
     codec::Codec* codec;
@@ -403,10 +403,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     return;
   }
   if (p == 1 || !compress || agreed.fallback) {
-    if (prep.reads_half) {
-      plan->codec->set_input_type(codec::InputType::kNative);
-      widen_input(call, c.in_total);
-    }
+    widen_input(call, c.in_total);  // a codec that reads 16-bit input does not run here
     if (p == 1 || !call.reduce_scatter()) place_own_input(call, es, rank);
     if (p == 1) {
       stats.algorithm = "local";
@@ -432,10 +429,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     level = choose_levels(call, c, ctx, candidate);
   }
   if (hierarchical || candidate == LevelChoice::kHierarchical) {
-    if (prep.reads_half) {
-      plan->codec->set_input_type(codec::InputType::kNative);
-      widen_input(call, c.in_total);
-    }
+    widen_input(call, c.in_total);  // nor here (the cross-node step has its own plan)
     const auto t0 = Clock::now();
     run_hierarchical(call, c.dtype, stats, ctx, pl.device);
     if (level != nullptr) record_levels(*level, candidate, t0);
