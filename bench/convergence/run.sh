@@ -46,7 +46,8 @@ FASHION=${CCOLL_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
 mkdir -p "$OUT/raw"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 {
-  [ -z "$FILTER" ] || [ ! -f "$OUT/raw/meta.txt" ] || grep -v '^rerun' "$OUT/raw/meta.txt"
+  # a rerun keeps the header and every earlier rerun line (the rows they describe stay)
+  [ -z "$FILTER" ] || [ ! -f "$OUT/raw/meta.txt" ] || cat "$OUT/raw/meta.txt"
   if [ -z "$FILTER" ]; then
     echo "date: $(date -u +%Y-%m-%dT%H:%MZ)"
     echo "commit: $commit"
