@@ -111,6 +111,7 @@ CommContext::CommContext(MPI_Comm user) : user_(user) {
 CommContext::~CommContext() {
   progress_.reset();  // runs the calls still queued (they use dup_)
   if (topology_ != nullptr) {
+    topology_->steps.reset();  // its window lives on the node communicator
     if (topology_->cross != MPI_COMM_NULL) MPI_Comm_free(&topology_->cross);
     if (topology_->node != MPI_COMM_NULL) MPI_Comm_free(&topology_->node);
   }
@@ -170,6 +171,7 @@ const Topology& CommContext::topology() {
       const auto j = static_cast<std::size_t>(all[2 * static_cast<std::size_t>(q) + 1]);
       t->who[i * static_cast<std::size_t>(t->nodes) + j] = q;
     }
+    t->steps = std::make_unique<call::NodeSteps>(t->node, env_config().node_window_bytes);
   }
   topology_ = std::move(t);
   return *topology_;

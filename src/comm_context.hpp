@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "call/node_steps.hpp"
 #include "codec.hpp"
 #include "collectives.hpp"
 #include "progress.hpp"
@@ -138,6 +139,8 @@ struct Topology {
   int cross_rank = 0;  ///< this rank's index among the nodes, on its cross communicator
   /// uniform: the rank (on this communicator) of local rank i on cross rank j, at i·nodes + j
   std::vector<int> who;
+  /// The node's exact steps (a shared-memory window where the node's ranks share memory).
+  std::unique_ptr<call::NodeSteps> steps;
 };
 
 class CommContext {

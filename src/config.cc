@@ -62,6 +62,14 @@ EnvConfig read_env() {
     }
     c.nccl_timeout_s = t;
   }
+  if (const std::string v = getenv_str("CCOLL_NODE_WINDOW"); !v.empty()) {
+    c.node_window_bytes = parse_byte_size(v, "CCOLL_NODE_WINDOW");
+    if (c.node_window_bytes != 0 &&
+        (c.node_window_bytes < 4096 || c.node_window_bytes > (std::size_t{1} << 30))) {
+      throw Error(Status::kInvalidArgument,
+                  "CCOLL_NODE_WINDOW: " + v + " is out of range (valid: 0, or 4K to 1G)");
+    }
+  }
   c.log_level = parse_log_level(getenv_str("CCOLL_DEBUG"));
   return c;
 }

@@ -13,6 +13,8 @@
 //                        kept per communicator before the least recently used tensor's is
 //                        dropped with a warning (default a quarter of the physical memory, at
 //                        least 1G)
+//   CCOLL_NODE_WINDOW    bytes of shared-memory window per rank for the node's steps of
+//                        algorithm=hierarchical (default 16M; 0: MPI collectives instead)
 //   CCOLL_NCCL_TIMEOUT   seconds NCCL may take to create its communicator or to finish one
 //                        step's transfers before every rank gives up on it (default 600; 0: no
 //                        limit)
@@ -46,6 +48,7 @@ struct EnvConfig {
   LogLevel log_level = LogLevel::kNone;
   std::string transport = "auto";
   double nccl_timeout_s = 600;
+  std::size_t node_window_bytes = std::size_t{16} << 20;  ///< CCOLL_NODE_WINDOW
   std::size_t state_max_bytes = 0;  ///< CCOLL_STATE_MAX_BYTES (its default filled in)
 };
 

@@ -163,17 +163,20 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
   auto* out = static_cast<std::byte*>(call.recvbuf);
   const void* mine =
       call.in_place() ? out + static_cast<std::size_t>(ctx.rank()) * block : call.sendbuf;
-  // 1. the blocks of this rank's local index, one per node, compressed
-  std::vector<std::byte> across(nodes * block);
-  std::vector<std::byte> node(local * nodes * block);
+  // 1. the blocks of this rank's local index, one per node, compressed, into part l of the
+  // node's buffer
+  const std::size_t part = nodes * block;
+  std::vector<std::byte> node(local * part);
+  const auto l = static_cast<std::size_t>(topo.node_rank);
   CrossStep step;
-  run_cross_step(call, Kind::kAllgather, mine, block, across.data(), nodes * block, n, topo, device,
+  run_cross_step(call, Kind::kAllgather, mine, block, node.data() + l * part, part, n, topo, device,
                  step, [] {});
-  // 2. the node's exact all-gather of them, then every block to its rank's place
+  // 2. the node's exact all-gather of the parts, then every block to its rank's place
   const auto t0 = Clock::now();
-  CCOLL_MPI_CHECK(MPI_Allgather(across.data(), static_cast<int>(n * nodes), call.datatype,
-                                node.data(), static_cast<int>(n * nodes), call.datatype,
-                                topo.node));
+  const std::vector<int> counts(local, static_cast<int>(n * nodes));
+  std::vector<int> displs(local);
+  for (std::size_t i = 0; i < local; ++i) displs[i] = static_cast<int>(i * n * nodes);
+  topo.steps->allgather(node.data(), counts, displs, dtype, call.datatype);
   for (std::size_t i = 0; i < local; ++i) {
     for (std::size_t j = 0; j < nodes; ++j) {
       const auto r = static_cast<std::size_t>(topo.who[i * nodes + j]);
@@ -209,8 +212,10 @@ void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats
     }
   }
   std::vector<std::byte> part(nodes * block);
-  CCOLL_MPI_CHECK(MPI_Reduce_scatter_block(grouped.data(), part.data(), static_cast<int>(n * nodes),
-                                           call.datatype, MPI_SUM, topo.node));
+  const std::vector<int> counts(local, static_cast<int>(n * nodes));
+  std::vector<int> displs(local);
+  for (std::size_t i = 0; i < local; ++i) displs[i] = static_cast<int>(i * n * nodes);
+  topo.steps->reduce_scatter(grouped.data(), part.data(), counts, displs, dtype, call.datatype);
   const double node_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   // 2. the part's compressed reduce-scatter across the nodes, into this rank's output
   CrossStep step;
@@ -277,14 +282,8 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
   const auto t0 = Clock::now();
 
   // 1. the node's exact sum of this rank's shard
-  if (call.in_place()) {
-    CCOLL_MPI_CHECK(
-        MPI_Reduce_scatter(MPI_IN_PLACE, data, counts.data(), call.datatype, MPI_SUM, topo.node));
-    if (shard != data) std::memmove(shard, data, mine * es);  // MPI leaves it at the start
-  } else {
-    CCOLL_MPI_CHECK(
-        MPI_Reduce_scatter(call.sendbuf, shard, counts.data(), call.datatype, MPI_SUM, topo.node));
-  }
+  topo.steps->reduce_scatter(call.in_place() ? data : call.sendbuf, shard, counts, displs, dtype,
+                             call.datatype);
   const double intra_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
 
   // 2. the shard's compressed all-reduce across the nodes (device buffers: on the device)
@@ -297,8 +296,7 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
   // 3. every shard to every rank of the node, exact; then the cross-node step's failure, if
   // any rank had one, on every rank
   const auto t1 = Clock::now();
-  CCOLL_MPI_CHECK(MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, counts.data(),
-                                 displs.data(), call.datatype, topo.node));
+  topo.steps->allgather(data, counts, displs, dtype, call.datatype);
   finish_levels(call, ctx, step, stats,
                 intra_seconds + std::chrono::duration<double>(Clock::now() - t1).count(),
                 2 * (n - mine) * es, "all-reduce", device);

@@ -1,13 +1,13 @@
 // algorithm=hierarchical: the all-reduce in two levels, exact inside each node and compressed
 // only between nodes.
 //
-//   1. reduce-scatter inside the node, uncompressed (MPI_Reduce_scatter on the node's
-//      communicator): local rank l ends with the node's exact sum of shard l (the balanced
-//      split of the tensor into node_size shards);
+//   1. reduce-scatter inside the node, uncompressed (NodeSteps: through a shared-memory window
+//      where the node's ranks share memory, else MPI_Reduce_scatter): local rank l ends with
+//      the node's exact sum of shard l (the balanced split of the tensor into node_size shards);
 //   2. the compressed all-reduce of shard l among the ranks with local index l, one per node:
 //      a flat ccoll call on that communicator, with the call's codec, seed, key and statistics
 //      (its own agreement, scale pass, ef=1 state and schedule, which auto chooses);
-//   3. all-gather inside the node, uncompressed (MPI_Allgatherv): every rank gets every shard.
+//   3. all-gather inside the node, uncompressed (NodeSteps again): every rank gets every shard.
 // Every rank ends bit-identical: the cross-node call leaves its ranks identical, and the
 // all-gather copies. Per node, each element crosses the network once per direction in the
 // compressed step instead of the flat ring's node_size-fold share of the node's link.
