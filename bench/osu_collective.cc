@@ -25,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <optional>
 #include <random>
 #include <string>
@@ -112,6 +113,8 @@ void usage() {
       "  --profile                     after each ccoll row, a '# profile' line: per call, the\n"
       "                                mean over ranks of ms in encode, in transport waits,\n"
       "                                in decode, and the rest (agreement, copies, scales)\n"
+      "  --thread-multiple             initialize MPI with MPI_THREAD_MULTIPLE (what lets\n"
+      "                                ccoll's hierarchical all-reduce pipeline its levels)\n"
       "  -h, --help                    this help\n",
       kProgram,
       kGloo
@@ -170,7 +173,7 @@ void add_codecs(std::vector<std::string>& out, const std::string& list) {
 
 Args parse(int argc, char** argv) {
   Args a;
-  enum { kCodec = 1000, kBaseline, kAlgorithm, kBaselineOnly, kIface, kProfile };
+  enum { kCodec = 1000, kBaseline, kAlgorithm, kBaselineOnly, kIface, kProfile, kThreads };
   const option longopts[] = {{"message-size", required_argument, nullptr, 'm'},
                              {"iterations", required_argument, nullptr, 'i'},
                              {"warmup", required_argument, nullptr, 'x'},
@@ -183,6 +186,7 @@ Args parse(int argc, char** argv) {
                              {"baseline-only", no_argument, nullptr, kBaselineOnly},
                              {"iface", required_argument, nullptr, kIface},
                              {"profile", no_argument, nullptr, kProfile},
+                             {"thread-multiple", no_argument, nullptr, kThreads},
                              {nullptr, 0, nullptr, 0}};
   opterr = rank_ == 0 ? 1 : 0;
   int c;
@@ -234,6 +238,8 @@ Args parse(int argc, char** argv) {
         break;
       case kProfile:
         a.profile = true;
+        break;
+      case kThreads:  // main() initialized MPI with it
         break;
       default:
         usage();
@@ -311,7 +317,19 @@ std::size_t wire_bytes(const std::string& codec, const std::string& algorithm,
 }  // namespace
 
 int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
+  bool threads = false;
+  for (int i = 1; i < argc; ++i)
+    threads = threads || std::strcmp(argv[i], "--thread-multiple") == 0;
+  if (threads) {
+    int provided = MPI_THREAD_SINGLE;
+    MPI_Init_thread(&argc, &argv, MPI_THREAD_MULTIPLE, &provided);
+    if (provided != MPI_THREAD_MULTIPLE) {
+      std::fprintf(stderr, "--thread-multiple: MPI provides only thread level %d\n", provided);
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  } else {
+    MPI_Init(&argc, &argv);
+  }
   MPI_Comm_rank(MPI_COMM_WORLD, &rank_);
   MPI_Comm_size(MPI_COMM_WORLD, &size_);
   const Args args = parse(argc, argv);

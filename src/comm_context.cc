@@ -13,6 +13,7 @@
 #include <mutex>
 
 #include "config.hpp"
+#include "hierarchical.hpp"
 #include "mpi_check.hpp"
 #include "nccl_transport.hpp"
 #include "spec.hpp"
@@ -97,6 +98,20 @@ void CommContext::reset_state(std::uint64_t key) {
       if (q.device_codec != nullptr) q.device_codec->reset_state();
     }
   }
+  // the state algorithm=hierarchical keeps on its cross-node communicator: the tensor's key or,
+  // for pipelined all-reduces, one key per segment
+  CommContext* cross = topology_ != nullptr ? find(topology_->cross) : nullptr;
+  if (cross == nullptr) return;
+  if (key == 0) {
+    cross->reset_state(0);
+    return;
+  }
+  cross->reset_state(key);
+  for (std::size_t segments = 2; segments <= call::kMaxSegments; ++segments) {
+    for (std::size_t s = 0; s < segments; ++s) {
+      cross->reset_state(call::segment_key(key, s, segments));
+    }
+  }
 }
 
 CommContext::CommContext(MPI_Comm user) : user_(user) {
@@ -172,6 +187,11 @@ const Topology& CommContext::topology() {
       t->who[i * static_cast<std::size_t>(t->nodes) + j] = q;
     }
     t->steps = std::make_unique<call::NodeSteps>(t->node, env_config().node_window_bytes);
+    int provided = MPI_THREAD_SINGLE;
+    CCOLL_MPI_CHECK(MPI_Query_thread(&provided));
+    int multiple = provided == MPI_THREAD_MULTIPLE ? 1 : 0;
+    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &multiple, 1, MPI_INT, MPI_MIN, dup_));
+    t->threads = multiple == 1;
   }
   topology_ = std::move(t);
   return *topology_;

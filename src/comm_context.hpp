@@ -135,7 +135,9 @@ struct Topology {
   /// valid on every rank (else `error` says why, the same on every rank).
   bool uniform = true;
   std::string error;
-  std::string how;     ///< "MPI_COMM_TYPE_SHARED" or "CCOLL_RANKS_PER_NODE=K"
+  std::string how;  ///< "MPI_COMM_TYPE_SHARED" or "CCOLL_RANKS_PER_NODE=K"
+  /// Every rank has MPI_THREAD_MULTIPLE: a helper thread may run cross-node steps.
+  bool threads = false;
   int cross_rank = 0;  ///< this rank's index among the nodes, on its cross communicator
   /// uniform: the rank (on this communicator) of local rank i on cross rank j, at i·nodes + j
   std::vector<int> who;

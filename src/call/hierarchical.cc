@@ -1,10 +1,14 @@
 // The two-level all-reduce (hierarchical.hpp).
 #include "hierarchical.hpp"
 
+#include <algorithm>
 #include <climits>
+#include <condition_variable>
 #include <cstring>
 #include <functional>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "auto_tune.hpp"
@@ -117,8 +121,10 @@ class CrossBuffers {
 // for finish_levels(), since the node's step must still run on every rank.
 void run_cross_step(const Call& call, Kind kind, const void* in, std::size_t in_bytes, void* out,
                     std::size_t out_bytes, std::size_t count, const Topology& topo,
-                    gpu::Backend* device, CrossStep& step, const std::function<void()>& after) {
+                    gpu::Backend* device, std::uint64_t key, CrossStep& step,
+                    const std::function<void()>& after) {
   Options o = call.options;
+  o.key = key;
   o.algorithm = "auto";
   o.average = false;  // a mean divides by every rank, not by the nodes: `after` does it
   o.stats = &step.stats;
@@ -153,7 +159,8 @@ void check_node_step(const Call& call, std::size_t elements) {
 // cross-node step, where the ranks of a local index decode the same bytes; the node step copies
 // those values, so every rank ends bit-identical.
 void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& stats,
-                                CommContext& ctx, const Topology& topo, gpu::Backend* device) {
+                                CommContext& ctx, const Topology& topo, gpu::Backend* device,
+                                std::uint64_t tensor_key) {
   const std::size_t n = call.count;
   const auto nodes = static_cast<std::size_t>(topo.nodes);
   const auto local = static_cast<std::size_t>(topo.node_size);
@@ -170,7 +177,7 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
   const auto l = static_cast<std::size_t>(topo.node_rank);
   CrossStep step;
   run_cross_step(call, Kind::kAllgather, mine, block, node.data() + l * part, part, n, topo, device,
-                 step, [] {});
+                 tensor_key, step, [] {});
   // 2. the node's exact all-gather of the parts, then every block to its rank's place
   const auto t0 = Clock::now();
   const std::vector<int> counts(local, static_cast<int>(n * nodes));
@@ -194,7 +201,8 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
 // block j of the part: the block of the rank at (i, j), this rank's own. Each element crosses
 // the network once, in the cross-node step, encoded once by each node.
 void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats& stats,
-                                     CommContext& ctx, const Topology& topo, gpu::Backend* device) {
+                                     CommContext& ctx, const Topology& topo, gpu::Backend* device,
+                                     std::uint64_t tensor_key) {
   const std::size_t n = call.count;
   const auto nodes = static_cast<std::size_t>(topo.nodes);
   const auto local = static_cast<std::size_t>(topo.node_size);
@@ -220,7 +228,7 @@ void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats
   // 2. the part's compressed reduce-scatter across the nodes, into this rank's output
   CrossStep step;
   run_cross_step(call, Kind::kReduceScatter, part.data(), nodes * block, call.recvbuf, block, n,
-                 topo, device, step, [&] {
+                 topo, device, tensor_key, step, [&] {
                    if (call.options.average) {
                      coll::divide_elements(call.recvbuf, n, dtype, ctx.size());
                    }
@@ -229,10 +237,185 @@ void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats
                 device);
 }
 
+// Adds a segment's cross-node step into the call's: statistics summed, the first failure kept.
+void add_step(CrossStep& into, const CrossStep& seg, bool first) {
+  Stats& a = into.stats;
+  const Stats& b = seg.stats;
+  if (first) {
+    a = b;
+  } else {
+    a.fell_back = a.fell_back || b.fell_back;
+    a.wire_bytes_sent += b.wire_bytes_sent;
+    a.wire_bytes_received += b.wire_bytes_received;
+    a.control_bytes += b.control_bytes;
+    a.encode_seconds += b.encode_seconds;
+    a.decode_seconds += b.decode_seconds;
+    a.comm_seconds += b.comm_seconds;
+  }
+  if (seg.failed && !into.failed) {
+    into.failed = true;
+    into.code = seg.code;
+    into.message = seg.message;
+  }
+}
+
+// The segments an all-reduce of `bytes` is pipelined in: one per kSegmentBytes, at most
+// kMaxSegments, where a helper thread may run the cross-node steps (every rank has
+// MPI_THREAD_MULTIPLE, host buffers); else one.
+constexpr std::size_t kSegmentBytes = std::size_t{8} << 20;
+std::size_t pipeline_segments(std::size_t bytes, const Topology& topo, gpu::Backend* device) {
+  if (!topo.threads || device != nullptr) return 1;
+  return std::clamp<std::size_t>(bytes / kSegmentBytes, 1, kMaxSegments);
+}
+
+// The two-level all-reduce (hierarchical.hpp), in `segments` consecutive pieces of the tensor:
+// the node's reduce-scatter of segment k+1 and its all-gather of segment k-1 run while a
+// helper thread runs segment k's cross-node step, so that the node's copies and sums overlap
+// the network. Every rank of a node runs the node's steps in the same order (RS 0, RS 1, AG 0,
+// RS 2, AG 1, ...), which their shared window needs.
+void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& stats,
+                                CommContext& ctx, const Topology& topo, gpu::Backend* device,
+                                std::uint64_t tensor_key) {
+  const std::size_t n = call.count;
+  if (n > static_cast<std::size_t>(INT_MAX)) {
+    throw Error(Status::kUnsupported, std::string(call.fn) +
+                                          ": algorithm 'hierarchical': more than INT_MAX "
+                                          "elements (valid: the flat schedules)");
+  }
+  const std::size_t es = codec::dtype_size(dtype);
+  const int local = topo.node_size;
+  const auto l = static_cast<std::size_t>(topo.node_rank);
+  const std::size_t segments = std::min(pipeline_segments(n * es, topo, device), n);
+  struct Segment {
+    std::size_t offset = 0;  // elements into the tensor
+    std::vector<int> counts, displs;
+    CrossStep step;
+  };
+  std::vector<Segment> seg(segments);
+  for (std::size_t k = 0; k < segments; ++k) {
+    const std::size_t m = coll::chunk_count(n, static_cast<int>(segments), static_cast<int>(k));
+    seg[k].offset = coll::chunk_offset(n, static_cast<int>(segments), static_cast<int>(k));
+    for (int i = 0; i < local; ++i) {
+      seg[k].counts.push_back(static_cast<int>(coll::chunk_count(m, local, i)));
+      seg[k].displs.push_back(static_cast<int>(coll::chunk_offset(m, local, i)));
+    }
+  }
+  auto* data = static_cast<std::byte*>(call.recvbuf);
+  const auto* in = static_cast<const std::byte*>(call.in_place() ? call.recvbuf : call.sendbuf);
+  auto shard = [&](std::size_t k) {
+    return data + (seg[k].offset + static_cast<std::size_t>(seg[k].displs[l])) * es;
+  };
+  double node_seconds = 0;
+  // 1. the node's exact sum of this rank's shard of segment k
+  auto reduce_scatter = [&](std::size_t k) {
+    const auto t0 = Clock::now();
+    topo.steps->reduce_scatter(in + seg[k].offset * es, shard(k), seg[k].counts, seg[k].displs,
+                               dtype, call.datatype);
+    node_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  // 2. the shard's compressed all-reduce across the nodes (device buffers: on the device)
+  auto cross = [&](std::size_t k) {
+    const auto mine = static_cast<std::size_t>(seg[k].counts[l]);
+    std::byte* out = shard(k);
+    run_cross_step(call, Kind::kAllreduce, nullptr, 0, out, mine * es, mine, topo, device,
+                   segment_key(tensor_key, k, segments), seg[k].step, [&, out, mine] {
+                     if (call.options.average) coll::divide_elements(out, mine, dtype, ctx.size());
+                   });
+  };
+  // 3. every shard of segment k to every rank of the node, exact
+  auto allgather = [&](std::size_t k) {
+    const auto t0 = Clock::now();
+    topo.steps->allgather(data + seg[k].offset * es, seg[k].counts, seg[k].displs, dtype,
+                          call.datatype);
+    node_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
+  };
+  if (segments == 1) {
+    reduce_scatter(0);
+    cross(0);
+    allgather(0);
+  } else {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::size_t reduced = 0;  // segments whose node sum is ready (main thread)
+    std::size_t crossed = 0;  // segments whose cross-node step finished (helper)
+    bool abandon = false;     // the main thread failed: the helper stops
+    std::thread helper([&] {
+      for (std::size_t k = 0; k < segments; ++k) {
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return reduced > k || abandon; });
+          if (abandon) return;
+        }
+        try {
+          cross(k);
+        } catch (const std::exception& e) {  // run_cross_step keeps ccoll's errors itself
+          seg[k].step.failed = true;
+          seg[k].step.code = Status::kInternal;
+          seg[k].step.message = std::string(call.fn) + ": " + e.what();
+        }
+        {
+          const std::lock_guard<std::mutex> lock(mu);
+          crossed = k + 1;
+        }
+        cv.notify_all();
+      }
+    });
+    auto wait_crossed = [&](std::size_t k) {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return crossed > k; });
+    };
+    auto mark_reduced = [&](std::size_t k) {
+      {
+        const std::lock_guard<std::mutex> lock(mu);
+        reduced = k + 1;
+      }
+      cv.notify_all();
+    };
+    try {
+      reduce_scatter(0);
+      mark_reduced(0);
+      for (std::size_t k = 1; k < segments; ++k) {
+        reduce_scatter(k);
+        mark_reduced(k);
+        wait_crossed(k - 1);
+        allgather(k - 1);
+      }
+      wait_crossed(segments - 1);
+      allgather(segments - 1);
+    } catch (...) {
+      {
+        const std::lock_guard<std::mutex> lock(mu);
+        abandon = true;
+      }
+      cv.notify_all();
+      helper.join();
+      throw;
+    }
+    helper.join();
+  }
+  CrossStep step;
+  for (std::size_t k = 0; k < segments; ++k) add_step(step, seg[k].step, k == 0);
+  // then the cross-node step's failure, if any rank had one, on every rank
+  std::size_t node_bytes = 0;
+  for (std::size_t k = 0; k < segments; ++k) {
+    std::size_t m = 0;
+    for (const int c : seg[k].counts) m += static_cast<std::size_t>(c);
+    node_bytes += 2 * (m - static_cast<std::size_t>(seg[k].counts[l])) * es;
+  }
+  finish_levels(call, ctx, step, stats, node_seconds, node_bytes, "all-reduce", device);
+}
 }  // namespace
 
+std::uint64_t segment_key(std::uint64_t tensor_key, std::size_t segment, std::size_t segments) {
+  if (segments == 1) return tensor_key;
+  std::uint64_t z = tensor_key + 0x9E3779B97F4A7C15ull * (segment + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return (z ^ (z >> 31)) | 1;
+}
+
 void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx,
-                      gpu::Backend* device) {
+                      gpu::Backend* device, std::uint64_t tensor_key) {
   const Topology& topo = ctx.topology();  // collective on first use: every rank is here
   if (!topo.error.empty()) {
     throw Error(Status::kInvalidArgument,
@@ -254,52 +437,14 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
     return;
   }
   if (call.kind == Kind::kAllgather) {
-    run_hierarchical_allgather(call, dtype, stats, ctx, topo, device);
+    run_hierarchical_allgather(call, dtype, stats, ctx, topo, device, tensor_key);
     return;
   }
   if (call.kind == Kind::kReduceScatter) {
-    run_hierarchical_reduce_scatter(call, dtype, stats, ctx, topo, device);
+    run_hierarchical_reduce_scatter(call, dtype, stats, ctx, topo, device, tensor_key);
     return;
   }
-  const std::size_t n = call.count;
-  if (n > static_cast<std::size_t>(INT_MAX)) {
-    throw Error(Status::kUnsupported, std::string(call.fn) +
-                                          ": algorithm 'hierarchical': more than INT_MAX "
-                                          "elements (valid: the flat schedules)");
-  }
-  const std::size_t es = codec::dtype_size(dtype);
-  const int local = topo.node_size;
-  const int l = topo.node_rank;
-  std::vector<int> counts(static_cast<std::size_t>(local));
-  std::vector<int> displs(static_cast<std::size_t>(local));
-  for (int i = 0; i < local; ++i) {
-    counts[static_cast<std::size_t>(i)] = static_cast<int>(coll::chunk_count(n, local, i));
-    displs[static_cast<std::size_t>(i)] = static_cast<int>(coll::chunk_offset(n, local, i));
-  }
-  auto* data = static_cast<std::byte*>(call.recvbuf);
-  const auto mine = static_cast<std::size_t>(counts[static_cast<std::size_t>(l)]);
-  std::byte* shard = data + static_cast<std::size_t>(displs[static_cast<std::size_t>(l)]) * es;
-  const auto t0 = Clock::now();
-
-  // 1. the node's exact sum of this rank's shard
-  topo.steps->reduce_scatter(call.in_place() ? data : call.sendbuf, shard, counts, displs, dtype,
-                             call.datatype);
-  const double intra_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-
-  // 2. the shard's compressed all-reduce across the nodes (device buffers: on the device)
-  CrossStep step;
-  run_cross_step(call, Kind::kAllreduce, nullptr, 0, shard, mine * es, mine, topo, device, step,
-                 [&] {
-                   if (call.options.average) coll::divide_elements(shard, mine, dtype, ctx.size());
-                 });
-
-  // 3. every shard to every rank of the node, exact; then the cross-node step's failure, if
-  // any rank had one, on every rank
-  const auto t1 = Clock::now();
-  topo.steps->allgather(data, counts, displs, dtype, call.datatype);
-  finish_levels(call, ctx, step, stats,
-                intra_seconds + std::chrono::duration<double>(Clock::now() - t1).count(),
-                2 * (n - mine) * es, "all-reduce", device);
+  run_hierarchical_allreduce(call, dtype, stats, ctx, topo, device, tensor_key);
 }
 
 }  // namespace ccoll::call

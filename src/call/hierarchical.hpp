@@ -29,6 +29,14 @@ namespace ccoll::call {
 /// `call`'s buffers), or null: the cross-node step then runs on a device copy of its input,
 /// with the codec's kernels where it has them.
 void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx,
-                      gpu::Backend* device = nullptr);
+                      gpu::Backend* device, std::uint64_t tensor_key);
+
+/// The most segments a hierarchical all-reduce is pipelined in.
+constexpr std::size_t kMaxSegments = 8;
+
+/// The key of the state (stateful codecs) of segment `segment` of `segments` of tensor
+/// `tensor_key` on the cross-node step: the tensor's own key when there is one segment, else
+/// one key per segment, since each segment keeps its own residual.
+std::uint64_t segment_key(std::uint64_t tensor_key, std::size_t segment, std::size_t segments);
 
 }  // namespace ccoll::call

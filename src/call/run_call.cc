@@ -20,6 +20,14 @@
 namespace ccoll::call {
 namespace {
 
+// The tensor a stateful codec's state belongs to: Options::key, or the caller's receive buffer
+// and count.
+std::uint64_t tensor_key_of(const Call& call, const Placement& pl) {
+  return call.options.key != 0
+             ? call.options.key
+             : (reinterpret_cast<std::uintptr_t>(pl.user_recv) * 31 + call.count) | 1;
+}
+
 // MPI_Allreduce of arbitrarily many elements (MPI counts are int).
 void mpi_allreduce_sum(void* buf, std::size_t count, MPI_Datatype t, std::size_t es, MPI_Comm c) {
   constexpr std::size_t kMax = 1u << 30;
@@ -98,9 +106,7 @@ Prepared prepare_plan(Call& call, Placement& pl, Checked& c, CommContext& ctx) {
     key.codec = c.spec.canonical;
     // Stateful codecs keep state per tensor: Options::key, or the receive buffer and count.
     if (c.spec.stateful) {
-      key.tensor_key = call.options.key != 0
-                           ? call.options.key
-                           : (reinterpret_cast<std::uintptr_t>(pl.user_recv) * 31 + call.count) | 1;
+      key.tensor_key = tensor_key_of(call, pl);
     }
     const std::size_t evicted_before = ctx.states_evicted();
     Plan* plan = &ctx.plan(key, c.spec);
@@ -431,7 +437,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   if (hierarchical || candidate == LevelChoice::kHierarchical) {
     widen_input(call, c.in_total);  // nor here (the cross-node step has its own plan)
     const auto t0 = Clock::now();
-    run_hierarchical(call, c.dtype, stats, ctx, pl.device);
+    run_hierarchical(call, c.dtype, stats, ctx, pl.device, tensor_key_of(call, pl));
     if (level != nullptr) record_levels(*level, candidate, t0);
     return;
   }

@@ -35,6 +35,31 @@ std::vector<int> groupings(int p) {
   return out;
 }
 
+// An uncompressed hierarchical all-reduce of `n` integer-valued floats (scaled by p for the
+// mean), checked exact and bit-identical on every rank; its statistics.
+ccoll::Stats exact_none_allreduce(MPI_Comm comm, std::size_t n, bool in_place, bool average) {
+  const int p = world_size();
+  const int r = world_rank();
+  std::vector<float> in(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    in[i] = input<float>(r, i) * (average ? static_cast<float>(p) : 1.0f);
+  }
+  std::vector<float> out = in_place ? in : std::vector<float>(n, NAN);
+  ccoll::Options opt;
+  opt.codec = "none";
+  opt.algorithm = "hierarchical";
+  opt.average = average;
+  ccoll::Stats st;
+  opt.stats = &st;
+  ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : in.data(), out.data(), n, MPI_FLOAT,
+                              MPI_SUM, comm, opt);
+  std::size_t wrong = 0;
+  for (std::size_t i = 0; i < n; ++i) wrong += out[i] != exact_sum<float>(p, i);
+  EXPECT_EQ(wrong, 0u);
+  EXPECT_TRUE(identical_on_all_ranks(out.data(), 4 * n, MPI_COMM_WORLD));
+  return st;
+}
+
 TEST(MpiHierarchical, ExactWithNoneForEveryGrouping) {
   const int p = world_size();
   const int r = world_rank();
@@ -49,23 +74,7 @@ TEST(MpiHierarchical, ExactWithNoneForEveryGrouping) {
         for (const bool average : {false, true}) {
           SCOPED_TRACE("n " + std::to_string(n) + (in_place ? " in place" : "") +
                        (average ? " average" : ""));
-          std::vector<float> in(n);
-          for (std::size_t i = 0; i < n; ++i) {
-            in[i] = input<float>(r, i) * (average ? static_cast<float>(p) : 1.0f);
-          }
-          std::vector<float> out = in_place ? in : std::vector<float>(n, NAN);
-          ccoll::Options opt;
-          opt.codec = "none";
-          opt.algorithm = "hierarchical";
-          opt.average = average;
-          ccoll::Stats st;
-          opt.stats = &st;
-          ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : in.data(), out.data(), n, MPI_FLOAT,
-                                      MPI_SUM, g.comm, opt);
-          std::size_t wrong = 0;
-          for (std::size_t i = 0; i < n; ++i) wrong += out[i] != exact_sum<float>(p, i);
-          EXPECT_EQ(wrong, 0u);
-          EXPECT_TRUE(identical_on_all_ranks(out.data(), 4 * n, MPI_COMM_WORLD));
+          const ccoll::Stats st = exact_none_allreduce(g.comm, n, in_place, average);
           if (n > 0 && p > 1) {
             EXPECT_EQ(st.algorithm.rfind("hierarchical/", 0) == 0, uniform) << st.algorithm;
           }
@@ -152,6 +161,92 @@ TEST(MpiHierarchical, StatefulAndNonblocking) {
     ASSERT_TRUE(y == z) << "call " << t;
     EXPECT_TRUE(identical_on_all_ranks(y.data(), 4 * n, MPI_COMM_WORLD));
   }
+}
+
+// With MPI_THREAD_MULTIPLE an all-reduce of 16 MiB or more runs its levels in pipelined
+// segments of 8 MiB (a helper thread runs each segment's cross-node step while the node sums the
+// next segment and gathers the previous one): exact with `none` in place and not, a codec within
+// its bound, bit-identical ranks, and ef=1 keeping one state per segment: with a constant input
+// the mean of T outputs approaches the exact sum as 1/T, which a state shared by two segments
+// of equal size (or lost between calls) breaks.
+TEST(MpiHierarchical, PipelinedLevelsWithThreads) {
+  int provided = MPI_THREAD_SINGLE;
+  MPI_Query_thread(&provided);
+  if (provided != MPI_THREAD_MULTIPLE) {
+    GTEST_SKIP() << "needs MPI_THREAD_MULTIPLE (run with --thread-multiple)";
+  }
+  const int p = world_size();
+  const int r = world_rank();
+  const int k = p % 2 == 0 ? 2 : 1;
+  const Grouped g(k);
+  const std::size_t n = 3 * (std::size_t{2} << 20) + 5;  // 24 MiB of floats: three segments
+  for (const bool in_place : {false, true}) {
+    SCOPED_TRACE(in_place ? "in place" : "out of place");
+    const ccoll::Stats st = exact_none_allreduce(g.comm, n, in_place, false);
+    if (p > 1) {
+      EXPECT_EQ(st.algorithm.rfind("hierarchical/", 0), 0u) << st.algorithm;
+    }
+  }
+  // a smooth input, the same on every call; `scale` bounds |Σ x| per element
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    x[i] = static_cast<float>(std::sin(1e-3 * static_cast<double>(i % 100003) + r));
+  }
+  std::vector<double> exact(n, 0.0);
+  for (int q = 0; q < p; ++q) {
+    for (std::size_t i = 0; i < n; ++i) {
+      exact[i] += static_cast<float>(std::sin(1e-3 * static_cast<double>(i % 100003) + q));
+    }
+  }
+  const double scale = p;
+  const int nodes = p / k;
+  ccoll::Options opt;
+  opt.codec = "maxnorm:bits=4";
+  opt.algorithm = "hierarchical";
+  std::vector<float> y = x;
+  ccoll::compressed_allreduce(MPI_IN_PLACE, y.data(), n, MPI_FLOAT, MPI_SUM, g.comm, opt);
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(y[i] - exact[i]));
+  EXPECT_LE(worst, ccoll::describe_codec(opt.codec, nodes).error_bound * scale + 1e-5);
+  EXPECT_TRUE(identical_on_all_ranks(y.data(), 4 * n, MPI_COMM_WORLD));
+  if (nodes < 2) return;  // one node: the cross-node step is exact
+  opt.codec = "maxnorm:bits=2,ef=1";
+  constexpr int kCalls = 8;
+  // x, and x with its first elements changed (in the first segment only)
+  std::vector<float> x2 = x;
+  for (std::size_t i = 0; i < 1000; ++i) x2[i] = 2 * x[i] + 1;
+  const std::size_t mid = n / 2;  // inside the second segment, of the first one's size
+  std::vector<double> mean(n, 0.0);
+  std::vector<float> first;
+  for (int t = 0; t < kCalls; ++t) {
+    SCOPED_TRACE("call " + std::to_string(t));
+    y = x;
+    opt.key = 99;
+    ccoll::compressed_allreduce(MPI_IN_PLACE, y.data(), n, MPI_FLOAT, MPI_SUM, g.comm, opt);
+    for (std::size_t i = 0; i < n; ++i) mean[i] += y[i] / kCalls;
+    if (t == 0) first = y;
+    std::vector<float> y2 = x2;
+    opt.key = 100;
+    ccoll::compressed_allreduce(MPI_IN_PLACE, y2.data(), n, MPI_FLOAT, MPI_SUM, g.comm, opt);
+    // a segment's state is its own: the second segment's output does not see the first's input
+    ASSERT_TRUE(std::equal(y.begin() + static_cast<std::ptrdiff_t>(mid - 1000),
+                           y.begin() + static_cast<std::ptrdiff_t>(mid + 1000),
+                           y2.begin() + static_cast<std::ptrdiff_t>(mid - 1000)));
+  }
+  double mean_worst = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    mean_worst = std::max(mean_worst, std::fabs(mean[i] - exact[i]));
+  }
+  // error feedback: |mean - exact| <= (|e_1| + |e_T+1|) / T, each residual within one step
+  EXPECT_LE(mean_worst,
+            2.0 * ccoll::describe_codec("maxnorm:bits=2", nodes).error_bound * scale / kCalls);
+  EXPECT_TRUE(identical_on_all_ranks(y.data(), 4 * n, MPI_COMM_WORLD));
+  // reset_state reaches the state of every segment: the next call is the first one again
+  ccoll::reset_state(g.comm, 99);
+  y = x;
+  opt.key = 99;
+  ccoll::compressed_allreduce(MPI_IN_PLACE, y.data(), n, MPI_FLOAT, MPI_SUM, g.comm, opt);
+  EXPECT_TRUE(y == first);
 }
 
 TEST(MpiHierarchical, ErrorsRaiseOnEveryRank) {
