@@ -16,7 +16,10 @@ B bytes/s per rank (shared memory or NVLink):
     flat:          a 2(p-1) + n 2(p-1)/p 8 / (R ratio(p)) + g n
     hierarchical:  2 n (L-1)/L / B + a 2(N-1) + n 2(N-1)/N 8 / (R ratio(N)) + g n / L
 (the flat ring's step time is its one cross-node hop per node; the hierarchical schedule's
-codec works on a shard of n/L, and its sums have N contributions instead of p)."""
+codec works on a shard of n/L, and its sums have N contributions instead of p). Pipelined in S
+segments (MPI_THREAD_MULTIPLE: the node's steps of one segment run during another's
+cross-node step), with node = 2 n (L-1)/L / B and cross = S a 2(N-1) + the wire and codec terms:
+    pipelined:     max(node, cross) + min(node, cross) / S"""
 import glob
 import math
 import os
@@ -104,9 +107,18 @@ def predict_flat(series, a, g, L, N, n, R):
     return a * 2 * (p - 1) + n * 2 * (p - 1) / p * 8 / (R * ratio(series, p)) + g * n
 
 
-def predict_hierarchical(series, a, g, L, N, n, R, B):
-    return (2 * n * (L - 1) / L / B + a * 2 * (N - 1)
-            + n * 2 * (N - 1) / N * 8 / (R * ratio(series, N)) + g * n / L)
+def predict_hierarchical(series, a, g, L, N, n, R, B, segments=1):
+    node = 2 * n * (L - 1) / L / B
+    cross = (segments * a * 2 * (N - 1) + n * 2 * (N - 1) / N * 8 / (R * ratio(series, N))
+             + g * n / L)
+    if segments == 1:
+        return node + cross
+    return max(node, cross) + min(node, cross) / segments
+
+
+# ccoll's segments for a pipelined hierarchical all-reduce: one per 8 MiB, at most 8.
+def pipeline_segments(n):
+    return max(1, min(8, n // (8 << 20)))
 
 
 def hierarchical_section(order, params):
@@ -114,7 +126,9 @@ def hierarchical_section(order, params):
     L = 8
     nodes = [8, 16, 32, 64, 128]
     md = ["", "## Projection: hierarchical against flat, 8 ranks per node, 64 MiB (ms)", "",
-          "`flat / hier` per node count; codec time per byte `g` as fitted on this machine's CPU",
+          "`flat / hier / pipelined` per node count (pipelined: the levels overlapped in",
+          f"{pipeline_segments(n)} segments, as under MPI_THREAD_MULTIPLE on host buffers; on device",
+          "buffers ccoll does not pipeline them, so the GPU rows' third number is a what-if); codec time per byte `g` as fitted on this machine's CPU",
           "(\"CPU\") or an H100's maxnorm kernels (\"GPU\", `bench/results/gpu/`); the node's",
           "own steps at " + ", ".join(f"{k} {v / 1e9:.0f} GB/s" for k, v in INTRA_BPS.items()) +
           " per rank. A model, not a measurement: see bench/results/hierarchical/ for what",
@@ -136,7 +150,8 @@ def hierarchical_section(order, params):
                     for N in nodes:
                         f = predict_flat(s, a, gg, L, N, n, R)
                         h = predict_hierarchical(s, a, gg, L, N, n, R, B)
-                        cells.append(f"{f * 1e3:.0f} / {h * 1e3:.0f}")
+                        hp = predict_hierarchical(s, a, gg, L, N, n, R, B, pipeline_segments(n))
+                        cells.append(f"{f * 1e3:.0f} / {h * 1e3:.0f} / {hp * 1e3:.0f}")
                     md.append(f"| {gbit} Gbit/s | {where} | `{s}`, {dev} | " + " | ".join(cells) +
                               " |")
     return md
