@@ -153,6 +153,21 @@ void check_node_step(const Call& call, std::size_t elements) {
   }
 }
 
+// The balanced split of `total` elements into a node's `parts` parts (chunk_count and
+// chunk_offset), as the node's steps take it: part i is counts[i] elements at displs[i].
+struct NodeParts {
+  std::vector<int> counts;
+  std::vector<int> displs;
+};
+NodeParts node_parts(std::size_t total, int parts) {
+  NodeParts p;
+  for (int i = 0; i < parts; ++i) {
+    p.counts.push_back(static_cast<int>(coll::chunk_count(total, parts, i)));
+    p.displs.push_back(static_cast<int>(coll::chunk_offset(total, parts, i)));
+  }
+  return p;
+}
+
 // The two-level all-gather: the compressed all-gather of every rank's block among the ranks of
 // its local index (one per node), then the node's exact all-gather of what they received, laid
 // out by rank. Each block is encoded once, by its owner, and crosses the network only in the
@@ -180,10 +195,8 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
                  tensor_key, step, [] {});
   // 2. the node's exact all-gather of the parts, then every block to its rank's place
   const auto t0 = Clock::now();
-  const std::vector<int> counts(local, static_cast<int>(n * nodes));
-  std::vector<int> displs(local);
-  for (std::size_t i = 0; i < local; ++i) displs[i] = static_cast<int>(i * n * nodes);
-  topo.steps->allgather(node.data(), counts, displs, dtype, call.datatype);
+  const NodeParts parts = node_parts(local * nodes * n, topo.node_size);  // n·nodes each
+  topo.steps->allgather(node.data(), parts.counts, parts.displs, dtype, call.datatype);
   for (std::size_t i = 0; i < local; ++i) {
     for (std::size_t j = 0; j < nodes; ++j) {
       const auto r = static_cast<std::size_t>(topo.who[i * nodes + j]);
@@ -220,10 +233,9 @@ void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats
     }
   }
   std::vector<std::byte> part(nodes * block);
-  const std::vector<int> counts(local, static_cast<int>(n * nodes));
-  std::vector<int> displs(local);
-  for (std::size_t i = 0; i < local; ++i) displs[i] = static_cast<int>(i * n * nodes);
-  topo.steps->reduce_scatter(grouped.data(), part.data(), counts, displs, dtype, call.datatype);
+  const NodeParts parts = node_parts(local * nodes * n, topo.node_size);  // n·nodes each
+  topo.steps->reduce_scatter(grouped.data(), part.data(), parts.counts, parts.displs, dtype,
+                             call.datatype);
   const double node_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   // 2. the part's compressed reduce-scatter across the nodes, into this rank's output
   CrossStep step;
@@ -277,28 +289,20 @@ void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& sta
                                 CommContext& ctx, const Topology& topo, gpu::Backend* device,
                                 std::uint64_t tensor_key) {
   const std::size_t n = call.count;
-  if (n > static_cast<std::size_t>(INT_MAX)) {
-    throw Error(Status::kUnsupported, std::string(call.fn) +
-                                          ": algorithm 'hierarchical': more than INT_MAX "
-                                          "elements (valid: the flat schedules)");
-  }
+  check_node_step(call, n);
   const std::size_t es = codec::dtype_size(dtype);
-  const int local = topo.node_size;
   const auto l = static_cast<std::size_t>(topo.node_rank);
   const std::size_t segments = std::min(pipeline_segments(n * es, topo, device), n);
-  struct Segment {
+  struct Segment : NodeParts {
     std::size_t offset = 0;  // elements into the tensor
-    std::vector<int> counts, displs;
     CrossStep step;
   };
   std::vector<Segment> seg(segments);
   for (std::size_t k = 0; k < segments; ++k) {
-    const std::size_t m = coll::chunk_count(n, static_cast<int>(segments), static_cast<int>(k));
-    seg[k].offset = coll::chunk_offset(n, static_cast<int>(segments), static_cast<int>(k));
-    for (int i = 0; i < local; ++i) {
-      seg[k].counts.push_back(static_cast<int>(coll::chunk_count(m, local, i)));
-      seg[k].displs.push_back(static_cast<int>(coll::chunk_offset(m, local, i)));
-    }
+    const auto s = static_cast<int>(segments);
+    const auto i = static_cast<int>(k);
+    static_cast<NodeParts&>(seg[k]) = node_parts(coll::chunk_count(n, s, i), topo.node_size);
+    seg[k].offset = coll::chunk_offset(n, s, i);
   }
   auto* data = static_cast<std::byte*>(call.recvbuf);
   const auto* in = static_cast<const std::byte*>(call.in_place() ? call.recvbuf : call.sendbuf);
@@ -395,14 +399,11 @@ void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& sta
   }
   CrossStep step;
   for (std::size_t k = 0; k < segments; ++k) add_step(step, seg[k].step, k == 0);
-  // then the cross-node step's failure, if any rank had one, on every rank
-  std::size_t node_bytes = 0;
-  for (std::size_t k = 0; k < segments; ++k) {
-    std::size_t m = 0;
-    for (const int c : seg[k].counts) m += static_cast<std::size_t>(c);
-    node_bytes += 2 * (m - static_cast<std::size_t>(seg[k].counts[l])) * es;
-  }
-  finish_levels(call, ctx, step, stats, node_seconds, node_bytes, "all-reduce", device);
+  // then the cross-node step's failure, if any rank had one, on every rank: the node's steps
+  // moved every element but this rank's shards, each way
+  std::size_t mine = 0;
+  for (const Segment& g : seg) mine += static_cast<std::size_t>(g.counts[l]);
+  finish_levels(call, ctx, step, stats, node_seconds, 2 * (n - mine) * es, "all-reduce", device);
 }
 }  // namespace
 
