@@ -241,7 +241,8 @@ int main(int argc, char** argv) {
                   gbs / copy_gbs);
     };
     std::printf("| D2D cudaMemcpy | %zu MiB | %.1f | 1.00 |\n", bytes >> 20, copy_gbs);
-    row("block_abs_max (scale pass)", time_it(reps, [&] { b->block_abs_max(x, n, maxima); }));
+    row("block_abs_max (scale pass)",
+        time_it(reps, [&] { b->block_abs_max(x, n, gpu::Input::kFloat32, maxima); }));
     for (const unsigned bits : {8u, 4u, 2u}) {
       gpu::MaxnormEncodeArgs e;
       e.count = n;
@@ -284,6 +285,30 @@ int main(int argc, char** argv) {
     auto* half = reinterpret_cast<std::uint16_t*>(codes);
     row("fp16 encode", time_it(reps, [&] { b->cast_encode(true, x, n, half); }));
     row("fp16 decode-accumulate", time_it(reps, [&] { b->cast_decode(true, half, n, y, true); }));
+    {
+      // bf16 input (the same n elements, half the bytes): the scan and the bits=8 encode read
+      // it as they widen it, against a conversion kernel into fp32 first (the GB/s of these rows
+      // count n fp32 elements, as the rows above, so that the times compare directly)
+      auto* bf = reinterpret_cast<std::uint16_t*>(codes2);
+      b->cast_encode(false, x, n, bf);
+      gpu::MaxnormEncodeArgs e;
+      e.count = n;
+      e.scales = scales;
+      e.levels = 127;
+      e.width = 8;
+      e.seed = 3;
+      row("bf16 input: block_abs_max + bits=8 encode, fused", time_it(reps, [&] {
+            b->block_abs_max(bf, n, gpu::Input::kBFloat16, maxima);
+            e.input = gpu::Input::kBFloat16;
+            b->maxnorm_encode(bf, e, codes);
+          }));
+      row("bf16 input: widen + block_abs_max + bits=8 encode", time_it(reps, [&] {
+            b->cast_decode(false, bf, n, y, false);
+            b->block_abs_max(y, n, gpu::Input::kFloat32, maxima);
+            e.input = gpu::Input::kFloat32;
+            b->maxnorm_encode(y, e, codes);
+          }));
+    }
     b->synchronize();
     std::printf(
         "\n| codec (device codec, payload in device memory) | size | GB/s | vs D2D memcpy "

@@ -90,9 +90,11 @@ class Backend {
 
   // ---- kernels (all pointers device memory) ---------------------------------------------------
   /// out[b] = max over block b of the sign-cleared bit patterns of x (kMaxnormBlock elements per
-  /// block); out must hold ceil(count / kMaxnormBlock) words.
-  virtual void block_abs_max(const float* x, std::size_t count, std::uint32_t* out) = 0;
-  virtual void maxnorm_encode(const float* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) = 0;
+  /// block) as fp32 values (16-bit input: of the widened values, which order as their
+  /// patterns); out must hold ceil(count / kMaxnormBlock) words.
+  virtual void block_abs_max(const void* x, std::size_t count, Input input, std::uint32_t* out) = 0;
+  /// The codes of a maxnorm encode of x (fp32, or 16-bit: a.input).
+  virtual void maxnorm_encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) = 0;
   /// Largest lane seen is max-ed into *worst (device).
   virtual void maxnorm_decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
                               std::uint32_t* worst) = 0;
@@ -148,6 +150,10 @@ class Backend {
   /// out[i] = a[i] + b[i], or a[i] - b[i] when `subtract` (error feedback's x + e and p - d).
   virtual void add(float* out, const float* a, const float* b, std::size_t count,
                    bool subtract) = 0;
+  /// out[i] = widen(x[i]) + e[i] for 16-bit x (fp16, or bf16 when `bf16`): error feedback's
+  /// x + e on 16-bit input, widened in the same pass.
+  virtual void widen_add(float* out, const std::uint16_t* x, bool bf16, const float* e,
+                         std::size_t count) = 0;
   /// The fused hop of the casts' ring: acc[i] += decode(in[i]); out[i] = encode(acc[i]) (`out`
   /// may be `in`).
   virtual void cast_reduce_encode(bool half, const std::uint16_t* in, std::size_t count, float* acc,
@@ -183,6 +189,9 @@ void emulated_fail_pointer_queries(bool fail);
 void emulated_set_eager(int queue);
 /// Device memory, pinned memory and events the emulated backends have created so far.
 std::size_t emulated_allocations();
+/// cast_decode kernels (16-bit values widened into fp32) the emulated backends have queued so
+/// far: tests check that a codec which reads 16-bit input needs none.
+std::size_t emulated_widenings();
 
 /// Installs `b` as the backend (tests); null restores the default.
 void install_backend(std::unique_ptr<Backend> b);

@@ -75,13 +75,15 @@ struct SumOp {  // modulo 2^64: order-free
   }
 };
 
-__global__ void abs_max_kernel(const float* x, std::size_t count, std::uint32_t* out) {
+// kIn: the input's element type, fixed per instantiation so that the load is one instruction
+template <Input kIn>
+__global__ void abs_max_kernel(const void* x, std::size_t count, std::uint32_t* out) {
   for (std::size_t tile = blockIdx.x; tile * kScanTile < count; tile += gridDim.x) {
     const std::size_t begin = tile * kScanTile;
     const std::size_t end = begin + kScanTile < count ? begin + kScanTile : count;
     std::uint32_t m = 0;
     for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-      const std::uint32_t v = abs_bits(x[i]);
+      const std::uint32_t v = abs_bits(load_input(x, i, kIn));
       m = v > m ? v : m;
     }
     m = __reduce_max_sync(0xFFFFFFFFu, m);
@@ -89,7 +91,10 @@ __global__ void abs_max_kernel(const float* x, std::size_t count, std::uint32_t*
   }
 }
 
-__global__ void maxnorm_encode_kernel(const float* x, MaxnormEncodeArgs a, std::uint8_t* codes) {
+// kIn: a.input as a constant, so that the encode's loads compile to one type's
+template <Input kIn>
+__global__ void maxnorm_encode_kernel(const void* x, MaxnormEncodeArgs a, std::uint8_t* codes) {
+  a.input = kIn;
   const std::size_t groups = group_count(a.count);
   for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
     maxnorm_encode_group(x, a, g, codes);
@@ -374,6 +379,14 @@ __global__ void add_kernel(float* out, const float* a, const float* b, std::size
   }
 }
 
+template <bool kBf16>
+__global__ void widen_add_kernel(float* out, const std::uint16_t* x, const float* e,
+                                 std::size_t count) {
+  for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
+    out[i] = load_input(x, i, kBf16 ? Input::kBFloat16 : Input::kFloat16) + e[i];
+  }
+}
+
 template <class T>
 __global__ void divide_kernel(T* x, std::size_t count, T d) {
   for (std::size_t i = global_thread(); i < count; i += grid_threads()) x[i] = x[i] / d;
@@ -484,17 +497,38 @@ class CudaBackend final : public Backend {
     if (t.copy != nullptr) check(cudaStreamSynchronize(t.copy), "cudaStreamSynchronize");
   }
 
-  void block_abs_max(const float* x, std::size_t count, std::uint32_t* out) override {
+  void block_abs_max(const void* x, std::size_t count, Input input, std::uint32_t* out) override {
     if (count == 0) return;
     memset_zero(out, sizeof(std::uint32_t) * ((count + kMaxnormBlock - 1) / kMaxnormBlock));
     const std::size_t tiles = (count + kScanTile - 1) / kScanTile;
-    abs_max_kernel<<<static_cast<unsigned>(tiles < 65535 ? tiles : 65535), kThreads, 0, stream()>>>(
-        x, count, out);
+    const auto grid = static_cast<unsigned>(tiles < 65535 ? tiles : 65535);
+    switch (input) {
+      case Input::kFloat32:
+        abs_max_kernel<Input::kFloat32><<<grid, kThreads, 0, stream()>>>(x, count, out);
+        break;
+      case Input::kFloat16:
+        abs_max_kernel<Input::kFloat16><<<grid, kThreads, 0, stream()>>>(x, count, out);
+        break;
+      case Input::kBFloat16:
+        abs_max_kernel<Input::kBFloat16><<<grid, kThreads, 0, stream()>>>(x, count, out);
+        break;
+    }
     check(cudaGetLastError(), "block_abs_max launch");
   }
-  void maxnorm_encode(const float* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
+  void maxnorm_encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
     if (a.count == 0) return;
-    maxnorm_encode_kernel<<<grid_for(group_count(a.count)), kThreads, 0, stream()>>>(x, a, codes);
+    const unsigned grid = grid_for(group_count(a.count));
+    switch (a.input) {
+      case Input::kFloat32:
+        maxnorm_encode_kernel<Input::kFloat32><<<grid, kThreads, 0, stream()>>>(x, a, codes);
+        break;
+      case Input::kFloat16:
+        maxnorm_encode_kernel<Input::kFloat16><<<grid, kThreads, 0, stream()>>>(x, a, codes);
+        break;
+      case Input::kBFloat16:
+        maxnorm_encode_kernel<Input::kBFloat16><<<grid, kThreads, 0, stream()>>>(x, a, codes);
+        break;
+    }
     check(cudaGetLastError(), "maxnorm_encode launch");
   }
   void maxnorm_decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
@@ -683,6 +717,16 @@ class CudaBackend final : public Backend {
       add_kernel<false><<<grid_for(count), kThreads, 0, stream()>>>(out, a, b, count);
     }
     check(cudaGetLastError(), "add launch");
+  }
+  void widen_add(float* out, const std::uint16_t* x, bool bf16, const float* e,
+                 std::size_t count) override {
+    if (count == 0) return;
+    if (bf16) {
+      widen_add_kernel<true><<<grid_for(count), kThreads, 0, stream()>>>(out, x, e, count);
+    } else {
+      widen_add_kernel<false><<<grid_for(count), kThreads, 0, stream()>>>(out, x, e, count);
+    }
+    check(cudaGetLastError(), "widen_add launch");
   }
   void divide(void* x, std::size_t count, bool is_double, int ranks) override {
     if (count == 0) return;

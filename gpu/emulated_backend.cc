@@ -104,6 +104,7 @@ Queues& queues() {
 }
 
 std::atomic<std::size_t> g_allocations{0};
+std::atomic<std::size_t> g_casts{0};  // cast_decode calls (emulated_widenings)
 
 int& current_device_of_thread() {
   thread_local int d = 0;
@@ -231,19 +232,19 @@ class EmulatedBackend final : public Backend {
   }
   void synchronize() override { queues().drain_all(); }
 
-  void block_abs_max(const float* x, std::size_t count, std::uint32_t* out) override {
+  void block_abs_max(const void* x, std::size_t count, Input input, std::uint32_t* out) override {
     on_current_device(x, "block_abs_max");
     on_current_device(out, "block_abs_max");
     queues().push([=] {
       for (std::size_t b = 0; b * kMaxnormBlock < count; ++b) out[b] = 0;
       for (std::size_t i = 0; i < count; ++i) {
         std::uint32_t& m = out[i / kMaxnormBlock];
-        const std::uint32_t v = abs_bits(x[i]);
+        const std::uint32_t v = abs_bits(load_input(x, i, input));
         m = v > m ? v : m;
       }
     });
   }
-  void maxnorm_encode(const float* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
+  void maxnorm_encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
     on_current_device(x, "maxnorm_encode");
     on_current_device(codes, "maxnorm_encode");
     queues().push([=] {
@@ -443,6 +444,7 @@ class EmulatedBackend final : public Backend {
   }
   void cast_decode(bool half, const std::uint16_t* codes, std::size_t count, float* out,
                    bool accumulate) override {
+    ++g_casts;
     queues().push([=] {
       for (std::size_t i = 0; i < count; ++i) {
         const float v = half ? codec::half_to_float(codes[i]) : codec::bf16_to_float(codes[i]);
@@ -453,6 +455,15 @@ class EmulatedBackend final : public Backend {
   void add(float* out, const float* a, const float* b, std::size_t count, bool subtract) override {
     queues().push([=] {
       for (std::size_t i = 0; i < count; ++i) out[i] = subtract ? a[i] - b[i] : a[i] + b[i];
+    });
+  }
+  void widen_add(float* out, const std::uint16_t* x, bool bf16, const float* e,
+                 std::size_t count) override {
+    on_current_device(x, "widen_add");
+    queues().push([=] {
+      for (std::size_t i = 0; i < count; ++i) {
+        out[i] = load_input(x, i, bf16 ? Input::kBFloat16 : Input::kFloat16) + e[i];
+      }
     });
   }
   void cast_reduce_encode(bool half, const std::uint16_t* in, std::size_t count, float* acc,
@@ -544,5 +555,6 @@ void emulated_fail_pointer_queries(bool fail) { pointer_queries_fail() = fail; }
 void emulated_set_eager(int queue) { g_eager.store(queue); }
 
 std::size_t emulated_allocations() { return g_allocations.load(); }
+std::size_t emulated_widenings() { return g_casts.load(); }
 
 }  // namespace ccoll::gpu

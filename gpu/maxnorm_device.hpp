@@ -22,6 +22,18 @@ namespace ccoll::gpu {
 /// Elements per maxnorm scale block (codecs/maxnorm_wire.hpp: the payload layout).
 inline constexpr std::size_t kMaxnormBlock = codec::kMaxnormBlock;
 
+/// The element type of a kernel's input: fp32, or 16-bit floats the kernel widens exactly as it
+/// reads them (the values of codec::InputType), so that a call on 16-bit buffers needs no
+/// conversion pass before the scan and the encode.
+enum class Input : std::uint8_t { kFloat32 = 0, kFloat16 = 1, kBFloat16 = 2 };
+
+/// Element i of input x of type t, as an fp32 value (16-bit values widen exactly).
+CCOLL_HOST_DEVICE inline float load_input(const void* x, std::size_t i, Input t) {
+  if (t == Input::kFloat32) return static_cast<const float*>(x)[i];
+  const std::uint16_t h = static_cast<const std::uint16_t*>(x)[i];
+  return t == Input::kFloat16 ? codec::half_to_float(h) : codec::bf16_to_float(h);
+}
+
 /// One maxnorm encode of `count` elements starting at tensor element `offset` (randk: of the
 /// `count` kept coordinates `selected`, tensor indices in [offset, ...), increasing).
 struct MaxnormEncodeArgs {
@@ -41,6 +53,8 @@ struct MaxnormEncodeArgs {
   std::uint32_t levels2 = 0;
   const std::uint8_t* mask = nullptr;
   bool nearest = false;  ///< round=nearest: every draw is codec::kNearestDraw
+  /// The type of the elements x points to (fp32, or 16-bit read as it widens).
+  Input input = Input::kFloat32;
 };
 
 /// One maxnorm decode (or decode-accumulate) of the codes of a validated payload (randk: count
@@ -221,7 +235,7 @@ CCOLL_HOST_DEVICE inline void cast_reduce_encode_one(bool half, const std::uint1
 }
 
 /// Encodes group g (elements [8g, 8g + 8) ∩ [0, count)) of a maxnorm encode into `codes`.
-CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const float* x, const MaxnormEncodeArgs& a,
+CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const void* x, const MaxnormEncodeArgs& a,
                                                    std::size_t g, std::uint8_t* codes) {
   std::uint32_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   const std::size_t i0 = 8 * g;
@@ -241,7 +255,7 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const float* x, const Maxnorm
       inv = m > 0 ? static_cast<float>(a.levels2) / m : 0.0f;  // a fine coordinate
     }
     const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(rnd.v[e & 3]);
-    v[j] = codec::stochastic_code(x[e - a.offset], inv, u, a.levels);
+    v[j] = codec::stochastic_code(load_input(x, e - a.offset, a.input), inv, u, a.levels);
   }
   put_group(codes, packed_size(a.count, a.width), a.width, g, v, n);
 }

@@ -329,7 +329,8 @@ class DeviceCodecBase : public DeviceCodec {
     block_maxima(data, count);
     return target()->needs_fallback(maxima_.data(), maxima_.size(), ranks);
   }
-  /// Block maxima (kMaxnormBlock elements each) of `count` device floats into maxima_.
+  /// Block maxima (kMaxnormBlock elements each) of `count` device elements (of type input_)
+  /// into maxima_.
   void block_maxima(const void* data, std::size_t count) const {
     std::vector<float>& out = maxima_;
     const std::size_t nb = (count + gpu::kMaxnormBlock - 1) / gpu::kMaxnormBlock;
@@ -337,14 +338,17 @@ class DeviceCodecBase : public DeviceCodec {
     if (nb == 0) return;
     auto* dev = static_cast<std::uint32_t*>(maxima_dev_.get(b_, 4 * nb, false));
     auto* host = static_cast<std::uint32_t*>(maxima_host_.get(b_, 4 * nb, true));
-    b_.block_abs_max(static_cast<const float*>(data), count, dev);
+    b_.block_abs_max(data, count, input_, dev);
     b_.copy(host, dev, 4 * nb);
     b_.synchronize();
     for (std::size_t k = 0; k < nb; ++k) std::memcpy(&out[k], &host[k], 4);
   }
 
   gpu::Backend& b_;
-  bool resident_;      // payloads live in device memory (CUDA-aware MPI), not host memory
+  bool resident_;  // payloads live in device memory (CUDA-aware MPI), not host memory
+  // the element type of the call's input where the codec reads 16-bit input itself (the scan
+  // and the own contributions' encodes; set_input_type)
+  gpu::Input input_ = gpu::Input::kFloat32;
   gpu::Buffer batch_;  // encode_many/decode_many: every job's device room
   gpu::EventPool events_;
   // block maxima of the last scan: workspace of the const fallback test, not codec state

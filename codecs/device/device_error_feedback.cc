@@ -24,7 +24,14 @@ class DeviceErrorFeedback final : public DeviceCodec {
   // Stated for the device-codec interface: the inner device codec on the input itself, as the
   // CPU ef wrapper forwards them (the fallback test and dq's norm read x; decoding is stateless).
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
-    return inner_->needs_fallback(data, count, ranks);
+    if (in_ == codec::InputType::kNative) return inner_->needs_fallback(data, count, ranks);
+    return inner_->needs_fallback(with_residual(data, count), count, ranks);
+  }
+  // 16-bit input: x + e is formed in fp32 anyway, so the input widens in that same kernel (the
+  // inner codec reads fp32 as always), as the CPU wrapper does
+  bool set_input_type(codec::InputType t) override {
+    in_ = t;
+    return true;
   }
   void decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out) override {
     inner_->decode(in, bytes, count, out);
@@ -65,7 +72,7 @@ class DeviceErrorFeedback final : public DeviceCodec {
     auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
     auto* d = static_cast<float*>(decoded_.get(b_, 4 * count, false));
     float* r = e.data() + ctx.offset;
-    b_.add(p, static_cast<const float*>(in), r, count, false);
+    plus_residual(p, in, r, count, ctx.role);
     const std::size_t n = inner_->encode(p, count, ctx, out);
     inner_->decode(out, n, count, d);
     b_.add(r, p, d, count, true);
@@ -87,8 +94,7 @@ class DeviceErrorFeedback final : public DeviceCodec {
     batch_.run(
         *inner_, jobs, n, ready,
         [&](std::size_t i, float* p) {
-          b_.add(p, static_cast<const float*>(jobs[i].in), e.data() + jobs[i].ctx.offset,
-                 jobs[i].count, false);
+          plus_residual(p, jobs[i].in, e.data() + jobs[i].ctx.offset, jobs[i].count, role);
         },
         [&](std::size_t i, const float* p, const float* d) {
           float* r = e.data() + jobs[i].ctx.offset;
@@ -101,12 +107,33 @@ class DeviceErrorFeedback final : public DeviceCodec {
   }
 
  private:
-  // x + e_own on the device as encode() computes it (x itself before the first call)
+  // x + e_own on the device as encode() computes it (x itself, widened where it is 16-bit,
+  // before the first call)
   const void* with_residual(const void* data, std::size_t count) const {
-    if (own_.size() < count) return data;
+    const bool native = in_ == codec::InputType::kNative;
+    if (own_.size() < count && native) return data;
     auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
-    b_.add(p, static_cast<const float*>(data), own_.data(), count, false);
+    if (own_.size() < count) {
+      b_.cast_decode(in_ == codec::InputType::kFloat16, static_cast<const std::uint16_t*>(data),
+                     count, p, false);
+    } else if (native) {
+      b_.add(p, static_cast<const float*>(data), own_.data(), count, false);
+    } else {
+      b_.widen_add(p, static_cast<const std::uint16_t*>(data), in_ == codec::InputType::kBFloat16,
+                   own_.data(), count);
+    }
     return p;
+  }
+  // p = x + r for an encode of role `role` (16-bit input: the own contributions' x, widened in
+  // the same kernel)
+  void plus_residual(float* p, const void* x, const float* r, std::size_t count,
+                     codec::BlockContext::Role role) {
+    if (in_ != codec::InputType::kNative && role == codec::BlockContext::Role::kOwn) {
+      b_.widen_add(p, static_cast<const std::uint16_t*>(x), in_ == codec::InputType::kBFloat16, r,
+                   count);
+    } else {
+      b_.add(p, static_cast<const float*>(x), r, count, false);
+    }
   }
 
   gpu::Backend& b_;
@@ -114,6 +141,7 @@ class DeviceErrorFeedback final : public DeviceCodec {
   std::string spec_;
   std::unique_ptr<codec::Codec> cpu_inner_;  // the inner device codec's CPU side
   std::unique_ptr<codec::Codec> inner_;
+  codec::InputType in_ = codec::InputType::kNative;
   DeviceFloats own_;
   DeviceFloats hop_;
   mutable gpu::Buffer sum_;  // x + e

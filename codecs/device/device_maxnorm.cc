@@ -20,6 +20,14 @@ class DeviceMaxnorm final : public DeviceCodecBase {
         nearest_(p.nearest) {}
 
   bool host_writes_body() const override { return true; }  // encode_prefix's offset, scales
+  // 16-bit input: the scan and the own contributions' encode kernels widen it as they read it,
+  // as the CPU codec does (randk and two-scale read scattered elements: the caller widens
+  // their input)
+  bool set_input_type(codec::InputType t) override {
+    if (t != codec::InputType::kNative && (sparse_ || levels2_ != 0)) return false;
+    input_ = static_cast<gpu::Input>(t);
+    return true;
+  }
   void begin_call(int ranks) override {
     ranks_ = static_cast<std::uint32_t>(ranks < 1 ? 1 : ranks);
     target()->begin_call(ranks);
@@ -85,7 +93,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     const std::size_t at = encode_prefix(count, ctx, out);
     const std::size_t code_bytes = gpu::packed_size(ncodes_, width_);
     std::uint8_t* codes = body_target(out, at, code_bytes);
-    queue_codes(static_cast<const float*>(in), count, ctx, codes);
+    queue_codes(in, count, ctx, codes);
     finish_body(out, at, codes, code_bytes);
     return at + code_bytes;
   }
@@ -193,7 +201,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     return at;
   }
   // Queues the kernel writing the codes of the encode encode_prefix() began at `codes`.
-  void queue_codes(const float* x, std::size_t count, const codec::BlockContext& ctx,
+  void queue_codes(const void* x, std::size_t count, const codec::BlockContext& ctx,
                    std::uint8_t* codes) {
     if (ncodes_ == 0) return;
     const std::size_t first = ctx.offset / gpu::kMaxnormBlock;
@@ -211,6 +219,8 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     a.levels2 = levels2_;
     a.mask = levels2_ != 0 ? mask_dev_ptr_ : nullptr;
     a.nearest = nearest_;
+    // 16-bit input is the call's own: partial sums (hops) are fp32
+    a.input = ctx.role == codec::BlockContext::Role::kOwn ? input_ : gpu::Input::kFloat32;
     b_.maxnorm_encode(x, a, codes);
   }
   // Queues the decode of a validated payload whose scales and codes are at `dev` (device);

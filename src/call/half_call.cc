@@ -65,22 +65,48 @@ const char* half_name(Half h) {
   return "";
 }
 
+void widen_input(Call& call, std::size_t n, gpu::Backend* device) {
+  if (call.input_half == Half::kNone) return;
+  const auto* src = static_cast<const std::uint16_t*>(call.sendbuf);
+  const bool bf16 = call.input_half == Half::kBFloat16;
+  call.input_half = Half::kNone;
+  if (device != nullptr) {
+    thread_local gpu::Buffer widened_device;  // Buffer::get reallocates on another device
+    auto* out = static_cast<float*>(widened_device.get(*device, n * 4 + 4, false));
+    if (n > 0) device->cast_decode(!bf16, src, n, out, false);
+    call.sendbuf = out;
+    return;
+  }
+  thread_local std::vector<float> widened;
+  widened.resize(n);
+  codec::widen_16(src, n, widened.data(), bf16);
+  call.sendbuf = widened.data();
+}
+
 namespace {
 
-// Device buffers on the current device: the fp32 copies are device memory, widened and narrowed
-// by the cast kernels on the caller's stream, and the fp32 call runs on them as any call on
-// device buffers does (the codec's kernels, staged or resident payloads).
+// True when the fp32 call gets the 16-bit input itself (Call::input_half): an all-reduce, whose
+// codec may read it (codec=auto's candidates take fp32 input).
+bool hand_over_half(const Call& call) {
+  const std::string& codec_text =
+      call.options.codec.empty() ? env_config().codec : call.options.codec;
+  return call.allreduce() && codec_text.rfind("auto", 0) != 0;
+}
+
+// Device buffers on the current device: the fp32 output (and, where the fp32 call does not
+// read the 16-bit input itself, the widened input) is device memory, widened and narrowed by
+// the cast kernels on the caller's stream, and the fp32 call runs on it as any call on device
+// buffers does (the codec's kernels, staged or resident payloads).
 void run_half_on_device(const Call& call, Half h, gpu::Backend& device, Call& c32,
                         const std::uint16_t* src, std::size_t in_n, std::size_t out_n, Stats& stats,
                         const std::function<void(const Call&, Stats&)>& run) {
   // kept by the thread for its next call (Buffer::get reallocates on another device)
-  thread_local gpu::Buffer in32;
   thread_local gpu::Buffer out32;
   const bool fp16 = h == Half::kFloat16;
-  auto* in = static_cast<float*>(in32.get(device, in_n * 4, false));
   auto* out = static_cast<float*>(out32.get(device, out_n * 4, false));
-  if (in_n > 0) device.cast_decode(fp16, src, in_n, in, false);
-  c32.sendbuf = in;
+  c32.sendbuf = src;
+  c32.input_half = h;
+  if (!hand_over_half(call)) widen_input(c32, in_n, &device);
   c32.recvbuf = out;
   run(c32, stats);
   stats.input_bytes = in_n * 2;
@@ -160,10 +186,8 @@ void run_half(const Call& call, Half h, Stats& stats,
   out32.resize(out_n);
   // Host all-reduces hand the 16-bit input itself to the fp32 call (Call::input_half): a codec
   // that can read it does (maxnorm and every ef=1 codec on the ring), every other path widens
-  // it there. codec=auto's candidates take fp32 input.
-  const std::string& codec_text =
-      call.options.codec.empty() ? env_config().codec : call.options.codec;
-  if (device == nullptr && call.allreduce() && codec_text.rfind("auto", 0) != 0) {
+  // it there.
+  if (device == nullptr && hand_over_half(call)) {
     c32.sendbuf = src;
     c32.input_half = h;
   } else {

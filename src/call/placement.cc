@@ -6,6 +6,7 @@
 #endif
 
 #include "device_codec.hpp"
+#include "half_call.hpp"
 #include "nccl_transport.hpp"
 
 namespace ccoll::call {
@@ -23,6 +24,8 @@ std::size_t staged_recv_bytes(const Call& call, const Placement& pl, const CommC
 // `call` pointed at them (in-place calls stay in place). run_call() copies the output back.
 void stage_in(Call& call, Placement& pl, CommContext& ctx, std::size_t es) {
   gpu::Backend& b = *pl.device;
+  // 16-bit input no codec reads on this path: widened on the device before the copy
+  widen_input(call, call.input_count(ctx.size()), &b);
   const std::size_t bytes = call.input_count(ctx.size()) * es;
   const std::size_t own_at = call.own_offset(es, ctx.rank());
   auto* recv =
@@ -147,6 +150,7 @@ void fall_back_to_host_copy(Call& call, Placement& pl, CommContext& ctx, std::si
   } catch (const Error& e) {
     error = e.message();
     code = e.code();
+    call.input_half = Half::kNone;  // the scratch below stands in for the input
     call.recvbuf = ctx.stage_recv().get(*pl.device, staged_recv_bytes(call, pl, ctx, es), true);
     if (!call.in_place()) {
       call.sendbuf = ctx.stage_send().get(*pl.device, call.input_count(ctx.size()) * es, true);

@@ -11,6 +11,7 @@
 #include "collectives.hpp"
 #include "device_codec.hpp"
 #include "half_batch.hpp"
+#include "half_call.hpp"
 #include "hierarchical.hpp"
 #include "mpi_check.hpp"
 #include "nccl_transport.hpp"
@@ -64,32 +65,24 @@ coll::ScheduleQuery schedule_query(const Call& call, const Checked& c, const cod
   return q;
 }
 
-// A call whose sendbuf still holds 16-bit input (Call::input_half): widened into fp32 scratch
-// kept by the thread, which the call then reads instead.
-void widen_input(Call& call, std::size_t n) {
-  if (call.input_half == Half::kNone) return;
-  thread_local std::vector<float> widened;
-  widened.resize(n);
-  codec::widen_16(static_cast<const std::uint16_t*>(call.sendbuf), n, widened.data(),
-                  call.input_half == Half::kBFloat16);
-  call.sendbuf = widened.data();
-  call.input_half = Half::kNone;
-}
+// Where the call's 16-bit input is: device memory on the paths whose codec runs kernels,
+// host memory otherwise (the host-copy path widened it before its copy, placement.cc).
+gpu::Backend* input_device(const Placement& pl) { return pl.kernels() ? pl.device : nullptr; }
 
 // Lets the plan's codec read the call's 16-bit input where only its own encodes read it (a
-// summable codec's ring all-reduce on host buffers); otherwise widens the input first. True
-// when the codec reads it.
+// summable codec's ring all-reduce, on host buffers or with device kernels, not on the
+// exact-length ring of NCCL); otherwise widens the input first. True when the codec reads it.
 bool let_codec_read_half(Call& call, const Placement& pl, const Checked& c, codec::Codec& codec,
                          int p) {
   if (call.input_half == Half::kNone) return false;
-  coll::ScheduleQuery q = schedule_query(call, c, codec, p, false, false);
+  coll::ScheduleQuery q = schedule_query(call, c, codec, p, pl.kernels(), pl.resident_nccl());
   const codec::InputType t =
       call.input_half == Half::kBFloat16 ? codec::InputType::kBFloat16 : codec::InputType::kFloat16;
-  if (!pl.kernels() && call.allreduce() && codec.capabilities().summable &&
+  if (!pl.resident_nccl() && call.allreduce() && codec.capabilities().summable &&
       coll::select_schedule(q) == coll::Schedule::kRing && codec.set_input_type(t)) {
     return true;
   }
-  widen_input(call, c.in_total);
+  widen_input(call, c.in_total, input_device(pl));
   return false;
 }
 
@@ -237,8 +230,13 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
        cx.exact_lengths || cx.transport.exact_lengths())) {
     // only the summable ring reads 16-bit input (let_codec_read_half() chose it for that):
     // any other schedule gets it widened where its own copy of the input goes
-    codec::widen_16(static_cast<const std::uint16_t*>(call.sendbuf), call.count,
-                    reinterpret_cast<float*>(own), call.input_half == Half::kBFloat16);
+    const auto* half = static_cast<const std::uint16_t*>(call.sendbuf);
+    const bool bf16 = call.input_half == Half::kBFloat16;
+    if (pl.kernels()) {
+      pl.device->cast_decode(!bf16, half, call.count, reinterpret_cast<float*>(own), false);
+    } else {
+      codec::widen_16(half, call.count, reinterpret_cast<float*>(own), bf16);
+    }
     copied = true;
     input = own;
     codec.set_input_type(codec::InputType::kNative);
@@ -353,13 +351,15 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   // 16-bit input that no codec reads is widened before any later stage reads it; a codec that
   // reads it goes back to fp32 input when the call ends (the paths that do not run that codec
   // widen the input where they start)
-  if (!prep.reads_half) widen_input(call, c.in_total);
+  if (!prep.reads_half) widen_input(call, c.in_total, input_device(pl));
   struct InputTypeScope {
     codec::Codec* codec;
     ~InputTypeScope() {
       if (codec != nullptr) codec->set_input_type(codec::InputType::kNative);
     }
-  } input_scope{prep.reads_half ? plan->codec.get() : nullptr};
+  } input_scope{!prep.reads_half ? nullptr
+                : pl.kernels()   ? plan->device_codec.get()
+                                 : plan->codec.get()};
   stats.states_evicted = prep.evicted;
 
   Proposal mine;
@@ -409,7 +409,8 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     return;
   }
   if (p == 1 || !compress || agreed.fallback) {
-    widen_input(call, c.in_total);  // a codec that reads 16-bit input does not run here
+    // a codec that reads 16-bit input does not run here (the host-copy path widened it first)
+    widen_input(call, c.in_total, input_device(pl));
     if (p == 1 || !call.reduce_scatter()) place_own_input(call, es, rank);
     if (p == 1) {
       stats.algorithm = "local";
@@ -435,7 +436,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
     level = choose_levels(call, c, ctx, candidate);
   }
   if (hierarchical || candidate == LevelChoice::kHierarchical) {
-    widen_input(call, c.in_total);  // nor here (the cross-node step has its own plan)
+    widen_input(call, c.in_total, input_device(pl));  // nor here (the cross-node step's own plan)
     const auto t0 = Clock::now();
     run_hierarchical(call, c.dtype, stats, ctx, pl.device, tensor_key_of(call, pl));
     if (level != nullptr) record_levels(*level, candidate, t0);

@@ -492,6 +492,138 @@ INSTANTIATE_TEST_SUITE_P(
         "sketch:bits=2,ef=1", "dq:max=6,min=2,round=nearest"),
     param_name);
 
+// 16-bit input read by the device codec itself (set_input_type): the same scales, fallback
+// verdict and payload bytes as the CPU codec reading the same 16-bit input (itself tested
+// against the widened input), one by one and in a batch, call after call (ef=1's residual in
+// fp32); hops read fp32; without a conversion kernel where the codec has no fp32 transform to
+// form (maxnorm without ef); codecs reading scattered elements refuse.
+TEST(DeviceHalfInput, SameBytesAsTheCpuCodecReadingHalf) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  using codec::InputType;
+  for (const bool bf16 : {false, true}) {
+    for (const char* text :
+         {"maxnorm:bits=8", "maxnorm:bits=4", "maxnorm:bits=2,round=nearest",
+          "maxnorm:bits=3,sum=requant", "maxnorm:bits=8,ef=1", "maxnorm:bits=2,ef=1"}) {
+      SCOPED_TRACE(std::string(text) + (bf16 ? " bf16" : " fp16"));
+      const InputType type = bf16 ? InputType::kBFloat16 : InputType::kFloat16;
+      const CodecSpec spec = parse_codec_spec(text);
+      auto cpu = make_codec(spec, codec::DType::kFloat32);
+      auto twin = make_codec(spec, codec::DType::kFloat32);
+      auto dev = make_device_codec(spec, *twin, *b);
+      ASSERT_TRUE(cpu->set_input_type(type));
+      ASSERT_TRUE(dev->set_input_type(type));
+      const std::size_t n = 70001;  // two scale blocks
+      std::mt19937 gen(5);
+      std::normal_distribution<float> z(0.0f, 1.0f);
+      std::vector<std::uint16_t> h(n);
+      for (int t = 0; t < 3; ++t) {
+        for (std::size_t i = 0; i < n; ++i) {
+          const float v = z(gen) * (i % 100 == 0 ? 30.0f : 1.0f);
+          h[i] = bf16 ? codec::float_to_bf16(v) : codec::float_to_half(v);
+        }
+        const DeviceArray dh(*b, h.data(), 2 * n);
+        const std::size_t widenings = gpu::emulated_widenings();
+        for (codec::Codec* c : {cpu.get(), dev.get()}) {
+          c->begin_call(2);
+          c->set_call(5, static_cast<std::uint64_t>(t));
+        }
+        const std::size_t slots = cpu->scale_slots(n);
+        std::vector<double> sw(slots);
+        std::vector<double> sg(slots);
+        bool fw = true;
+        bool fg = true;
+        if (!cpu->scan(h.data(), n, 2, sw.data(), fw)) cpu->local_scales(h.data(), n, sw.data());
+        if (!dev->scan(dh.as<std::uint16_t>(), n, 2, sg.data(), fg)) {
+          dev->local_scales(dh.as<std::uint16_t>(), n, sg.data());
+        }
+        EXPECT_EQ(fw, fg);
+        ASSERT_EQ(sw, sg);
+        cpu->set_scales(sw.data(), slots);
+        dev->set_scales(sg.data(), slots);
+        // own contributions at offsets 0 and 3 (not a Philox quad's start), one by one
+        for (const std::size_t off : {std::size_t{0}, std::size_t{3}}) {
+          const std::size_t len = n - off - 5;
+          const codec::BlockContext ctx{5, static_cast<std::uint64_t>(t), 1, off,
+                                        codec::BlockContext::Role::kOwn};
+          std::vector<std::byte> want(cpu->max_encoded_bytes(len));
+          std::vector<std::byte> got(dev->max_encoded_bytes(len));
+          const std::size_t nw = cpu->encode(h.data() + off, len, ctx, want.data());
+          const std::size_t ng = dev->encode(dh.as<std::uint16_t>() + off, len, ctx, got.data());
+          ASSERT_EQ(nw, ng);
+          EXPECT_EQ(0, std::memcmp(want.data(), got.data(), nw)) << "offset " << off;
+        }
+        // and in a batch of two segments, as the ring encodes them (offset 40000: in block 1)
+        std::vector<std::vector<std::byte>> outs(4);
+        std::vector<codec::EncodeJob> wj;
+        std::vector<codec::EncodeJob> gj;
+        std::size_t k = 0;
+        for (const std::size_t off : {std::size_t{0}, std::size_t{40000}}) {
+          const std::size_t len = off == 0 ? 40000 : n - off;
+          const codec::BlockContext ctx{5, static_cast<std::uint64_t>(t), 2, off,
+                                        codec::BlockContext::Role::kOwn};
+          outs[k].resize(cpu->max_encoded_bytes(len));
+          outs[k + 1].resize(dev->max_encoded_bytes(len));
+          wj.push_back({h.data() + off, len, ctx, outs[k].data(), 0});
+          gj.push_back({dh.as<std::uint16_t>() + off, len, ctx, outs[k + 1].data(), 0});
+          k += 2;
+        }
+        cpu->encode_many(wj.data(), wj.size(), nullptr);
+        dev->encode_many(gj.data(), gj.size(), nullptr);
+        for (std::size_t j = 0; j < wj.size(); ++j) {
+          ASSERT_EQ(wj[j].bytes, gj[j].bytes);
+          EXPECT_EQ(0, std::memcmp(wj[j].out, gj[j].out, wj[j].bytes)) << "job " << j;
+        }
+        // a hop's encode reads fp32 (partial sums), whatever the input type
+        std::vector<float> sums(1000);
+        for (std::size_t i = 0; i < sums.size(); ++i) sums[i] = z(gen);
+        const DeviceArray ds(*b, sums.data(), 4 * sums.size());
+        const codec::BlockContext hop{5, static_cast<std::uint64_t>(t), 1, 0,
+                                      codec::BlockContext::Role::kHop};
+        std::vector<std::byte> want(cpu->max_encoded_bytes(1000));
+        std::vector<std::byte> got(want.size());
+        const std::size_t nw = cpu->encode(sums.data(), 1000, hop, want.data());
+        const std::size_t ng = dev->encode(ds.as<float>(), 1000, hop, got.data());
+        ASSERT_EQ(nw, ng);
+        EXPECT_EQ(0, std::memcmp(want.data(), got.data(), nw));
+#if !defined(CCOLL_TEST_CUDA)
+        // the scan and encode kernels read the 16-bit values themselves (ef=1 widens x while
+        // it forms x + e: its first scan has no residual yet)
+        if (!spec.ef) {
+          EXPECT_EQ(widenings, gpu::emulated_widenings());
+        }
+#else
+        (void)widenings;
+#endif
+      }
+      EXPECT_TRUE(dev->set_input_type(InputType::kNative));
+    }
+  }
+  // NaN and infinity in 16-bit input: the device scan sends the call to MPI, as the CPU's
+  for (const std::uint16_t bad : {std::uint16_t{0x7e00}, std::uint16_t{0x7c00}}) {
+    const CodecSpec spec = parse_codec_spec("maxnorm:bits=8");
+    auto twin = make_codec(spec, codec::DType::kFloat32);
+    auto dev = make_device_codec(spec, *twin, *b);
+    ASSERT_TRUE(dev->set_input_type(InputType::kFloat16));
+    std::vector<std::uint16_t> h(5000, 0x3c00);
+    h[4321] = bad;
+    const DeviceArray dh(*b, h.data(), 2 * h.size());
+    std::vector<double> scales(dev->scale_slots(h.size()));
+    bool fallback = false;
+    dev->scan(dh.as<std::uint16_t>(), h.size(), 2, scales.data(), fallback);
+    EXPECT_TRUE(fallback);
+  }
+  for (const char* text : {"maxnorm:bits=4/7", "randk:ratio=0.1", "qsgd:bits=4", "fp16"}) {
+    const CodecSpec spec = parse_codec_spec(text);
+    auto twin = make_codec(spec, codec::DType::kFloat32);
+    auto dev = make_device_codec(spec, *twin, *b);
+    EXPECT_FALSE(dev->set_input_type(InputType::kBFloat16)) << text;
+    EXPECT_TRUE(dev->set_input_type(InputType::kNative)) << text;
+  }
+}
+
 // Device-resident payloads (the CUDA-aware MPI path): the same bytes in device memory, the
 // same decoded floats, the same sums from the add kernel, and the same rejections.
 class DeviceCodecResident : public DeviceCodec {

@@ -42,6 +42,23 @@ std::vector<float> input(std::size_t n, int rank, unsigned seed) {
   return x;
 }
 
+// fp16 and bf16 bits of a float (round to nearest even; finite, normal test values)
+std::uint16_t to_bf16(float v) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &v, 4);
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+std::uint16_t to_half(float v) {
+  // normal halves only: |v| in [2^-14, 65504) or 0
+  std::uint32_t u = 0;
+  std::memcpy(&u, &v, 4);
+  const std::uint32_t sign = (u >> 16) & 0x8000u;
+  const std::uint32_t a = u & 0x7FFFFFFFu;
+  if (a < 0x38800000u) return static_cast<std::uint16_t>(sign);  // below 2^-14: zero
+  const std::uint32_t r = a - 0x38000000u;                       // rebias 127 -> 15
+  return static_cast<std::uint16_t>(sign | ((r + 0xFFFu + ((r >> 13) & 1u)) >> 13));
+}
+
 // Device memory of the current backend, with host copies in and out.
 class DeviceVec {
  public:
@@ -380,6 +397,83 @@ TEST_F(DeviceBuffers, HalfBuffersEqualHostBuffers) {
         if (p > 1) {
           EXPECT_NE(ds.transport, "host-copy");
         }
+      }
+    }
+  }
+}
+
+// 16-bit device all-reduces whose codec reads the 16-bit input itself on the device (maxnorm,
+// ef=1 on the summable ring) and others that widen it first (two-scale, a re-encoding codec,
+// the tree on host copies, NCCL's exact-length ring): the same bytes as on host buffers, call after
+// call (ef=1's state), with and without the mean; on the emulated device, the reading codecs queue
+// no widening kernel beyond ef=1's first scan.
+TEST_F(DeviceBuffers, HalfAllreduceReadByTheDeviceCodec) {
+  const int p = size_of(MPI_COMM_WORLD);
+  const int r = rank_of(MPI_COMM_WORLD);
+  const char* why = "";
+  const char* backend = ccoll::testing::device_backend(&why);
+  const bool emulated = backend != nullptr && std::string(backend) == "emulated";
+  struct Case {
+    const char* codec;
+    const char* algorithm;
+    bool reads;  // the codec reads the 16-bit input on the device
+  };
+  for (const Case k :
+       {Case{"maxnorm:bits=8", "ring", true}, Case{"maxnorm:bits=4,ef=1", "auto", true},
+        Case{"maxnorm:bits=2/6", "auto", false}, Case{"qsgd:bits=4", "ring", false},
+        Case{"maxnorm:bits=8", "tree", false}}) {
+    for (const bool bf16 : {false, true}) {
+      for (const std::size_t n : {std::size_t{3}, std::size_t{300001}}) {
+        SCOPED_TRACE(std::string(k.codec) + " " + k.algorithm + (bf16 ? " bf16 " : " fp16 ") +
+                     std::to_string(n));
+        const MPI_Datatype t = bf16 ? ccoll::bfloat16() : ccoll::float16();
+        ccoll::Options opt;
+        opt.codec = k.codec;
+        opt.algorithm = k.algorithm;
+        opt.seed = 9;
+        opt.average = n > 100;
+        void* dx = ccoll::testing::device_alloc(2 * n);
+        void* dout = ccoll::testing::device_alloc(2 * n);
+        for (int call = 0; call < 3; ++call) {
+          std::vector<std::uint16_t> x(n);
+          const std::vector<float> v = input(n, r, static_cast<unsigned>(call + 40));
+          for (std::size_t i = 0; i < n; ++i) {
+            x[i] = bf16 ? to_bf16(v[i]) : to_half(v[i]);
+          }
+          std::vector<std::uint16_t> want(n);
+          opt.stats = nullptr;
+          ccoll::compressed_allreduce(x.data(), want.data(), n, t, MPI_SUM, host_comm_, opt);
+          ccoll::testing::device_copy(dx, x.data(), 2 * n);
+          ccoll::Stats ds;
+          opt.stats = &ds;
+          const std::size_t before = emulated ? ccoll::testing::emulated_widenings() : 0;
+          ccoll::compressed_allreduce(dx, dout, n, t, MPI_SUM, dev_comm_, opt);
+          const std::size_t widened = emulated ? ccoll::testing::emulated_widenings() - before : 0;
+          std::vector<std::uint16_t> got(n);
+          ccoll::testing::device_copy(got.data(), dout, 2 * n);
+          ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "call " << call;
+          if (p > 1 && n > 100) {
+            // the tree runs on host copies (widened on the device before the copy)
+            if (std::string(k.algorithm) == "tree") {
+              EXPECT_EQ(ds.transport, "host-copy");
+            } else {
+              EXPECT_NE(ds.transport, "host-copy");
+            }
+            // ef=1's first scan widens x (no residual to add yet)
+            const bool first_ef =
+                call == 0 && std::string(k.codec).find("ef=1") != std::string::npos;
+            // NCCL's exact-length ring widens the input first
+            const bool reads = k.reads && ds.transport.rfind("nccl", 0) != 0;
+            if (emulated && reads && !first_ef) {
+              EXPECT_EQ(widened, 0u) << "call " << call;
+            }
+            if (emulated && !reads) {
+              EXPECT_GT(widened, 0u);
+            }
+          }
+        }
+        ccoll::testing::device_free(dx);
+        ccoll::testing::device_free(dout);
       }
     }
   }

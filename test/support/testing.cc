@@ -28,6 +28,7 @@ void use_emulated_device() { gpu::install_backend(gpu::make_emulated_backend());
 void set_emulated_device(int device) { gpu::emulated_set_device(device); }
 void fail_emulated_pointer_queries(bool fail) { gpu::emulated_fail_pointer_queries(fail); }
 std::size_t emulated_allocations() { return gpu::emulated_allocations(); }
+std::size_t emulated_widenings() { return gpu::emulated_widenings(); }
 
 const char* device_backend(const char** why) {
   gpu::Backend* b = gpu::backend(why);

@@ -20,6 +20,8 @@ CCOLL_API void set_emulated_device(int device);
 CCOLL_API void fail_emulated_pointer_queries(bool fail);
 /// Device memory, pinned memory and events the emulated backend has created so far.
 CCOLL_API std::size_t emulated_allocations();
+/// Widening kernels (16-bit to fp32) the emulated backend has queued so far.
+CCOLL_API std::size_t emulated_widenings();
 /// Name of the current device backend ("cuda", "emulated"), or null (and `why`) without one.
 CCOLL_API const char* device_backend(const char** why);
 /// Device memory of the current backend, and copies to and from it (synchronous).
