@@ -36,6 +36,7 @@
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
 #include "half_batch.hpp"
+#include "lanes_hwy.hpp"
 #include "maxnorm_wire.hpp"
 #include "philox.hpp"
 #include "quantizers.hpp"
@@ -425,7 +426,25 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       std::uint32_t worst_a = 0;
       std::uint32_t worst_b = 0;
       const unsigned wj = width(j);
-      for (std::size_t i = 0; i < va.ncodes; i += kLaneBatch) {
+      std::size_t i = 0;
+#if CCOLL_HAVE_HWY
+      // whole groups of 8 lanes in vectors, the rest below
+      LaneAdd add;
+      add.a = reinterpret_cast<const std::uint8_t*>(va.codes);
+      add.a_bytes = a_code_bytes;
+      add.a_width = va.width;
+      add.b = reinterpret_cast<const std::uint8_t*>(vb.codes);
+      add.b_bytes = b_code_bytes;
+      add.b_width = vb.width;
+      add.out = reinterpret_cast<std::uint8_t*>(p);
+      add.out_bytes = packed_bytes(va.ncodes, wj);
+      add.out_width = wj;
+      add.shift = shift;
+      const std::size_t groups = add_lane_groups_hwy(add, va.ncodes / 8, &worst_a, &worst_b);
+      i = 8 * groups;
+      p += groups * wj;
+#endif
+      for (; i < va.ncodes; i += kLaneBatch) {
         const std::size_t n = std::min(kLaneBatch, va.ncodes - i);
         unpack_range(va.codes, a_code_bytes, va.width, i, n, ua);
         unpack_range(vb.codes, b_code_bytes, vb.width, i, n, ub);

@@ -16,6 +16,7 @@
 #include "ccoll/error.hpp"
 #include "half.hpp"
 #include "philox.hpp"
+#include "quantizers.hpp"
 #include "spec.hpp"
 #include "uniforms.hpp"
 #include "wire.hpp"
@@ -517,6 +518,84 @@ TEST(PayloadBytes, ExactForEveryFixedSizeCodec) {
           ns = c->add_encoded(s.data(), ns, a.data(), na, n, {1, 2, 0, off, {}}, b.data());
           std::swap(s, b);
           ASSERT_EQ(ns, c->payload_bytes(n, off, j)) << "contributions " << j;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ccoll::codec
+
+namespace ccoll::codec {
+namespace {
+
+// The compressed-domain add of maxnorm's exact sums (vectorized in whole groups of 8 lanes
+// where Highway is built, scalar for the rest): every output lane is lane_a + lane_b - shift,
+// read back with the scalar unpacker, for lane widths 2..16 on either side (payloads of 1 to
+// 256 contributions), counts around the group size and the vector loop's end, and offsets; a
+// lane out of range in either summand, in the vector part or the tail, is rejected.
+TEST(MaxnormAdd, EveryLaneIsTheSumAtEveryWidth) {
+  for (const unsigned bits : {2u, 3u, 4u, 5u, 8u}) {
+    auto c = make_codec(parse_codec_spec("maxnorm:bits=" + std::to_string(bits)), DType::kFloat32);
+    c->begin_call(1024);
+    c->set_call(3, 1);
+    for (const std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{15}, std::size_t{17},
+                                std::size_t{130}, std::size_t{4099}}) {
+      for (const std::size_t offset : {std::size_t{0}, std::size_t{5}}) {
+        SCOPED_TRACE("bits " + std::to_string(bits) + " n " + std::to_string(n) + " offset " +
+                     std::to_string(offset));
+        std::vector<float> x(n);
+        std::mt19937 gen(static_cast<unsigned>(n + bits));
+        std::normal_distribution<float> z(0.0f, 1.0f);
+        for (float& v : x) v = z(gen);
+        std::vector<double> scales(c->scale_slots(offset + n), 4.0);
+        c->set_scales(scales.data(), scales.size());
+        // payloads of 1, 2, 4, ..., 256 contributions: the own encode added to itself
+        std::vector<std::vector<std::byte>> sums;
+        sums.emplace_back(c->max_encoded_bytes(n));
+        sums[0].resize(
+            c->encode(x.data(), n, {3, 1, 0, offset, BlockContext::Role::kOwn}, sums[0].data()));
+        auto add = [&](const std::vector<std::byte>& a, const std::vector<std::byte>& b) {
+          std::vector<std::byte> out(a.size() + b.size() + 64);
+          out.resize(c->add_encoded(a.data(), a.size(), b.data(), b.size(), n, {}, out.data()));
+          return out;
+        };
+        for (int k = 1; k <= 8; ++k) sums.push_back(add(sums.back(), sums.back()));
+        for (std::size_t ia = 0; ia < sums.size(); ia += 2) {
+          for (std::size_t ib = 0; ib < sums.size(); ib += 3) {
+            const std::vector<std::byte> s = add(sums[ia], sums[ib]);
+            const MaxnormLayout la = maxnorm_layout(*c, sums[ia].data(), sums[ia].size(), n);
+            const MaxnormLayout lb = maxnorm_layout(*c, sums[ib].data(), sums[ib].size(), n);
+            const MaxnormLayout ls = maxnorm_layout(*c, s.data(), s.size(), n);
+            ASSERT_EQ(ls.contributions, la.contributions + lb.contributions);
+            std::vector<std::uint32_t> va(n), vb(n), vs(n);
+            unpack_range(sums[ia].data() + la.codes_at, la.code_bytes, la.width, 0, n, va.data());
+            unpack_range(sums[ib].data() + lb.codes_at, lb.code_bytes, lb.width, 0, n, vb.data());
+            unpack_range(s.data() + ls.codes_at, ls.code_bytes, ls.width, 0, n, vs.data());
+            const auto shift = static_cast<std::uint32_t>(la.bias + lb.bias - ls.bias);
+            for (std::size_t i = 0; i < n; ++i) {
+              ASSERT_EQ(vs[i], va[i] + vb[i] - shift)
+                  << "lane " << i << " widths " << la.width << "+" << lb.width << "->" << ls.width;
+            }
+          }
+        }
+        // a lane beyond its range, early (vector part) or last (tail), in either summand
+        for (const std::size_t bad : {std::size_t{0}, n - 1}) {
+          for (const int which : {0, 1}) {
+            std::vector<std::byte> a = sums[3];
+            std::vector<std::byte> b = sums[1];
+            std::vector<std::byte>& hit = which == 0 ? a : b;
+            const MaxnormLayout l = maxnorm_layout(*c, hit.data(), hit.size(), n);
+            std::vector<std::uint32_t> lanes(n);
+            unpack_range(hit.data() + l.codes_at, l.code_bytes, l.width, 0, n, lanes.data());
+            if (l.limit + 1 >= (std::uint64_t{1} << l.width)) continue;  // no invalid lane
+            lanes[bad] = l.limit + 1;
+            BitWriter w(hit.data() + l.codes_at, l.width);
+            for (const std::uint32_t v : lanes) w.put(v);
+            w.finish();
+            EXPECT_THROW(add(a, b), Error) << "lane " << bad << " of summand " << which;
+          }
         }
       }
     }
