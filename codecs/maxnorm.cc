@@ -440,7 +440,13 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       add.out_bytes = packed_bytes(va.ncodes, wj);
       add.out_width = wj;
       add.shift = shift;
-      const std::size_t groups = add_lane_groups_hwy(add, va.ncodes / 8, &worst_a, &worst_b);
+      // (the maxima through copies: worst_a and worst_b stay registers in the loop below)
+      std::uint32_t vector_worst_a = 0;
+      std::uint32_t vector_worst_b = 0;
+      const std::size_t groups =
+          add_lane_groups_hwy(add, va.ncodes / 8, &vector_worst_a, &vector_worst_b);
+      worst_a = vector_worst_a;
+      worst_b = vector_worst_b;
       i = 8 * groups;
       p += groups * wj;
 #endif
