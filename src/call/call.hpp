@@ -29,6 +29,8 @@ enum class Kind { kAllreduce, kAllgather, kReduceScatter };
 /// (half_call.hpp).
 enum class Half : std::uint8_t { kNone = 0, kFloat16 = 1, kBFloat16 = 2 };
 
+struct NodeInputs;  // node_codes.hpp
+
 /// A collective as the caller passed it.
 struct Call {
   Kind kind;
@@ -56,6 +58,10 @@ struct Call {
   /// A call ccoll makes inside another (the hierarchical schedule's steps): CCOLL_ALGO does
   /// not apply to it.
   bool nested = false;
+  /// The hierarchical all-reduce's cross-node step: every node rank's own values of this
+  /// rank's shard, whose codes a summable codec with exact adds encodes and adds on the ring
+  /// (node_codes.hpp) instead of encoding their float sum, the call's input; null otherwise.
+  const NodeInputs* node_inputs = nullptr;
 
   bool allreduce() const { return kind == Kind::kAllreduce; }
   bool reduce_scatter() const { return kind == Kind::kReduceScatter; }

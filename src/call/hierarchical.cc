@@ -15,7 +15,9 @@
 #include "collectives.hpp"
 #include "config.hpp"
 #include "mpi_check.hpp"
+#include "node_codes.hpp"
 #include "run_call.hpp"
+#include "spec.hpp"
 
 namespace ccoll::call {
 namespace {
@@ -122,7 +124,7 @@ class CrossBuffers {
 void run_cross_step(const Call& call, Kind kind, const void* in, std::size_t in_bytes, void* out,
                     std::size_t out_bytes, std::size_t count, const Topology& topo,
                     gpu::Backend* device, std::uint64_t key, CrossStep& step,
-                    const std::function<void()>& after) {
+                    const std::function<void()>& after, const NodeInputs* node_inputs = nullptr) {
   Options o = call.options;
   o.key = key;
   o.algorithm = "auto";
@@ -132,6 +134,7 @@ void run_cross_step(const Call& call, Kind kind, const void* in, std::size_t in_
   Call inner{kind, call.fn, bufs.in(), bufs.out(), count, call.datatype, MPI_SUM, topo.cross, o};
   inner.nested = true;
   inner.half = call.half;
+  inner.node_inputs = node_inputs;
   try {
     if (!run_auto(inner, step.stats)) run_call(inner, step.stats);
     bufs.copy_back();
@@ -142,6 +145,18 @@ void run_cross_step(const Call& call, Kind kind, const void* in, std::size_t in_
     step.message = e.message();
   }
   bufs.step_done(call, step);
+}
+
+// True when the call's codec adds node ranks' codes exactly (node_codes.hpp); codec=auto,
+// whose candidates are measured, encodes the node's sums.
+bool adds_node_codes(const Call& call, codec::DType dtype) {
+  const std::string& text = call.options.codec.empty() ? env_config().codec : call.options.codec;
+  if (text.rfind("auto", 0) == 0) return false;
+  try {
+    return node_codes_apply(*make_codec(parse_codec_spec(text), dtype));
+  } catch (const Error&) {
+    return false;  // the cross-node call's checks reject it on every rank
+  }
 }
 
 // MPI counts are int: a node step of more elements is refused.
@@ -296,13 +311,26 @@ void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& sta
   struct Segment : NodeParts {
     std::size_t offset = 0;  // elements into the tensor
     CrossStep step;
+    NodeInputs node;  // node_codes: every node rank's values of this rank's shard
   };
   std::vector<Segment> seg(segments);
+  // node_codes (node_codes.hpp): the node step also gathers the summands of this rank's shards
+  const bool codes = device == nullptr && adds_node_codes(call, dtype);
+  std::size_t gathered_elems = 0;
   for (std::size_t k = 0; k < segments; ++k) {
     const auto s = static_cast<int>(segments);
     const auto i = static_cast<int>(k);
     static_cast<NodeParts&>(seg[k]) = node_parts(coll::chunk_count(n, s, i), topo.node_size);
     seg[k].offset = coll::chunk_offset(n, s, i);
+    if (codes) gathered_elems += static_cast<std::size_t>(topo.node_size * seg[k].counts[l]);
+  }
+  std::vector<std::byte> gathered(gathered_elems * es);
+  if (codes) {
+    std::byte* at = gathered.data();
+    for (Segment& g : seg) {
+      const auto mine = static_cast<std::size_t>(g.counts[l]);
+      for (int i = 0; i < topo.node_size; ++i, at += mine * es) g.node.inputs.push_back(at);
+    }
   }
   auto* data = static_cast<std::byte*>(call.recvbuf);
   const auto* in = static_cast<const std::byte*>(call.in_place() ? call.recvbuf : call.sendbuf);
@@ -314,17 +342,21 @@ void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& sta
   auto reduce_scatter = [&](std::size_t k) {
     const auto t0 = Clock::now();
     topo.steps->reduce_scatter(in + seg[k].offset * es, shard(k), seg[k].counts, seg[k].displs,
-                               dtype, call.datatype);
+                               dtype, call.datatype,
+                               codes ? const_cast<void*>(seg[k].node.inputs[0]) : nullptr);
     node_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   };
   // 2. the shard's compressed all-reduce across the nodes (device buffers: on the device)
   auto cross = [&](std::size_t k) {
     const auto mine = static_cast<std::size_t>(seg[k].counts[l]);
     std::byte* out = shard(k);
-    run_cross_step(call, Kind::kAllreduce, nullptr, 0, out, mine * es, mine, topo, device,
-                   segment_key(tensor_key, k, segments), seg[k].step, [&, out, mine] {
-                     if (call.options.average) coll::divide_elements(out, mine, dtype, ctx.size());
-                   });
+    run_cross_step(
+        call, Kind::kAllreduce, nullptr, 0, out, mine * es, mine, topo, device,
+        segment_key(tensor_key, k, segments), seg[k].step,
+        [&, out, mine] {
+          if (call.options.average) coll::divide_elements(out, mine, dtype, ctx.size());
+        },
+        codes ? &seg[k].node : nullptr);
   };
   // 3. every shard of segment k to every rank of the node, exact
   auto allgather = [&](std::size_t k) {

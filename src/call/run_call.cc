@@ -15,6 +15,7 @@
 #include "hierarchical.hpp"
 #include "mpi_check.hpp"
 #include "nccl_transport.hpp"
+#include "node_codes.hpp"
 #include "placement.hpp"
 #include "setup_rounds.hpp"
 
@@ -46,6 +47,9 @@ struct Prepared {
   bool scanned = false;     // the codec's scan() already wrote this rank's scales
   bool reads_half = false;  // the codec reads the call's 16-bit input (Call::input_half)
   std::size_t evicted = 0;  // other tensors' states freed to make this plan
+  // the codec the call runs: the plan's (or its device codec), or node_codes over it
+  codec::Codec* codec = nullptr;
+  std::unique_ptr<codec::Codec> node_codes;
 };
 
 // What decides the schedule (the same on every rank: the agreement checked its inputs).
@@ -115,7 +119,17 @@ Prepared prepare_plan(Call& call, Placement& pl, Checked& c, CommContext& ctx) {
                : pl.resident()    ? "stay in device memory (CUDA-aware MPI)"
                                   : "are staged through host memory"));
     }
-    codec::Codec& codec = pl.kernels() ? *plan->device_codec : *plan->codec;
+    out.codec = pl.kernels() ? plan->device_codec.get() : plan->codec.get();
+    // a hierarchical cross-node step: the node ranks' codes added, where the ring runs a
+    // codec that adds them exactly (the other paths encode the node's sum, the call's input)
+    if (call.node_inputs != nullptr && !pl.kernels() && call.allreduce() &&
+        node_codes_apply(*out.codec) && !ctx.transport().exact_lengths() &&
+        coll::select_schedule(schedule_query(call, c, *out.codec, ctx.size(), false, false)) ==
+            coll::Schedule::kRing) {
+      out.node_codes = make_node_codes_codec(*out.codec, *call.node_inputs, c.elem_bytes);
+      out.codec = out.node_codes.get();
+    }
+    codec::Codec& codec = *out.codec;
     out.reads_half = let_codec_read_half(call, pl, c, codec, ctx.size());
     if (!codec.capabilities().lossless) {
       const std::size_t nscales = codec.scale_slots(c.in_total);
@@ -454,7 +468,7 @@ void run_flat(const Call& call, Stats& stats, Placement& pl, const Prepared& pre
   Plan* plan = prep.plan;
   const std::size_t es = c.elem_bytes;
   const int rank = ctx.rank();
-  codec::Codec& codec = pl.kernels() ? *plan->device_codec : *plan->codec;
+  codec::Codec& codec = *prep.codec;
   // this rank's input: read where it is (a summable codec's ring all-reduce needs no copy
   // into recvbuf; every other path copies it there before its schedule)
   const void* input = call.input(es, rank);
