@@ -50,8 +50,9 @@ void bm_memcpy(benchmark::State& state) {
 }
 
 // kAdd: the compressed-domain add of two one-contribution payloads (summable codecs), what a
-// ring hop does instead of decode + add + encode.
-enum class Op { kEncode, kDecode, kDecodeAccumulate, kAdd };
+// ring hop does instead of decode + add + encode. kEncodeSum: encode_sum of a sum of two
+// inputs (codecs that encode sums: a hierarchical all-reduce's node sums at 2 ranks per node).
+enum class Op { kEncode, kDecode, kDecodeAccumulate, kAdd, kEncodeSum };
 
 void bm_codec(benchmark::State& state, const std::string& spec, Op op) {
   const std::size_t bytes = static_cast<std::size_t>(state.range(0));
@@ -59,9 +60,15 @@ void bm_codec(benchmark::State& state, const std::string& spec, Op op) {
   auto codec = ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
   codec->begin_call(2);
   codec->set_call(1, 0);
-  const auto x = input(n);
+  auto x = input(n);
+  if (op == Op::kEncodeSum) {
+    for (float& v : x) v *= 2;  // a sum of two inputs the scales below cover
+  }
   std::vector<double> scales(codec->scale_slots(n));
   codec->local_scales(x.data(), n, scales.data());
+  if (op == Op::kEncodeSum) {
+    for (double& m : scales) m /= 2;  // each input's scale
+  }
   codec->set_scales(scales.data(), scales.size());
   std::vector<std::uint8_t> mask(codec->mask_bytes(n));
   codec->local_mask(x.data(), n, mask.data());
@@ -88,6 +95,9 @@ void bm_codec(benchmark::State& state, const std::string& spec, Op op) {
         codec->add_encoded(enc.data(), len, other.data(), other_len, n, {1, ++call, 0, 0},
                            sum.data());
         break;
+      case Op::kEncodeSum:
+        len = codec->encode_sum(x.data(), n, {1, ++call, 0, 0}, enc.data(), 2);
+        break;
     }
     benchmark::DoNotOptimize(enc.data());
     benchmark::DoNotOptimize(out.data());
@@ -105,11 +115,12 @@ int main(int argc, char** argv) {
   for (const auto& spec : kCodecs) {
     for (const auto& [name, op] :
          {std::pair{"encode", Op::kEncode}, std::pair{"decode", Op::kDecode},
-          std::pair{"decode_accumulate", Op::kDecodeAccumulate}, std::pair{"add", Op::kAdd}}) {
-      if (op == Op::kAdd &&
-          !ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32)
-               ->capabilities()
-               .summable) {
+          std::pair{"decode_accumulate", Op::kDecodeAccumulate}, std::pair{"add", Op::kAdd},
+          std::pair{"encode_sum2", Op::kEncodeSum}}) {
+      const auto c =
+          ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
+      if ((op == Op::kAdd && !c->capabilities().summable) ||
+          (op == Op::kEncodeSum && !c->encodes_sums())) {
         continue;
       }
       auto* b = benchmark::RegisterBenchmark((spec + "/" + name).c_str(), bm_codec, spec, op);

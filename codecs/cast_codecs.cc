@@ -24,6 +24,11 @@ std::size_t Codec::add_encoded(const std::byte*, std::size_t, const std::byte*, 
   throw Error(Status::kInternal, "codec '" + spec() + "' is not summable");
 }
 
+std::size_t Codec::encode_sum(const void*, std::size_t, const BlockContext&, std::byte*,
+                              std::uint32_t) {
+  throw Error(Status::kUnsupported, "codec '" + spec() + "' cannot encode sums");
+}
+
 namespace {
 
 template <class T>

@@ -332,6 +332,16 @@ class Codec {
 
   // ---- summable codecs only --------------------------------------------------------------------
 
+  /// True when encode_sum() works (maxnorm with one scale and exact sums).
+  virtual bool encodes_sums() const { return false; }
+  /// Encodes `in`, the sum of `contributions` inputs each within the agreed scales, as a
+  /// payload of that many contributions (the lanes the compressed-domain sum of their own
+  /// payloads would have), each element rounded once with one input's step. Same capacity as
+  /// encode() (max_encoded_bytes, when `contributions` is at most begin_call's ranks). Throws
+  /// ccoll::Error(kUnsupported) where encodes_sums() is false.
+  virtual std::size_t encode_sum(const void* in, std::size_t count, const BlockContext& ctx,
+                                 std::byte* out, std::uint32_t contributions);
+
   /// Adds two payloads of the same block (same count, offset and scales) in the compressed
   /// domain and writes the sum to `out` (capacity max_encoded_bytes(count)); returns its length.
   /// The sum decodes to exactly decode(a) + decode(b) computed in integers, unless the codec

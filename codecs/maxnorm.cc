@@ -392,6 +392,59 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     return static_cast<std::size_t>(w.finish() - out);
   }
 
+  bool encodes_sums() const override { return !sparse_ && fine_bits_ == 0 && !requant_; }
+  // A sum of j inputs within the scales lies within j·M: rounded at one input's step M/s to
+  // j·s levels, the lanes of j contributions (bias j·s, width(j)).
+  std::size_t encode_sum(const void* in, std::size_t count, const BlockContext& ctx, std::byte* out,
+                         std::uint32_t contributions) override {
+    if (!encodes_sums() || contributions == 0 || contributions > ranks_) {
+      return Codec::encode_sum(in, count, ctx, out, contributions);
+    }
+    const T* x = static_cast<const T*>(in);
+    const std::size_t first = ctx.offset / kBlock;
+    const std::size_t nb = blocks_spanned(ctx.offset, count);
+    if (count != 0 && first + nb > scales_.size()) {
+      throw Error(Status::kInternal, "maxnorm: encode outside the agreed scales");
+    }
+    std::byte* p = out + write_maxnorm_prefix(out, {id(), 0, param(contributions), count},
+                                              ctx.offset, scales_.data() + first, nb);
+    const auto levels = static_cast<std::uint32_t>(bias(contributions));
+    const auto s = static_cast<T>(s_);
+    // every lane first, then one pack (groups of 8 lanes whole bytes)
+    sum_lanes_.resize(count);
+    std::uint32_t* lane = sum_lanes_.data();
+    std::size_t i = 0;
+    for (std::size_t b = 0; b < nb; ++b) {
+      const float m = scales_[first + b];
+      const T inv = m > 0 ? s / static_cast<T>(m) : T(0);
+      const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * kBlock - ctx.offset);
+      while (i < end) {
+        const std::uint64_t e = ctx.offset + i;
+#if CCOLL_HAVE_HWY
+        if constexpr (std::is_same_v<T, float>) {
+          // whole quads of the Philox stream: Philox and the rounding in one pass
+          if (!nearest_ && (e & 3) == 0 && end - i >= 4) {
+            const std::size_t quads = (end - i) / 4;
+            maxnorm_lanes_hwy(ctx.seed, static_cast<std::uint32_t>(ctx.call),
+                              static_cast<std::uint32_t>(ctx.stream), e >> 2, x + i, quads, inv,
+                              levels, lane + i);
+            i += 4 * quads;
+            continue;
+          }
+        }
+#endif
+        // up to the next quad boundary first, so that the fused kernel can take the rest
+        const std::size_t n = std::min((e & 3) != 0 ? 4 - (e & 3) : kUniformBatch, end - i);
+        const float* u =
+            rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, e, n, uniforms_.data());
+        for (std::size_t k = 0; k < n; ++k)
+          lane[i + k] = stochastic_code(x[i + k], inv, u[k], levels);
+        i += n;
+      }
+    }
+    return static_cast<std::size_t>(pack_aligned(lane, count, width(contributions), p) - out);
+  }
+
   std::size_t add_encoded(const std::byte* a, std::size_t a_bytes, const std::byte* b,
                           std::size_t b_bytes, std::size_t count, const BlockContext& ctx,
                           std::byte* out) override {
@@ -717,6 +770,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   std::vector<std::uint8_t> codes_ = std::vector<std::uint8_t>(kUniformBatch);  // byte codes
   InputType in_ = InputType::kNative;                                           // own inputs
   std::vector<float> tile_ = std::vector<float>(kUniformBatch);  // widened 16-bit input
+  std::vector<std::uint32_t> sum_lanes_;                         // encode_sum's lanes
 };
 
 }  // namespace

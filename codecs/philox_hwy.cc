@@ -33,6 +33,12 @@ inline void byte_quad(uint64_t seed, uint32_t call, uint32_t stream, uint64_t qu
   }
 }
 
+inline void lane_quad(uint64_t seed, uint32_t call, uint32_t stream, uint64_t quad, const float* x,
+                      float inv, uint32_t s, uint32_t* out) {
+  const Philox4x32 r = philox_block(seed, call, stream, quad);
+  for (int k = 0; k < 4; ++k) out[k] = stochastic_code(x[k], inv, uniform01(r.v[k]), s);
+}
+
 #if HWY_TARGET == HWY_SCALAR
 // One lane: no vector to gain from; the reference loops.
 void PhiloxQuads(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad, size_t quads,
@@ -43,6 +49,12 @@ void MaxNormBytes(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_
                   const float* x, size_t quads, float inv, uint32_t s, uint8_t* out) {
   for (size_t q = 0; q < quads; ++q) {
     byte_quad(seed, call, stream, first_quad + q, x + 4 * q, inv, s, out + 4 * q);
+  }
+}
+void MaxNormLanes(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
+                  const float* x, size_t quads, float inv, uint32_t s, uint32_t* out) {
+  for (size_t q = 0; q < quads; ++q) {
+    lane_quad(seed, call, stream, first_quad + q, x + 4 * q, inv, s, out + 4 * q);
   }
 }
 #else
@@ -113,42 +125,76 @@ void PhiloxQuads(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_q
   for (; q < quads; ++q) uniform_quad(seed, call, stream, first_quad + q, out + 4 * q);
 }
 
-// Philox and stochastic_code() fused, 4·N elements per iteration: lane q of word k is the
-// uniform of element 4q+k, so x is loaded de-interleaved and the 4 byte codes of quad q are
-// packed into u32 lane q, which is their little-endian wire order.
-void MaxNormBytes(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
-                  const float* x, size_t quads, float inv, uint32_t s, uint8_t* out) {
-  const hn::ScalableTag<uint32_t> d;
-  const hn::RebindToSigned<decltype(d)> di;
-  const hn::RebindToFloat<decltype(d)> df;
-  const size_t N = hn::Lanes(d);
+// Philox and stochastic_code() fused for N quads: lane q of word k is the uniform of element
+// 4q+k, so x is loaded de-interleaved and code[k] holds the codes s ± q of elements 4q+k.
+template <class D, class V = hn::Vec<D> >
+HWY_INLINE void QuadCodes(D d, uint64_t seed, uint32_t call, uint32_t stream, uint64_t quad,
+                          const float* x, float inv, uint32_t s, V code[4]) {
+  const hn::RebindToSigned<D> di;
+  const hn::RebindToFloat<D> df;
   const auto scale = hn::Set(df, 0x1p-24f);
   const auto vinv = hn::Set(df, inv);
   const auto vs = hn::Set(di, static_cast<int32_t>(s));
+  V c[4];
+  PhiloxVector(d, seed, call, stream, quad, c);
+  hn::Vec<decltype(df)> xv[4];
+  hn::LoadInterleaved4(df, x, xv[0], xv[1], xv[2], xv[3]);
+  for (int k = 0; k < 4; ++k) {
+    // stochastic_code(): r = |x|·inv, q = min(floor(r) + [u < r - floor(r)], s), s ± q
+    const auto u = hn::Mul(hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<8>(c[k]))), scale);
+    const auto r = hn::Mul(hn::Abs(xv[k]), vinv);
+    const auto fl = hn::ConvertTo(di, r);  // r >= 0: truncation is floor
+    const auto up = hn::RebindMask(di, hn::Lt(u, hn::Sub(r, hn::ConvertTo(df, fl))));
+    const auto lvl = hn::Min(hn::Sub(fl, hn::VecFromMask(di, up)), vs);  // true lanes are -1
+    // s ± lvl by the sign bit: (lvl ^ m) - m negates where m = -1. x = -0 gives lvl = 0,
+    // so the result equals stochastic_code()'s (which tests x < 0).
+    const auto m = hn::ShiftRight<31>(hn::BitCast(di, xv[k]));
+    code[k] = hn::BitCast(d, hn::Add(vs, hn::Sub(hn::Xor(lvl, m), m)));
+  }
+}
+
+// The codes of whole vectors of quads, handed to store(code, q) (quads q to q + N - 1);
+// returns the quads done (the caller finishes the rest one by one).
+template <class Store>
+size_t CodeVectors(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
+                   const float* x, size_t quads, float inv, uint32_t s, Store&& store) {
+  const hn::ScalableTag<uint32_t> d;
+  const size_t N = hn::Lanes(d);
   size_t q = 0;
   for (; q + N <= quads; q += N) {
-    hn::Vec<decltype(d)> c[4];
-    PhiloxVector(d, seed, call, stream, first_quad + q, c);
-    hn::Vec<decltype(df)> xv[4];
-    hn::LoadInterleaved4(df, x + 4 * q, xv[0], xv[1], xv[2], xv[3]);
-    auto packed = hn::Zero(d);
-    for (int k = 0; k < 4; ++k) {
-      // stochastic_code(): r = |x|·inv, q = min(floor(r) + [u < r - floor(r)], s), s ± q
-      const auto u = hn::Mul(hn::ConvertTo(df, hn::BitCast(di, hn::ShiftRight<8>(c[k]))), scale);
-      const auto r = hn::Mul(hn::Abs(xv[k]), vinv);
-      const auto fl = hn::ConvertTo(di, r);  // r >= 0: truncation is floor
-      const auto up = hn::RebindMask(di, hn::Lt(u, hn::Sub(r, hn::ConvertTo(df, fl))));
-      const auto lvl = hn::Min(hn::Sub(fl, hn::VecFromMask(di, up)), vs);  // true lanes are -1
-      // s ± lvl by the sign bit: (lvl ^ m) - m negates where m = -1. x = -0 gives lvl = 0,
-      // so the result equals stochastic_code()'s (which tests x < 0).
-      const auto m = hn::ShiftRight<31>(hn::BitCast(di, xv[k]));
-      const auto code = hn::BitCast(d, hn::Add(vs, hn::Sub(hn::Xor(lvl, m), m)));
-      packed = hn::Or(packed, hn::Shl(code, hn::Set(d, 8u * static_cast<uint32_t>(k))));
-    }
-    hn::StoreU(packed, d, reinterpret_cast<uint32_t*>(out + 4 * q));
+    hn::Vec<decltype(d)> code[4];
+    QuadCodes(d, seed, call, stream, first_quad + q, x + 4 * q, inv, s, code);
+    store(d, code, q);
   }
+  return q;
+}
+
+// The byte codes (s <= 127), 4·N elements per iteration: the 4 codes of quad q packed into u32
+// lane q, which is their little-endian wire order.
+void MaxNormBytes(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
+                  const float* x, size_t quads, float inv, uint32_t s, uint8_t* out) {
+  size_t q = CodeVectors(seed, call, stream, first_quad, x, quads, inv, s,
+                         [&](auto d, const auto* code, size_t at) {
+                           auto packed = hn::Zero(d);
+                           for (int k = 0; k < 4; ++k) {
+                             packed = hn::Or(packed, hn::Shl(code[k], hn::Set(d, 8u * k)));
+                           }
+                           hn::StoreU(packed, d, reinterpret_cast<uint32_t*>(out + 4 * at));
+                         });
   for (; q < quads; ++q) {
     byte_quad(seed, call, stream, first_quad + q, x + 4 * q, inv, s, out + 4 * q);
+  }
+}
+
+// The codes as u32 lanes, element by element (any s < 2^23: sums of several inputs).
+void MaxNormLanes(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
+                  const float* x, size_t quads, float inv, uint32_t s, uint32_t* out) {
+  size_t q = CodeVectors(
+      seed, call, stream, first_quad, x, quads, inv, s, [&](auto d, const auto* code, size_t at) {
+        hn::StoreInterleaved4(code[0], code[1], code[2], code[3], d, out + 4 * at);
+      });
+  for (; q < quads; ++q) {
+    lane_quad(seed, call, stream, first_quad + q, x + 4 * q, inv, s, out + 4 * q);
   }
 }
 #endif  // HWY_TARGET == HWY_SCALAR
@@ -208,6 +254,11 @@ HWY_EXPORT(MaxNormBytes);
 void maxnorm_bytes_hwy(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
                        const float* x, size_t quads, float inv, uint32_t s, uint8_t* out) {
   HWY_DYNAMIC_DISPATCH(MaxNormBytes)(seed, call, stream, first_quad, x, quads, inv, s, out);
+}
+HWY_EXPORT(MaxNormLanes);
+void maxnorm_lanes_hwy(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
+                       const float* x, size_t quads, float inv, uint32_t s, uint32_t* out) {
+  HWY_DYNAMIC_DISPATCH(MaxNormLanes)(seed, call, stream, first_quad, x, quads, inv, s, out);
 }
 HWY_EXPORT(DecodeBytes);
 HWY_EXPORT(AccumulateBytes);

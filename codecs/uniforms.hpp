@@ -36,6 +36,12 @@ void philox_quads_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stre
 void maxnorm_bytes_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
                        std::uint64_t first_quad, const float* x, std::size_t quads, float inv,
                        std::uint32_t s, std::uint8_t* out);
+/// philox_hwy.cc: maxnorm_bytes_hwy's codes for any s < 2^23 (the sum of several inputs at
+/// one input's step), as u32 lanes: out[k] = stochastic_code(x[k], inv, uniform of element
+/// 4·first_quad + k, s).
+void maxnorm_lanes_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
+                       std::uint64_t first_quad, const float* x, std::size_t quads, float inv,
+                       std::uint32_t s, std::uint32_t* out);
 /// philox_hwy.cc: out[k] = (or +=) (codes[k] - bias)·step for k < n; returns the largest code.
 std::uint32_t apply_bytes_hwy(const std::uint8_t* codes, std::size_t n, float step,
                               std::int32_t bias, bool accumulate, float* out);

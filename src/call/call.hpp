@@ -29,7 +29,7 @@ enum class Kind { kAllreduce, kAllgather, kReduceScatter };
 /// (half_call.hpp).
 enum class Half : std::uint8_t { kNone = 0, kFloat16 = 1, kBFloat16 = 2 };
 
-struct NodeInputs;  // node_codes.hpp
+struct NodeSums;  // node_sums.hpp
 
 /// A collective as the caller passed it.
 struct Call {
@@ -58,10 +58,10 @@ struct Call {
   /// A call ccoll makes inside another (the hierarchical schedule's steps): CCOLL_ALGO does
   /// not apply to it.
   bool nested = false;
-  /// The hierarchical all-reduce's cross-node step: every node rank's own values of this
-  /// rank's shard, whose codes a summable codec with exact adds encodes and adds on the ring
-  /// (node_codes.hpp) instead of encoding their float sum, the call's input; null otherwise.
-  const NodeInputs* node_inputs = nullptr;
+  /// The hierarchical all-reduce's cross-node step, whose input is this rank's shard of its
+  /// node's sum: the node's maxima, with which a codec that encodes sums rounds it at one
+  /// rank's step (node_sums.hpp); null otherwise.
+  const NodeSums* node_sums = nullptr;
 
   bool allreduce() const { return kind == Kind::kAllreduce; }
   bool reduce_scatter() const { return kind == Kind::kReduceScatter; }

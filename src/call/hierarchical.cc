@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <condition_variable>
 #include <cstring>
 #include <functional>
@@ -14,10 +15,12 @@
 #include "auto_tune.hpp"
 #include "collectives.hpp"
 #include "config.hpp"
+#include "maxnorm_wire.hpp"
 #include "mpi_check.hpp"
-#include "node_codes.hpp"
+#include "node_sums.hpp"
 #include "run_call.hpp"
 #include "spec.hpp"
+#include "uniforms.hpp"
 
 namespace ccoll::call {
 namespace {
@@ -124,7 +127,7 @@ class CrossBuffers {
 void run_cross_step(const Call& call, Kind kind, const void* in, std::size_t in_bytes, void* out,
                     std::size_t out_bytes, std::size_t count, const Topology& topo,
                     gpu::Backend* device, std::uint64_t key, CrossStep& step,
-                    const std::function<void()>& after, const NodeInputs* node_inputs = nullptr) {
+                    const std::function<void()>& after, const NodeSums* node_sums = nullptr) {
   Options o = call.options;
   o.key = key;
   o.algorithm = "auto";
@@ -134,7 +137,7 @@ void run_cross_step(const Call& call, Kind kind, const void* in, std::size_t in_
   Call inner{kind, call.fn, bufs.in(), bufs.out(), count, call.datatype, MPI_SUM, topo.cross, o};
   inner.nested = true;
   inner.half = call.half;
-  inner.node_inputs = node_inputs;
+  inner.node_sums = node_sums;
   try {
     if (!run_auto(inner, step.stats)) run_call(inner, step.stats);
     bufs.copy_back();
@@ -147,15 +150,26 @@ void run_cross_step(const Call& call, Kind kind, const void* in, std::size_t in_
   bufs.step_done(call, step);
 }
 
-// True when the call's codec adds node ranks' codes exactly (node_codes.hpp); codec=auto,
-// whose candidates are measured, encodes the node's sums.
-bool adds_node_codes(const Call& call, codec::DType dtype) {
+// True when the call's codec encodes node sums at one rank's step (node_sums.hpp); codec=auto,
+// whose candidates are measured, encodes them as any input.
+bool encodes_node_sums(const Call& call, codec::DType dtype) {
   const std::string& text = call.options.codec.empty() ? env_config().codec : call.options.codec;
   if (text.rfind("auto", 0) == 0) return false;
   try {
-    return node_codes_apply(*make_codec(parse_codec_spec(text), dtype));
+    return node_sums_apply(*make_codec(parse_codec_spec(text), dtype));
   } catch (const Error&) {
     return false;  // the cross-node call's checks reject it on every rank
+  }
+}
+
+// The largest magnitude in each kMaxnormBlock-element block of x[0, n) (infinity where a block
+// holds a NaN or an infinity), appended to `out`.
+template <class T>
+void block_maxima(const T* x, std::size_t n, std::vector<double>& out) {
+  for (std::size_t b = 0; b < n; b += codec::kMaxnormBlock) {
+    const auto m =
+        static_cast<double>(codec::abs_max(x + b, std::min(codec::kMaxnormBlock, n - b)));
+    out.push_back(std::isfinite(m) ? m : HUGE_VAL);
   }
 }
 
@@ -311,26 +325,16 @@ void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& sta
   struct Segment : NodeParts {
     std::size_t offset = 0;  // elements into the tensor
     CrossStep step;
-    NodeInputs node;  // node_codes: every node rank's values of this rank's shard
+    NodeSums node;  // node sums: the node's maxima of this rank's shard
   };
   std::vector<Segment> seg(segments);
-  // node_codes (node_codes.hpp): the node step also gathers the summands of this rank's shards
-  const bool codes = device == nullptr && adds_node_codes(call, dtype);
-  std::size_t gathered_elems = 0;
+  const bool sums = device == nullptr && encodes_node_sums(call, dtype);
   for (std::size_t k = 0; k < segments; ++k) {
     const auto s = static_cast<int>(segments);
     const auto i = static_cast<int>(k);
     static_cast<NodeParts&>(seg[k]) = node_parts(coll::chunk_count(n, s, i), topo.node_size);
     seg[k].offset = coll::chunk_offset(n, s, i);
-    if (codes) gathered_elems += static_cast<std::size_t>(topo.node_size * seg[k].counts[l]);
-  }
-  std::vector<std::byte> gathered(gathered_elems * es);
-  if (codes) {
-    std::byte* at = gathered.data();
-    for (Segment& g : seg) {
-      const auto mine = static_cast<std::size_t>(g.counts[l]);
-      for (int i = 0; i < topo.node_size; ++i, at += mine * es) g.node.inputs.push_back(at);
-    }
+    seg[k].node.ranks = topo.node_size;
   }
   auto* data = static_cast<std::byte*>(call.recvbuf);
   const auto* in = static_cast<const std::byte*>(call.in_place() ? call.recvbuf : call.sendbuf);
@@ -338,12 +342,38 @@ void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& sta
     return data + (seg[k].offset + static_cast<std::size_t>(seg[k].displs[l])) * es;
   };
   double node_seconds = 0;
+  // node sums: the largest magnitude of every node rank's values in each scale block of each
+  // shard of segment k (blocks counted from the shard's start, as its cross-node call counts
+  // them), over the node; this rank keeps its shard's
+  auto node_maxima = [&](std::size_t k) {
+    std::vector<double> all;
+    std::size_t mine_at = 0;
+    std::size_t mine_blocks = 0;
+    for (std::size_t i = 0; i < static_cast<std::size_t>(topo.node_size); ++i) {
+      const std::size_t at = seg[k].offset + static_cast<std::size_t>(seg[k].displs[i]);
+      const auto len = static_cast<std::size_t>(seg[k].counts[i]);
+      const std::size_t before = all.size();
+      if (dtype == codec::DType::kFloat64) {
+        block_maxima(reinterpret_cast<const double*>(in) + at, len, all);
+      } else {
+        block_maxima(reinterpret_cast<const float*>(in) + at, len, all);
+      }
+      if (i == l) {
+        mine_at = before;
+        mine_blocks = all.size() - before;
+      }
+    }
+    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, all.data(), static_cast<int>(all.size()),
+                                  MPI_DOUBLE, MPI_MAX, topo.node));
+    const auto first = all.begin() + static_cast<std::ptrdiff_t>(mine_at);
+    seg[k].node.maxima.assign(first, first + static_cast<std::ptrdiff_t>(mine_blocks));
+  };
   // 1. the node's exact sum of this rank's shard of segment k
   auto reduce_scatter = [&](std::size_t k) {
     const auto t0 = Clock::now();
+    if (sums) node_maxima(k);  // before the sum overwrites this rank's shard (in place)
     topo.steps->reduce_scatter(in + seg[k].offset * es, shard(k), seg[k].counts, seg[k].displs,
-                               dtype, call.datatype,
-                               codes ? const_cast<void*>(seg[k].node.inputs[0]) : nullptr);
+                               dtype, call.datatype);
     node_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   };
   // 2. the shard's compressed all-reduce across the nodes (device buffers: on the device)
@@ -356,7 +386,7 @@ void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& sta
         [&, out, mine] {
           if (call.options.average) coll::divide_elements(out, mine, dtype, ctx.size());
         },
-        codes ? &seg[k].node : nullptr);
+        sums ? &seg[k].node : nullptr);
   };
   // 3. every shard of segment k to every rank of the node, exact
   auto allgather = [&](std::size_t k) {

@@ -102,34 +102,14 @@ void NodeSteps::fence() {
 
 void NodeSteps::reduce_scatter(const void* in, void* out, const std::vector<int>& counts,
                                const std::vector<int>& displs, codec::DType dtype,
-                               MPI_Datatype datatype, void* gathered) {
+                               MPI_Datatype datatype) {
   const std::size_t es = codec::dtype_size(dtype);
   const auto l = static_cast<std::size_t>(rank_);
   const auto* src = static_cast<const std::byte*>(in);
   auto* dst = static_cast<std::byte*>(out);
-  auto* got = static_cast<std::byte*>(gathered);
   const bool in_place = dst == src + static_cast<std::size_t>(displs[l]) * es;
-  const auto mine = static_cast<std::size_t>(counts[l]);
   if (size_ == 1) {
-    if (got != nullptr) std::memcpy(got, src + static_cast<std::size_t>(displs[0]) * es, mine * es);
     if (!in_place) std::memmove(dst, src, static_cast<std::size_t>(counts[0]) * es);
-    return;
-  }
-  if (got != nullptr && !shared_) {
-    // every rank's part l, then their sum here (in rank order, as the window's)
-    const auto p = static_cast<std::size_t>(size_);
-    std::vector<int> recv_counts(p, counts[l]);
-    std::vector<int> recv_displs(p);
-    for (std::size_t i = 0; i < p; ++i) recv_displs[i] = static_cast<int>(i * mine);
-    CCOLL_MPI_CHECK(MPI_Alltoallv(in, counts.data(), displs.data(), datatype, got,
-                                  recv_counts.data(), recv_displs.data(), datatype, node_));
-    std::vector<const std::byte*> parts(p);
-    for (std::size_t i = 0; i < p; ++i) parts[i] = got + i * mine * es;
-    if (dtype == codec::DType::kFloat64) {
-      sum_parts<double>(dst, parts.data(), size_, mine);
-    } else {
-      sum_parts<float>(dst, parts.data(), size_, mine);
-    }
     return;
   }
   if (!shared_) {
@@ -164,7 +144,6 @@ void NodeSteps::reduce_scatter(const void* in, void* out, const std::vector<int>
     for (std::size_t i = 0; i < p; ++i) {
       parts[i] = i == l ? src + (static_cast<std::size_t>(displs[l]) + off) * es
                         : half(static_cast<int>(i)) + l * piece * es;
-      if (got != nullptr) std::memcpy(got + (i * mine + off) * es, parts[i], len * es);
     }
     if (dtype == codec::DType::kFloat64) {
       sum_parts<double>(dst + off * es, parts.data(), size_, len);

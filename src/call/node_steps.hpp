@@ -37,11 +37,8 @@ class NodeSteps {
 
   /// The node's exact sum of part l (this rank's node rank) into `out`: part i is
   /// counts[i] elements at displs[i] of every rank's `in`. `out` may be in + displs[l].
-  /// With `gathered` (room for size·counts[l] elements), also every node rank's own part l,
-  /// node rank i's at gathered + i·counts[l] elements (the summands, as they were).
   void reduce_scatter(const void* in, void* out, const std::vector<int>& counts,
-                      const std::vector<int>& displs, codec::DType dtype, MPI_Datatype datatype,
-                      void* gathered = nullptr);
+                      const std::vector<int>& displs, codec::DType dtype, MPI_Datatype datatype);
   /// Every rank's part l (counts[l] elements at displs[l] of its `data`) into every rank's
   /// `data`, at the same place.
   void allgather(void* data, const std::vector<int>& counts, const std::vector<int>& displs,

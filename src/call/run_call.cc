@@ -15,7 +15,7 @@
 #include "hierarchical.hpp"
 #include "mpi_check.hpp"
 #include "nccl_transport.hpp"
-#include "node_codes.hpp"
+#include "node_sums.hpp"
 #include "placement.hpp"
 #include "setup_rounds.hpp"
 
@@ -47,9 +47,9 @@ struct Prepared {
   bool scanned = false;     // the codec's scan() already wrote this rank's scales
   bool reads_half = false;  // the codec reads the call's 16-bit input (Call::input_half)
   std::size_t evicted = 0;  // other tensors' states freed to make this plan
-  // the codec the call runs: the plan's (or its device codec), or node_codes over it
+  // the codec the call runs: the plan's (or its device codec), or node sums over it
   codec::Codec* codec = nullptr;
-  std::unique_ptr<codec::Codec> node_codes;
+  std::unique_ptr<codec::Codec> node_sums;
 };
 
 // What decides the schedule (the same on every rank: the agreement checked its inputs).
@@ -120,14 +120,14 @@ Prepared prepare_plan(Call& call, Placement& pl, Checked& c, CommContext& ctx) {
                                   : "are staged through host memory"));
     }
     out.codec = pl.kernels() ? plan->device_codec.get() : plan->codec.get();
-    // a hierarchical cross-node step: the node ranks' codes added, where the ring runs a
-    // codec that adds them exactly (the other paths encode the node's sum, the call's input)
-    if (call.node_inputs != nullptr && !pl.kernels() && call.allreduce() &&
-        node_codes_apply(*out.codec) && !ctx.transport().exact_lengths() &&
+    // a hierarchical cross-node step on the ring of a codec that encodes sums: the node's sum
+    // rounded at one rank's step (the other paths encode it as any input)
+    if (call.node_sums != nullptr && !pl.kernels() && call.allreduce() &&
+        node_sums_apply(*out.codec) && !ctx.transport().exact_lengths() &&
         coll::select_schedule(schedule_query(call, c, *out.codec, ctx.size(), false, false)) ==
             coll::Schedule::kRing) {
-      out.node_codes = make_node_codes_codec(*out.codec, *call.node_inputs, c.elem_bytes);
-      out.codec = out.node_codes.get();
+      out.node_sums = make_node_sums_codec(*out.codec, *call.node_sums);
+      out.codec = out.node_sums.get();
     }
     codec::Codec& codec = *out.codec;
     out.reads_half = let_codec_read_half(call, pl, c, codec, ctx.size());

@@ -604,3 +604,91 @@ TEST(MaxnormAdd, EveryLaneIsTheSumAtEveryWidth) {
 
 }  // namespace
 }  // namespace ccoll::codec
+
+namespace ccoll::codec {
+namespace {
+
+// encode_sum: a sum of j inputs within the scales, rounded once at one input's step into the
+// lanes of j contributions. j = 1 is encode() itself, byte for byte; for j > 1 every element
+// decodes within one step of the sum and the rounding is unbiased (a fixed seed over 2^17
+// elements); the payload adds to others as the sum of j payloads would (its lanes decode in the
+// sum exactly); codecs that cannot encode sums refuse.
+TEST(EncodeSum, OneRoundingAtOneInputsStep) {
+  for (const unsigned bits : {2u, 4u, 8u}) {
+    auto c = make_codec(parse_codec_spec("maxnorm:bits=" + std::to_string(bits)), DType::kFloat32);
+    ASSERT_TRUE(c->encodes_sums());
+    c->begin_call(16);
+    c->set_call(9, 4);
+    const std::size_t n = std::size_t{1} << 17;  // two scale blocks
+    std::vector<double> scales(c->scale_slots(n + 3), 2.0);
+    c->set_scales(scales.data(), scales.size());
+    const float step = 2.0f / static_cast<float>((1u << (bits - 1)) - 1);
+    std::mt19937 gen(bits);
+    std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+    for (const std::uint32_t j : {1u, 2u, 3u, 8u}) {
+      SCOPED_TRACE("bits " + std::to_string(bits) + " j " + std::to_string(j));
+      std::vector<float> sum(n, 0.0f);
+      for (std::uint32_t q = 0; q < j; ++q) {
+        for (float& v : sum) v += 2.0f * unit(gen);  // each input within the scale 2
+      }
+      const BlockContext ctx{9, 4, 1, 3, BlockContext::Role::kOwn};
+      std::vector<std::byte> p(c->max_encoded_bytes(n));
+      const std::size_t len = c->encode_sum(sum.data(), n, ctx, p.data(), j);
+      if (j == 1) {
+        std::vector<std::byte> q(c->max_encoded_bytes(n));
+        ASSERT_EQ(len, c->encode(sum.data(), n, ctx, q.data()));
+        EXPECT_EQ(0, std::memcmp(p.data(), q.data(), len));
+      }
+      const MaxnormLayout l = maxnorm_layout(*c, p.data(), len, n);
+      EXPECT_EQ(l.contributions, j);
+      std::vector<float> d(n);
+      c->decode(p.data(), len, n, d.data());
+      double bias = 0;
+      double worst = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        bias += static_cast<double>(d[i]) - sum[i];
+        worst = std::max(worst, std::fabs(static_cast<double>(d[i]) - sum[i]));
+      }
+      EXPECT_LE(worst, 1.0001 * step);
+      // the mean of n roundings errs by at most ~step/sqrt(12n); 6 of those
+      EXPECT_LT(std::fabs(bias / static_cast<double>(n)),
+                6 * step / std::sqrt(12.0 * static_cast<double>(n)));
+      // added to one input's payload: the decoded sum is exactly both decodes added in lanes
+      std::vector<float> y(n);
+      for (float& v : y) v = 2.0f * unit(gen);
+      std::vector<std::byte> py(c->max_encoded_bytes(n));
+      const std::size_t ly =
+          c->encode(y.data(), n, {9, 4, 7, 3, BlockContext::Role::kOwn}, py.data());
+      std::vector<std::byte> ps(c->max_encoded_bytes(n));
+      const std::size_t ls = c->add_encoded(p.data(), len, py.data(), ly, n, {}, ps.data());
+      EXPECT_EQ(maxnorm_layout(*c, ps.data(), ls, n).contributions, j + 1);
+      std::vector<float> ds(n), dy(n);
+      c->decode(ps.data(), ls, n, ds.data());
+      c->decode(py.data(), ly, n, dy.data());
+      for (std::size_t i = 0; i < n; i += 997) {
+        EXPECT_NEAR(ds[i], d[i] + dy[i], 1e-5 * (1 + std::fabs(ds[i]))) << i;
+      }
+    }
+    // more contributions than ranks: refused
+    std::vector<float> x(10, 0.5f);
+    std::vector<std::byte> out(c->max_encoded_bytes(10));
+    EXPECT_THROW(c->encode_sum(x.data(), 10, {}, out.data(), 17), Error);
+  }
+  for (const char* spec : {"maxnorm:bits=4/7", "randk:ratio=0.1", "maxnorm:bits=4,sum=requant",
+                           "maxnorm:bits=4,ef=1", "qsgd:bits=4", "none"}) {
+    auto c = make_codec(parse_codec_spec(spec), DType::kFloat32);
+    EXPECT_FALSE(c->encodes_sums()) << spec;
+    c->begin_call(4);
+    std::vector<float> x(10, 0.5f);
+    std::vector<std::byte> out(c->max_encoded_bytes(10) + 64);
+    try {
+      c->encode_sum(x.data(), 10, {}, out.data(), 2);
+      ADD_FAILURE() << spec << " encoded a sum";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Status::kUnsupported) << spec;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace ccoll::codec

@@ -1,0 +1,42 @@
+// The hierarchical all-reduce's cross-node step, encoding each node's sum at one rank's step.
+//
+// Encoded like one rank's values, with the levels its bits give over the scale of its block, a
+// node's sum of k ranks spans up to k times that scale: at equal levels its step is k times a
+// rank's, and with `nodes` such roundings instead of one per rank the error grows with the
+// ranks per node (by sqrt(k) where the ranks' values agree). For a codec that can encode sums
+// (Codec::encodes_sums: maxnorm with one scale and exact sums, no ef=1), the cross-node step
+// instead takes the scale of each block over every node rank's own values (the node's maxima,
+// which the node step finds) and rounds the node's sum once with one rank's step, into the
+// lanes of k contributions, which the ring then adds exactly as it adds ranks' codes. Each
+// element is rounded once per node at the flat ring's step, so the error is at most the flat
+// ring's; the lanes are those of the flat ring's sums (a bit wider than one rank's per
+// doubling of k).
+#pragma once
+
+#include <cstddef>
+#include <memory>
+#include <vector>
+
+#include "codec.hpp"
+
+namespace ccoll::call {
+
+/// What the node step found for this rank's shard: the largest magnitude of every node rank's
+/// own values in each of the shard's scale blocks (infinity for a block holding a non-finite
+/// value), and the node's rank count.
+struct NodeSums {
+  std::vector<double> maxima;
+  int ranks = 1;
+};
+
+/// True when `codec` can encode node sums (Codec::encodes_sums, no state, no sum or mask
+/// round).
+bool node_sums_apply(const codec::Codec& codec);
+
+/// A codec for one cross-node ring all-reduce of a node's sums: forwards to `inner` (the
+/// plan's codec) but takes its scales and fallback verdict from `node`'s maxima, encodes this
+/// rank's own contribution (the node's sum) with Codec::encode_sum, and counts node.ranks
+/// contributions per rank. Valid while `node` and `inner` are.
+std::unique_ptr<codec::Codec> make_node_sums_codec(codec::Codec& inner, const NodeSums& node);
+
+}  // namespace ccoll::call
