@@ -30,4 +30,11 @@ struct LaneAdd {
 std::size_t add_lane_groups_hwy(const LaneAdd& a, std::size_t groups, std::uint32_t* worst_a,
                                 std::uint32_t* worst_b);
 
+/// Packs v[0, 8·g) (each below 2^width) as `width`-bit lanes into out, for the first whole
+/// groups g of 8 up to `groups` whose 16-byte stores stay inside out's `out_bytes`; returns g
+/// (0 where width is outside 4..16 or the CPU has no vectors): the caller packs the rest from
+/// lane 8·g on, at byte g·width. The bytes of pack_aligned (bitpack.hpp).
+std::size_t pack_lane_groups_hwy(const std::uint32_t* v, std::size_t groups, unsigned width,
+                                 std::uint8_t* out, std::size_t out_bytes);
+
 }  // namespace ccoll::codec

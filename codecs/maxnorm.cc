@@ -442,7 +442,14 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
         i += n;
       }
     }
-    return static_cast<std::size_t>(pack_aligned(lane, count, width(contributions), p) - out);
+    const unsigned w = width(contributions);
+    std::size_t packed = 0;  // lanes packed in vectors
+#if CCOLL_HAVE_HWY
+    packed = 8 * pack_lane_groups_hwy(lane, count / 8, w, reinterpret_cast<std::uint8_t*>(p),
+                                      packed_bytes(count, w));
+    p += packed / 8 * w;
+#endif
+    return static_cast<std::size_t>(pack_aligned(lane + packed, count - packed, w, p) - out);
   }
 
   std::size_t add_encoded(const std::byte* a, std::size_t a_bytes, const std::byte* b,

@@ -14,9 +14,11 @@ Hierarchical all-reduce (algorithm=hierarchical), L ranks per node and N nodes (
 L cross-node all-reduces of a node sharing its one link at rate R, the node's own steps at
 B bytes/s per rank (shared memory or NVLink):
     flat:          a 2(p-1) + n 2(p-1)/p 8 / (R ratio(p)) + g n
-    hierarchical:  2 n (L-1)/L / B + a 2(N-1) + n 2(N-1)/N 8 / (R ratio(N)) + g n / L
+    hierarchical:  2 n (L-1)/L / B + a 2(N-1) + n 2(N-1)/N 8 / (R ratio_nodes(N, L)) + g n / L
 (the flat ring's step time is its one cross-node hop per node; the hierarchical schedule's
-codec works on a shard of n/L, and its sums have N contributions instead of p). Pipelined in S
+codec works on a shard of n/L, and maxnorm encodes each node's sum into the lanes of L
+contributions, so its reduce-scatter step j carries bits_for(2 j L s)-bit lanes and its
+all-gather the p-contribution width). Pipelined in S
 segments (MPI_THREAD_MULTIPLE: the node's steps of one segment run during another's
 cross-node step), with node = 2 n (L-1)/L / B and cross = S a 2(N-1) + the wire and codec terms:
     pipelined:     max(node, cross) + min(node, cross) / S"""
@@ -50,6 +52,18 @@ def ratio(series, p):
     rs = sum(bits_for(2 * j * s) for j in range(1, p))
     ag = (p - 1) * bits_for(2 * p * s)
     return 32.0 * 2 * (p - 1) / (rs + ag)
+
+
+def ratio_nodes(series, N, L):
+    """ratio() of the cross-node ring of a hierarchical all-reduce: N nodes whose payloads each
+    hold a node sum encoded as L contributions."""
+    m = re.fullmatch(r"maxnorm:bits=(\d)", series)
+    if not m or N == 1:
+        return 1.0
+    s = 2 ** (int(m.group(1)) - 1) - 1
+    rs = sum(bits_for(2 * j * L * s) for j in range(1, N))
+    ag = (N - 1) * bits_for(2 * N * L * s)
+    return 32.0 * 2 * (N - 1) / (rs + ag)
 
 
 def load(raw):
@@ -109,7 +123,7 @@ def predict_flat(series, a, g, L, N, n, R):
 
 def predict_hierarchical(series, a, g, L, N, n, R, B, segments=1):
     node = 2 * n * (L - 1) / L / B
-    cross = (segments * a * 2 * (N - 1) + n * 2 * (N - 1) / N * 8 / (R * ratio(series, N))
+    cross = (segments * a * 2 * (N - 1) + n * 2 * (N - 1) / N * 8 / (R * ratio_nodes(series, N, L))
              + g * n / L)
     if segments == 1:
         return node + cross

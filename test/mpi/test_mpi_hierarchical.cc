@@ -196,6 +196,45 @@ TEST(MpiHierarchical, NodeSumsRoundAtOneRanksStep) {
   }
 }
 
+// A non-finite value on one rank of a node (NaN, infinity) makes its block's node maximum
+// infinite: the cross-node call of that shard falls back to exact MPI sums on every rank of it,
+// so the value reaches every rank as MPI_Allreduce would give it, and every other element is
+// within the codec's bound; no rank hangs.
+TEST(MpiHierarchical, NonFiniteNodeValuesFallBack) {
+  const int p = world_size();
+  const int r = world_rank();
+  if (p < 4 || p % 2 != 0) GTEST_SKIP() << "needs 2 or more nodes of 2 ranks";
+  const Grouped g(2);
+  const std::size_t n = 100003;
+  for (const float bad : {NAN, INFINITY}) {
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = input<float>(r, i);
+    if (r == 1) x[7] = bad;  // node 0's second rank, in the shard its first rank owns
+    ccoll::Options opt;
+    opt.codec = "maxnorm:bits=8";
+    opt.algorithm = "hierarchical";
+    ccoll::Stats st;
+    opt.stats = &st;
+    ccoll::compressed_allreduce(MPI_IN_PLACE, x.data(), n, MPI_FLOAT, MPI_SUM, g.comm, opt);
+    if (std::isnan(bad)) {
+      EXPECT_TRUE(std::isnan(x[7]));
+    } else {
+      EXPECT_EQ(x[7], bad);
+    }
+    double worst = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i == 7) continue;
+      worst = std::max(worst, std::fabs(static_cast<double>(x[i]) - exact_sum<float>(p, i)));
+    }
+    // inputs within ±20: at most one step (20/127) per rounding, one rounding per rank at most
+    EXPECT_LE(worst, p * 20.0 / 127);
+    // the shard holding element 7 fell back (local rank 0's cross-node call)
+    if (r % 2 == 0) {
+      EXPECT_TRUE(st.fell_back);
+    }
+  }
+}
+
 // ef=1 keeps its state on the cross-node step: repeated calls converge as error feedback does,
 // and the non-blocking call gives the blocking call's bytes.
 TEST(MpiHierarchical, StatefulAndNonblocking) {
