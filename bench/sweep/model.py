@@ -145,8 +145,9 @@ def hierarchical_section(order, params):
           "buffers ccoll does not pipeline them, so the GPU rows' third number is a what-if); codec time per byte `g` as fitted on this machine's CPU",
           "(\"CPU\") or an H100's maxnorm kernels (\"GPU\", `bench/results/gpu/`); the node's",
           "own steps at " + ", ".join(f"{k} {v / 1e9:.0f} GB/s" for k, v in INTRA_BPS.items()) +
-          " per rank. A model, not a measurement: see bench/results/hierarchical/ for what",
-          "2 and 4 hosts on the test network gave.", "",
+          " per rank; maxnorm's node sums travel in the lanes of 8 contributions (for an error",
+          "the flat ring's over sqrt(8)). A model, not a measurement: see",
+          "bench/results/hierarchical/ for what 2 and 4 hosts on the test network gave.", "",
           "| link | inside the node | series, codec on | " +
           " | ".join(f"{N} nodes" for N in nodes) + " |",
           "|---|---|---|" + "---|" * len(nodes)]
