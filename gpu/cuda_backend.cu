@@ -8,6 +8,7 @@
 #include <atomic>
 #include <map>
 #include <string>
+#include <type_traits>
 
 #include "backend.hpp"
 #include "ccoll/error.hpp"
@@ -25,6 +26,22 @@ void check(cudaError_t rc, const char* what) {
   if (rc == cudaSuccess) return;
   cudaGetLastError();  // clear a sticky launch error so later calls start clean
   throw Error(Status::kCudaError, std::string(what) + ": " + cudaGetErrorString(rc));
+}
+
+// f(std::integral_constant<Input, t>{}): a kernel templated on its input's type, for `t`.
+template <class F>
+void with_input(Input t, F&& f) {
+  switch (t) {
+    case Input::kFloat32:
+      f(std::integral_constant<Input, Input::kFloat32>{});
+      return;
+    case Input::kFloat16:
+      f(std::integral_constant<Input, Input::kFloat16>{});
+      return;
+    case Input::kBFloat16:
+      f(std::integral_constant<Input, Input::kBFloat16>{});
+      return;
+  }
 }
 
 unsigned grid_for(std::size_t items) {
@@ -502,33 +519,17 @@ class CudaBackend final : public Backend {
     memset_zero(out, sizeof(std::uint32_t) * ((count + kMaxnormBlock - 1) / kMaxnormBlock));
     const std::size_t tiles = (count + kScanTile - 1) / kScanTile;
     const auto grid = static_cast<unsigned>(tiles < 65535 ? tiles : 65535);
-    switch (input) {
-      case Input::kFloat32:
-        abs_max_kernel<Input::kFloat32><<<grid, kThreads, 0, stream()>>>(x, count, out);
-        break;
-      case Input::kFloat16:
-        abs_max_kernel<Input::kFloat16><<<grid, kThreads, 0, stream()>>>(x, count, out);
-        break;
-      case Input::kBFloat16:
-        abs_max_kernel<Input::kBFloat16><<<grid, kThreads, 0, stream()>>>(x, count, out);
-        break;
-    }
+    with_input(input, [&](auto in) {
+      abs_max_kernel<decltype(in)::value><<<grid, kThreads, 0, stream()>>>(x, count, out);
+    });
     check(cudaGetLastError(), "block_abs_max launch");
   }
   void maxnorm_encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
     if (a.count == 0) return;
     const unsigned grid = grid_for(group_count(a.count));
-    switch (a.input) {
-      case Input::kFloat32:
-        maxnorm_encode_kernel<Input::kFloat32><<<grid, kThreads, 0, stream()>>>(x, a, codes);
-        break;
-      case Input::kFloat16:
-        maxnorm_encode_kernel<Input::kFloat16><<<grid, kThreads, 0, stream()>>>(x, a, codes);
-        break;
-      case Input::kBFloat16:
-        maxnorm_encode_kernel<Input::kBFloat16><<<grid, kThreads, 0, stream()>>>(x, a, codes);
-        break;
-    }
+    with_input(a.input, [&](auto in) {
+      maxnorm_encode_kernel<decltype(in)::value><<<grid, kThreads, 0, stream()>>>(x, a, codes);
+    });
     check(cudaGetLastError(), "maxnorm_encode launch");
   }
   void maxnorm_decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,

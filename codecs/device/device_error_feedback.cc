@@ -110,24 +110,20 @@ class DeviceErrorFeedback final : public DeviceCodec {
   // x + e_own on the device as encode() computes it (x itself, widened where it is 16-bit,
   // before the first call)
   const void* with_residual(const void* data, std::size_t count) const {
-    const bool native = in_ == codec::InputType::kNative;
-    if (own_.size() < count && native) return data;
+    if (own_.size() < count && in_ == codec::InputType::kNative) return data;
     auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
     if (own_.size() < count) {
       b_.cast_decode(in_ == codec::InputType::kFloat16, static_cast<const std::uint16_t*>(data),
                      count, p, false);
-    } else if (native) {
-      b_.add(p, static_cast<const float*>(data), own_.data(), count, false);
     } else {
-      b_.widen_add(p, static_cast<const std::uint16_t*>(data), in_ == codec::InputType::kBFloat16,
-                   own_.data(), count);
+      plus_residual(p, data, own_.data(), count, codec::BlockContext::Role::kOwn);
     }
     return p;
   }
   // p = x + r for an encode of role `role` (16-bit input: the own contributions' x, widened in
   // the same kernel)
   void plus_residual(float* p, const void* x, const float* r, std::size_t count,
-                     codec::BlockContext::Role role) {
+                     codec::BlockContext::Role role) const {
     if (in_ != codec::InputType::kNative && role == codec::BlockContext::Role::kOwn) {
       b_.widen_add(p, static_cast<const std::uint16_t*>(x), in_ == codec::InputType::kBFloat16, r,
                    count);

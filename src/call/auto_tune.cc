@@ -75,11 +75,10 @@ void run_with(const Call& call, Stats& stats, const CodecSpec& spec) {
 }  // namespace
 
 bool run_auto(const Call& call, Stats& stats) {
-  std::string text = call.options.codec;
   if (call.ctx == nullptr && (!detail::mpi_active() || call.comm == MPI_COMM_NULL)) return false;
   bool started = false;  // a candidate (or run_call) has started: its errors are final
   try {
-    if (text.empty()) text = env_config().codec;
+    const std::string& text = requested_codec(call.options);  // (CCOLL_* errors: caught below)
     if (text.rfind("auto", 0) != 0) return false;
     const CodecSpec spec = parse_codec_spec(text);  // the one parse of auto's spec
     if (spec.name != "auto") return false;

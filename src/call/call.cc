@@ -49,6 +49,10 @@ const char* arg_name(int id) {
   return id > 0 && id < kArgCount_ ? names[id] : "argument";
 }
 
+const std::string& requested_codec(const Options& o) {
+  return o.codec.empty() ? env_config().codec : o.codec;
+}
+
 bool codec_dtype(MPI_Datatype t, codec::DType& out) {
   if (t == MPI_FLOAT) {
     out = codec::DType::kFloat32;

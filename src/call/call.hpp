@@ -157,6 +157,9 @@ void check_communicator(const Call& call);
 /// once per call.
 Checked check_arguments(const Call& call, const BufferFacts& buffers, int ranks);
 
+/// The codec spec a call's options ask for: Options::codec, else CCOLL_CODEC (empty: none).
+const std::string& requested_codec(const Options& o);
+
 /// The codec element type of an MPI datatype; false when ccoll does not support it.
 bool codec_dtype(MPI_Datatype t, codec::DType& out);
 

@@ -65,22 +65,30 @@ const char* half_name(Half h) {
   return "";
 }
 
-void widen_input(Call& call, std::size_t n, gpu::Backend* device) {
-  if (call.input_half == Half::kNone) return;
+void widen_16_to(const Call& call, std::size_t n, float* out, gpu::Backend* device) {
   const auto* src = static_cast<const std::uint16_t*>(call.sendbuf);
   const bool bf16 = call.input_half == Half::kBFloat16;
-  call.input_half = Half::kNone;
+  if (device == nullptr) {
+    codec::widen_16(src, n, out, bf16);
+  } else if (n > 0) {
+    device->cast_decode(!bf16, src, n, out, false);
+  }
+}
+
+void widen_input(Call& call, std::size_t n, gpu::Backend* device) {
+  if (call.input_half == Half::kNone) return;
+  float* out = nullptr;
   if (device != nullptr) {
     thread_local gpu::Buffer widened_device;  // Buffer::get reallocates on another device
-    auto* out = static_cast<float*>(widened_device.get(*device, n * 4 + 4, false));
-    if (n > 0) device->cast_decode(!bf16, src, n, out, false);
-    call.sendbuf = out;
-    return;
+    out = static_cast<float*>(widened_device.get(*device, n * 4 + 4, false));
+  } else {
+    thread_local std::vector<float> widened;
+    widened.resize(n);
+    out = widened.data();
   }
-  thread_local std::vector<float> widened;
-  widened.resize(n);
-  codec::widen_16(src, n, widened.data(), bf16);
-  call.sendbuf = widened.data();
+  widen_16_to(call, n, out, device);
+  call.sendbuf = out;
+  call.input_half = Half::kNone;
 }
 
 namespace {
@@ -88,9 +96,7 @@ namespace {
 // True when the fp32 call gets the 16-bit input itself (Call::input_half): an all-reduce, whose
 // codec may read it (codec=auto's candidates take fp32 input).
 bool hand_over_half(const Call& call) {
-  const std::string& codec_text =
-      call.options.codec.empty() ? env_config().codec : call.options.codec;
-  return call.allreduce() && codec_text.rfind("auto", 0) != 0;
+  return call.allreduce() && requested_codec(call.options).rfind("auto", 0) != 0;
 }
 
 // Device buffers on the current device: the fp32 output (and, where the fp32 call does not

@@ -24,6 +24,11 @@ Half half_type(MPI_Datatype t);
 /// The name of a 16-bit type in messages ("ccoll::float16()", ...).
 const char* half_name(Half h);
 
+/// The first `n` 16-bit elements of the call's sendbuf (of type Call::input_half) widened into
+/// `out`: on `device`, with a kernel on the thread's stream, where they are device memory
+/// (null: host memory).
+void widen_16_to(const Call& call, std::size_t n, float* out, gpu::Backend* device);
+
 /// A call whose sendbuf still holds 16-bit input (Call::input_half): widens the first `n`
 /// elements into fp32 scratch kept by the thread, which the call then reads instead (on
 /// `device`, with a kernel on the thread's stream, when the input is device memory; null: host

@@ -153,7 +153,7 @@ void run_cross_step(const Call& call, Kind kind, const void* in, std::size_t in_
 // True when the call's codec encodes node sums at one rank's step (node_sums.hpp); codec=auto,
 // whose candidates are measured, encodes them as any input.
 bool encodes_node_sums(const Call& call, codec::DType dtype) {
-  const std::string& text = call.options.codec.empty() ? env_config().codec : call.options.codec;
+  const std::string& text = requested_codec(call.options);
   if (text.rfind("auto", 0) == 0) return false;
   try {
     return node_sums_apply(*make_codec(parse_codec_spec(text), dtype));

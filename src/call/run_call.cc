@@ -10,7 +10,6 @@
 #include "agreement.hpp"
 #include "collectives.hpp"
 #include "device_codec.hpp"
-#include "half_batch.hpp"
 #include "half_call.hpp"
 #include "hierarchical.hpp"
 #include "mpi_check.hpp"
@@ -244,13 +243,7 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
        cx.exact_lengths || cx.transport.exact_lengths())) {
     // only the summable ring reads 16-bit input (let_codec_read_half() chose it for that):
     // any other schedule gets it widened where its own copy of the input goes
-    const auto* half = static_cast<const std::uint16_t*>(call.sendbuf);
-    const bool bf16 = call.input_half == Half::kBFloat16;
-    if (pl.kernels()) {
-      pl.device->cast_decode(!bf16, half, call.count, reinterpret_cast<float*>(own), false);
-    } else {
-      codec::widen_16(half, call.count, reinterpret_cast<float*>(own), bf16);
-    }
+    widen_16_to(call, call.count, reinterpret_cast<float*>(own), input_device(pl));
     copied = true;
     input = own;
     codec.set_input_type(codec::InputType::kNative);
