@@ -332,7 +332,8 @@ class Codec {
 
   // ---- summable codecs only --------------------------------------------------------------------
 
-  /// True when encode_sum() works (maxnorm with one scale and exact sums).
+  /// True when encode_sum() works (maxnorm with one scale and exact sums; also under ef=1,
+  /// which encodes the sum plus its residual and keeps the new residual).
   virtual bool encodes_sums() const { return false; }
   /// Encodes `in`, the sum of `contributions` inputs each within the agreed scales, as a
   /// payload of that many contributions (the lanes the compressed-domain sum of their own

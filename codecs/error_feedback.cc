@@ -62,6 +62,32 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {
     if (ctx.role == BlockContext::Role::kShared) return inner_->encode(in, count, ctx, out);
+    return encode_with_residual(in, count, ctx, out, 0);
+  }
+  // A node's sum (the hierarchical cross-node step): x + e_own rounded as the inner codec
+  // rounds a sum of `contributions` inputs, the residual kept as for encode(). The scales must
+  // cover (x + e_own) / contributions, which the caller's scale pass sees to.
+  bool encodes_sums() const override { return inner_->encodes_sums(); }
+  std::size_t encode_sum(const void* in, std::size_t count, const BlockContext& ctx, std::byte* out,
+                         std::uint32_t contributions) override {
+    if (!encodes_sums() || ctx.role == BlockContext::Role::kShared) {
+      return Codec::encode_sum(in, count, ctx, out, contributions);
+    }
+    return encode_with_residual(in, count, ctx, out, contributions);
+  }
+  // Like the scales, the mask must describe what is really encoded: x + e_own.
+  void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override {
+    if (own_.size() < count && in_ == InputType::kNative) {
+      inner_->local_mask(data, count, out);
+      return;
+    }
+    inner_->local_mask(with_residual(data, count), count, out);
+  }
+
+ private:
+  // p = x + e, encoded (as a sum of `contributions` inputs; 0: as one input), e = p - D(C(p)).
+  std::size_t encode_with_residual(const void* in, std::size_t count, const BlockContext& ctx,
+                                   std::byte* out, std::uint32_t contributions) {
     std::vector<T>& e = ctx.role == BlockContext::Role::kOwn ? own_ : hop_;
     if (e.size() < ctx.offset + count) e.resize(ctx.offset + count, T(0));  // first call only
     p_.resize(std::max(p_.size(), count));
@@ -74,21 +100,13 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
       const T* x = static_cast<const T*>(in);
       for (std::size_t i = 0; i < count; ++i) p_[i] = x[i] + r[i];
     }
-    const std::size_t n = inner_->encode(p_.data(), count, ctx, out);
+    const std::size_t n = contributions == 0
+                              ? inner_->encode(p_.data(), count, ctx, out)
+                              : inner_->encode_sum(p_.data(), count, ctx, out, contributions);
     inner_->decode(out, n, count, d_.data());
     for (std::size_t i = 0; i < count; ++i) r[i] = p_[i] - d_[i];
     return n;
   }
-  // Like the scales, the mask must describe what is really encoded: x + e_own.
-  void local_mask(const void* data, std::size_t count, std::uint8_t* out) const override {
-    if (own_.size() < count && in_ == InputType::kNative) {
-      inner_->local_mask(data, count, out);
-      return;
-    }
-    inner_->local_mask(with_residual(data, count), count, out);
-  }
-
- private:
   // x + e_own, computed exactly as encode() computes it (e_own: 0 until the encodes have
   // covered the whole input, as the scan of fp32 input takes it).
   const T* with_residual(const void* data, std::size_t count) const {

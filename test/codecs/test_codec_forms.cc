@@ -675,7 +675,7 @@ TEST(EncodeSum, OneRoundingAtOneInputsStep) {
     EXPECT_THROW(c->encode_sum(x.data(), 10, {}, out.data(), 17), Error);
   }
   for (const char* spec : {"maxnorm:bits=4/7", "randk:ratio=0.1", "maxnorm:bits=4,sum=requant",
-                           "maxnorm:bits=4,ef=1", "qsgd:bits=4", "none"}) {
+                           "randk:ratio=0.1,ef=1", "qsgd:bits=4", "none"}) {
     auto c = make_codec(parse_codec_spec(spec), DType::kFloat32);
     EXPECT_FALSE(c->encodes_sums()) << spec;
     c->begin_call(4);
@@ -688,6 +688,45 @@ TEST(EncodeSum, OneRoundingAtOneInputsStep) {
       EXPECT_EQ(e.code(), Status::kUnsupported) << spec;
     }
   }
+}
+
+// ef=1 over maxnorm encodes sums with its residual: p = x + e rounded as a sum of j inputs
+// (nearest, at one input's step), e = p - D(C(p)), so the decodes of repeated calls add up to
+// the inputs' total within one residual (half a step), where each call alone errs by up to
+// half a step in the same direction.
+TEST(EncodeSum, ErrorFeedbackKeepsTheResidualOfASum) {
+  auto c = make_codec(parse_codec_spec("maxnorm:bits=4,ef=1"), DType::kFloat32);
+  ASSERT_TRUE(c->encodes_sums());
+  const std::size_t n = 5000;
+  const std::uint32_t j = 4;
+  std::vector<float> sum(n);
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  for (float& v : sum) v = 1.5f * static_cast<float>(j) * unit(gen);  // within j·2 minus a step
+  const float step = 2.0f / 7;
+  std::vector<double> total(n, 0.0);
+  const int calls = 12;
+  for (int t = 0; t < calls; ++t) {
+    c->begin_call(16);
+    c->set_call(9, static_cast<std::uint64_t>(t));
+    std::vector<double> scales(c->scale_slots(n), 2.0);
+    c->set_scales(scales.data(), scales.size());
+    std::vector<std::byte> p(c->max_encoded_bytes(n));
+    const std::size_t len = c->encode_sum(
+        sum.data(), n, {9, static_cast<std::uint64_t>(t), 1, 0, BlockContext::Role::kOwn}, p.data(),
+        j);
+    std::vector<float> d(n);
+    c->decode(p.data(), len, n, d.data());
+    for (std::size_t i = 0; i < n; ++i) total[i] += d[i];
+  }
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::fabs(total[i] - calls * static_cast<double>(sum[i])));
+  }
+  EXPECT_LE(worst, 0.5001 * step);
+  // a sum beyond what maxnorm encodes (two scales) stays refused under ef=1 too
+  auto two = make_codec(parse_codec_spec("maxnorm:bits=4/7,ef=1"), DType::kFloat32);
+  EXPECT_FALSE(two->encodes_sums());
 }
 
 }  // namespace

@@ -196,6 +196,85 @@ TEST(MpiHierarchical, NodeSumsRoundAtOneRanksStep) {
   }
 }
 
+// ef=1 over maxnorm encodes node sums too: the node's sum plus the shard owner's residual,
+// rounded once at one rank's step (the scale raised where the residual carries the sum beyond
+// the node's maxima). The first call errs like the flat ring over k or better (round=nearest:
+// the ranks' roundings of agreeing values add up, the node's one rounding does not grow with
+// k), and over repeated calls the residual keeps the running sum within one step per node of
+// the exact one, as error feedback promises; bit-identical ranks; pipelined segments too.
+TEST(MpiHierarchical, NodeSumsWithErrorFeedback) {
+  const int p = world_size();
+  const int r = world_rank();
+  bool pipelined = false;
+  std::uint64_t key = 9100;
+  for (const int k : groupings(p)) {
+    if (k == 1 || p / k < 2 || p % k != 0) continue;  // nodes of several ranks, several nodes
+    const int nodes = p / k;
+    for (const std::size_t n : {std::size_t{200003}, std::size_t{17} << 18}) {
+      if (n > 200003 && (pipelined || !ccoll::nonblocking_progress())) continue;
+      pipelined = pipelined || n > 200003;
+      SCOPED_TRACE("k=" + std::to_string(k) + " n=" + std::to_string(n));
+      const Grouped g(k);
+      auto value = [](std::size_t i, int q) {
+        return static_cast<float>(std::sin(0.001 * static_cast<double>(i)) +
+                                  1e-3 * std::cos(static_cast<double>(i + 7 * q)));
+      };
+      std::vector<float> x(n);
+      for (std::size_t i = 0; i < n; ++i) x[i] = value(i, r);
+      std::vector<double> exact(n, 0.0);
+      double largest = 0;
+      for (int q = 0; q < p; ++q) {
+        for (std::size_t i = 0; i < n; ++i) {
+          exact[i] += value(i, q);
+          largest = std::max(largest, std::fabs(static_cast<double>(value(i, q))));
+        }
+      }
+      auto run = [&](const char* algorithm, std::uint64_t call_key, std::vector<float>& out) {
+        ccoll::Options opt;
+        opt.codec = "maxnorm:bits=8,ef=1";
+        opt.algorithm = algorithm;
+        opt.key = call_key;
+        ccoll::Stats st;
+        opt.stats = &st;
+        ccoll::compressed_allreduce(x.data(), out.data(), n, MPI_FLOAT, MPI_SUM, g.comm, opt);
+        EXPECT_TRUE(identical_on_all_ranks(out.data(), 4 * n, MPI_COMM_WORLD));
+        EXPECT_FALSE(st.fell_back);
+        return st;
+      };
+      auto rms = [&](const std::vector<double>& err) {
+        double e = 0;
+        for (const double v : err) e += v * v;
+        return std::sqrt(e / static_cast<double>(n));
+      };
+      std::vector<float> out(n);
+      std::vector<double> err(n);
+      run("ring", ++key, out);
+      for (std::size_t i = 0; i < n; ++i) err[i] = out[i] - exact[i];
+      const double flat = rms(err);
+      // repeated calls of one tensor: the running sum's error stays within a step per node
+      const std::uint64_t tensor = ++key;
+      const int calls = n > 200003 ? 3 : 6;
+      std::vector<double> running(n, 0.0);
+      for (int t = 0; t < calls; ++t) {
+        const ccoll::Stats st = run("hierarchical", tensor, out);
+        EXPECT_EQ(st.algorithm, "hierarchical/ring");
+        for (std::size_t i = 0; i < n; ++i) {
+          err[i] = out[i] - exact[i];
+          running[i] += err[i];
+        }
+        if (t == 0) {
+          EXPECT_GT(flat, 0.0);
+          EXPECT_LT(rms(err), 1.15 * flat / k) << "flat " << flat << " hierarchical " << rms(err);
+        }
+      }
+      double worst = 0;
+      for (const double v : running) worst = std::max(worst, std::fabs(v));
+      // each node's residual is at most half a step of a scale a little over `largest`
+      EXPECT_LT(worst, nodes * 1.1 * largest / 127) << calls << " calls";
+    }
+  }
+}
+
 // A non-finite value on one rank of a node (NaN, infinity) makes its block's node maximum
 // infinite: the cross-node call of that shard falls back to exact MPI sums on every rank of it,
 // so the value reaches every rank as MPI_Allreduce would give it, and every other element is
