@@ -191,6 +191,8 @@ class CommContext {
   /// Nodes are MPI_COMM_TYPE_SHARED groups, or with CCOLL_RANKS_PER_NODE=K (read then) groups
   /// of K consecutive ranks, so that one machine can stand for several nodes.
   const Topology& topology();
+  /// The topology if it was made already, else null (no communication).
+  const Topology* topology_if_made() const { return topology_.get(); }
 
   /// The progress queue of non-blocking calls, made (with its thread) on first use.
   ProgressQueue& progress();

@@ -17,6 +17,7 @@
 #include "config.hpp"
 #include "maxnorm_wire.hpp"
 #include "mpi_check.hpp"
+#include "nccl_transport.hpp"
 #include "node_sums.hpp"
 #include "run_call.hpp"
 #include "spec.hpp"
@@ -33,13 +34,26 @@ struct CrossStep {
   std::string message;
 };
 
-// The statistics of both levels into `stats`, then the cross-node step's failure, if any rank
-// had one, raised on every rank.
-void finish_levels(const Call& call, CommContext& ctx, const CrossStep& step, Stats& stats,
-                   double node_seconds, std::size_t node_bytes, const char* what,
-                   gpu::Backend* device) {
+// A step's failure, if any rank had one, raised on every rank (one small all-reduce): this
+// rank's own message, or one naming `what` on the ranks where it did not fail.
+void raise_anywhere(const Call& call, CommContext& ctx, const CrossStep& step,
+                    const std::string& what) {
   int worst[2] = {step.failed ? 1 : 0, step.failed ? static_cast<int>(step.code) : 0};
   CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_INT, MPI_MAX, ctx.comm()));
+  if (worst[0] != 0) {
+    throw Error(step.failed ? step.code : static_cast<Status>(worst[1]),
+                step.failed ? step.message
+                            : std::string(call.fn) + ": algorithm 'hierarchical': " + what +
+                                  " failed on another rank");
+  }
+}
+
+// The statistics of both levels into `stats`, then the cross-node step's failure, if any rank
+// had one, raised on every rank. `node_path`: where device buffers' node steps ran (null: host
+// buffers).
+void finish_levels(const Call& call, CommContext& ctx, const CrossStep& step, Stats& stats,
+                   double node_seconds, std::size_t node_bytes, const char* what,
+                   const char* node_path) {
   const Stats& cross = step.stats;
   stats.codec = cross.codec;
   stats.algorithm = "hierarchical/" + cross.algorithm;
@@ -52,15 +66,10 @@ void finish_levels(const Call& call, CommContext& ctx, const CrossStep& step, St
   stats.decode_seconds = cross.decode_seconds;
   stats.comm_seconds = cross.comm_seconds + node_seconds;
   stats.node_bytes = node_bytes;
-  if (device != nullptr && !cross.transport.empty()) {
-    stats.transport = "host-copy/" + cross.transport;  // the node's path, the cross step's
+  if (node_path != nullptr && !cross.transport.empty()) {
+    stats.transport = std::string(node_path) + "/" + cross.transport;  // the node's, the cross's
   }
-  if (worst[0] != 0) {
-    throw Error(step.failed ? step.code : static_cast<Status>(worst[1]),
-                step.failed ? step.message
-                            : std::string(call.fn) + ": algorithm 'hierarchical': the cross-node " +
-                                  what + " failed on another node's rank");
-  }
+  raise_anywhere(call, ctx, step, std::string("the ") + what);
 }
 
 // A cross-node step's buffers for device buffers: its input and output copied to device
@@ -233,7 +242,8 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
     }
   }
   finish_levels(call, ctx, step, stats, std::chrono::duration<double>(Clock::now() - t0).count(),
-                (local - 1) * nodes * block, "all-gather", device);
+                (local - 1) * nodes * block, "cross-node all-gather",
+                device != nullptr ? "host-copy" : nullptr);
 }
 
 // The two-level reduce-scatter: this rank's input regrouped so that part i holds the blocks of
@@ -274,9 +284,113 @@ void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats
                      coll::divide_elements(call.recvbuf, n, dtype, ctx.size());
                    }
                  });
-  finish_levels(call, ctx, step, stats, node_seconds, (local - 1) * nodes * block, "reduce-scatter",
-                device);
+  finish_levels(call, ctx, step, stats, node_seconds, (local - 1) * nodes * block,
+                "cross-node reduce-scatter", device != nullptr ? "host-copy" : nullptr);
 }
+
+// The node's steps of the all-reduce on the call's buffers: host memory (the host steps), or
+// device buffers themselves (node_path kNccl: NCCL's reduces and broadcasts on the node's
+// communicator, on the caller's stream; kNcclEmulated: the host steps on the emulated
+// device's host memory, after its queued work), or their host copies (kHostCopy). A failure
+// of a device step is kept, so that this rank still takes part in the cross-node step, and
+// raised on every rank with the call's outcome (add_failure).
+class NodeLevel {
+ public:
+  NodeLevel(const Call& call, CommContext& ctx, const Topology& topo, gpu::Backend* device,
+            DataPath node_path)
+      : call_(call), topo_(topo), device_(device), path_(node_path) {
+    on_device_ =
+        device != nullptr && (node_path == DataPath::kNccl || node_path == DataPath::kNcclEmulated);
+    if (!on_device_ || node_path != DataPath::kNccl) return;
+    // the node's NCCL communicator, made on the first such call (collective on the node); a
+    // failure on any node raises on every rank, so no node waits for another's cross step
+    CommContext& node = CommContext::get(topo.node);
+    const bool fresh = node.nccl_transport_if_made() == nullptr;
+    CrossStep made;
+    try {
+      nccl_ = &node.nccl_transport();
+    } catch (const Error& e) {
+      keep(made, e);
+    }
+    if (fresh) raise_anywhere(call, ctx, made, "making the node's NCCL communicator");
+  }
+  // The cross-node step's device for copies: none where its input is on the device already.
+  gpu::Backend* copies_for_cross() const { return on_device_ ? nullptr : device_; }
+  const char* path_name() const {
+    return device_ == nullptr ? nullptr : data_path_name(on_device_ ? path_ : DataPath::kHostCopy);
+  }
+  void reduce_scatter(const void* in, void* out, const std::vector<int>& counts,
+                      const std::vector<int>& displs, codec::DType dtype) {
+    run([&] {
+      if (nccl_ != nullptr) {
+        set_nccl_stream(*nccl_, call_.options.cuda_stream);
+        nccl_reduce_parts(*nccl_, in, out, counts, displs, dtype == codec::DType::kFloat64);
+      } else {
+        topo_.steps->reduce_scatter(in, out, counts, displs, dtype, call_.datatype);
+      }
+    });
+  }
+  void allgather(void* data, const std::vector<int>& counts, const std::vector<int>& displs,
+                 codec::DType dtype) {
+    run([&] {
+      if (nccl_ != nullptr) {
+        set_nccl_stream(*nccl_, call_.options.cuda_stream);
+        nccl_broadcast_parts(*nccl_, data, counts, displs, dtype == codec::DType::kFloat64);
+      } else {
+        topo_.steps->allgather(data, counts, displs, dtype, call_.datatype);
+      }
+    });
+  }
+  // x[0, count) /= ranks where the call's data is (on the device: on the caller's stream,
+  // which the cross-node call left)
+  void divide(void* x, std::size_t count, codec::DType dtype, int ranks) {
+    if (!on_device_) {
+      coll::divide_elements(x, count, dtype, ranks);
+      return;
+    }
+    run([&] {
+      device_->set_stream(call_.options.cuda_stream);
+      device_->divide(x, count, dtype == codec::DType::kFloat64, ranks);
+    });
+  }
+  void add_failure(CrossStep& step) const {
+    if (failure_.failed && !step.failed) {
+      step.failed = true;
+      step.code = failure_.code;
+      step.message = failure_.message;
+    }
+  }
+
+ private:
+  static void keep(CrossStep& into, const Error& e) {
+    if (into.failed) return;
+    into.failed = true;
+    into.code = e.code();
+    into.message = e.message();
+  }
+  template <class F>
+  void run(F&& f) {
+    if (!on_device_) {
+      f();
+      return;
+    }
+    try {
+      // the emulated device: the host steps read its memory once its queued work has run
+      if (nccl_ == nullptr) device_->synchronize();
+      f();
+    } catch (const Error& e) {
+      keep(failure_, e);
+    }
+  }
+
+  const Call& call_;
+  const Topology& topo_;
+  gpu::Backend* device_;
+  DataPath path_;
+  bool on_device_ = false;
+  coll::Transport* nccl_ = nullptr;
+  CrossStep failure_;
+};
 
 // Adds a segment's cross-node step into the call's: statistics summed, the first failure kept.
 void add_step(CrossStep& into, const CrossStep& seg, bool first) {
@@ -316,7 +430,8 @@ std::size_t pipeline_segments(std::size_t bytes, const Topology& topo, gpu::Back
 // RS 2, AG 1, ...), which their shared window needs.
 void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& stats,
                                 CommContext& ctx, const Topology& topo, gpu::Backend* device,
-                                std::uint64_t tensor_key) {
+                                std::uint64_t tensor_key, DataPath node_path) {
+  NodeLevel level(call, ctx, topo, device, node_path);
   const std::size_t n = call.count;
   check_node_step(call, n);
   const std::size_t es = codec::dtype_size(dtype);
@@ -372,8 +487,7 @@ void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& sta
   auto reduce_scatter = [&](std::size_t k) {
     const auto t0 = Clock::now();
     if (sums) node_maxima(k);  // before the sum overwrites this rank's shard (in place)
-    topo.steps->reduce_scatter(in + seg[k].offset * es, shard(k), seg[k].counts, seg[k].displs,
-                               dtype, call.datatype);
+    level.reduce_scatter(in + seg[k].offset * es, shard(k), seg[k].counts, seg[k].displs, dtype);
     node_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   };
   // 2. the shard's compressed all-reduce across the nodes (device buffers: on the device)
@@ -381,18 +495,17 @@ void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& sta
     const auto mine = static_cast<std::size_t>(seg[k].counts[l]);
     std::byte* out = shard(k);
     run_cross_step(
-        call, Kind::kAllreduce, nullptr, 0, out, mine * es, mine, topo, device,
+        call, Kind::kAllreduce, nullptr, 0, out, mine * es, mine, topo, level.copies_for_cross(),
         segment_key(tensor_key, k, segments), seg[k].step,
         [&, out, mine] {
-          if (call.options.average) coll::divide_elements(out, mine, dtype, ctx.size());
+          if (call.options.average) level.divide(out, mine, dtype, ctx.size());
         },
         sums ? &seg[k].node : nullptr);
   };
   // 3. every shard of segment k to every rank of the node, exact
   auto allgather = [&](std::size_t k) {
     const auto t0 = Clock::now();
-    topo.steps->allgather(data + seg[k].offset * es, seg[k].counts, seg[k].displs, dtype,
-                          call.datatype);
+    level.allgather(data + seg[k].offset * es, seg[k].counts, seg[k].displs, dtype);
     node_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
   };
   if (segments == 1) {
@@ -461,11 +574,13 @@ void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& sta
   }
   CrossStep step;
   for (std::size_t k = 0; k < segments; ++k) add_step(step, seg[k].step, k == 0);
+  level.add_failure(step);
   // then the cross-node step's failure, if any rank had one, on every rank: the node's steps
   // moved every element but this rank's shards, each way
   std::size_t mine = 0;
   for (const Segment& g : seg) mine += static_cast<std::size_t>(g.counts[l]);
-  finish_levels(call, ctx, step, stats, node_seconds, 2 * (n - mine) * es, "all-reduce", device);
+  finish_levels(call, ctx, step, stats, node_seconds, 2 * (n - mine) * es, "all-reduce steps",
+                level.path_name());
 }
 }  // namespace
 
@@ -478,7 +593,7 @@ std::uint64_t segment_key(std::uint64_t tensor_key, std::size_t segment, std::si
 }
 
 void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx,
-                      gpu::Backend* device, std::uint64_t tensor_key) {
+                      gpu::Backend* device, std::uint64_t tensor_key, DataPath node_path) {
   const Topology& topo = ctx.topology();  // collective on first use: every rank is here
   if (!topo.error.empty()) {
     throw Error(Status::kInvalidArgument,
@@ -507,7 +622,7 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
     run_hierarchical_reduce_scatter(call, dtype, stats, ctx, topo, device, tensor_key);
     return;
   }
-  run_hierarchical_allreduce(call, dtype, stats, ctx, topo, device, tensor_key);
+  run_hierarchical_allreduce(call, dtype, stats, ctx, topo, device, tensor_key, node_path);
 }
 
 }  // namespace ccoll::call

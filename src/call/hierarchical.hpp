@@ -2,7 +2,8 @@
 // only between nodes.
 //
 //   1. reduce-scatter inside the node, uncompressed (NodeSteps: through a shared-memory window
-//      where the node's ranks share memory, else MPI_Reduce_scatter): local rank l ends with
+//      where the node's ranks share memory, else MPI_Reduce_scatter; device buffers under
+//      CCOLL_TRANSPORT=nccl: NCCL's reduces on the device): local rank l ends with
 //      the node's exact sum of shard l (the balanced split of the tensor into node_size shards);
 //   2. the compressed all-reduce of shard l among the ranks with local index l, one per node:
 //      a flat ccoll call on that communicator, with the call's codec, seed, key and statistics
@@ -18,6 +19,7 @@
 #include "backend.hpp"
 #include "call.hpp"
 #include "comm_context.hpp"
+#include "data_path.hpp"
 
 namespace ccoll::call {
 
@@ -25,11 +27,15 @@ namespace ccoll::call {
 /// `dtype`, the checked element type; recvbuf already holds the input when `call` is in place)
 /// after the agreement of the call on ctx's communicator. Nodes of unequal size run the flat
 /// schedule instead (Stats::algorithm says which); an invalid CCOLL_RANKS_PER_NODE raises on
-/// every rank. `device`: the backend of the caller's device buffers (their host copies are
-/// `call`'s buffers), or null: the cross-node step then runs on a device copy of its input,
-/// with the codec's kernels where it has them.
+/// every rank. `device`: the backend of the caller's device buffers, or null. `node_path`
+/// says where the node's steps run on device buffers: DataPath::kHostCopy (`call`'s buffers
+/// are host copies; the cross-node step runs on a device copy of its input, with the codec's
+/// kernels where it has them), DataPath::kNccl (an all-reduce on the device buffers
+/// themselves: NCCL inside the node, the cross-node step on the device shard) or
+/// DataPath::kNcclEmulated (the same on the emulated device, the host steps standing in for
+/// NCCL).
 void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx,
-                      gpu::Backend* device, std::uint64_t tensor_key);
+                      gpu::Backend* device, std::uint64_t tensor_key, DataPath node_path);
 
 /// The most segments a hierarchical all-reduce is pipelined in.
 constexpr std::size_t kMaxSegments = 8;

@@ -42,6 +42,18 @@ void stage_in(Call& call, Placement& pl, CommContext& ctx, std::size_t es) {
   pl.staged_recv = recv;
 }
 
+// An NCCL communicator (`t`, if made) belongs to the device it was made on.
+void check_nccl_device(coll::Transport* t, const Placement& pl, LocalError& bad) {
+  if (t == nullptr || pl.device->host_accessible() || nccl_device(*t) == pl.facts.current_device) {
+    return;
+  }
+  const std::string d = std::to_string(nccl_device(*t));
+  bad.set(kArgDevice, Status::kInvalidArgument,
+          "CCOLL_TRANSPORT=nccl: this communicator's NCCL communicator belongs to device " + d +
+              ", but the current device is " + std::to_string(pl.facts.current_device) +
+              " (valid: call on device " + d + ", or on another communicator)");
+}
+
 }  // namespace
 
 bool mpi_cuda_aware() {
@@ -103,6 +115,18 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
   if (!bad.ok()) return;
   const std::string& transport = c.env.transport;
   pl.out_bytes = c.total * c.elem_bytes;
+  // algorithm=hierarchical's all-reduce under CCOLL_TRANSPORT=nccl: the node's steps on the
+  // device buffers through NCCL (on the emulated device MPI stands in), the cross-node step on
+  // the device shard, which takes its own path; the other collectives run on host copies
+  if (compress && transport == "nccl" && c.algorithm == coll::Algorithm::kHierarchical &&
+      call.allreduce()) {
+    pl.path = pl.device->host_accessible() ? DataPath::kNcclEmulated : DataPath::kNccl;
+    if (const Topology* topo = ctx.topology_if_made()) {
+      CommContext* node = topo->node != MPI_COMM_NULL ? CommContext::find(topo->node) : nullptr;
+      if (node != nullptr) check_nccl_device(node->nccl_transport_if_made(), pl, bad);
+    }
+    return;
+  }
   // the codec's kernels where it has them (ring and scatter-reduce schedules; NCCL: the ring),
   // else host copies
   const bool kernels =
@@ -112,16 +136,7 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
   // the reduce-scatter's schedules do not run in lock step: under CCOLL_TRANSPORT=nccl it
   // takes the staged path
   const bool nccl = kernels && transport == "nccl" && !call.reduce_scatter();
-  // an NCCL communicator belongs to the device it was made on
-  if (coll::Transport* t = ctx.nccl_transport_if_made();
-      nccl && !pl.device->host_accessible() && t != nullptr &&
-      nccl_device(*t) != pl.facts.current_device) {
-    const std::string d = std::to_string(nccl_device(*t));
-    bad.set(kArgDevice, Status::kInvalidArgument,
-            "CCOLL_TRANSPORT=nccl: this communicator's NCCL communicator belongs to device " + d +
-                ", but the current device is " + std::to_string(pl.facts.current_device) +
-                " (valid: call on device " + d + ", or on another communicator)");
-  }
+  if (nccl) check_nccl_device(ctx.nccl_transport_if_made(), pl, bad);
   // payloads in device memory: NCCL, CCOLL_TRANSPORT=mpi, or auto with a CUDA-aware MPI
   const bool resident =
       kernels && (nccl || transport == "mpi" || (transport == "auto" && mpi_cuda_aware()));

@@ -445,7 +445,7 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   if (hierarchical || candidate == LevelChoice::kHierarchical) {
     widen_input(call, c.in_total, input_device(pl));  // nor here (the cross-node step's own plan)
     const auto t0 = Clock::now();
-    run_hierarchical(call, c.dtype, stats, ctx, pl.device, tensor_key_of(call, pl));
+    run_hierarchical(call, c.dtype, stats, ctx, pl.device, tensor_key_of(call, pl), pl.path);
     if (level != nullptr) record_levels(*level, candidate, t0);
     return;
   }

@@ -101,6 +101,27 @@ class NcclTransport final : public coll::Transport {
     return bytes;
   }
   void begin_group() override { settle(ncclGroupStart(), "ncclGroupStart"); }
+  // nccl_reduce_parts (is_root: ncclReduce) and nccl_broadcast_parts (ncclBroadcast in place)
+  void parts(bool reduce, const void* in, void* out, const std::vector<int>& counts,
+             const std::vector<int>& displs, bool is_double) {
+    const std::size_t es = is_double ? 8 : 4;
+    const ncclDataType_t type = is_double ? ncclFloat64 : ncclFloat32;
+    const auto* src = static_cast<const char*>(in);
+    settle(ncclGroupStart(), "ncclGroupStart");
+    for (int i = 0; i < size_; ++i) {
+      const auto n = static_cast<std::size_t>(counts[static_cast<std::size_t>(i)]);
+      if (n == 0) continue;
+      const char* part = src + static_cast<std::size_t>(displs[static_cast<std::size_t>(i)]) * es;
+      if (reduce) {
+        settle(ncclReduce(part, out, n, type, ncclSum, i, usable(), stream_), "ncclReduce");
+      } else {
+        void* at = const_cast<char*>(part);  // in place: `in` is the gathered buffer
+        settle(ncclBroadcast(at, at, n, type, i, usable(), stream_), "ncclBroadcast");
+      }
+    }
+    settle(ncclGroupEnd(), "ncclGroupEnd");
+    drain();
+  }
   void end_group() override {
     settle(ncclGroupEnd(), "ncclGroupEnd");
     queued_ = true;
@@ -194,16 +215,41 @@ void set_nccl_stream(coll::Transport& t, void* stream) {
 
 int nccl_device(const coll::Transport& t) { return static_cast<const NcclTransport&>(t).device(); }
 
+void nccl_reduce_parts(coll::Transport& t, const void* in, void* out,
+                       const std::vector<int>& counts, const std::vector<int>& displs,
+                       bool is_double) {
+  static_cast<NcclTransport&>(t).parts(true, in, out, counts, displs, is_double);
+}
+
+void nccl_broadcast_parts(coll::Transport& t, void* data, const std::vector<int>& counts,
+                          const std::vector<int>& displs, bool is_double) {
+  static_cast<NcclTransport&>(t).parts(false, data, nullptr, counts, displs, is_double);
+}
+
 #else
 
-std::unique_ptr<coll::Transport> make_nccl_transport(MPI_Comm, double) {
+namespace {
+[[noreturn]] void no_nccl() {
   throw Error(Status::kUnsupported,
               "CCOLL_TRANSPORT=nccl: ccoll was built without NCCL (CCOLL_ENABLE_NCCL=OFF)");
 }
+}  // namespace
+
+std::unique_ptr<coll::Transport> make_nccl_transport(MPI_Comm, double) { no_nccl(); }
 
 void set_nccl_stream(coll::Transport&, void*) {}
 
 int nccl_device(const coll::Transport&) { return -1; }
+
+void nccl_reduce_parts(coll::Transport&, const void*, void*, const std::vector<int>&,
+                       const std::vector<int>&, bool) {
+  no_nccl();
+}
+
+void nccl_broadcast_parts(coll::Transport&, void*, const std::vector<int>&, const std::vector<int>&,
+                          bool) {
+  no_nccl();
+}
 
 #endif
 

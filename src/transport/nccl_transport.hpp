@@ -17,6 +17,7 @@
 #include <mpi.h>
 
 #include <memory>
+#include <vector>
 
 #include "transport.hpp"
 
@@ -33,5 +34,19 @@ void set_nccl_stream(coll::Transport& t, void* stream);
 
 /// The device the NCCL communicator of `t` belongs to (-1: unknown).
 int nccl_device(const coll::Transport& t);
+
+/// The node's exact reduce-scatter of algorithm=hierarchical through the NCCL communicator of
+/// `t`, on its stream: rank i gets the elementwise sum over the ranks of part i of `in`
+/// (counts[i] elements of fp32 or fp64 at displs[i]) at `out`, which may be part i itself (in
+/// place). One ncclReduce per part, rooted at its owner, in one group; returns when the
+/// stream has finished them (polled as the transport's transfers are, with its time limit).
+void nccl_reduce_parts(coll::Transport& t, const void* in, void* out,
+                       const std::vector<int>& counts, const std::vector<int>& displs,
+                       bool is_double);
+
+/// The node's exact all-gather of algorithm=hierarchical through `t`: part i of `data` from
+/// rank i to every rank (one ncclBroadcast per part, in one group), waited for as above.
+void nccl_broadcast_parts(coll::Transport& t, void* data, const std::vector<int>& counts,
+                          const std::vector<int>& displs, bool is_double);
 
 }  // namespace ccoll

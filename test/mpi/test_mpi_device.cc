@@ -479,9 +479,11 @@ TEST_F(DeviceBuffers, HalfAllreduceReadByTheDeviceCodec) {
   }
 }
 
-// algorithm=hierarchical on device buffers (the node's steps on host copies, the cross-node
-// step on the device), two ranks per node where the rank count allows: the same bytes as on
-// host buffers, for every collective.
+// algorithm=hierarchical on device buffers, two ranks per node where the rank count allows:
+// the same bytes as on host buffers, for every collective. The node's steps run on host copies
+// and the cross-node step on a device copy of the shard; under CCOLL_TRANSPORT=nccl the
+// all-reduce runs on the device buffers themselves (NCCL inside the node, on the emulated
+// device MPI standing in), in place or not, sum or mean.
 TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
   const int p = size_of(MPI_COMM_WORLD);
   const int r = rank_of(MPI_COMM_WORLD);
@@ -497,22 +499,35 @@ TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
     ccoll::Options opt;
     opt.codec = codec;
     opt.algorithm = "hierarchical";
-    std::vector<float> want(n);
-    ccoll::compressed_allreduce(x.data(), want.data(), n, MPI_FLOAT, MPI_SUM, hc, opt);
-    DeviceVec dx(x);
-    DeviceVec dout(n);
     ccoll::Stats ds;
-    opt.stats = &ds;
-    ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dc, opt);
-    ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
-    if (p > 1) {
-      // the node's steps on host copies, the cross-node step on a device copy of the shard:
-      // with two or more nodes and a codec with kernels, those run
-      EXPECT_EQ(ds.transport.rfind("host-copy/", 0), 0u) << ds.transport;
-      if (p >= 4 && std::string(codec) != "none") {
-        EXPECT_NE(ds.transport, "host-copy/host-copy") << ds.transport;
+    const bool nccl = transport_env() == "nccl";
+    for (const bool in_place : {false, true}) {
+      for (const bool average : {false, true}) {
+        SCOPED_TRACE(std::string(in_place ? "in place" : "") + (average ? " mean" : ""));
+        opt.average = average;
+        opt.stats = nullptr;
+        std::vector<float> want = x;
+        ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : x.data(), want.data(), n, MPI_FLOAT,
+                                    MPI_SUM, hc, opt);
+        DeviceVec dx(x);
+        DeviceVec dout(x);
+        opt.stats = &ds;
+        ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : dx.data(), dout.data(), n, MPI_FLOAT,
+                                    MPI_SUM, dc, opt);
+        ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
+        if (p > 1) {
+          // the node's path, then the cross-node step's: under NCCL the device buffers; else
+          // host copies, the cross-node step on a device copy of the shard. With two or more
+          // nodes and a codec with kernels, those run.
+          const std::string node = nccl ? kernel_transport() : "host-copy";
+          EXPECT_EQ(ds.transport.rfind(node + "/", 0), 0u) << ds.transport;
+          if (p >= 4 && std::string(codec) != "none") {
+            EXPECT_EQ(ds.transport, node + "/" + kernel_transport());
+          }
+        }
       }
     }
+    opt.average = false;
     // the reduce-scatter: block r of the sum
     const std::vector<float> all = input(n * static_cast<std::size_t>(p), r, 78);
     std::vector<float> want_rs(n);
