@@ -19,6 +19,7 @@ namespace {
 const std::vector<std::string> kCodecs = {"fp16",
                                           "bf16",
                                           "maxnorm:bits=8",
+                                          "maxnorm:bits=8,ef=1",
                                           "maxnorm:bits=4",
                                           "maxnorm:bits=2",
                                           "maxnorm:bits=2/6",
@@ -52,7 +53,8 @@ void bm_memcpy(benchmark::State& state) {
 // kAdd: the compressed-domain add of two one-contribution payloads (summable codecs), what a
 // ring hop does instead of decode + add + encode. kEncodeSum: encode_sum of a sum of two
 // inputs (codecs that encode sums: a hierarchical all-reduce's node sums at 2 ranks per node).
-enum class Op { kEncode, kDecode, kDecodeAccumulate, kAdd, kEncodeSum };
+// kDecodeSum: the decode of that sum of two (the lanes a ring's sum of two contributions has).
+enum class Op { kEncode, kDecode, kDecodeAccumulate, kAdd, kEncodeSum, kDecodeSum };
 
 void bm_codec(benchmark::State& state, const std::string& spec, Op op) {
   const std::size_t bytes = static_cast<std::size_t>(state.range(0));
@@ -61,12 +63,13 @@ void bm_codec(benchmark::State& state, const std::string& spec, Op op) {
   codec->begin_call(2);
   codec->set_call(1, 0);
   auto x = input(n);
-  if (op == Op::kEncodeSum) {
+  const bool sum2 = op == Op::kEncodeSum || op == Op::kDecodeSum;
+  if (sum2) {
     for (float& v : x) v *= 2;  // a sum of two inputs the scales below cover
   }
   std::vector<double> scales(codec->scale_slots(n));
   codec->local_scales(x.data(), n, scales.data());
-  if (op == Op::kEncodeSum) {
+  if (sum2) {
     for (double& m : scales) m /= 2;  // each input's scale
   }
   codec->set_scales(scales.data(), scales.size());
@@ -74,7 +77,9 @@ void bm_codec(benchmark::State& state, const std::string& spec, Op op) {
   codec->local_mask(x.data(), n, mask.data());
   codec->set_mask(mask.data(), mask.size());
   std::vector<std::byte> enc(codec->max_encoded_bytes(n));
-  std::size_t len = codec->encode(x.data(), n, {1, 0, 0, 0}, enc.data());
+  std::size_t len = op == Op::kDecodeSum
+                        ? codec->encode_sum(x.data(), n, {1, 0, 0, 0}, enc.data(), 2)
+                        : codec->encode(x.data(), n, {1, 0, 0, 0}, enc.data());
   std::vector<std::byte> other(enc.size());
   const std::size_t other_len = codec->encode(x.data(), n, {1, 0, 1, 0}, other.data());
   std::vector<std::byte> sum(enc.size());
@@ -86,6 +91,7 @@ void bm_codec(benchmark::State& state, const std::string& spec, Op op) {
         len = codec->encode(x.data(), n, {1, ++call, 0, 0}, enc.data());
         break;
       case Op::kDecode:
+      case Op::kDecodeSum:
         codec->decode(enc.data(), len, n, out.data());
         break;
       case Op::kDecodeAccumulate:
@@ -116,11 +122,11 @@ int main(int argc, char** argv) {
     for (const auto& [name, op] :
          {std::pair{"encode", Op::kEncode}, std::pair{"decode", Op::kDecode},
           std::pair{"decode_accumulate", Op::kDecodeAccumulate}, std::pair{"add", Op::kAdd},
-          std::pair{"encode_sum2", Op::kEncodeSum}}) {
+          std::pair{"encode_sum2", Op::kEncodeSum}, std::pair{"decode_sum2", Op::kDecodeSum}}) {
       const auto c =
           ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
       if ((op == Op::kAdd && !c->capabilities().summable) ||
-          (op == Op::kEncodeSum && !c->encodes_sums())) {
+          ((op == Op::kEncodeSum || op == Op::kDecodeSum) && !c->encodes_sums())) {
         continue;
       }
       auto* b = benchmark::RegisterBenchmark((spec + "/" + name).c_str(), bm_codec, spec, op);

@@ -1,13 +1,14 @@
-// The compressed-domain add of two packed lane streams (maxnorm's exact sums), and the pack of
-// u32 lanes into a stream, vectorized with Highway and dispatched at run time (built when
-// libhwy-dev is found; maxnorm.cc uses them then).
+// The compressed-domain add of two packed lane streams (maxnorm's exact sums), the pack of u32
+// lanes into a stream and the decode of a stream into floats, vectorized with Highway and
+// dispatched at run time (built when libhwy-dev is found; maxnorm.cc uses them then).
 //
 // A group of 8 lanes of width W <= 16 is W whole bytes, so one 16-byte load holds it. Each half
 // of a group (4 lanes) is gathered into u32 lanes by one byte shuffle (lane j's bytes from
 // W·j/8 on), shifted right by W·j mod 8 and masked; the sums are shifted left by their output
 // position mod 8 and scattered into the output group by one byte shuffle per byte of a lane
-// (lanes whose start bytes coincide, widths below 8, take separate shuffles). Same bytes as the
-// scalar unpack_range / pack_aligned loops (tested against them at every width).
+// (lanes whose start bytes coincide, widths below 8, take separate shuffles); a decode converts
+// the gathered lanes instead. Same bytes and values as the scalar unpack_range / pack_aligned
+// loops (tested against them at every width).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -28,6 +29,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // One lane: nothing to gain; the caller's scalar loop adds every group.
 size_t AddLaneGroups(const LaneAdd&, size_t, uint32_t*, uint32_t*) { return 0; }
 size_t PackLaneGroups(const uint32_t*, size_t, unsigned, uint8_t*, size_t) { return 0; }
+size_t DecodeLaneGroups(const LaneDecode&, size_t, uint32_t*) { return 0; }
 #else
 // The shuffle and shift tables of one width (see the file comment).
 struct UnpackTables {
@@ -180,6 +182,45 @@ size_t PackLaneGroups(const uint32_t* v, size_t groups, unsigned w, uint8_t* out
     return g;
   });
 }
+template <bool kAccumulate>
+size_t DecodeGroups(const LaneDecode& d, size_t groups, uint32_t* worst) {
+  UnpackTables t;
+  unpack_tables(d.width, t);
+  const D8 d8;
+  const D32 d32;
+  const hn::FixedTag<float, 4> df;
+  const hn::FixedTag<int32_t, 4> di;
+  V8 index[2];
+  V32 shift[2];
+  for (unsigned h = 0; h < 2; ++h) {
+    index[h] = hn::Load(d8, t.index[h]);
+    shift[h] = hn::Load(d32, t.shift[h]);
+  }
+  const V32 mask = hn::Set(d32, (1u << d.width) - 1u);
+  const auto bias = hn::Set(di, d.bias);
+  const auto step = hn::Set(df, d.step);
+  V32 w = hn::Zero(d32);
+  const unsigned bytes = d.width;  // a group of 8 lanes is `width` bytes
+  size_t g = 0;
+  for (; g < groups && g * bytes + 16 <= d.in_bytes; ++g) {
+    const V8 group = hn::LoadU(d8, d.in + g * bytes);
+    for (unsigned h = 0; h < 2; ++h) {
+      const V32 lane = hn::And(
+          hn::Shr(hn::BitCast(d32, hn::TableLookupBytesOr0(group, index[h])), shift[h]), mask);
+      w = hn::Max(w, lane);
+      auto v = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::BitCast(di, lane), bias)), step);
+      float* o = d.out + 8 * g + 4 * h;
+      if constexpr (kAccumulate) v = hn::Add(hn::LoadU(df, o), v);
+      hn::StoreU(v, df, o);
+    }
+  }
+  *worst = hn::GetLane(hn::MaxOfLanes(d32, w));
+  return g;
+}
+size_t DecodeLaneGroups(const LaneDecode& d, size_t groups, uint32_t* worst) {
+  return d.accumulate ? DecodeGroups<true>(d, groups, worst)
+                      : DecodeGroups<false>(d, groups, worst);
+}
 #endif  // HWY_TARGET == HWY_SCALAR
 
 }  // namespace HWY_NAMESPACE
@@ -204,6 +245,12 @@ std::size_t pack_lane_groups_hwy(const std::uint32_t* v, std::size_t groups, uns
                                  std::uint8_t* out, std::size_t out_bytes) {
   if (width < 4 || width > 16) return 0;
   return HWY_DYNAMIC_DISPATCH(PackLaneGroups)(v, groups, width, out, out_bytes);
+}
+HWY_EXPORT(DecodeLaneGroups);
+std::size_t decode_lane_groups_hwy(const LaneDecode& d, std::size_t groups, std::uint32_t* worst) {
+  *worst = 0;
+  if (d.width < 2 || d.width > 16) return 0;
+  return HWY_DYNAMIC_DISPATCH(DecodeLaneGroups)(d, groups, worst);
 }
 }  // namespace ccoll::codec
 #endif

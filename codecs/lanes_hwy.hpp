@@ -37,4 +37,23 @@ std::size_t add_lane_groups_hwy(const LaneAdd& a, std::size_t groups, std::uint3
 std::size_t pack_lane_groups_hwy(const std::uint32_t* v, std::size_t groups, unsigned width,
                                  std::uint8_t* out, std::size_t out_bytes);
 
+/// A packed lane stream decoded into floats: out_i (+)= (lane_i - bias) · step.
+struct LaneDecode {
+  const std::uint8_t* in = nullptr;
+  std::size_t in_bytes = 0;  ///< readable bytes of in
+  unsigned width = 0;
+  float step = 0;
+  std::int32_t bias = 0;
+  bool accumulate = false;  ///< add to out instead of writing it
+  float* out = nullptr;
+};
+
+/// Decodes the first whole groups of 8 lanes, up to `groups`, as far as 16-byte loads stay
+/// inside the stream; returns how many it decoded (0 where the width is outside 2..16 or the
+/// CPU has no vectors): the caller decodes the rest, from lane 8·returned on. The values are
+/// those of the scalar float(lane - bias) · step, bit for bit. The largest lane of those groups
+/// goes to *worst (0 for none); lanes beyond the range decode to garbage, as the caller rejects
+/// such payloads.
+std::size_t decode_lane_groups_hwy(const LaneDecode& d, std::size_t groups, std::uint32_t* worst);
+
 }  // namespace ccoll::codec

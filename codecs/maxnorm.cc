@@ -730,10 +730,29 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
               }
             });
       } else {
+        std::size_t k_first = i;
+#if CCOLL_HAVE_HWY
+        if constexpr (std::is_same_v<T, float>) {
+          // whole groups of 8 lanes (W bytes each) unpacked and converted in vectors
+          if (i % 8 == 0 && bias_j <= std::numeric_limits<std::int32_t>::max()) {
+            LaneDecode d;
+            d.in = reinterpret_cast<const std::uint8_t*>(v.codes) + i / 8 * v.width;
+            d.in_bytes = code_bytes - i / 8 * v.width;
+            d.width = v.width;
+            d.step = step;
+            d.bias = static_cast<std::int32_t>(bias_j);
+            d.accumulate = kAccumulate;
+            d.out = out + i;
+            std::uint32_t top = 0;
+            k_first += 8 * decode_lane_groups_hwy(d, (end - i) / 8, &top);
+            worst = std::max(worst, top);
+          }
+        }
+#endif
         // unpacked in batches, then one branch-free (vectorizable) pass per batch
         lanes_.resize(kLaneBatch);
         std::uint32_t* u = lanes_.data();
-        for (std::size_t k0 = i; k0 < end; k0 += kLaneBatch) {
+        for (std::size_t k0 = k_first; k0 < end; k0 += kLaneBatch) {
           const std::size_t n = std::min(kLaneBatch, end - k0);
           unpack_range(v.codes, code_bytes, v.width, k0, n, u);
           T* o = out + k0;

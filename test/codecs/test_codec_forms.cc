@@ -15,6 +15,7 @@
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
 #include "half.hpp"
+#include "maxnorm_wire.hpp"
 #include "philox.hpp"
 #include "quantizers.hpp"
 #include "spec.hpp"
@@ -596,6 +597,74 @@ TEST(MaxnormAdd, EveryLaneIsTheSumAtEveryWidth) {
             w.finish();
             EXPECT_THROW(add(a, b), Error) << "lane " << bad << " of summand " << which;
           }
+        }
+      }
+    }
+  }
+}
+
+// The decode of maxnorm's payloads (whole groups of 8 lanes unpacked and converted in vectors
+// where Highway is built, the rest scalar): every value is float(lane - bias) · (scale / s),
+// recomputed here from the lanes the scalar unpacker reads, bit for bit, written and
+// accumulated, for lane widths 2..16 (payloads of 1 to 256 contributions), counts around the
+// group size, and two scale blocks with a payload offset that puts the second block's first
+// lane off the group grid; a lane out of range, early or last, is rejected.
+TEST(MaxnormDecode, EveryValueAtEveryWidth) {
+  for (const unsigned bits : {2u, 3u, 4u, 5u, 8u}) {
+    auto c = make_codec(parse_codec_spec("maxnorm:bits=" + std::to_string(bits)), DType::kFloat32);
+    c->begin_call(1024);
+    c->set_call(3, 1);
+    for (const std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{17}, std::size_t{4099},
+                                kMaxnormBlock + 1001}) {
+      for (const std::size_t offset : {std::size_t{0}, std::size_t{5}}) {
+        SCOPED_TRACE("bits " + std::to_string(bits) + " n " + std::to_string(n) + " offset " +
+                     std::to_string(offset));
+        std::vector<float> x(n);
+        std::mt19937 gen(static_cast<unsigned>(n + bits + offset));
+        std::normal_distribution<float> z(0.0f, 1.0f);
+        for (float& v : x) v = z(gen);
+        std::vector<double> scales(c->scale_slots(offset + n), 4.0);
+        for (std::size_t b = 0; b < scales.size(); ++b) scales[b] = 4.0 + 0.37 * b;
+        c->set_scales(scales.data(), scales.size());
+        std::vector<std::byte> p(c->max_encoded_bytes(n));
+        p.resize(c->encode(x.data(), n, {3, 1, 0, offset, BlockContext::Role::kOwn}, p.data()));
+        for (int k = 1; k <= 8; ++k) {  // 1, 2, 4, ..., 256 contributions
+          const MaxnormLayout l = maxnorm_layout(*c, p.data(), p.size(), n);
+          std::vector<std::uint32_t> lanes(n);
+          unpack_range(p.data() + l.codes_at, l.code_bytes, l.width, 0, n, lanes.data());
+          std::vector<float> want(n);
+          for (std::size_t i = 0; i < n; ++i) {
+            float m = 0;
+            std::memcpy(&m,
+                        p.data() + l.scales_at +
+                            4 * ((offset + i) / kMaxnormBlock - offset / kMaxnormBlock),
+                        4);
+            const float step = m / static_cast<float>(l.levels);
+            want[i] = static_cast<float>(static_cast<std::int64_t>(lanes[i]) - l.bias) * step;
+          }
+          std::vector<float> got(n, 0.0f);
+          c->decode(p.data(), p.size(), n, got.data());
+          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n)) << "width " << l.width;
+          std::vector<float> acc(n, 0.25f);
+          c->decode_accumulate(p.data(), p.size(), n, acc.data());
+          for (std::size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(acc[i], 0.25f + want[i]) << "lane " << i << " width " << l.width;
+          }
+          // a lane beyond its range, early (vector part) or last (tail)
+          if (l.limit + 1 < (std::uint64_t{1} << l.width)) {
+            for (const std::size_t bad : {std::size_t{0}, n - 1}) {
+              std::vector<std::byte> q = p;
+              std::vector<std::uint32_t> v = lanes;
+              v[bad] = l.limit + 1;
+              BitWriter w(q.data() + l.codes_at, l.width);
+              for (const std::uint32_t u : v) w.put(u);
+              w.finish();
+              EXPECT_THROW(c->decode(q.data(), q.size(), n, got.data()), Error) << "lane " << bad;
+            }
+          }
+          std::vector<std::byte> twice(2 * p.size() + 64);
+          twice.resize(c->add_encoded(p.data(), p.size(), p.data(), p.size(), n, {}, twice.data()));
+          p = std::move(twice);
         }
       }
     }
