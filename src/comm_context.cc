@@ -198,7 +198,11 @@ const Topology& CommContext::topology() {
 }
 
 ProgressQueue& CommContext::progress() {
-  if (progress_ == nullptr) progress_ = std::make_unique<ProgressQueue>();
+  if (progress_ == nullptr) {
+    int world = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &world);
+    progress_ = std::make_unique<ProgressQueue>(env_config().progress_nice, world);
+  }
   return *progress_;
 }
 

@@ -70,6 +70,17 @@ EnvConfig read_env() {
                   "CCOLL_NODE_WINDOW: " + v + " is out of range (valid: 0, or 4K to 1G)");
     }
   }
+  if (const std::string v = getenv_str("CCOLL_PROGRESS_NICE"); !v.empty()) {
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != '\0' || n < -20 || n > 19) {
+      throw Error(Status::kInvalidArgument,
+                  "CCOLL_PROGRESS_NICE: '" + v +
+                      "' is not a nice value (valid: an integer from -20 to 19; below the "
+                      "process's own value it needs CAP_SYS_NICE or RLIMIT_NICE)");
+    }
+    c.progress_nice = static_cast<int>(n);
+  }
   c.log_level = parse_log_level(getenv_str("CCOLL_DEBUG"));
   return c;
 }

@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -50,6 +51,8 @@ struct EnvConfig {
   double nccl_timeout_s = 600;
   std::size_t node_window_bytes = std::size_t{16} << 20;  ///< CCOLL_NODE_WINDOW
   std::size_t state_max_bytes = 0;  ///< CCOLL_STATE_MAX_BYTES (its default filled in)
+  /// CCOLL_PROGRESS_NICE: the nice value of ccoll's progress threads; unset: inherited.
+  std::optional<int> progress_nice;
 };
 
 /// CCOLL_DEBUG's value (NONE, WARN, INFO or TRACE, in any case; empty: NONE); throws

@@ -1,6 +1,17 @@
 // Non-blocking calls' completion and the per-communicator progress queue (progress.hpp).
 #include "progress.hpp"
 
+#if defined(__linux__)
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string>
 #include <utility>
 
 namespace ccoll {
@@ -39,7 +50,32 @@ std::exception_ptr RequestState::error() {
 
 }  // namespace detail
 
-ProgressQueue::ProgressQueue() : thread_([this] { loop(); }) {}
+namespace {
+
+// This thread's nice value set to `nice` (Linux: setpriority on the thread's id); a failure
+// is reported once per process, and the thread keeps the value it inherited.
+void apply_nice(int nice, int rank) {
+  std::string why;
+#if defined(__linux__)
+  if (setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), nice) == 0) return;
+  why = std::strerror(errno);
+#else
+  why = "not supported on this platform";
+#endif
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    std::fprintf(stderr,
+                 "ccoll WARN [rank %d] CCOLL_PROGRESS_NICE=%d: setting the progress thread's "
+                 "nice value failed (%s); it keeps the process's priority (a value below the "
+                 "process's own needs CAP_SYS_NICE or RLIMIT_NICE)\n",
+                 rank, nice, why.c_str());
+  });
+}
+
+}  // namespace
+
+ProgressQueue::ProgressQueue(std::optional<int> nice, int rank)
+    : thread_([this, nice, rank] { loop(nice, rank); }) {}
 
 ProgressQueue::~ProgressQueue() {
   {
@@ -68,8 +104,9 @@ void ProgressQueue::quiesce() {
   idle_.wait(lock, [&] { return !running_ && jobs_.empty(); });
 }
 
-void ProgressQueue::loop() {
+void ProgressQueue::loop(std::optional<int> nice, int rank) {
   detail::t_progress_thread = true;
+  if (nice) apply_nice(*nice, rank);
   for (;;) {
     Job job;
     {

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace ccoll {
@@ -49,7 +50,10 @@ bool on_progress_thread() noexcept;
 /// The progress queue of one communicator.
 class ProgressQueue {
  public:
-  ProgressQueue();
+  /// Starts the thread; with `nice` (CCOLL_PROGRESS_NICE) it takes that nice value first, or
+  /// says once per process on stderr why it could not (then it keeps the inherited one), as
+  /// `rank` (for the message).
+  explicit ProgressQueue(std::optional<int> nice = std::nullopt, int rank = 0);
   /// Runs every queued job, then ends the thread.
   ~ProgressQueue();
   ProgressQueue(const ProgressQueue&) = delete;
@@ -68,7 +72,7 @@ class ProgressQueue {
     std::function<void()> run;
     std::shared_ptr<detail::RequestState> state;
   };
-  void loop();
+  void loop(std::optional<int> nice, int rank);
 
   std::mutex mu_;
   std::condition_variable work_;

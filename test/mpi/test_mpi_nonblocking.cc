@@ -3,8 +3,15 @@
 // the blocking calls bit for bit, many calls in flight on one and on two communicators, waits in
 // any order, progress without test(), errors at wait() on every rank, a request destroyed
 // unwaited. Without it (plain MPI_Init), the degraded mode: every call complete when it starts.
+#include <sys/resource.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -269,6 +276,62 @@ TEST(MpiNonblocking, DestroyedUnwaitedCompletesFirst) {
   EXPECT_EQ(x[0], 2.0f * static_cast<float>(p) * static_cast<float>(p));
   a.wait();
   EXPECT_EQ(y[0], static_cast<float>(p));
+}
+
+// The nice values of this process's threads (Linux: field 19 of /proc/self/task/*/stat).
+std::vector<int> thread_nice_values() {
+  std::vector<int> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream in(task.path() / "stat");
+    std::string line;
+    std::getline(in, line);
+    const std::size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 1));
+    std::string field;
+    for (int k = 3; k <= 19 && rest >> field; ++k) {
+      if (k == 19) out.push_back(std::stoi(field));
+    }
+  }
+  return out;
+}
+
+// CCOLL_PROGRESS_NICE (set by the ctest runs of this test: a valid value and a malformed one):
+// the progress thread takes that nice value and the caller's threads keep theirs; a malformed
+// value makes the call raise kInvalidArgument naming the variable, on every rank.
+TEST(MpiNonblocking, ProgressThreadTakesTheNiceValue) {
+  const char* env = std::getenv("CCOLL_PROGRESS_NICE");
+  if (env == nullptr) GTEST_SKIP() << "CCOLL_PROGRESS_NICE is not set";
+  if (!background()) GTEST_SKIP() << "no progress thread without MPI_THREAD_MULTIPLE";
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  const int before = getpriority(PRIO_PROCESS, 0);
+  std::vector<float> x(1000, 1.0f);
+  char* end = nullptr;
+  const long want = std::strtol(env, &end, 10);
+  if (*env == '\0' || *end != '\0' || want < -20 || want > 19) {
+    try {
+      ccoll::compressed_iallreduce(MPI_IN_PLACE, x.data(), x.size(), MPI_FLOAT, MPI_SUM, comm)
+          .wait();
+      ADD_FAILURE() << "a malformed CCOLL_PROGRESS_NICE was accepted";
+    } catch (const ccoll::Error& e) {
+      EXPECT_EQ(e.code(), ccoll::Status::kInvalidArgument);
+      EXPECT_NE(e.message().find("CCOLL_PROGRESS_NICE"), std::string::npos) << e.message();
+    }
+  } else {
+    const std::vector<int> was = thread_nice_values();
+    ccoll::compressed_iallreduce(MPI_IN_PLACE, x.data(), x.size(), MPI_FLOAT, MPI_SUM, comm).wait();
+    EXPECT_EQ(x[0], static_cast<float>(world_size()));
+    const std::vector<int> now = thread_nice_values();
+    const auto count = [](const std::vector<int>& v, long n) {
+      return std::count(v.begin(), v.end(), static_cast<int>(n));
+    };
+    // one more thread at the value: the communicator's progress thread (the test process's
+    // other threads are at the process's value)
+    EXPECT_EQ(count(now, want), count(was, want) + 1) << "nice " << want;
+    EXPECT_EQ(getpriority(PRIO_PROCESS, 0), before);  // the caller's thread unchanged
+  }
+  MPI_Comm_free(&comm);
 }
 
 // Plain MPI_Init (MPI_THREAD_SINGLE): the calls still work and complete when they start.
