@@ -164,6 +164,9 @@ class CommContext {
   coll::Transport& nccl_transport();
   /// The NCCL transport if it was made already, else null (no communication).
   coll::Transport* nccl_transport_if_made() { return nccl_.get(); }
+  /// Frees the NCCL transport (the next nccl_transport() makes a new one): for a communicator
+  /// whose peers elsewhere failed to make theirs, so that every rank starts over together.
+  void drop_nccl_transport() { nccl_.reset(); }
   /// Counts every collective call on this communicator; equal on all ranks.
   std::uint64_t next_call() { return calls_++; }
   /// Finds (one hash lookup) or creates the plan for `key`, whose codec `spec` describes

@@ -303,16 +303,26 @@ class NodeLevel {
         device != nullptr && (node_path == DataPath::kNccl || node_path == DataPath::kNcclEmulated);
     if (!on_device_ || node_path != DataPath::kNccl) return;
     // the node's NCCL communicator, made on the first such call (collective on the node); a
-    // failure on any node raises on every rank, so no node waits for another's cross step
+    // failure on any node raises on every rank, so no node waits for another's cross step,
+    // and the nodes that made theirs drop it, so that every node tries again in the same call
     CommContext& node = CommContext::get(topo.node);
-    const bool fresh = node.nccl_transport_if_made() == nullptr;
+    if (node.nccl_transport_if_made() != nullptr) {
+      nccl_ = node.nccl_transport_if_made();
+      return;
+    }
     CrossStep made;
     try {
       nccl_ = &node.nccl_transport();
     } catch (const Error& e) {
       keep(made, e);
     }
-    if (fresh) raise_anywhere(call, ctx, made, "making the node's NCCL communicator");
+    try {
+      raise_anywhere(call, ctx, made, "making the node's NCCL communicator");
+    } catch (const Error&) {
+      node.drop_nccl_transport();
+      nccl_ = nullptr;
+      throw;
+    }
   }
   // The cross-node step's device for copies: none where its input is on the device already.
   gpu::Backend* copies_for_cross() const { return on_device_ ? nullptr : device_; }
