@@ -1,6 +1,8 @@
 // The data paths' names (data_path.hpp).
 #include "data_path.hpp"
 
+#include <vector>
+
 namespace ccoll {
 namespace {
 
@@ -30,6 +32,18 @@ const char* data_path_name(DataPath p) noexcept {
 const char* data_path_static_name(const std::string& name) noexcept {
   for (const DataPath p : kAll) {
     if (name == data_path_name(p)) return data_path_name(p);
+  }
+  // a hierarchical call's "<the node's path>/<the cross-node step's>": every pair, made once
+  static const std::vector<std::string> pairs = [] {
+    std::vector<std::string> v;
+    for (const DataPath a : kAll) {
+      for (const DataPath b : kAll)
+        v.push_back(std::string(data_path_name(a)) + "/" + data_path_name(b));
+    }
+    return v;
+  }();
+  for (const std::string& pair : pairs) {
+    if (name == pair) return pair.c_str();
   }
   return "";
 }

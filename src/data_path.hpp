@@ -18,8 +18,9 @@ enum class DataPath {
 /// The path's name ("host", "host-copy", "staged", "cuda-aware-mpi", "nccl", "nccl-emulated").
 const char* data_path_name(DataPath p) noexcept;
 
-/// The static name equal to `name`, or "" when `name` names no path (a call that stopped before
-/// choosing one).
+/// The static name equal to `name` (a path's, or a hierarchical call's "<path>/<path>": the
+/// node's, then the cross-node step's), or "" when `name` names none (a call that stopped
+/// before choosing one).
 const char* data_path_static_name(const std::string& name) noexcept;
 
 }  // namespace ccoll

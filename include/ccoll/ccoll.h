@@ -46,7 +46,8 @@ typedef struct ccoll_stats {
   int fell_back; /**< 1 when the call was done uncompressed by MPI (see ccoll::Stats). */
   unsigned bits; /**< Bits per element of the codes sent (see ccoll::Stats::bits). */
   /** How the data moved (see ccoll::Stats::transport): "host", "host-copy", "staged",
-      "cuda-aware-mpi", "nccl", or "" when the call stopped before choosing; a static string. */
+      "cuda-aware-mpi", "nccl", a hierarchical call's pair such as "host-copy/staged", or ""
+      when the call stopped before choosing; a static string. */
   const char* transport;
   size_t node_bytes; /**< algorithm "hierarchical": bytes moved inside the node (ccoll::Stats). */
 } ccoll_stats_t;

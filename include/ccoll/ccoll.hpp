@@ -53,7 +53,9 @@ struct Stats {
   /// GPU and only payloads crossed to the host for MPI), "host-copy" (device buffers copied
   /// whole to the host and back, the codec on the CPU: codecs without device kernels, or
   /// uncompressed calls), "cuda-aware-mpi" (payloads stayed in device memory and MPI moved
-  /// them), "nccl" (payloads stayed in device memory and NCCL moved them).
+  /// them), "nccl" (payloads stayed in device memory and NCCL moved them). A hierarchical call
+  /// on device buffers names the node's path, then the cross-node step's: "host-copy/staged"
+  /// (node steps on host copies), "nccl/nccl" (CCOLL_TRANSPORT=nccl), ...
   std::string transport;
   /// Other tensors' state (ef=1 residuals, temporal's predictions) this call freed to keep its
   /// communicator within CCOLL_STATE_MAX_BYTES or 4,096 stateful tensors; those tensors restart

@@ -229,6 +229,13 @@ TEST(DataPaths, NamesAreDistinctAndFound) {
   }
   EXPECT_STREQ(data_path_static_name("gpu"), "");
   EXPECT_STREQ(data_path_static_name(""), "");
+  // a hierarchical call's pair of paths: found, the same static string each time
+  const char* pair = data_path_static_name(std::string("nccl/host-copy"));
+  EXPECT_STREQ(pair, "nccl/host-copy");
+  EXPECT_EQ(pair, data_path_static_name(std::string("nccl/host-copy")));
+  EXPECT_STREQ(data_path_static_name("host-copy/staged"), "host-copy/staged");
+  EXPECT_STREQ(data_path_static_name("nccl/gpu"), "");
+  EXPECT_STREQ(data_path_static_name("nccl/"), "");
 }
 
 }  // namespace
