@@ -206,94 +206,12 @@ NodeParts node_parts(std::size_t total, int parts) {
   return p;
 }
 
-// The two-level all-gather: the compressed all-gather of every rank's block among the ranks of
-// its local index (one per node), then the node's exact all-gather of what they received, laid
-// out by rank. Each block is encoded once, by its owner, and crosses the network only in the
-// cross-node step, where the ranks of a local index decode the same bytes; the node step copies
-// those values, so every rank ends bit-identical.
-void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& stats,
-                                CommContext& ctx, const Topology& topo, gpu::Backend* device,
-                                std::uint64_t tensor_key) {
-  const std::size_t n = call.count;
-  const auto nodes = static_cast<std::size_t>(topo.nodes);
-  const auto local = static_cast<std::size_t>(topo.node_size);
-  check_node_step(call, n * nodes);
-  const std::size_t es = codec::dtype_size(dtype);
-  const std::size_t block = n * es;
-  auto* out = static_cast<std::byte*>(call.recvbuf);
-  const void* mine =
-      call.in_place() ? out + static_cast<std::size_t>(ctx.rank()) * block : call.sendbuf;
-  // 1. the blocks of this rank's local index, one per node, compressed, into part l of the
-  // node's buffer
-  const std::size_t part = nodes * block;
-  std::vector<std::byte> node(local * part);
-  const auto l = static_cast<std::size_t>(topo.node_rank);
-  CrossStep step;
-  run_cross_step(call, Kind::kAllgather, mine, block, node.data() + l * part, part, n, topo, device,
-                 tensor_key, step, [] {});
-  // 2. the node's exact all-gather of the parts, then every block to its rank's place
-  const auto t0 = Clock::now();
-  const NodeParts parts = node_parts(local * nodes * n, topo.node_size);  // n·nodes each
-  topo.steps->allgather(node.data(), parts.counts, parts.displs, dtype, call.datatype);
-  for (std::size_t i = 0; i < local; ++i) {
-    for (std::size_t j = 0; j < nodes; ++j) {
-      const auto r = static_cast<std::size_t>(topo.who[i * nodes + j]);
-      std::memcpy(out + r * block, node.data() + (i * nodes + j) * block, block);
-    }
-  }
-  finish_levels(call, ctx, step, stats, std::chrono::duration<double>(Clock::now() - t0).count(),
-                (local - 1) * nodes * block, "cross-node all-gather",
-                device != nullptr ? "host-copy" : nullptr);
-}
-
-// The two-level reduce-scatter: this rank's input regrouped so that part i holds the blocks of
-// the ranks of local index i in their cross-node order; the node's exact reduce-scatter of the
-// parts (local rank i gets the node's sum of part i); then the compressed reduce-scatter of that
-// part among the ranks of local index i, one per node, which leaves cross-node rank j with
-// block j of the part: the block of the rank at (i, j), this rank's own. Each element crosses
-// the network once, in the cross-node step, encoded once by each node.
-void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats& stats,
-                                     CommContext& ctx, const Topology& topo, gpu::Backend* device,
-                                     std::uint64_t tensor_key) {
-  const std::size_t n = call.count;
-  const auto nodes = static_cast<std::size_t>(topo.nodes);
-  const auto local = static_cast<std::size_t>(topo.node_size);
-  check_node_step(call, n * nodes);
-  const std::size_t es = codec::dtype_size(dtype);
-  const std::size_t block = n * es;
-  const auto* in = static_cast<const std::byte*>(call.in_place() ? call.recvbuf : call.sendbuf);
-  const auto t0 = Clock::now();
-  // 1. the node's exact sum of this rank's part
-  std::vector<std::byte> grouped(local * nodes * block);
-  for (std::size_t i = 0; i < local; ++i) {
-    for (std::size_t j = 0; j < nodes; ++j) {
-      const auto r = static_cast<std::size_t>(topo.who[i * nodes + j]);
-      std::memcpy(grouped.data() + (i * nodes + j) * block, in + r * block, block);
-    }
-  }
-  std::vector<std::byte> part(nodes * block);
-  const NodeParts parts = node_parts(local * nodes * n, topo.node_size);  // n·nodes each
-  topo.steps->reduce_scatter(grouped.data(), part.data(), parts.counts, parts.displs, dtype,
-                             call.datatype);
-  const double node_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  // 2. the part's compressed reduce-scatter across the nodes, into this rank's output
-  CrossStep step;
-  run_cross_step(call, Kind::kReduceScatter, part.data(), nodes * block, call.recvbuf, block, n,
-                 topo, device, tensor_key, step, [&] {
-                   if (call.options.average) {
-                     coll::divide_elements(call.recvbuf, n, dtype, ctx.size());
-                   }
-                 });
-  finish_levels(call, ctx, step, stats, node_seconds, (local - 1) * nodes * block,
-                "cross-node reduce-scatter", device != nullptr ? "host-copy" : nullptr);
-}
-
-// The node's steps of the all-reduce on the call's buffers: host memory (the host steps), or
-// device buffers themselves (node_path kNccl: NCCL's reduces and broadcasts on the node's
-// communicator, on the caller's stream; kNcclEmulated: the host steps on the emulated
-// device's host memory, after its queued work), or their host copies (kHostCopy). A failure
-// of a device step is kept, so that this rank still takes part in the cross-node step, and
-// raised on every rank with the call's outcome (add_failure).
+// The node's steps on the call's buffers: host memory (the host steps), or device buffers
+// themselves (node_path kNccl: NCCL's reduces and broadcasts on the node's communicator, on the
+// caller's stream; kNcclEmulated: the host steps on the emulated device's host memory, after
+// its queued work), or their host copies (kHostCopy); with scratch and copies where the data
+// is. A failure of a device step is kept, so that this rank still takes part in the cross-node
+// step, and raised on every rank with the call's outcome (add_failure).
 class NodeLevel {
  public:
   NodeLevel(const Call& call, CommContext& ctx, const Topology& topo, gpu::Backend* device,
@@ -351,6 +269,26 @@ class NodeLevel {
       }
     });
   }
+  // `bytes` of scratch where the call's data is (slot 0 or 1; kept by the thread on the device)
+  std::byte* scratch(int slot, std::size_t bytes) {
+    if (!on_device_) {
+      host_[slot].resize(bytes);
+      return host_[slot].data();
+    }
+    thread_local gpu::Buffer kept[2];
+    return static_cast<std::byte*>(kept[slot].get(*device_, bytes, false));
+  }
+  // dst = src where the call's data is (on the device: on the caller's stream)
+  void copy(void* dst, const void* src, std::size_t bytes) {
+    if (!on_device_) {
+      std::memcpy(dst, src, bytes);
+      return;
+    }
+    run([&] {
+      device_->set_stream(call_.options.cuda_stream);
+      device_->copy(dst, src, bytes);
+    });
+  }
   // x[0, count) /= ranks where the call's data is (on the device: on the caller's stream,
   // which the cross-node call left)
   void divide(void* x, std::size_t count, codec::DType dtype, int ranks) {
@@ -400,7 +338,95 @@ class NodeLevel {
   bool on_device_ = false;
   coll::Transport* nccl_ = nullptr;
   CrossStep failure_;
+  std::vector<std::byte> host_[2];
 };
+
+// The sizes of a hierarchical all-gather or reduce-scatter: elements per block, nodes, ranks
+// per node, bytes per block (a node step of more than INT_MAX elements is refused).
+struct Blocks {
+  std::size_t n;
+  std::size_t nodes;
+  std::size_t local;
+  std::size_t block;
+};
+Blocks blocks_of(const Call& call, codec::DType dtype, const Topology& topo) {
+  const std::size_t n = call.count;
+  const auto nodes = static_cast<std::size_t>(topo.nodes);
+  check_node_step(call, n * nodes);
+  return {n, nodes, static_cast<std::size_t>(topo.node_size), n * codec::dtype_size(dtype)};
+}
+
+// The two-level all-gather: the compressed all-gather of every rank's block among the ranks of
+// its local index (one per node), then the node's exact all-gather of what they received, laid
+// out by rank. Each block is encoded once, by its owner, and crosses the network only in the
+// cross-node step, where the ranks of a local index decode the same bytes; the node step copies
+// those values, so every rank ends bit-identical.
+void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& stats,
+                                CommContext& ctx, const Topology& topo, gpu::Backend* device,
+                                std::uint64_t tensor_key, DataPath node_path) {
+  NodeLevel level(call, ctx, topo, device, node_path);
+  const Blocks b = blocks_of(call, dtype, topo);
+  auto* out = static_cast<std::byte*>(call.recvbuf);
+  const void* mine =
+      call.in_place() ? out + static_cast<std::size_t>(ctx.rank()) * b.block : call.sendbuf;
+  // 1. the blocks of this rank's local index, one per node, compressed, into part l of the
+  // node's buffer
+  const std::size_t part = b.nodes * b.block;
+  std::byte* node = level.scratch(0, b.local * part);
+  const auto l = static_cast<std::size_t>(topo.node_rank);
+  CrossStep step;
+  run_cross_step(call, Kind::kAllgather, mine, b.block, node + l * part, part, b.n, topo,
+                 level.copies_for_cross(), tensor_key, step, [] {});
+  // 2. the node's exact all-gather of the parts, then every block to its rank's place
+  const auto t0 = Clock::now();
+  const NodeParts parts = node_parts(b.local * b.nodes * b.n, topo.node_size);  // n·nodes each
+  level.allgather(node, parts.counts, parts.displs, dtype);
+  for (std::size_t i = 0; i < b.local; ++i) {
+    for (std::size_t j = 0; j < b.nodes; ++j) {
+      const auto r = static_cast<std::size_t>(topo.who[i * b.nodes + j]);
+      level.copy(out + r * b.block, node + (i * b.nodes + j) * b.block, b.block);
+    }
+  }
+  level.add_failure(step);
+  finish_levels(call, ctx, step, stats, std::chrono::duration<double>(Clock::now() - t0).count(),
+                (b.local - 1) * b.nodes * b.block, "cross-node all-gather", level.path_name());
+}
+
+// The two-level reduce-scatter: this rank's input regrouped so that part i holds the blocks of
+// the ranks of local index i in their cross-node order; the node's exact reduce-scatter of the
+// parts (local rank i gets the node's sum of part i); then the compressed reduce-scatter of that
+// part among the ranks of local index i, one per node, which leaves cross-node rank j with
+// block j of the part: the block of the rank at (i, j), this rank's own. Each element crosses
+// the network once, in the cross-node step, encoded once by each node.
+void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats& stats,
+                                     CommContext& ctx, const Topology& topo, gpu::Backend* device,
+                                     std::uint64_t tensor_key, DataPath node_path) {
+  NodeLevel level(call, ctx, topo, device, node_path);
+  const Blocks b = blocks_of(call, dtype, topo);
+  const auto* in = static_cast<const std::byte*>(call.in_place() ? call.recvbuf : call.sendbuf);
+  const auto t0 = Clock::now();
+  // 1. the node's exact sum of this rank's part
+  std::byte* grouped = level.scratch(0, b.local * b.nodes * b.block);
+  for (std::size_t i = 0; i < b.local; ++i) {
+    for (std::size_t j = 0; j < b.nodes; ++j) {
+      const auto r = static_cast<std::size_t>(topo.who[i * b.nodes + j]);
+      level.copy(grouped + (i * b.nodes + j) * b.block, in + r * b.block, b.block);
+    }
+  }
+  std::byte* part = level.scratch(1, b.nodes * b.block);
+  const NodeParts parts = node_parts(b.local * b.nodes * b.n, topo.node_size);  // n·nodes each
+  level.reduce_scatter(grouped, part, parts.counts, parts.displs, dtype);
+  const double node_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  // 2. the part's compressed reduce-scatter across the nodes, into this rank's output
+  CrossStep step;
+  run_cross_step(call, Kind::kReduceScatter, part, b.nodes * b.block, call.recvbuf, b.block, b.n,
+                 topo, level.copies_for_cross(), tensor_key, step, [&] {
+                   if (call.options.average) level.divide(call.recvbuf, b.n, dtype, ctx.size());
+                 });
+  level.add_failure(step);
+  finish_levels(call, ctx, step, stats, node_seconds, (b.local - 1) * b.nodes * b.block,
+                "cross-node reduce-scatter", level.path_name());
+}
 
 // Adds a segment's cross-node step into the call's: statistics summed, the first failure kept.
 void add_step(CrossStep& into, const CrossStep& seg, bool first) {
@@ -625,11 +651,11 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
     return;
   }
   if (call.kind == Kind::kAllgather) {
-    run_hierarchical_allgather(call, dtype, stats, ctx, topo, device, tensor_key);
+    run_hierarchical_allgather(call, dtype, stats, ctx, topo, device, tensor_key, node_path);
     return;
   }
   if (call.kind == Kind::kReduceScatter) {
-    run_hierarchical_reduce_scatter(call, dtype, stats, ctx, topo, device, tensor_key);
+    run_hierarchical_reduce_scatter(call, dtype, stats, ctx, topo, device, tensor_key, node_path);
     return;
   }
   run_hierarchical_allreduce(call, dtype, stats, ctx, topo, device, tensor_key, node_path);

@@ -115,11 +115,10 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
   if (!bad.ok()) return;
   const std::string& transport = c.env.transport;
   pl.out_bytes = c.total * c.elem_bytes;
-  // algorithm=hierarchical's all-reduce under CCOLL_TRANSPORT=nccl: the node's steps on the
-  // device buffers through NCCL (on the emulated device MPI stands in), the cross-node step on
-  // the device shard, which takes its own path; the other collectives run on host copies
-  if (compress && transport == "nccl" && c.algorithm == coll::Algorithm::kHierarchical &&
-      call.allreduce()) {
+  // algorithm=hierarchical under CCOLL_TRANSPORT=nccl: the node's steps on the device buffers
+  // through NCCL (on the emulated device MPI stands in), the cross-node step on device memory,
+  // which takes its own path
+  if (compress && transport == "nccl" && c.algorithm == coll::Algorithm::kHierarchical) {
     pl.path = pl.device->host_accessible() ? DataPath::kNcclEmulated : DataPath::kNccl;
     if (const Topology* topo = ctx.topology_if_made()) {
       CommContext* node = topo->node != MPI_COMM_NULL ? CommContext::find(topo->node) : nullptr;

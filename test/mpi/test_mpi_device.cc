@@ -480,10 +480,10 @@ TEST_F(DeviceBuffers, HalfAllreduceReadByTheDeviceCodec) {
 }
 
 // algorithm=hierarchical on device buffers, two ranks per node where the rank count allows:
-// the same bytes as on host buffers, for every collective. The node's steps run on host copies
-// and the cross-node step on a device copy of the shard; under CCOLL_TRANSPORT=nccl the
-// all-reduce runs on the device buffers themselves (NCCL inside the node, on the emulated
-// device MPI standing in), in place or not, sum or mean.
+// the same bytes as on host buffers, for every collective, in place or not (the all-reduce:
+// sum or mean). The node's steps run on host copies and the cross-node step on a device copy
+// of its input; under CCOLL_TRANSPORT=nccl every collective runs on the device buffers
+// themselves (NCCL inside the node, on the emulated device MPI standing in).
 TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
   const int p = size_of(MPI_COMM_WORLD);
   const int r = rank_of(MPI_COMM_WORLD);
@@ -528,32 +528,42 @@ TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
       }
     }
     opt.average = false;
-    // the reduce-scatter: block r of the sum
-    const std::vector<float> all = input(n * static_cast<std::size_t>(p), r, 78);
-    std::vector<float> want_rs(n);
-    opt.stats = nullptr;
-    ccoll::compressed_reduce_scatter(all.data(), want_rs.data(), n, MPI_FLOAT, MPI_SUM, hc, opt);
-    DeviceVec dall(all);
-    DeviceVec drs(n);
-    opt.stats = &ds;
-    ccoll::compressed_reduce_scatter(dall.data(), drs.data(), n, MPI_FLOAT, MPI_SUM, dc, opt);
-    ASSERT_EQ(0, std::memcmp(drs.host().data(), want_rs.data(), 4 * n));
-    if (p > 1) {
-      EXPECT_EQ(ds.algorithm.rfind("hierarchical/", 0), 0u) << ds.algorithm;
-      EXPECT_EQ(ds.transport.rfind("host-copy/", 0), 0u) << ds.transport;
-    }
-    // the all-gather: every rank's block
-    const std::vector<float> block = input(n, r, 79);
-    std::vector<float> want_ag(n * static_cast<std::size_t>(p));
-    opt.stats = nullptr;
-    ccoll::compressed_allgather(block.data(), n, want_ag.data(), MPI_FLOAT, hc, opt);
-    DeviceVec dblock(block);
-    DeviceVec dag(want_ag.size());
-    opt.stats = &ds;
-    ccoll::compressed_allgather(dblock.data(), n, dag.data(), MPI_FLOAT, dc, opt);
-    ASSERT_EQ(0, std::memcmp(dag.host().data(), want_ag.data(), 4 * want_ag.size()));
-    if (p > 1) {
-      EXPECT_EQ(ds.transport.rfind("host-copy/", 0), 0u) << ds.transport;
+    const std::string node = nccl ? kernel_transport() : "host-copy";
+    for (const bool in_place : {false, true}) {
+      SCOPED_TRACE(in_place ? "in place" : "");
+      // the reduce-scatter: block r of the sum (in place: recvbuf holds every block)
+      const std::vector<float> all = input(n * static_cast<std::size_t>(p), r, 78);
+      std::vector<float> want_rs = in_place ? all : std::vector<float>(n);
+      opt.stats = nullptr;
+      ccoll::compressed_reduce_scatter(in_place ? MPI_IN_PLACE : all.data(), want_rs.data(), n,
+                                       MPI_FLOAT, MPI_SUM, hc, opt);
+      DeviceVec dall(all);
+      DeviceVec drs(all);
+      opt.stats = &ds;
+      ccoll::compressed_reduce_scatter(in_place ? MPI_IN_PLACE : dall.data(), drs.data(), n,
+                                       MPI_FLOAT, MPI_SUM, dc, opt);
+      ASSERT_EQ(0, std::memcmp(drs.host().data(), want_rs.data(), 4 * n));
+      if (p > 1) {
+        EXPECT_EQ(ds.algorithm.rfind("hierarchical/", 0), 0u) << ds.algorithm;
+        EXPECT_EQ(ds.transport.rfind(node + "/", 0), 0u) << ds.transport;
+      }
+      // the all-gather: every rank's block (in place: at its place in recvbuf)
+      const std::vector<float> block = input(n, r, 79);
+      std::vector<float> want_ag(n * static_cast<std::size_t>(p));
+      std::copy(block.begin(), block.end(), want_ag.begin() + static_cast<std::ptrdiff_t>(n) * r);
+      const std::vector<float> start = want_ag;
+      opt.stats = nullptr;
+      ccoll::compressed_allgather(in_place ? MPI_IN_PLACE : block.data(), n, want_ag.data(),
+                                  MPI_FLOAT, hc, opt);
+      DeviceVec dblock(block);
+      DeviceVec dag(start);
+      opt.stats = &ds;
+      ccoll::compressed_allgather(in_place ? MPI_IN_PLACE : dblock.data(), n, dag.data(), MPI_FLOAT,
+                                  dc, opt);
+      ASSERT_EQ(0, std::memcmp(dag.host().data(), want_ag.data(), 4 * want_ag.size()));
+      if (p > 1) {
+        EXPECT_EQ(ds.transport.rfind(node + "/", 0), 0u) << ds.transport;
+      }
     }
   }
   MPI_Comm_free(&hc);
