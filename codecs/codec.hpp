@@ -343,6 +343,25 @@ class Codec {
   virtual std::size_t encode_sum(const void* in, std::size_t count, const BlockContext& ctx,
                                  std::byte* out, std::uint32_t contributions);
 
+  /// What encode_feedback() returns where a codec has no fused form.
+  static constexpr std::size_t kNotFused = ~std::size_t{0};
+  /// Error feedback's encode fused with its residual update (ef=1 calls it first): encodes
+  /// p = in + residual elementwise as encode() would (contributions 0), or as encode_sum()
+  /// would (contributions > 0), and sets residual = p - decode(what it wrote), the same bytes
+  /// and bits as those steps one after the other, in one pass. Returns the payload's length,
+  /// or kNotFused (nothing written) where the codec has no fused form (the default).
+  virtual std::size_t encode_feedback(const float* in, float* residual, std::size_t count,
+                                      const BlockContext& ctx, std::byte* out,
+                                      std::uint32_t contributions) {
+    (void)in;
+    (void)residual;
+    (void)count;
+    (void)ctx;
+    (void)out;
+    (void)contributions;
+    return kNotFused;
+  }
+
   /// Adds two payloads of the same block (same count, offset and scales) in the compressed
   /// domain and writes the sum to `out` (capacity max_encoded_bytes(count)); returns its length.
   /// The sum decodes to exactly decode(a) + decode(b) computed in integers, unless the codec

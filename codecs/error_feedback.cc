@@ -90,6 +90,14 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
                                    std::byte* out, std::uint32_t contributions) {
     std::vector<T>& e = ctx.role == BlockContext::Role::kOwn ? own_ : hop_;
     if (e.size() < ctx.offset + count) e.resize(ctx.offset + count, T(0));  // first call only
+    if constexpr (std::is_same_v<T, float>) {
+      // the inner codec's fused form, where it has one: the same bytes and residual, one pass
+      if (in_ == InputType::kNative) {
+        const std::size_t n = inner_->encode_feedback(
+            static_cast<const float*>(in), e.data() + ctx.offset, count, ctx, out, contributions);
+        if (n != Codec::kNotFused) return n;
+      }
+    }
     p_.resize(std::max(p_.size(), count));
     d_.resize(std::max(d_.size(), count));
     T* r = e.data() + ctx.offset;

@@ -452,6 +452,66 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     return static_cast<std::size_t>(pack_aligned(lane + packed, count - packed, w, p) - out);
   }
 
+  // ef=1 over nearest rounding (what ef=1 builds), one scale, exact sums, fp32: p = x + e
+  // rounded into lanes, e = p - (lane - bias)·step as decode computes it, in batches of lanes
+  // that stay in cache, each packed into the stream at once (encode_sum's lanes, which for
+  // one contribution are encode()'s bytes).
+  std::size_t encode_feedback(const float* in, float* residual, std::size_t count,
+                              const BlockContext& ctx, std::byte* out,
+                              std::uint32_t contributions) override {
+    const std::uint32_t j = contributions == 0 ? 1 : contributions;
+    if constexpr (!std::is_same_v<T, float>) {
+      return Codec::kNotFused;
+    } else {
+      if (!encodes_sums() || !nearest_ || in_ != InputType::kNative || j > ranks_) {
+        return Codec::kNotFused;
+      }
+      const std::size_t first = ctx.offset / kBlock;
+      const std::size_t nb = blocks_spanned(ctx.offset, count);
+      if (count != 0 && first + nb > scales_.size()) {
+        throw Error(Status::kInternal, "maxnorm: encode outside the agreed scales");
+      }
+      std::byte* codes = out + write_maxnorm_prefix(out, {id(), 0, param(j), count}, ctx.offset,
+                                                    scales_.data() + first, nb);
+      const auto levels = static_cast<std::uint32_t>(bias(j));
+      const auto lane_bias = static_cast<std::int32_t>(levels);
+      const unsigned w = width(j);
+      const std::size_t code_bytes = packed_bytes(count, w);
+      constexpr std::size_t kBatch = 4096;  // a multiple of 8: every batch starts on a byte
+      sum_lanes_.resize(kBatch);
+      std::uint32_t* lane = sum_lanes_.data();
+      std::byte* end_of_codes = codes;
+      for (std::size_t i0 = 0; i0 < count; i0 += kBatch) {
+        const std::size_t n = std::min(kBatch, count - i0);
+        for (std::size_t k0 = 0; k0 < n;) {  // the batch's runs within one scale block
+          const std::size_t b = (ctx.offset + i0 + k0) / kBlock - first;
+          const std::size_t run = std::min(n - k0, (first + b + 1) * kBlock - ctx.offset - i0 - k0);
+          const float m = scales_[first + b];
+          const float inv = m > 0 ? static_cast<float>(s_) / m : 0.0f;
+          const float step = m / static_cast<float>(s_);
+          const float* x = in + i0 + k0;
+          float* e = residual + i0 + k0;
+          std::uint32_t* l = lane + k0;
+          for (std::size_t k = 0; k < run; ++k) {
+            const float p = x[k] + e[k];
+            const std::uint32_t q = stochastic_code(p, inv, kNearestDraw, levels);
+            l[k] = q;
+            e[k] = p - static_cast<float>(static_cast<std::int32_t>(q) - lane_bias) * step;
+          }
+          k0 += run;
+        }
+        std::byte* at = codes + i0 / 8 * w;
+        std::size_t packed = 0;
+#if CCOLL_HAVE_HWY
+        packed = 8 * pack_lane_groups_hwy(lane, n / 8, w, reinterpret_cast<std::uint8_t*>(at),
+                                          code_bytes - i0 / 8 * w);
+#endif
+        end_of_codes = pack_aligned(lane + packed, n - packed, w, at + packed / 8 * w);
+      }
+      return static_cast<std::size_t>(end_of_codes - out);
+    }
+  }
+
   std::size_t add_encoded(const std::byte* a, std::size_t a_bytes, const std::byte* b,
                           std::size_t b_bytes, std::size_t count, const BlockContext& ctx,
                           std::byte* out) override {

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -14,6 +15,8 @@
 #include "agree.hpp"
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
+#include "error_feedback.hpp"
+#include "forwarding.hpp"
 #include "half.hpp"
 #include "maxnorm_wire.hpp"
 #include "philox.hpp"
@@ -755,6 +758,73 @@ TEST(EncodeSum, OneRoundingAtOneInputsStep) {
       ADD_FAILURE() << spec << " encoded a sum";
     } catch (const Error& e) {
       EXPECT_EQ(e.code(), Status::kUnsupported) << spec;
+    }
+  }
+}
+
+// An ef=1 codec whose inner codec has no fused form: the encode, decode, subtract sequence.
+class Unfused final : public ForwardingCodec {
+ public:
+  explicit Unfused(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {
+    set_target(inner_.get());
+  }
+  const std::string& spec() const override { return inner_->spec(); }
+  bool encodes_sums() const override { return inner_->encodes_sums(); }
+  std::size_t encode_sum(const void* in, std::size_t count, const BlockContext& ctx, std::byte* out,
+                         std::uint32_t contributions) override {
+    return inner_->encode_sum(in, count, ctx, out, contributions);
+  }
+
+ private:
+  std::unique_ptr<Codec> inner_;
+};
+
+// ef=1's fused encode (maxnorm, nearest rounding: x + e rounded into lanes and the residual
+// updated in one pass) writes the bytes and keeps the residual that encoding, decoding and
+// subtracting give: the same payloads over successive calls, as one input and as a sum of 3,
+// at 2, 4 and 8 bits, over two scale blocks from an offset off the lane grid, and then a call
+// of zeros whose scales are the residual's own range, which encodes the residual itself at
+// fine resolution.
+TEST(ErrorFeedback, FusedEncodeEqualsEncodeDecodeSubtract) {
+  for (const unsigned bits : {2u, 4u, 8u}) {
+    for (const std::uint32_t j : {0u, 3u}) {
+      SCOPED_TRACE("bits " + std::to_string(bits) + " contributions " + std::to_string(j));
+      const std::string inner = "maxnorm:bits=" + std::to_string(bits) + ",round=nearest";
+      auto fused = make_codec(parse_codec_spec("maxnorm:bits=" + std::to_string(bits) + ",ef=1"),
+                              DType::kFloat32);
+      auto plain = make_error_feedback_codec(
+          std::make_unique<Unfused>(make_codec(parse_codec_spec(inner), DType::kFloat32)),
+          fused->spec());
+      const std::size_t n = kMaxnormBlock + 3001;
+      const std::size_t offset = 5;
+      std::mt19937 gen(bits + j);
+      std::normal_distribution<float> z(0.0f, 1.0f);
+      for (int t = 0; t < 5; ++t) {
+        std::vector<float> x(n, 0.0f);
+        double top = 0;
+        if (t < 4) {
+          for (float& v : x) v = z(gen) * (j == 0 ? 1.0f : 3.0f);
+          top = 4.0;
+        } else {
+          top = 0.02;  // the residual's range at these steps, about half a step of scale 4
+        }
+        std::vector<std::vector<std::byte>> out;
+        for (Codec* c : {fused.get(), plain.get()}) {
+          c->begin_call(8);
+          c->set_call(5, static_cast<std::uint64_t>(t));
+          std::vector<double> scales(c->scale_slots(offset + n));
+          for (std::size_t b = 0; b < scales.size(); ++b) scales[b] = top * (1.0 + 0.1 * b);
+          c->set_scales(scales.data(), scales.size());
+          std::vector<std::byte> p(c->max_encoded_bytes(n));
+          const BlockContext ctx{5, static_cast<std::uint64_t>(t), 0, offset,
+                                 BlockContext::Role::kOwn};
+          p.resize(j == 0 ? c->encode(x.data(), n, ctx, p.data())
+                          : c->encode_sum(x.data(), n, ctx, p.data(), j));
+          out.push_back(std::move(p));
+        }
+        ASSERT_EQ(out[0].size(), out[1].size()) << "call " << t;
+        ASSERT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size())) << "call " << t;
+      }
     }
   }
 }
