@@ -108,6 +108,27 @@ struct Packer {
   V8 place[2][kClasses][kBytes];
 };
 
+// A group's 8 lanes of width w (its 16-byte load) as two halves of 4 u32 lanes, with the
+// tables in registers.
+struct Unpacker {
+  explicit Unpacker(unsigned w) : mask(hn::Set(D32(), (1u << w) - 1u)) {
+    UnpackTables t;
+    unpack_tables(w, t);
+    for (unsigned h = 0; h < 2; ++h) {
+      index[h] = hn::Load(D8(), t.index[h]);
+      shift[h] = hn::Load(D32(), t.shift[h]);
+    }
+  }
+  // lanes 4h..4h+3: their bytes gathered into u32 lanes, shifted down, masked
+  HWY_INLINE V32 half(V8 group, unsigned h) const {
+    return hn::And(hn::Shr(hn::BitCast(D32(), hn::TableLookupBytesOr0(group, index[h])), shift[h]),
+                   mask);
+  }
+  V8 index[2];
+  V32 shift[2];
+  V32 mask;
+};
+
 // f(Packer<...>) for the packer of tables `t`.
 template <class F>
 size_t with_packer(const PackTables& t, F&& f) {
@@ -118,25 +139,13 @@ size_t with_packer(const PackTables& t, F&& f) {
 }
 
 size_t AddLaneGroups(const LaneAdd& a, size_t groups, uint32_t* worst_a, uint32_t* worst_b) {
-  UnpackTables ta;
-  UnpackTables tb;
-  unpack_tables(a.a_width, ta);
-  unpack_tables(a.b_width, tb);
   PackTables tp;
   pack_tables(a.out_width, tp);
   return with_packer(tp, [&](const auto& packer) {
     const D8 d8;
     const D32 d32;
-    V8 ia[2], ib[2];
-    V32 sa[2], sb[2];
-    for (unsigned h = 0; h < 2; ++h) {
-      ia[h] = hn::Load(d8, ta.index[h]);
-      ib[h] = hn::Load(d8, tb.index[h]);
-      sa[h] = hn::Load(d32, ta.shift[h]);
-      sb[h] = hn::Load(d32, tb.shift[h]);
-    }
-    const V32 mask_a = hn::Set(d32, (1u << a.a_width) - 1u);
-    const V32 mask_b = hn::Set(d32, (1u << a.b_width) - 1u);
+    const Unpacker ua(a.a_width);
+    const Unpacker ub(a.b_width);
     const V32 shift = hn::Set(d32, a.shift);
     V32 wa = hn::Zero(d32);
     V32 wb = hn::Zero(d32);
@@ -150,11 +159,8 @@ size_t AddLaneGroups(const LaneAdd& a, size_t groups, uint32_t* worst_a, uint32_
       const V8 gb = hn::LoadU(d8, a.b + g * a.b_width);
       V32 sum[2];
       for (unsigned h = 0; h < 2; ++h) {
-        // lanes 4h..4h+3: their bytes gathered into u32 lanes, shifted down, masked
-        const V32 va =
-            hn::And(hn::Shr(hn::BitCast(d32, hn::TableLookupBytesOr0(ga, ia[h])), sa[h]), mask_a);
-        const V32 vb =
-            hn::And(hn::Shr(hn::BitCast(d32, hn::TableLookupBytesOr0(gb, ib[h])), sb[h]), mask_b);
+        const V32 va = ua.half(ga, h);
+        const V32 vb = ub.half(gb, h);
         wa = hn::Max(wa, va);
         wb = hn::Max(wb, vb);
         // in range once both checks pass (the caller rejects the payloads otherwise)
@@ -182,21 +188,14 @@ size_t PackLaneGroups(const uint32_t* v, size_t groups, unsigned w, uint8_t* out
     return g;
   });
 }
+
 template <bool kAccumulate>
 size_t DecodeGroups(const LaneDecode& d, size_t groups, uint32_t* worst) {
-  UnpackTables t;
-  unpack_tables(d.width, t);
   const D8 d8;
   const D32 d32;
   const hn::FixedTag<float, 4> df;
   const hn::FixedTag<int32_t, 4> di;
-  V8 index[2];
-  V32 shift[2];
-  for (unsigned h = 0; h < 2; ++h) {
-    index[h] = hn::Load(d8, t.index[h]);
-    shift[h] = hn::Load(d32, t.shift[h]);
-  }
-  const V32 mask = hn::Set(d32, (1u << d.width) - 1u);
+  const Unpacker unpack(d.width);
   const auto bias = hn::Set(di, d.bias);
   const auto step = hn::Set(df, d.step);
   V32 w = hn::Zero(d32);
@@ -205,8 +204,7 @@ size_t DecodeGroups(const LaneDecode& d, size_t groups, uint32_t* worst) {
   for (; g < groups && g * bytes + 16 <= d.in_bytes; ++g) {
     const V8 group = hn::LoadU(d8, d.in + g * bytes);
     for (unsigned h = 0; h < 2; ++h) {
-      const V32 lane = hn::And(
-          hn::Shr(hn::BitCast(d32, hn::TableLookupBytesOr0(group, index[h])), shift[h]), mask);
+      const V32 lane = unpack.half(group, h);
       w = hn::Max(w, lane);
       auto v = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::BitCast(di, lane), bias)), step);
       float* o = d.out + 8 * g + 4 * h;
