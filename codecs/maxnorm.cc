@@ -298,16 +298,12 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {
     const T* x = static_cast<const T*>(in);
-    const std::size_t first = ctx.offset / kBlock;
-    const std::size_t nb = blocks_spanned(ctx.offset, count);
-    if (count != 0 && first + nb > scales_.size()) {
-      throw Error(Status::kInternal, "maxnorm: encode outside the agreed scales");
-    }
     if (fine_bits_ != 0 && count != 0 && ctx.offset + count > mask_.size() * 8) {
       throw Error(Status::kInternal, "maxnorm: encode outside the agreed mask");
     }
-    std::byte* p = out + write_maxnorm_prefix(out, {id(), 0, param(1), count}, ctx.offset,
-                                              scales_.data() + first, nb);
+    std::byte* p = begin_payload(out, count, ctx, 1);
+    const std::size_t first = ctx.offset / kBlock;
+    const std::size_t nb = blocks_spanned(ctx.offset, count);
     if (sparse_) return static_cast<std::size_t>(encode_sparse(x, count, ctx, p) - out);
     // 16-bit input (own contributions): each run of elements is widened into a tile first,
     // which stays in the L1 cache
@@ -401,13 +397,9 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       return Codec::encode_sum(in, count, ctx, out, contributions);
     }
     const T* x = static_cast<const T*>(in);
+    std::byte* p = begin_payload(out, count, ctx, contributions);
     const std::size_t first = ctx.offset / kBlock;
     const std::size_t nb = blocks_spanned(ctx.offset, count);
-    if (count != 0 && first + nb > scales_.size()) {
-      throw Error(Status::kInternal, "maxnorm: encode outside the agreed scales");
-    }
-    std::byte* p = out + write_maxnorm_prefix(out, {id(), 0, param(contributions), count},
-                                              ctx.offset, scales_.data() + first, nb);
     const auto levels = static_cast<std::uint32_t>(bias(contributions));
     const auto s = static_cast<T>(s_);
     // every lane first, then one pack (groups of 8 lanes whole bytes)
@@ -443,13 +435,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       }
     }
     const unsigned w = width(contributions);
-    std::size_t packed = 0;  // lanes packed in vectors
-#if CCOLL_HAVE_HWY
-    packed = 8 * pack_lane_groups_hwy(lane, count / 8, w, reinterpret_cast<std::uint8_t*>(p),
-                                      packed_bytes(count, w));
-    p += packed / 8 * w;
-#endif
-    return static_cast<std::size_t>(pack_aligned(lane + packed, count - packed, w, p) - out);
+    return static_cast<std::size_t>(pack_lanes(lane, count, w, p, packed_bytes(count, w)) - out);
   }
 
   // ef=1 over nearest rounding (what ef=1 builds), one scale, exact sums, fp32: p = x + e
@@ -466,13 +452,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       if (!encodes_sums() || !nearest_ || in_ != InputType::kNative || j > ranks_) {
         return Codec::kNotFused;
       }
+      std::byte* codes = begin_payload(out, count, ctx, j);
       const std::size_t first = ctx.offset / kBlock;
-      const std::size_t nb = blocks_spanned(ctx.offset, count);
-      if (count != 0 && first + nb > scales_.size()) {
-        throw Error(Status::kInternal, "maxnorm: encode outside the agreed scales");
-      }
-      std::byte* codes = out + write_maxnorm_prefix(out, {id(), 0, param(j), count}, ctx.offset,
-                                                    scales_.data() + first, nb);
       const auto levels = static_cast<std::uint32_t>(bias(j));
       const auto lane_bias = static_cast<std::int32_t>(levels);
       const unsigned w = width(j);
@@ -500,13 +481,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
           }
           k0 += run;
         }
-        std::byte* at = codes + i0 / 8 * w;
-        std::size_t packed = 0;
-#if CCOLL_HAVE_HWY
-        packed = 8 * pack_lane_groups_hwy(lane, n / 8, w, reinterpret_cast<std::uint8_t*>(at),
-                                          code_bytes - i0 / 8 * w);
-#endif
-        end_of_codes = pack_aligned(lane + packed, n - packed, w, at + packed / 8 * w);
+        end_of_codes = pack_lanes(lane, n, w, codes + i0 / 8 * w, code_bytes - i0 / 8 * w);
       }
       return static_cast<std::size_t>(end_of_codes - out);
     }
@@ -653,6 +628,31 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   }
   unsigned width(std::uint32_t contributions) const {
     return bits_for(2ull * static_cast<std::uint64_t>(bias(contributions)));
+  }
+  // The header, offset and scales of a payload of `count` elements from ctx.offset and
+  // `contributions`, once the agreed scales are checked to cover them; where its codes start.
+  std::byte* begin_payload(std::byte* out, std::size_t count, const BlockContext& ctx,
+                           std::uint32_t contributions) const {
+    const std::size_t first = ctx.offset / kBlock;
+    const std::size_t nb = blocks_spanned(ctx.offset, count);
+    if (count != 0 && first + nb > scales_.size()) {
+      throw Error(Status::kInternal, "maxnorm: encode outside the agreed scales");
+    }
+    return out + write_maxnorm_prefix(out, {id(), 0, param(contributions), count}, ctx.offset,
+                                      scales_.data() + first, nb);
+  }
+  // lane[0, n) packed as `width`-bit lanes from byte-aligned `at` (`room` writable bytes
+  // there): whole groups of 8 in vectors, the rest by pack_aligned; returns the end.
+  static std::byte* pack_lanes(const std::uint32_t* lane, std::size_t n, unsigned width,
+                               std::byte* at, std::size_t room) {
+    std::size_t packed = 0;
+#if CCOLL_HAVE_HWY
+    packed =
+        8 * pack_lane_groups_hwy(lane, n / 8, width, reinterpret_cast<std::uint8_t*>(at), room);
+#else
+    (void)room;
+#endif
+    return pack_aligned(lane + packed, n - packed, width, at + packed / 8 * width);
   }
   std::size_t max_codes(std::size_t count) const {
     return sparse_ ? selection_.max_selected(count) : count;
