@@ -10,6 +10,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "auto_tune.hpp"
@@ -32,6 +33,13 @@ struct CrossStep {
   bool failed = false;
   Status code = Status::kSuccess;
   std::string message;
+  // Records a failure unless one is recorded already (the first one is raised).
+  void fail(Status c, std::string m) {
+    if (failed) return;
+    failed = true;
+    code = c;
+    message = std::move(m);
+  }
 };
 
 // A step's failure, if any rank had one, raised on every rank (one small all-reduce): this
@@ -111,10 +119,7 @@ class CrossBuffers {
   }
   // A failed copy fails this rank's step (it ran on the host buffers meanwhile).
   void step_done(const Call& call, CrossStep& step) const {
-    if (error_.empty() || step.failed) return;
-    step.failed = true;
-    step.code = code_;
-    step.message = std::string(call.fn) + ": device buffers: " + error_;
+    if (!error_.empty()) step.fail(code_, std::string(call.fn) + ": device buffers: " + error_);
   }
 
  private:
@@ -152,9 +157,7 @@ void run_cross_step(const Call& call, Kind kind, const void* in, std::size_t in_
     bufs.copy_back();
     after();
   } catch (const Error& e) {
-    step.failed = true;
-    step.code = e.code();
-    step.message = e.message();
+    step.fail(e.code(), e.message());
   }
   bufs.step_done(call, step);
 }
@@ -232,7 +235,7 @@ class NodeLevel {
     try {
       nccl_ = &node.nccl_transport();
     } catch (const Error& e) {
-      keep(made, e);
+      made.fail(e.code(), e.message());
     }
     try {
       raise_anywhere(call, ctx, made, "making the node's NCCL communicator");
@@ -254,6 +257,7 @@ class NodeLevel {
         set_nccl_stream(*nccl_, call_.options.cuda_stream);
         nccl_reduce_parts(*nccl_, in, out, counts, displs, dtype == codec::DType::kFloat64);
       } else {
+        host_ready();
         topo_.steps->reduce_scatter(in, out, counts, displs, dtype, call_.datatype);
       }
     });
@@ -265,6 +269,7 @@ class NodeLevel {
         set_nccl_stream(*nccl_, call_.options.cuda_stream);
         nccl_broadcast_parts(*nccl_, data, counts, displs, dtype == codec::DType::kFloat64);
       } else {
+        host_ready();
         topo_.steps->allgather(data, counts, displs, dtype, call_.datatype);
       }
     });
@@ -284,38 +289,23 @@ class NodeLevel {
       std::memcpy(dst, src, bytes);
       return;
     }
-    run([&] {
-      device_->set_stream(call_.options.cuda_stream);
-      device_->copy(dst, src, bytes);
-    });
+    run([&] { device_->copy(dst, src, bytes); });
   }
-  // x[0, count) /= ranks where the call's data is (on the device: on the caller's stream,
-  // which the cross-node call left)
+  // x[0, count) /= ranks where the call's data is (on the device: on the caller's stream)
   void divide(void* x, std::size_t count, codec::DType dtype, int ranks) {
     if (!on_device_) {
       coll::divide_elements(x, count, dtype, ranks);
       return;
     }
-    run([&] {
-      device_->set_stream(call_.options.cuda_stream);
-      device_->divide(x, count, dtype == codec::DType::kFloat64, ranks);
-    });
+    run([&] { device_->divide(x, count, dtype == codec::DType::kFloat64, ranks); });
   }
   void add_failure(CrossStep& step) const {
-    if (failure_.failed && !step.failed) {
-      step.failed = true;
-      step.code = failure_.code;
-      step.message = failure_.message;
-    }
+    if (failure_.failed) step.fail(failure_.code, failure_.message);
   }
 
  private:
-  static void keep(CrossStep& into, const Error& e) {
-    if (into.failed) return;
-    into.failed = true;
-    into.code = e.code();
-    into.message = e.message();
-  }
+  // f() on the call's data; on the device its work goes on the caller's stream (a cross-node
+  // call leaves the default one set), and a failure is kept (add_failure)
   template <class F>
   void run(F&& f) {
     if (!on_device_) {
@@ -323,12 +313,15 @@ class NodeLevel {
       return;
     }
     try {
-      // the emulated device: the host steps read its memory once its queued work has run
-      if (nccl_ == nullptr) device_->synchronize();
+      device_->set_stream(call_.options.cuda_stream);
       f();
     } catch (const Error& e) {
-      keep(failure_, e);
+      failure_.fail(e.code(), e.message());
     }
+  }
+  // The emulated device: the host steps read its memory once its queued work has run.
+  void host_ready() {
+    if (on_device_) device_->synchronize();
   }
 
   const Call& call_;
@@ -443,11 +436,7 @@ void add_step(CrossStep& into, const CrossStep& seg, bool first) {
     a.decode_seconds += b.decode_seconds;
     a.comm_seconds += b.comm_seconds;
   }
-  if (seg.failed && !into.failed) {
-    into.failed = true;
-    into.code = seg.code;
-    into.message = seg.message;
-  }
+  if (seg.failed) into.fail(seg.code, seg.message);
 }
 
 // The segments an all-reduce of `bytes` is pipelined in: one per kSegmentBytes, at most
