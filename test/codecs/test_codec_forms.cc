@@ -534,6 +534,27 @@ TEST(PayloadBytes, ExactForEveryFixedSizeCodec) {
 namespace ccoll::codec {
 namespace {
 
+// The lane tests' maxnorm codec at `bits`: payloads of up to 1024 contributions, call 1 of
+// seed 3.
+std::unique_ptr<Codec> lane_test_codec(unsigned bits) {
+  auto c = make_codec(parse_codec_spec("maxnorm:bits=" + std::to_string(bits)), DType::kFloat32);
+  c->begin_call(1024);
+  c->set_call(3, 1);
+  return c;
+}
+
+// `payload` (layout `l`, n lanes) with lane `at` rewritten to `value` (the rest as read back).
+std::vector<std::byte> with_lane(std::vector<std::byte> payload, const MaxnormLayout& l,
+                                 std::size_t n, std::size_t at, std::uint32_t value) {
+  std::vector<std::uint32_t> lanes(n);
+  unpack_range(payload.data() + l.codes_at, l.code_bytes, l.width, 0, n, lanes.data());
+  lanes[at] = value;
+  BitWriter w(payload.data() + l.codes_at, l.width);
+  for (const std::uint32_t v : lanes) w.put(v);
+  w.finish();
+  return payload;
+}
+
 // The compressed-domain add of maxnorm's exact sums (vectorized in whole groups of 8 lanes
 // where Highway is built, scalar for the rest): every output lane is lane_a + lane_b - shift,
 // read back with the scalar unpacker, for lane widths 2..16 on either side (payloads of 1 to
@@ -541,9 +562,7 @@ namespace {
 // lane out of range in either summand, in the vector part or the tail, is rejected.
 TEST(MaxnormAdd, EveryLaneIsTheSumAtEveryWidth) {
   for (const unsigned bits : {2u, 3u, 4u, 5u, 8u}) {
-    auto c = make_codec(parse_codec_spec("maxnorm:bits=" + std::to_string(bits)), DType::kFloat32);
-    c->begin_call(1024);
-    c->set_call(3, 1);
+    auto c = lane_test_codec(bits);
     for (const std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{15}, std::size_t{17},
                                 std::size_t{130}, std::size_t{4099}}) {
       for (const std::size_t offset : {std::size_t{0}, std::size_t{5}}) {
@@ -591,13 +610,8 @@ TEST(MaxnormAdd, EveryLaneIsTheSumAtEveryWidth) {
             std::vector<std::byte> b = sums[1];
             std::vector<std::byte>& hit = which == 0 ? a : b;
             const MaxnormLayout l = maxnorm_layout(*c, hit.data(), hit.size(), n);
-            std::vector<std::uint32_t> lanes(n);
-            unpack_range(hit.data() + l.codes_at, l.code_bytes, l.width, 0, n, lanes.data());
             if (l.limit + 1 >= (std::uint64_t{1} << l.width)) continue;  // no invalid lane
-            lanes[bad] = l.limit + 1;
-            BitWriter w(hit.data() + l.codes_at, l.width);
-            for (const std::uint32_t v : lanes) w.put(v);
-            w.finish();
+            hit = with_lane(hit, l, n, bad, l.limit + 1);
             EXPECT_THROW(add(a, b), Error) << "lane " << bad << " of summand " << which;
           }
         }
@@ -614,9 +628,7 @@ TEST(MaxnormAdd, EveryLaneIsTheSumAtEveryWidth) {
 // lane off the group grid; a lane out of range, early or last, is rejected.
 TEST(MaxnormDecode, EveryValueAtEveryWidth) {
   for (const unsigned bits : {2u, 3u, 4u, 5u, 8u}) {
-    auto c = make_codec(parse_codec_spec("maxnorm:bits=" + std::to_string(bits)), DType::kFloat32);
-    c->begin_call(1024);
-    c->set_call(3, 1);
+    auto c = lane_test_codec(bits);
     for (const std::size_t n : {std::size_t{1}, std::size_t{8}, std::size_t{17}, std::size_t{4099},
                                 kMaxnormBlock + 1001}) {
       for (const std::size_t offset : {std::size_t{0}, std::size_t{5}}) {
@@ -656,12 +668,7 @@ TEST(MaxnormDecode, EveryValueAtEveryWidth) {
           // a lane beyond its range, early (vector part) or last (tail)
           if (l.limit + 1 < (std::uint64_t{1} << l.width)) {
             for (const std::size_t bad : {std::size_t{0}, n - 1}) {
-              std::vector<std::byte> q = p;
-              std::vector<std::uint32_t> v = lanes;
-              v[bad] = l.limit + 1;
-              BitWriter w(q.data() + l.codes_at, l.width);
-              for (const std::uint32_t u : v) w.put(u);
-              w.finish();
+              const std::vector<std::byte> q = with_lane(p, l, n, bad, l.limit + 1);
               EXPECT_THROW(c->decode(q.data(), q.size(), n, got.data()), Error) << "lane " << bad;
             }
           }
