@@ -139,6 +139,13 @@ TEST(MpiHierarchical, CodecsWithinTheirBoundOnEveryRank) {
   for (std::size_t i = 0; i < d.size(); ++i) ASSERT_EQ(d[i], exact_sum<double>(p, i));
 }
 
+// Element i of rank q's input in the node-sum tests: the same on every rank up to a small
+// per-rank term, as data-parallel gradients agree.
+float agreeing(std::size_t i, int q) {
+  return static_cast<float>(std::sin(0.001 * static_cast<double>(i)) +
+                            1e-3 * std::cos(static_cast<double>(i + 7 * q)));
+}
+
 // maxnorm rounds each node's sum once at one rank's step (the scale over every rank's values,
 // the lanes of k contributions), so the hierarchical error is the flat ring's over sqrt(k) for
 // k ranks per node (`nodes` roundings at the flat ring's step instead of one per rank), where
@@ -163,15 +170,11 @@ TEST(MpiHierarchical, NodeSumsRoundAtOneRanksStep) {
         const Grouped g(k);
         // the same values on every rank (up to a small per-rank term): agreeing gradients
         std::vector<float> x(n);
-        for (std::size_t i = 0; i < n; ++i) {
-          x[i] = static_cast<float>(std::sin(0.001 * static_cast<double>(i)) +
-                                    1e-3 * std::cos(static_cast<double>(i + 7 * r)));
-        }
+        for (std::size_t i = 0; i < n; ++i) x[i] = agreeing(i, r);
         std::vector<double> exact(n, 0.0);
         for (int q = 0; q < p; ++q) {
           for (std::size_t i = 0; i < n; ++i) {
-            exact[i] += static_cast<float>(std::sin(0.001 * static_cast<double>(i)) +
-                                           1e-3 * std::cos(static_cast<double>(i + 7 * q)));
+            exact[i] += agreeing(i, q);
           }
         }
         auto rms_error = [&](const char* algorithm) {
@@ -215,18 +218,14 @@ TEST(MpiHierarchical, NodeSumsWithErrorFeedback) {
       pipelined = pipelined || n > 200003;
       SCOPED_TRACE("k=" + std::to_string(k) + " n=" + std::to_string(n));
       const Grouped g(k);
-      auto value = [](std::size_t i, int q) {
-        return static_cast<float>(std::sin(0.001 * static_cast<double>(i)) +
-                                  1e-3 * std::cos(static_cast<double>(i + 7 * q)));
-      };
       std::vector<float> x(n);
-      for (std::size_t i = 0; i < n; ++i) x[i] = value(i, r);
+      for (std::size_t i = 0; i < n; ++i) x[i] = agreeing(i, r);
       std::vector<double> exact(n, 0.0);
       double largest = 0;
       for (int q = 0; q < p; ++q) {
         for (std::size_t i = 0; i < n; ++i) {
-          exact[i] += value(i, q);
-          largest = std::max(largest, std::fabs(static_cast<double>(value(i, q))));
+          exact[i] += agreeing(i, q);
+          largest = std::max(largest, std::fabs(static_cast<double>(agreeing(i, q))));
         }
       }
       auto run = [&](const char* algorithm, std::uint64_t call_key, std::vector<float>& out) {
