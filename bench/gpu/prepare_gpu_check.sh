@@ -8,7 +8,8 @@
 # The bundle holds bin/ (the GPU unit tests with GoogleTest linked in, the kernel benchmark and,
 # for machines with Open MPI, the multi-rank device tests and the all-reduce benchmark), lib/
 # (the shared libraries they need that a bare GPU machine lacks: Highway, and libccoll for the
-# MPI programs), found through the binaries' rpath $ORIGIN/../lib, and MANIFEST (commit,
+# MPI programs), found through the binaries' rpath $ORIGIN/../lib, py/ (the headers the Python
+# smoke test compiles the package's module with there), and MANIFEST (commit,
 # toolkit, architectures, and the newest C and C++ runtime versions the binaries need). The
 # CUDA runtime is linked statically, so the GPU machine needs only the NVIDIA driver, a C
 # library and a C++ runtime at least as new as MANIFEST's "needs" line.
@@ -51,6 +52,13 @@ done | sort -u | while read -r lib; do
   [ -e "$bundle/lib/$(basename "$lib")" ] || cp -L "$lib" "$bundle/lib/$(basename "$lib")"
 done
 strip --strip-debug "$bundle"/lib/*
+# What the Python smoke test (bench/gpu/python_smoke.sh) builds the package's module from on the
+# GPU machine, which has Python, pybind11 and torch but maybe no MPI headers: ccoll's public
+# headers with the generated config.hpp, and Open MPI's C header (mpi.h and the one it includes)
+mkdir -p "$bundle/py/include/ccoll" "$bundle/py/mpi"
+cp include/ccoll/*.h include/ccoll/*.hpp "$build/include/ccoll/config.hpp" "$bundle/py/include/ccoll/"
+mpi_inc=$(mpicc --showme:incdirs | awk '{print $1}')
+cp "$mpi_inc/mpi.h" "$mpi_inc/mpi_portable_platform.h" "$bundle/py/mpi/"
 # every binary finds its libraries in the bundle: nothing resolves into the build tree, and
 # nothing is missing on this machine
 if ldd "$bundle"/bin/* | grep -F "not found"; then
@@ -71,7 +79,7 @@ fi
   echo "needs: $(objdump -T "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null |
     grep -Eo 'GLIBC_[0-9.]+|GLIBCXX_[0-9.]+' | sort -t_ -k1,1 -k2V | awk -F_ '{m[$1]=$0} END {print m["GLIBC"], m["GLIBCXX"]}')"
   echo "files:"
-  (cd "$bundle" && find bin lib -type f -printf '  %p %s bytes\n' | sort)
+  (cd "$bundle" && find bin lib py -type f -printf '  %p %s bytes\n' | sort)
 } > "$bundle/MANIFEST"
 size=$(du -sm "$bundle" | cut -f1)
 echo "prepare_gpu_check: $bundle is ready (${size} MiB)"

@@ -3,7 +3,7 @@
 #   bench/gpu/run_gpu_checks.sh OUT_DIR [BUNDLE_DIR]
 # BUNDLE_DIR (default gpu-check) is what bench/gpu/prepare_gpu_check.sh built; nothing is built
 # or installed here. Every step runs under its own time limit and the next runs whatever the
-# last gave. OUT_DIR receives at most 7 files:
+# last gave. OUT_DIR receives at most 8 files:
 #   summary.md       each step's result and time, the GPU, the commit; read this first
 #   env.log          nvidia-smi, the bundle's MANIFEST, what the binaries load, the sanitizer
 #   gpu_tests.log    the GPU unit tests (CPU and GPU bytes per codec, staged and resident,
@@ -13,6 +13,9 @@
 #   gpu_kernels.md   kernel and codec throughput next to a device-to-device copy (1, 16, 64 MiB)
 #   mpi.log          the multi-rank device tests and the device all-reduce benchmark, where
 #                    Open MPI is installed (otherwise the summary says why they did not run)
+#   python.log       the Python package on CUDA tensors (bench/gpu/python_smoke.sh: its module
+#                    built there against the machine's Python and torch; bindings and the DDP
+#                    hook, 2 ranks under mpiexec or 1 without)
 # Exit status: 0 when every step that ran passed (the MPI step may be absent), 1 when one
 # failed, 77 when there is no GPU (nothing ran: a machine without a GPU never passes).
 set -uo pipefail
@@ -32,7 +35,7 @@ commit="$(sed -n 's/^commit: \([0-9a-f]\{7\}\).*/\1/p' "${2:-gpu-check}/MANIFEST
 [ -n "$commit" ] || commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 
 # Time limits (seconds): about six minutes in all, so that a 10-minute run can be repeated once.
-t_env=20 t_tests=90 t_memcheck=90 t_synccheck=40 t_large=60 t_bench=60 t_mpi=60
+t_env=20 t_tests=90 t_memcheck=90 t_synccheck=40 t_large=60 t_bench=60 t_mpi=60 t_python=150
 
 write_summary() {
   {
@@ -207,6 +210,24 @@ if [ -z "$missing_mpi" ]; then
 else
   rows+=("| multi-rank device tests (MPI) | not run: $missing_mpi | 0 | - |")
 fi
+
+# the Python package: exit 77 means a piece it needs is missing there (the log says which)
+python_result() {
+  if [ "$1" -eq 77 ]; then
+    echo "not run: $(grep -m1 '^python_smoke:' "$2" | sed 's/^python_smoke: //')"
+    return 0
+  fi
+  local line
+  line=$(grep -E '^(every check passed|[0-9]+ check\(s\) failed)' "$2" | tail -1)
+  if [ "$1" -eq 0 ]; then
+    echo "passed (${line:-?})"
+  else
+    echo "FAILED (exit $1; ${line:-see the log})"
+    return 1
+  fi
+}
+step "Python package on CUDA tensors" python.log "$t_python" python_result \
+  bench/gpu/python_smoke.sh "$bundle"
 
 notes="Exit: $([ $failed -eq 0 ] && echo 'every step that ran passed' || echo 'a step FAILED')."
 write_summary
