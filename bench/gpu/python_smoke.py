@@ -130,7 +130,7 @@ def train(model, steps, dtype, dev, lr=0.2):
         loss = torch.nn.functional.cross_entropy(model(x).float(), y)
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(float(loss.detach()))
     if dev.type == "cuda":
         torch.cuda.synchronize()
     return [p.detach().clone() for p in model.parameters()], losses
@@ -183,7 +183,7 @@ def main():
     args = parser.parse_args()
     say(f"ccoll {ccoll.__version__} (cuda_enabled={ccoll.cuda_enabled}); torch "
         f"{torch.__version__}; Python {sys.version.split()[0]}; {SIZE} rank(s); "
-        f"MPI {MPI.Get_library_version().splitlines()[0]}")
+        f"MPI {MPI.Get_library_version().strip(chr(0)).splitlines()[0]}")
     if args.device == "cpu":
         dev = torch.device("cpu")
     else:

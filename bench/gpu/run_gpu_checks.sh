@@ -214,11 +214,11 @@ fi
 # the Python package: exit 77 means a piece it needs is missing there (the log says which)
 python_result() {
   if [ "$1" -eq 77 ]; then
-    echo "not run: $(grep -m1 '^python_smoke:' "$2" | sed 's/^python_smoke: //')"
+    echo "not run: $(grep -a -m1 '^python_smoke:' "$2" | sed 's/^python_smoke: //')"
     return 0
   fi
   local line
-  line=$(grep -E '^(every check passed|[0-9]+ check\(s\) failed)' "$2" | tail -1)
+  line=$(grep -aE '^(every check passed|[0-9]+ check\(s\) failed)' "$2" | tail -1)
   if [ "$1" -eq 0 ]; then
     echo "passed (${line:-?})"
   else
