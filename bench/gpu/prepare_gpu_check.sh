@@ -9,7 +9,8 @@
 # for machines with Open MPI, the multi-rank device tests and the all-reduce benchmark), lib/
 # (the shared libraries they need that a bare GPU machine lacks: Highway, and libccoll for the
 # MPI programs), found through the binaries' rpath $ORIGIN/../lib, py/ (the headers the Python
-# smoke test compiles the package's module with there), and MANIFEST (commit,
+# smoke test compiles the package's module with there), nccl/ (where NCCL is installed here:
+# the MPI device programs built with the NCCL transport), and MANIFEST (commit,
 # toolkit, architectures, and the newest C and C++ runtime versions the binaries need). The
 # CUDA runtime is linked statically, so the GPU machine needs only the NVIDIA driver, a C
 # library and a C++ runtime at least as new as MANIFEST's "needs" line.
@@ -27,7 +28,7 @@ if ! command -v nvcc >/dev/null; then
   exit 1
 fi
 
-# NCCL stays out: its library is hundreds of MB, and its tests need MPI across ranks.
+# NCCL stays out of these: its library is hundreds of MB (nccl/ below has the programs that use it).
 cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DCCOLL_ENABLE_CUDA=ON \
   -DCCOLL_CUDA_ARCHITECTURES="$arch" -DCCOLL_CUDART_STATIC=ON -DCCOLL_ENABLE_NCCL=OFF \
   -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib' \
@@ -59,6 +60,33 @@ mkdir -p "$bundle/py/include/ccoll" "$bundle/py/mpi"
 cp include/ccoll/*.h include/ccoll/*.hpp "$build/include/ccoll/config.hpp" "$bundle/py/include/ccoll/"
 mpi_inc=$(mpicc --showme:incdirs | awk '{print $1}')
 cp "$mpi_inc/mpi.h" "$mpi_inc/mpi_portable_platform.h" "$bundle/py/mpi/"
+# The NCCL transport's programs, where this machine has NCCL: a second build with NCCL on, whose
+# MPI device tests and all-reduce benchmark go to nccl/bin with their own libccoll builds in
+# nccl/lib. NCCL itself (hundreds of MB) stays behind: the GPU machine brings libnccl.so.2 (for
+# instance PyTorch's NCCL wheel), which run_gpu_checks.sh looks for there.
+nccl=${CCOLL_GPU_NCCL:-auto}
+if [ "$nccl" = auto ]; then
+  nccl=0
+  [ -f "$(dirname "$(dirname "$(command -v nvcc)")")/include/nccl.h" ] && nccl=1
+fi
+if [ "$nccl" = 1 ]; then
+  cmake -S . -B "$build-nccl" -DCMAKE_BUILD_TYPE=Release -DCCOLL_ENABLE_CUDA=ON \
+    -DCCOLL_CUDA_ARCHITECTURES="$arch" -DCCOLL_CUDART_STATIC=ON -DCCOLL_ENABLE_NCCL=ON \
+    -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib' \
+    -DCMAKE_EXE_LINKER_FLAGS= -DCMAKE_SHARED_LINKER_FLAGS=
+  cmake --build "$build-nccl" -j "$jobs" --target ccoll_mpi_device_tests ccoll_gpu_allreduce
+  mkdir -p "$bundle/nccl/bin" "$bundle/nccl/lib"
+  cp "$build-nccl/test/ccoll_mpi_device_tests" "$build-nccl/bench/ccoll_gpu_allreduce" \
+    "$bundle/nccl/bin/"
+  cp -L "$build-nccl/src/libccoll.so" \
+    "$bundle/nccl/lib/$(objdump -p "$build-nccl/src/libccoll.so" | awk '/SONAME/ {print $2}')"
+  cp -L "$build-nccl/test/libccoll_testing.so" "$bundle/lib/libhwy.so.1" "$bundle/nccl/lib/"
+  strip --strip-debug "$bundle"/nccl/bin/* "$bundle"/nccl/lib/*
+  if ldd "$bundle"/nccl/bin/* | grep -F "not found" | grep -v libnccl; then
+    echo "prepare_gpu_check: an NCCL program needs a library the bundle lacks" >&2
+    exit 1
+  fi
+fi
 # every binary finds its libraries in the bundle: nothing resolves into the build tree, and
 # nothing is missing on this machine
 if ldd "$bundle"/bin/* | grep -F "not found"; then
@@ -79,7 +107,7 @@ fi
   echo "needs: $(objdump -T "$bundle"/bin/* "$bundle"/lib/* 2>/dev/null |
     grep -Eo 'GLIBC_[0-9.]+|GLIBCXX_[0-9.]+' | sort -t_ -k1,1 -k2V | awk -F_ '{m[$1]=$0} END {print m["GLIBC"], m["GLIBCXX"]}')"
   echo "files:"
-  (cd "$bundle" && find bin lib py -type f -printf '  %p %s bytes\n' | sort)
+  (cd "$bundle" && find . -mindepth 2 -type f -printf '  %P %s bytes\n' | sort)
 } > "$bundle/MANIFEST"
 size=$(du -sm "$bundle" | cut -f1)
 echo "prepare_gpu_check: $bundle is ready (${size} MiB)"

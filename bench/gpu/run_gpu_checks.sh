@@ -12,7 +12,9 @@
 #   large_count.log  one encode and decode of more than 2^31 elements per codec checked
 #   gpu_kernels.md   kernel and codec throughput next to a device-to-device copy (1, 16, 64 MiB)
 #   mpi.log          the multi-rank device tests and the device all-reduce benchmark, where
-#                    Open MPI is installed (otherwise the summary says why they did not run)
+#                    Open MPI is installed (otherwise the summary says why they did not run);
+#                    then the same under CCOLL_TRANSPORT=nccl with the bundle's NCCL builds,
+#                    where the machine has libnccl.so.2
 #   python.log       the Python package on CUDA tensors (bench/gpu/python_smoke.sh: its module
 #                    built there against the machine's Python and torch; bindings and the DDP
 #                    hook, 2 ranks under mpiexec or 1 without)
@@ -36,7 +38,8 @@ commit="$(sed -n 's/^commit: \([0-9a-f]\{7\}\).*/\1/p' "${2:-gpu-check}/MANIFEST
 
 # Time limits (seconds): nine minutes in all at most, inside one 10-minute command; a passing
 # run takes about a minute.
-t_env=20 t_tests=90 t_memcheck=90 t_synccheck=40 t_large=60 t_bench=60 t_mpi=60 t_python=120
+t_env=20 t_tests=60 t_memcheck=60 t_synccheck=30 t_large=60 t_bench=45 t_mpi=60 t_nccl=120
+t_python=120
 
 write_summary() {
   {
@@ -210,6 +213,57 @@ if [ -z "$missing_mpi" ]; then
   step "multi-rank device tests (MPI)" mpi.log "$t_mpi" passed_if_zero mpi_runs
 else
   rows+=("| multi-rank device tests (MPI) | not run: $missing_mpi | 0 | - |")
+fi
+
+# NCCL: the programs of the bundle's nccl/ (built with the NCCL transport), where mpiexec exists
+# and this machine has libnccl.so.2 (the system's, or the NCCL wheel PyTorch brings). NCCL refuses
+# two ranks on one GPU of one host; each rank gets its own NCCL_HOSTID, so NCCL takes the ranks
+# for separate hosts and moves their data over sockets on loopback: the transport's calls, not
+# its speed on NVLink or a network, are what this step checks.
+find_nccl() {
+  local lib
+  lib=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 / {print $NF; exit}')
+  if [ -z "$lib" ] && command -v python3 >/dev/null; then
+    local dirs
+    dirs=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
+    # shellcheck disable=SC2086
+    [ -n "$dirs" ] && lib=$(find $dirs -name 'libnccl.so.2' 2>/dev/null | head -1)
+  fi
+  [ -n "$lib" ] && dirname "$lib"
+}
+missing_nccl=""
+if [ ! -x "$bundle/nccl/bin/ccoll_mpi_device_tests" ]; then
+  missing_nccl="the bundle has no NCCL programs (NCCL was not installed where it was built)"
+elif ! command -v mpiexec >/dev/null; then
+  missing_nccl="mpiexec is not installed"
+elif ! nccl_dir=$(find_nccl); then
+  missing_nccl="no libnccl.so.2 here (neither the system's nor a Python package's)"
+fi
+if [ -z "$missing_nccl" ]; then
+  export nccl_dir
+  nccl_runs() {
+    export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+    export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+    export LD_LIBRARY_PATH=$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    export CCOLL_TEST_DEVICE=cuda CCOLL_TRANSPORT=nccl
+    export NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 NCCL_DEBUG=WARN
+    echo "# NCCL from $nccl_dir"
+    ls -l "$nccl_dir"/libnccl.so*
+    local hostid='export NCCL_HOSTID=ccoll-check-$OMPI_COMM_WORLD_RANK; exec "$@"'
+    local tests=$bundle/nccl/bin/ccoll_mpi_device_tests rc=0
+    echo "# the multi-rank device tests under CCOLL_TRANSPORT=nccl, 2 ranks"
+    mpiexec -n 2 bash -c "$hostid" rank "$tests" --gtest_color=no || rc=1
+    echo "# algorithm=hierarchical with NCCL node steps: 2 nodes of 2 ranks"
+    mpiexec -n 4 bash -c "$hostid" rank "$tests" --gtest_color=no \
+      --gtest_filter='DeviceBuffers.Hierarchical*:NcclTransport.*' || rc=1
+    echo "# device-buffer all-reduce under CCOLL_TRANSPORT=nccl, 2 ranks sharing the GPU"
+    mpiexec -n 2 bash -c "$hostid" rank "$bundle/nccl/bin/ccoll_gpu_allreduce" \
+      --sizes 1M,16M,64M || rc=1
+    return $rc
+  }
+  step "NCCL transport (MPI, NCCL_HOSTID per rank)" mpi.log "$t_nccl" passed_if_zero nccl_runs
+else
+  rows+=("| NCCL transport | not run: $missing_nccl | 0 | - |")
 fi
 
 # the Python package: exit 77 means a piece it needs is missing there (the log says which)
