@@ -59,6 +59,8 @@ class Workspace {
   Workspace& operator=(const Workspace&) = delete;
   ~Workspace() { release(); }
 
+  /// The allocator of the next growth (null: the heap).
+  const Allocator* allocator() const { return alloc_; }
   /// Uses `a` (which must outlive the workspace; null: the heap) from the next growth on.
   void set_allocator(Allocator* a) {
     if (a == alloc_) return;

@@ -279,4 +279,10 @@ Plan& CommContext::plan(const PlanKey& key, const CodecSpec& spec) {
   return plans_.front();
 }
 
+std::size_t CommContext::plans_allocating_with(const coll::Workspace::Allocator* a) const {
+  std::size_t n = 0;
+  for (const Plan& p : plans_) n += p.workspace.allocator() == a ? 1 : 0;
+  return n;
+}
+
 }  // namespace ccoll

@@ -177,6 +177,8 @@ class CommContext {
   /// are freed with a warning (their tensors restart from zero state), never the plan returned.
   /// The first such warning of a communicator is printed whatever CCOLL_DEBUG says.
   Plan& plan(const PlanKey& key, const CodecSpec& spec);
+  /// Plans whose payload workspace allocates with `a` (null: the heap).
+  std::size_t plans_allocating_with(const coll::Workspace::Allocator* a) const;
   /// Stateful plans freed so far to stay within the limits (equal on all ranks: plans are
   /// made and used in the same order everywhere).
   std::size_t states_evicted() const { return evicted_; }

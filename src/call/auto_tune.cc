@@ -54,6 +54,7 @@ void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::si
   key.dtype = dtype;
   key.codec = "none";
   Plan& plan = ctx.plan(key, none_spec());
+  plan.workspace.set_allocator(nullptr);  // host payloads (run_call.cc, run_schedule)
   coll::Context cx{ctx.transport(), *plan.codec, plan.workspace, counters};
   cx.call = ctx.next_call();  // every rank takes the same candidate on the same call
   coll::allgather_bruck(cx, own, call.count, recv);

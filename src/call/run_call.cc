@@ -194,6 +194,11 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
       payload_ops = std::make_unique<DevicePayloadOps>(*pl.device);
       cx.payloads = payload_ops.get();
     }
+  } else {
+    // the host codec writes its payloads itself: heap memory, also where this plan (the same
+    // tensor, codec and count) last ran with payloads in device memory (another algorithm,
+    // NCCL or CUDA-aware MPI)
+    plan.workspace.set_allocator(nullptr);
   }
   cx.segment_elems = c.env.segment_bytes / es;
   cx.input_elem_bytes = call.input_half != Half::kNone ? 2 : 0;

@@ -670,6 +670,35 @@ TEST_F(DeviceBuffers, ExplicitTreeRunsOnHostCopies) {
   }
 }
 
+// One plan (codec and count) on the ring with payloads in device memory (NCCL, CUDA-aware MPI),
+// then on the tree, whose host codec writes its payloads itself on host copies, then on the
+// ring again: the tree's payloads are host memory (left in device memory, the host encode
+// writes into device memory, which crashes on a GPU), and every call gives the host result.
+TEST_F(DeviceBuffers, TreeAfterDevicePayloadsWritesHostMemory) {
+  const int p = size_of(MPI_COMM_WORLD);
+  const std::vector<float> x = input(4099, rank_of(MPI_COMM_WORLD), 23);
+  ccoll::Options opt;
+  opt.codec = "maxnorm:bits=8";
+  bool resident = false;
+  for (const char* algorithm : {"ring", "tree", "ring"}) {
+    SCOPED_TRACE(algorithm);
+    opt.algorithm = algorithm;
+    ccoll::Stats hs, ds;
+    expect_same_allreduce(x, opt, host_comm_, dev_comm_, hs, ds);
+    if (p == 1) continue;
+    const std::size_t on_device = ccoll::testing::device_payload_workspaces(dev_comm_);
+    if (std::string(algorithm) == "tree") {
+      EXPECT_EQ(ds.transport, "host-copy");
+      EXPECT_EQ(on_device, 0u);
+    } else {
+      // the ring's payloads stay in device memory on the resident paths
+      resident = ds.transport == "nccl" || ds.transport == "nccl-emulated" ||
+                 ds.transport == "cuda-aware-mpi";
+      EXPECT_EQ(on_device, resident ? 1u : 0u) << ds.transport;
+    }
+  }
+}
+
 // codec=auto does not tune on device buffers: it runs its maxnorm on the device, so the result
 // is maxnorm:bits=8's on host buffers.
 TEST_F(DeviceBuffers, AutoRunsItsCodecOnTheDevice) {

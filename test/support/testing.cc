@@ -8,7 +8,9 @@
 
 #include "backend.hpp"
 #include "ccoll/error.hpp"
+#include "comm_context.hpp"
 #include "config.hpp"
+#include "device_codec.hpp"
 #include "nccl_transport.hpp"
 #include "placement.hpp"
 
@@ -29,6 +31,13 @@ void set_emulated_device(int device) { gpu::emulated_set_device(device); }
 void fail_emulated_pointer_queries(bool fail) { gpu::emulated_fail_pointer_queries(fail); }
 std::size_t emulated_allocations() { return gpu::emulated_allocations(); }
 std::size_t emulated_widenings() { return gpu::emulated_widenings(); }
+
+std::size_t device_payload_workspaces(MPI_Comm comm) {
+  gpu::Backend* b = gpu::backend();
+  CommContext* ctx = CommContext::find(comm);
+  if (b == nullptr || ctx == nullptr) return 0;
+  return ctx->plans_allocating_with(&device_allocator(*b));
+}
 
 const char* device_backend(const char** why) {
   gpu::Backend* b = gpu::backend(why);

@@ -3,6 +3,8 @@
 // without a GPU, and device memory of the current backend for tests that have one.
 #pragma once
 
+#include <mpi.h>
+
 #include <cstddef>
 #include <string>
 
@@ -22,6 +24,9 @@ CCOLL_API void fail_emulated_pointer_queries(bool fail);
 CCOLL_API std::size_t emulated_allocations();
 /// Widening kernels (16-bit to fp32) the emulated backend has queued so far.
 CCOLL_API std::size_t emulated_widenings();
+/// Plans of `comm`'s ccoll state whose payload workspace is device memory of the current
+/// device (0 without a device backend or before `comm`'s first call).
+CCOLL_API std::size_t device_payload_workspaces(MPI_Comm comm);
 /// Name of the current device backend ("cuda", "emulated"), or null (and `why`) without one.
 CCOLL_API const char* device_backend(const char** why);
 /// Device memory of the current backend, and copies to and from it (synchronous).
