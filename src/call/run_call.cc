@@ -1,6 +1,7 @@
 // The stages of a call (run_call.hpp).
 #include "run_call.hpp"
 
+#include <algorithm>
 #include <climits>
 #include <cstring>
 #include <memory>
@@ -146,6 +147,9 @@ Prepared prepare_plan(Call& call, Placement& pl, Checked& c, CommContext& ctx) {
   return out;
 }
 
+// The lock-step ring's smallest segment (uncompressed bytes), whatever CCOLL_SEGMENT_BYTES says.
+constexpr std::size_t kLockstepSegmentBytes = std::size_t{4} << 20;
+
 // Copies the schedule's counters into Stats, also on the way out of a throwing schedule.
 struct CopyCounters {
   Stats& s;
@@ -201,6 +205,13 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
     plan.workspace.set_allocator(nullptr);
   }
   cx.segment_elems = c.env.segment_bytes / es;
+  if (cx.exact_lengths || cx.transport.exact_lengths()) {
+    // the lock-step ring sends a step's segments in one group, all received before the step
+    // reduces: smaller segments pipeline nothing there and only add messages, each with a fixed
+    // cost under NCCL (about a millisecond over loopback sockets). Several per step still let
+    // the decode of the first overlap the arrival of the rest.
+    cx.segment_elems = std::max(cx.segment_elems, kLockstepSegmentBytes / es);
+  }
   cx.input_elem_bytes = call.input_half != Half::kNone ? 2 : 0;
   cx.seed = call.options.seed;
   cx.call = call_no;
