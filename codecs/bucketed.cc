@@ -90,6 +90,7 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
   Capabilities capabilities() const override {
     Capabilities c;
     c.unbiased = kind_ != Kind::kSign && !nearest_ && clip_ == 0;
+    c.segment_local = true;  // buckets count from each segment's start
     return c;
   }
   DType dtype() const override { return kType; }

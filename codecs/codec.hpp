@@ -52,6 +52,10 @@ struct Capabilities {
   /// stay within the inputs' range rather than reaching ranks × max|x| (and the codec's fallback
   /// test takes the inputs alone).
   bool prescale_mean = false;
+  /// Codecs whose payload for a segment depends on the segment's other elements (topk keeps
+  /// the largest of each segment): the ring's segment size changes their results. For every
+  /// other codec the results are the same whatever the segment size.
+  bool segment_local = false;
 };
 
 /// Where a block sits, for codecs whose output depends on more than the values (stochastic

@@ -71,6 +71,7 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
   Capabilities capabilities() const override {
     Capabilities c;  // not summable
     c.unbiased = !nearest_;
+    c.segment_local = true;  // its intervals are fitted to each segment's values
     return c;
   }
   DType dtype() const override { return kType; }

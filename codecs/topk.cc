@@ -44,6 +44,7 @@ class TopKCodec final : public ApplyingCodec<TopKCodec<T>, T> {
     Capabilities c;
     c.unbiased = false;
     c.gather_reduce = true;
+    c.segment_local = true;  // the largest of each segment
     return c;
   }
   DType dtype() const override { return sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32; }

@@ -205,18 +205,19 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
     plan.workspace.set_allocator(nullptr);
   }
   cx.segment_elems = c.env.segment_bytes / es;
-  if (cx.exact_lengths || cx.transport.exact_lengths()) {
-    // the lock-step ring sends a step's segments in one group, all received before the step
-    // reduces: smaller segments pipeline nothing there and only add messages, each with a fixed
-    // cost under NCCL (about a millisecond over loopback sockets). Several per step still let
-    // the decode of the first overlap the arrival of the rest.
-    cx.segment_elems = std::max(cx.segment_elems, kLockstepSegmentBytes / es);
-  }
   cx.input_elem_bytes = call.input_half != Half::kNone ? 2 : 0;
   cx.seed = call.options.seed;
   cx.call = call_no;
   // the NCCL path's ring steps in lock step, also where MPI stands in for NCCL (emulated device)
   cx.exact_lengths = agreed.exact_lengths;
+  if ((cx.exact_lengths || cx.transport.exact_lengths()) && !codec.capabilities().segment_local) {
+    // the lock-step ring sends a step's segments in one group, all received before the step
+    // reduces: smaller segments pipeline nothing there and only add messages, each with a fixed
+    // cost under NCCL (about a millisecond over loopback sockets). Several per step still let
+    // the decode of the first overlap the arrival of the rest. Codecs whose results depend on
+    // the segments keep CCOLL_SEGMENT_BYTES, so that every path gives the same results.
+    cx.segment_elems = std::max(cx.segment_elems, kLockstepSegmentBytes / es);
+  }
   CopyCounters copy{stats, counters};
   stats.bits = codec.bits_used();
   const coll::ScheduleQuery q =

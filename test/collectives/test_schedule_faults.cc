@@ -339,6 +339,56 @@ TEST(ExactRing, SameResultsAsThePipelinedRing) {
   }
 }
 
+// The ring's segment size (CCOLL_SEGMENT_BYTES; at least 4 MiB under NCCL) changes no result,
+// except for codecs that pick what to send within each segment (Capabilities::segment_local).
+TEST(RingSegments, SizeChangesNoResultUnlessTheCodecIsSegmentLocal) {
+  const char* specs[] = {"none",
+                         "fp16",
+                         "maxnorm:bits=2",
+                         "maxnorm:bits=8",
+                         "maxnorm:bits=2/6",
+                         "maxnorm:bits=4,sum=requant",
+                         "qsgd:bits=4",
+                         "terngrad",
+                         "sign",
+                         "maxnorm:bits=3,ef=1",
+                         "randk:ratio=0.1,bits=4",
+                         "randk:ratio=0.1",
+                         "sketch:bits=3",
+                         "topk:ratio=0.1",
+                         "temporal:bits=4",
+                         "dq:max=8,min=2"};
+  const std::size_t count = 70001;
+  for (const char* spec : specs) {
+    for (const int p : {2, 3}) {
+      SCOPED_TRACE(std::string(spec) + " p=" + std::to_string(p));
+      bool segment_local = false;
+      std::vector<std::vector<std::byte>> outs[2];
+      for (int big = 0; big < 2; ++big) {
+        outs[big].resize(static_cast<std::size_t>(p));
+        run_inproc(p, [&](coll::Transport& t) {
+          auto c = make_codec(parse_codec_spec(spec), DType::kFloat32);
+          c->set_call(42, 7);
+          segment_local = c->capabilities().segment_local;
+          std::vector<std::vector<float>> xs(static_cast<std::size_t>(p),
+                                             std::vector<float>(count));
+          for (int r = 0; r < p; ++r) {
+            for (std::size_t i = 0; i < count; ++i) xs[r][i] = smooth_input(r, i);
+          }
+          testing_support::agree(*c, xs);
+          std::vector<float> buf = xs[static_cast<std::size_t>(t.rank())];
+          with_context(t, *c, [&](coll::Context& cx) {
+            if (big) cx.segment_elems = count;  // one segment per chunk
+            coll::allreduce_ring(cx, buf.data(), count, false);
+          });
+          outs[big][static_cast<std::size_t>(t.rank())] = as_bytes(buf);
+        });
+      }
+      EXPECT_EQ(outs[0] == outs[1], !segment_local);
+    }
+  }
+}
+
 TEST(ExactRing, AllgatherSameResultsAsThePipelinedRing) {
   for (const char* spec : {"none", "bf16", "maxnorm:bits=4", "terngrad"}) {
     for (const int p : {2, 3, 5}) {
