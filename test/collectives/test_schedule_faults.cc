@@ -275,6 +275,29 @@ void with_context(coll::Transport& t, codec::Codec& c, F&& body) {
   body(cx);
 }
 
+// This rank's all-reduce output bytes on the ring over `t`: codec `spec` agreed over every
+// rank's smooth_input, with_context's segments or `segment_elems` (when not 0); `segment_local`
+// (if not null) gets the codec's Capabilities::segment_local.
+std::vector<std::byte> ring_allreduce_bytes(coll::Transport& t, const char* spec, std::size_t count,
+                                            bool average, std::size_t segment_elems,
+                                            bool* segment_local) {
+  const int p = t.size();
+  auto c = make_codec(parse_codec_spec(spec), DType::kFloat32);
+  c->set_call(42, 7);
+  if (segment_local != nullptr) *segment_local = c->capabilities().segment_local;
+  std::vector<std::vector<float>> xs(static_cast<std::size_t>(p), std::vector<float>(count));
+  for (int r = 0; r < p; ++r) {
+    for (std::size_t i = 0; i < count; ++i) xs[r][i] = smooth_input(r, i);
+  }
+  testing_support::agree(*c, xs);
+  std::vector<float> buf = xs[static_cast<std::size_t>(t.rank())];
+  with_context(t, *c, [&](coll::Context& cx) {
+    if (segment_elems != 0) cx.segment_elems = segment_elems;
+    coll::allreduce_ring(cx, buf.data(), count, average);
+  });
+  return as_bytes(buf);
+}
+
 // Runs `body` on p ranks twice, over the in-process transport (exact = false: the pipelined
 // schedules) and over ExactLengthTransport (exact = true), and expects every rank's output bytes
 // to be the same both ways.
@@ -319,19 +342,7 @@ TEST(ExactRing, SameResultsAsThePipelinedRing) {
           SCOPED_TRACE(std::string(spec) + " p=" + std::to_string(p) + " count " +
                        std::to_string(count) + (average ? " average" : ""));
           expect_same_both_ways(p, [&](coll::Transport& t, bool) {
-            auto c = make_codec(parse_codec_spec(spec), DType::kFloat32);
-            c->set_call(42, 7);
-            std::vector<std::vector<float>> xs(static_cast<std::size_t>(p),
-                                               std::vector<float>(count));
-            for (int r = 0; r < p; ++r) {
-              for (std::size_t i = 0; i < count; ++i) xs[r][i] = smooth_input(r, i);
-            }
-            testing_support::agree(*c, xs);
-            std::vector<float> buf = xs[static_cast<std::size_t>(t.rank())];
-            with_context(t, *c, [&](coll::Context& cx) {
-              coll::allreduce_ring(cx, buf.data(), count, average);
-            });
-            return as_bytes(buf);
+            return ring_allreduce_bytes(t, spec, count, average, 0, nullptr);
           });
         }
       }
@@ -367,21 +378,9 @@ TEST(RingSegments, SizeChangesNoResultUnlessTheCodecIsSegmentLocal) {
       for (int big = 0; big < 2; ++big) {
         outs[big].resize(static_cast<std::size_t>(p));
         run_inproc(p, [&](coll::Transport& t) {
-          auto c = make_codec(parse_codec_spec(spec), DType::kFloat32);
-          c->set_call(42, 7);
-          segment_local = c->capabilities().segment_local;
-          std::vector<std::vector<float>> xs(static_cast<std::size_t>(p),
-                                             std::vector<float>(count));
-          for (int r = 0; r < p; ++r) {
-            for (std::size_t i = 0; i < count; ++i) xs[r][i] = smooth_input(r, i);
-          }
-          testing_support::agree(*c, xs);
-          std::vector<float> buf = xs[static_cast<std::size_t>(t.rank())];
-          with_context(t, *c, [&](coll::Context& cx) {
-            if (big) cx.segment_elems = count;  // one segment per chunk
-            coll::allreduce_ring(cx, buf.data(), count, false);
-          });
-          outs[big][static_cast<std::size_t>(t.rank())] = as_bytes(buf);
+          // big: one segment per chunk
+          outs[big][static_cast<std::size_t>(t.rank())] =
+              ring_allreduce_bytes(t, spec, count, false, big ? count : 0, &segment_local);
         });
       }
       EXPECT_EQ(outs[0] == outs[1], !segment_local);
