@@ -1,4 +1,4 @@
-// Codec throughput (Google Benchmark): encode, decode and decode-accumulate of every codec at
+// Codec throughput (Google Benchmark): scan, encode, decode and decode-accumulate of every codec at
 // 1, 16 and 64 MiB of fp32 input on one thread, next to memcpy of the same size in the same
 // binary. bytes_per_second counts uncompressed input bytes, so each codec's figure divided by
 // memcpy's is the ratio that travels between machines. Built on the codec layer directly
@@ -54,7 +54,8 @@ void bm_memcpy(benchmark::State& state) {
 // ring hop does instead of decode + add + encode. kEncodeSum: encode_sum of a sum of two
 // inputs (codecs that encode sums: a hierarchical all-reduce's node sums at 2 ranks per node).
 // kDecodeSum: the decode of that sum of two (the lanes a ring's sum of two contributions has).
-enum class Op { kEncode, kDecode, kDecodeAccumulate, kAdd, kEncodeSum, kDecodeSum };
+// kScan: the pass before the set-up round (fallback test and scales; ef=1: of x + e).
+enum class Op { kScan, kEncode, kDecode, kDecodeAccumulate, kAdd, kEncodeSum, kDecodeSum };
 
 void bm_codec(benchmark::State& state, const std::string& spec, Op op) {
   const std::size_t bytes = static_cast<std::size_t>(state.range(0));
@@ -85,8 +86,12 @@ void bm_codec(benchmark::State& state, const std::string& spec, Op op) {
   std::vector<std::byte> sum(enc.size());
   std::vector<float> out(n, 0.0f);
   std::uint64_t call = 0;
+  bool fallback = false;
   for (auto _ : state) {
     switch (op) {
+      case Op::kScan:
+        benchmark::DoNotOptimize(codec->scan(x.data(), n, 2, scales.data(), fallback));
+        break;
       case Op::kEncode:
         len = codec->encode(x.data(), n, {1, ++call, 0, 0}, enc.data());
         break;
@@ -120,9 +125,10 @@ int main(int argc, char** argv) {
   for (const auto s : sizes) benchmark::RegisterBenchmark("memcpy", bm_memcpy)->Arg(s);
   for (const auto& spec : kCodecs) {
     for (const auto& [name, op] :
-         {std::pair{"encode", Op::kEncode}, std::pair{"decode", Op::kDecode},
-          std::pair{"decode_accumulate", Op::kDecodeAccumulate}, std::pair{"add", Op::kAdd},
-          std::pair{"encode_sum2", Op::kEncodeSum}, std::pair{"decode_sum2", Op::kDecodeSum}}) {
+         {std::pair{"scan", Op::kScan}, std::pair{"encode", Op::kEncode},
+          std::pair{"decode", Op::kDecode}, std::pair{"decode_accumulate", Op::kDecodeAccumulate},
+          std::pair{"add", Op::kAdd}, std::pair{"encode_sum2", Op::kEncodeSum},
+          std::pair{"decode_sum2", Op::kDecodeSum}}) {
       const auto c =
           ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
       if ((op == Op::kAdd && !c->capabilities().summable) ||

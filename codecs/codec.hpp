@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 namespace ccoll::codec {
@@ -163,6 +164,20 @@ class Codec {
     (void)scales;
     fallback = needs_fallback(data, count, ranks);
     return false;
+  }
+
+  /// scan() of p = x + e (elementwise float additions, as error feedback forms p) without
+  /// forming p, where the codec can (maxnorm's scale pass); nullopt where it cannot (the
+  /// default): the caller then forms p and calls scan().
+  virtual std::optional<bool> scan_feedback(const float* x, const float* e, std::size_t count,
+                                            int ranks, double* scales, bool& fallback) const {
+    (void)x;
+    (void)e;
+    (void)count;
+    (void)ranks;
+    (void)scales;
+    (void)fallback;
+    return std::nullopt;
   }
 
   /// Encodes `count` elements into `out` (capacity max_encoded_bytes(count)); returns the bytes

@@ -56,6 +56,15 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     if (own_.size() < count && in_ == InputType::kNative) {
       return inner_->scan(data, count, ranks, scales, fallback);
     }
+    if constexpr (std::is_same_v<T, float>) {
+      // the inner codec's scan of x + e in one pass, where it has one
+      if (in_ == InputType::kNative) {
+        if (const std::optional<bool> wrote = inner_->scan_feedback(
+                static_cast<const float*>(data), own_.data(), count, ranks, scales, fallback)) {
+          return *wrote;
+        }
+      }
+    }
     return inner_->scan(with_residual(data, count), count, ranks, scales, fallback);
   }
 

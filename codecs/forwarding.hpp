@@ -2,7 +2,8 @@
 // wrappers (error feedback, temporal, dq) to override only what they change. scan() is not
 // forwarded: a wrapper whose scales cover something other than its input (ef: x + e, temporal:
 // the residual) keeps Codec's default, which asks needs_fallback() and leaves the scales to
-// local_scales(), or scans what it encodes itself (error feedback).
+// local_scales(), or scans what it encodes itself (error feedback). Neither are the fused forms
+// of error feedback (scan_feedback(), encode_feedback()), which describe the codec itself.
 #pragma once
 
 #include <string>

@@ -267,6 +267,24 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     }
     return true;
   }
+  // scan() of x + e (error feedback's p) without forming it
+  std::optional<bool> scan_feedback(const float* x, const float* e, std::size_t count, int ranks,
+                                    double* scales, bool& fallback) const override {
+    if constexpr (!std::is_same_v<T, float>) {
+      return std::nullopt;
+    } else {
+      if (sparse_ || scales == nullptr || in_ != InputType::kNative) return std::nullopt;
+      const double limit = fallback_limit(ranks);
+      fallback = false;
+      for (std::size_t b = 0; b * kBlock < count; ++b) {
+        const std::size_t end = std::min(count, (b + 1) * kBlock);
+        const double m = abs_max_sum(x + b * kBlock, e + b * kBlock, end - b * kBlock);
+        fallback |= !(m <= limit);  // NaN compares false
+        scales[b] = m;
+      }
+      return true;
+    }
+  }
   void set_scales(const double* shared, std::size_t n) override {
     scales_.resize(n);
     for (std::size_t b = 0; b < n; ++b) scales_[b] = maxnorm_scale_float(shared[b]);
@@ -473,7 +491,11 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
           const float* x = in + i0 + k0;
           float* e = residual + i0 + k0;
           std::uint32_t* l = lane + k0;
-          for (std::size_t k = 0; k < run; ++k) {
+          std::size_t k = 0;
+#if CCOLL_HAVE_HWY
+          k = feedback_lanes_hwy(x, e, run, inv, step, levels, l);
+#endif
+          for (; k < run; ++k) {
             const float p = x[k] + e[k];
             const std::uint32_t q = stochastic_code(p, inv, kNearestDraw, levels);
             l[k] = q;

@@ -41,6 +41,9 @@ inline void lane_quad(uint64_t seed, uint32_t call, uint32_t stream, uint64_t qu
 
 #if HWY_TARGET == HWY_SCALAR
 // One lane: no vector to gain from; the reference loops.
+size_t FeedbackLanes(const float*, float*, size_t, float, float, uint32_t, uint32_t*) {
+  return 0;  // the caller's scalar loop does every element
+}
 void PhiloxQuads(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad, size_t quads,
                  float* out) {
   for (size_t q = 0; q < quads; ++q) uniform_quad(seed, call, stream, first_quad + q, out + 4 * q);
@@ -197,6 +200,34 @@ void MaxNormLanes(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_
     lane_quad(seed, call, stream, first_quad + q, x + 4 * q, inv, s, out + 4 * q);
   }
 }
+
+// ef=1's fused rounding (maxnorm.cc, encode_feedback) for whole vectors: p = x + e, lane =
+// stochastic_code(p, inv, kNearestDraw, s), e = p - (lane - s)·step; returns the elements done.
+size_t FeedbackLanes(const float* x, float* e, size_t n, float inv, float step, uint32_t s,
+                     uint32_t* lanes) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::RebindToUnsigned<decltype(df)> du;
+  const size_t N = hn::Lanes(df);
+  const auto vinv = hn::Set(df, inv);
+  const auto vstep = hn::Set(df, step);
+  const auto half = hn::Set(df, kNearestDraw);
+  const auto vs = hn::Set(di, static_cast<int32_t>(s));
+  size_t k = 0;
+  for (; k + N <= n; k += N) {
+    const auto p = hn::Add(hn::LoadU(df, x + k), hn::LoadU(df, e + k));
+    // stochastic_code() with u = 1/2, as QuadCodes
+    const auto r = hn::Mul(hn::Abs(p), vinv);
+    const auto fl = hn::ConvertTo(di, r);  // r >= 0: truncation is floor
+    const auto up = hn::RebindMask(di, hn::Lt(half, hn::Sub(r, hn::ConvertTo(df, fl))));
+    const auto lvl = hn::Min(hn::Sub(fl, hn::VecFromMask(di, up)), vs);  // true lanes are -1
+    const auto m = hn::ShiftRight<31>(hn::BitCast(di, p));
+    const auto signed_lvl = hn::Sub(hn::Xor(lvl, m), m);  // lane - s
+    hn::StoreU(hn::BitCast(du, hn::Add(vs, signed_lvl)), du, lanes + k);
+    hn::StoreU(hn::Sub(p, hn::Mul(hn::ConvertTo(df, signed_lvl), vstep)), df, e + k);
+  }
+  return k;
+}
 #endif  // HWY_TARGET == HWY_SCALAR
 
 // out[k] (+)= (codes[k] - bias) · step for byte codes; returns the largest code seen.
@@ -259,6 +290,11 @@ HWY_EXPORT(MaxNormLanes);
 void maxnorm_lanes_hwy(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
                        const float* x, size_t quads, float inv, uint32_t s, uint32_t* out) {
   HWY_DYNAMIC_DISPATCH(MaxNormLanes)(seed, call, stream, first_quad, x, quads, inv, s, out);
+}
+HWY_EXPORT(FeedbackLanes);
+std::size_t feedback_lanes_hwy(const float* x, float* e, std::size_t n, float inv, float step,
+                               std::uint32_t s, std::uint32_t* lanes) {
+  return HWY_DYNAMIC_DISPATCH(FeedbackLanes)(x, e, n, inv, step, s, lanes);
 }
 HWY_EXPORT(DecodeBytes);
 HWY_EXPORT(AccumulateBytes);

@@ -135,4 +135,19 @@ float abs_max(const float* x, std::size_t n) { return abs_max_in<float, std::uin
 CCOLL_TARGET_CLONES
 double abs_max(const double* x, std::size_t n) { return abs_max_in<double, std::uint64_t>(x, n); }
 
+CCOLL_TARGET_CLONES
+float abs_max_sum(const float* x, const float* e, std::size_t n) {
+  std::uint32_t m = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    const float p = x[k] + e[k];
+    std::uint32_t b;
+    std::memcpy(&b, &p, sizeof b);
+    b &= 0x7fffffffu;
+    m = b > m ? b : m;
+  }
+  float r;
+  std::memcpy(&r, &m, sizeof r);
+  return r;
+}
+
 }  // namespace ccoll::codec

@@ -42,6 +42,11 @@ void maxnorm_bytes_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t str
 void maxnorm_lanes_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
                        std::uint64_t first_quad, const float* x, std::size_t quads, float inv,
                        std::uint32_t s, std::uint32_t* out);
+/// philox_hwy.cc: ef=1's fused nearest rounding for the first whole vectors of [0, n): p = x[k] +
+/// e[k], lanes[k] = stochastic_code(p, inv, kNearestDraw, s), e[k] = p - (lanes[k] - s)·step
+/// (bit-identical to the scalar loop); returns how many elements it did (0 without vectors).
+std::size_t feedback_lanes_hwy(const float* x, float* e, std::size_t n, float inv, float step,
+                               std::uint32_t s, std::uint32_t* lanes);
 /// philox_hwy.cc: out[k] = (or +=) (codes[k] - bias)·step for k < n; returns the largest code.
 std::uint32_t apply_bytes_hwy(const std::uint8_t* codes, std::size_t n, float step,
                               std::int32_t bias, bool accumulate, float* out);
@@ -63,5 +68,7 @@ void stochastic_bytes(const double* x, const float* u, std::size_t n, double inv
 /// +inf, so the result is NaN exactly when some x[k] is NaN. One vectorized pass.
 float abs_max(const float* x, std::size_t n);
 double abs_max(const double* x, std::size_t n);
+/// abs_max() of the sums x[k] + e[k] (float additions), without storing them.
+float abs_max_sum(const float* x, const float* e, std::size_t n);
 
 }  // namespace ccoll::codec

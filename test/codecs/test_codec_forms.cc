@@ -769,13 +769,18 @@ TEST(EncodeSum, OneRoundingAtOneInputsStep) {
   }
 }
 
-// An ef=1 codec whose inner codec has no fused form: the encode, decode, subtract sequence.
+// An ef=1 codec whose inner codec has no fused form: the encode, decode, subtract sequence, and
+// the scan of x + e formed first.
 class Unfused final : public ForwardingCodec {
  public:
   explicit Unfused(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {
     set_target(inner_.get());
   }
   const std::string& spec() const override { return inner_->spec(); }
+  bool scan(const void* data, std::size_t count, int ranks, double* scales,
+            bool& fallback) const override {
+    return inner_->scan(data, count, ranks, scales, fallback);
+  }
   bool encodes_sums() const override { return inner_->encodes_sums(); }
   std::size_t encode_sum(const void* in, std::size_t count, const BlockContext& ctx, std::byte* out,
                          std::uint32_t contributions) override {
@@ -787,11 +792,13 @@ class Unfused final : public ForwardingCodec {
 };
 
 // ef=1's fused encode (maxnorm, nearest rounding: x + e rounded into lanes and the residual
-// updated in one pass) writes the bytes and keeps the residual that encoding, decoding and
-// subtracting give: the same payloads over successive calls, as one input and as a sum of 3,
-// at 2, 4 and 8 bits, over two scale blocks from an offset off the lane grid, and then a call
-// of zeros whose scales are the residual's own range, which encodes the residual itself at
-// fine resolution.
+// updated in one pass, in vectors where the CPU has them) writes the bytes and keeps the
+// residual that encoding, decoding and subtracting give: the same payloads over successive
+// calls, as one input and as a sum of 3, at 2, 4 and 8 bits, over two scale blocks from an
+// offset off the lane grid, with signed zeros and values beyond the scale among them, and then
+// a call of zeros whose scales are the residual's own range, which encodes the residual itself
+// at fine resolution. The scan of x + e (scan_feedback) gives the scales and fallback that
+// forming x + e and scanning it give.
 TEST(ErrorFeedback, FusedEncodeEqualsEncodeDecodeSubtract) {
   for (const unsigned bits : {2u, 4u, 8u}) {
     for (const std::uint32_t j : {0u, 3u}) {
@@ -811,12 +818,20 @@ TEST(ErrorFeedback, FusedEncodeEqualsEncodeDecodeSubtract) {
         double top = 0;
         if (t < 4) {
           for (float& v : x) v = z(gen) * (j == 0 ? 1.0f : 3.0f);
+          // signed zeros, and values beyond the scale (clamped to the top level)
+          for (std::size_t i = 0; i < n; i += 97) x[i] = i % 2 ? -0.0f : 0.0f;
+          for (std::size_t i = 45; i < n; i += 101) x[i] = i % 2 ? -40.0f : 40.0f;
           top = 4.0;
         } else {
           top = 0.02;  // the residual's range at these steps, about half a step of scale 4
         }
         std::vector<std::vector<std::byte>> out;
+        std::vector<std::vector<double>> scanned;
+        bool fell_back[2] = {false, false};
         for (Codec* c : {fused.get(), plain.get()}) {
+          // the scan of x + e: the same scales and fallback either way
+          scanned.emplace_back(c->scale_slots(n));
+          EXPECT_TRUE(c->scan(x.data(), n, 8, scanned.back().data(), fell_back[out.size()]));
           c->begin_call(8);
           c->set_call(5, static_cast<std::uint64_t>(t));
           std::vector<double> scales(c->scale_slots(offset + n));
@@ -829,6 +844,8 @@ TEST(ErrorFeedback, FusedEncodeEqualsEncodeDecodeSubtract) {
                           : c->encode_sum(x.data(), n, ctx, p.data(), j));
           out.push_back(std::move(p));
         }
+        EXPECT_EQ(scanned[0], scanned[1]) << "call " << t;
+        EXPECT_EQ(fell_back[0], fell_back[1]) << "call " << t;
         ASSERT_EQ(out[0].size(), out[1].size()) << "call " << t;
         ASSERT_EQ(0, std::memcmp(out[0].data(), out[1].data(), out[0].size())) << "call " << t;
       }
