@@ -201,7 +201,10 @@ ProgressQueue& CommContext::progress() {
   if (progress_ == nullptr) {
     int world = 0;
     MPI_Comm_rank(MPI_COMM_WORLD, &world);
-    progress_ = std::make_unique<ProgressQueue>(env_config().progress_nice, world);
+    const EnvConfig& env = env_config();
+    progress_ = std::make_unique<ProgressQueue>(
+        ProgressScheduling{env.progress_nice, env.progress_slice_us, env.progress_slice_set},
+        world);
   }
   return *progress_;
 }

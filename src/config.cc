@@ -81,6 +81,19 @@ EnvConfig read_env() {
     }
     c.progress_nice = static_cast<int>(n);
   }
+  if (const std::string v = getenv_str("CCOLL_PROGRESS_SLICE_US"); !v.empty()) {
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    const bool off = v == "off" || (end != v.c_str() && *end == '\0' && n == 0);
+    if (!off && (end == v.c_str() || *end != '\0' || n < 100 || n > 100000)) {
+      throw Error(Status::kInvalidArgument,
+                  "CCOLL_PROGRESS_SLICE_US: '" + v +
+                      "' is not a slice (valid: microseconds from 100 to 100000, or 0 or off for "
+                      "the kernel's default)");
+    }
+    c.progress_slice_us = off ? 0 : static_cast<std::uint32_t>(n);
+    c.progress_slice_set = true;
+  }
   c.log_level = parse_log_level(getenv_str("CCOLL_DEBUG"));
   return c;
 }

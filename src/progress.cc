@@ -2,12 +2,14 @@
 #include "progress.hpp"
 
 #if defined(__linux__)
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
@@ -72,10 +74,65 @@ void apply_nice(int nice, int rank) {
   });
 }
 
+#if defined(__linux__)
+// struct sched_attr of sched_setattr(2) and sched_getattr(2), declared here: glibc's headers
+// have it only from 2.41 on, and the kernel's <linux/sched/types.h> clashes with <sched.h>
+struct SchedAttr {
+  std::uint32_t size;
+  std::uint32_t sched_policy;
+  std::uint64_t sched_flags;
+  std::int32_t sched_nice;
+  std::uint32_t sched_priority;
+  std::uint64_t sched_runtime;
+  std::uint64_t sched_deadline;
+  std::uint64_t sched_period;
+};
+#endif
+
+// This thread's scheduler slice set to `us` microseconds (Linux 6.12+: EEVDF's custom slice of
+// a SCHED_OTHER thread, sched_runtime in sched_setattr; its nice value kept). A thread with a
+// short slice preempts a running one as soon as it wakes, so the progress thread takes each
+// arriving message at once instead of waiting for a busy computation's slice to end. A refusal,
+// or a kernel that keeps no custom slice, is reported once per process when the slice was
+// asked for explicitly, else ignored.
+void apply_slice(std::uint32_t us, bool explicitly, int rank) {
+  if (us == 0) return;
+  std::string why;
+#if defined(__linux__)
+  const auto tid = static_cast<pid_t>(syscall(SYS_gettid));
+  SchedAttr a{};
+  a.size = sizeof a;
+  a.sched_policy = SCHED_OTHER;
+  errno = 0;
+  a.sched_nice = getpriority(PRIO_PROCESS, static_cast<id_t>(tid));
+  a.sched_runtime = std::uint64_t{us} * 1000;
+  if (errno == 0 && syscall(SYS_sched_setattr, tid, &a, 0u) == 0) {
+    SchedAttr now{};
+    if (syscall(SYS_sched_getattr, tid, &now, static_cast<unsigned>(sizeof now), 0u) == 0 &&
+        now.sched_runtime == a.sched_runtime) {
+      return;
+    }
+    why = "this kernel keeps no custom slice (Linux 6.12 or newer does)";
+  } else {
+    why = std::strerror(errno);
+  }
+#else
+  why = "not supported on this platform";
+#endif
+  if (!explicitly) return;
+  static std::once_flag warned;
+  std::call_once(warned, [&] {
+    std::fprintf(stderr,
+                 "ccoll WARN [rank %d] CCOLL_PROGRESS_SLICE_US=%u: setting the progress "
+                 "thread's scheduler slice failed (%s); it keeps the kernel's\n",
+                 rank, us, why.c_str());
+  });
+}
+
 }  // namespace
 
-ProgressQueue::ProgressQueue(std::optional<int> nice, int rank)
-    : thread_([this, nice, rank] { loop(nice, rank); }) {}
+ProgressQueue::ProgressQueue(const ProgressScheduling& sched, int rank)
+    : thread_([this, sched, rank] { loop(sched, rank); }) {}
 
 ProgressQueue::~ProgressQueue() {
   {
@@ -104,9 +161,10 @@ void ProgressQueue::quiesce() {
   idle_.wait(lock, [&] { return !running_ && jobs_.empty(); });
 }
 
-void ProgressQueue::loop(std::optional<int> nice, int rank) {
+void ProgressQueue::loop(const ProgressScheduling& sched, int rank) {
   detail::t_progress_thread = true;
-  if (nice) apply_nice(*nice, rank);
+  if (sched.nice) apply_nice(*sched.nice, rank);
+  apply_slice(sched.slice_us, sched.slice_set, rank);
   for (;;) {
     Job job;
     {

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <exception>
 #include <functional>
@@ -47,13 +48,20 @@ bool on_progress_thread() noexcept;
 
 }  // namespace detail
 
+/// How the progress threads are scheduled (CCOLL_PROGRESS_NICE, CCOLL_PROGRESS_SLICE_US).
+struct ProgressScheduling {
+  std::optional<int> nice;     ///< the nice value to take; unset: the inherited one
+  std::uint32_t slice_us = 0;  ///< the scheduler slice to ask for (Linux 6.12+); 0: the kernel's
+  bool slice_set = false;      ///< the slice was asked for explicitly (a refusal is reported)
+};
+
 /// The progress queue of one communicator.
 class ProgressQueue {
  public:
-  /// Starts the thread; with `nice` (CCOLL_PROGRESS_NICE) it takes that nice value first, or
-  /// says once per process on stderr why it could not (then it keeps the inherited one), as
-  /// `rank` (for the message).
-  explicit ProgressQueue(std::optional<int> nice = std::nullopt, int rank = 0);
+  /// Starts the thread, which first takes `sched`'s nice value and slice; where it cannot, it
+  /// says so once per process on stderr (for the slice only when it was asked for explicitly),
+  /// as `rank`, and keeps what it inherited.
+  explicit ProgressQueue(const ProgressScheduling& sched = {}, int rank = 0);
   /// Runs every queued job, then ends the thread.
   ~ProgressQueue();
   ProgressQueue(const ProgressQueue&) = delete;
@@ -72,7 +80,7 @@ class ProgressQueue {
     std::function<void()> run;
     std::shared_ptr<detail::RequestState> state;
   };
-  void loop(std::optional<int> nice, int rank);
+  void loop(const ProgressScheduling& sched, int rank);
 
   std::mutex mu_;
   std::condition_variable work_;

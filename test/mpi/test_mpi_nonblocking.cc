@@ -3,11 +3,15 @@
 // the blocking calls bit for bit, many calls in flight on one and on two communicators, waits in
 // any order, progress without test(), errors at wait() on every rank, a request destroyed
 // unwaited. Without it (plain MPI_Init), the degraded mode: every call complete when it starts.
+#include <sched.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -331,6 +335,94 @@ TEST(MpiNonblocking, ProgressThreadTakesTheNiceValue) {
     EXPECT_EQ(count(now, want), count(was, want) + 1) << "nice " << want;
     EXPECT_EQ(getpriority(PRIO_PROCESS, 0), before);  // the caller's thread unchanged
   }
+  MPI_Comm_free(&comm);
+}
+
+// struct sched_attr of sched_setattr(2) and sched_getattr(2), declared here: glibc's headers
+// have it only from 2.41 on, and the kernel's <linux/sched/types.h> clashes with <sched.h>
+struct SchedAttr {
+  std::uint32_t size;
+  std::uint32_t sched_policy;
+  std::uint64_t sched_flags;
+  std::int32_t sched_nice;
+  std::uint32_t sched_priority;
+  std::uint64_t sched_runtime;
+  std::uint64_t sched_deadline;
+  std::uint64_t sched_period;
+};
+
+// The scheduler slice (sched_runtime, ns) of thread `tid` (0: the calling one), or 0.
+std::uint64_t slice_of(long tid) {
+  SchedAttr a{};
+  if (syscall(SYS_sched_getattr, tid, &a, static_cast<unsigned>(sizeof a), 0u) != 0) return 0;
+  return a.sched_runtime;
+}
+
+// The scheduler slices of this process's threads.
+std::vector<std::uint64_t> thread_slices() {
+  std::vector<std::uint64_t> out;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    out.push_back(slice_of(std::stol(task.path().filename().string())));
+  }
+  return out;
+}
+
+// Whether this kernel keeps a custom slice for a SCHED_OTHER thread (Linux 6.12+).
+bool kernel_keeps_slices() {
+  bool kept = false;
+  std::thread([&] {
+    SchedAttr a{};
+    a.size = sizeof a;
+    a.sched_nice = getpriority(PRIO_PROCESS, 0);
+    a.sched_runtime = 300000;
+    kept = syscall(SYS_sched_setattr, 0, &a, 0u) == 0 && slice_of(0) == a.sched_runtime;
+  }).join();
+  return kept;
+}
+
+// CCOLL_PROGRESS_SLICE_US (the ctest runs of this test: unset, a valid value, off, a malformed
+// one): the progress thread takes the slice, or unset and off the kernel's default (the
+// caller's, which no one set), and the caller's thread keeps its own; a malformed value makes
+// the call raise kInvalidArgument naming the variable, on every rank.
+TEST(MpiNonblocking, ProgressThreadTakesTheSlice) {
+  if (!background()) GTEST_SKIP() << "no progress thread without MPI_THREAD_MULTIPLE";
+  const char* env = std::getenv("CCOLL_PROGRESS_SLICE_US");
+  const std::string v = env != nullptr ? env : "";
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  const bool numeric = !v.empty() && *end == '\0';
+  const bool off = v == "off" || (numeric && n == 0);
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  std::vector<float> x(1000, 1.0f);
+  if (!v.empty() && !off && (!numeric || n < 100 || n > 100000)) {
+    try {
+      ccoll::compressed_iallreduce(MPI_IN_PLACE, x.data(), x.size(), MPI_FLOAT, MPI_SUM, comm)
+          .wait();
+      ADD_FAILURE() << "a malformed CCOLL_PROGRESS_SLICE_US was accepted";
+    } catch (const ccoll::Error& e) {
+      EXPECT_EQ(e.code(), ccoll::Status::kInvalidArgument);
+      EXPECT_NE(e.message().find("CCOLL_PROGRESS_SLICE_US"), std::string::npos) << e.message();
+    }
+    MPI_Comm_free(&comm);
+    return;
+  }
+  if (!kernel_keeps_slices()) {
+    MPI_Comm_free(&comm);
+    GTEST_SKIP() << "this kernel keeps no custom scheduler slice (Linux 6.12 or newer does)";
+  }
+  const std::uint64_t mine = slice_of(0);
+  const std::uint64_t want = v.empty() || off ? mine : static_cast<std::uint64_t>(n) * 1000;
+  const std::vector<std::uint64_t> was = thread_slices();
+  ccoll::compressed_iallreduce(MPI_IN_PLACE, x.data(), x.size(), MPI_FLOAT, MPI_SUM, comm).wait();
+  EXPECT_EQ(x[0], static_cast<float>(world_size()));
+  const std::vector<std::uint64_t> now = thread_slices();
+  const auto count = [&](const std::vector<std::uint64_t>& s) {
+    return std::count(s.begin(), s.end(), want);
+  };
+  // one more thread at the slice: the communicator's progress thread
+  EXPECT_EQ(count(now), count(was) + 1) << "slice " << want << " ns";
+  EXPECT_EQ(slice_of(0), mine);  // the caller's thread unchanged
   MPI_Comm_free(&comm);
 }
 
