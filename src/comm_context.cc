@@ -203,8 +203,7 @@ ProgressQueue& CommContext::progress() {
     MPI_Comm_rank(MPI_COMM_WORLD, &world);
     const EnvConfig& env = env_config();
     progress_ = std::make_unique<ProgressQueue>(
-        ProgressScheduling{env.progress_nice, env.progress_slice_us, env.progress_slice_set},
-        world);
+        ProgressScheduling{env.progress_nice, env.progress_slice_us}, world);
   }
   return *progress_;
 }

@@ -92,7 +92,6 @@ EnvConfig read_env() {
                       "the kernel's default)");
     }
     c.progress_slice_us = off ? 0 : static_cast<std::uint32_t>(n);
-    c.progress_slice_set = true;
   }
   c.log_level = parse_log_level(getenv_str("CCOLL_DEBUG"));
   return c;

@@ -54,10 +54,9 @@ struct EnvConfig {
   std::size_t state_max_bytes = 0;  ///< CCOLL_STATE_MAX_BYTES (its default filled in)
   /// CCOLL_PROGRESS_NICE: the nice value of ccoll's progress threads; unset: inherited.
   std::optional<int> progress_nice;
-  /// CCOLL_PROGRESS_SLICE_US: the progress threads' scheduler slice in microseconds (0: the
-  /// kernel's); progress_slice_set when the variable was given.
+  /// CCOLL_PROGRESS_SLICE_US: the progress threads' scheduler slice in microseconds; 0 (unset,
+  /// off): the kernel's.
   std::uint32_t progress_slice_us = 0;
-  bool progress_slice_set = false;
 };
 
 /// CCOLL_DEBUG's value (NONE, WARN, INFO or TRACE, in any case; empty: NONE); throws

@@ -93,9 +93,8 @@ struct SchedAttr {
 // a SCHED_OTHER thread, sched_runtime in sched_setattr; its nice value kept). A thread with a
 // short slice preempts a running one as soon as it wakes, so the progress thread takes each
 // arriving message at once instead of waiting for a busy computation's slice to end. A refusal,
-// or a kernel that keeps no custom slice, is reported once per process when the slice was
-// asked for explicitly, else ignored.
-void apply_slice(std::uint32_t us, bool explicitly, int rank) {
+// or a kernel that keeps no custom slice, is reported once per process.
+void apply_slice(std::uint32_t us, int rank) {
   if (us == 0) return;
   std::string why;
 #if defined(__linux__)
@@ -119,7 +118,6 @@ void apply_slice(std::uint32_t us, bool explicitly, int rank) {
 #else
   why = "not supported on this platform";
 #endif
-  if (!explicitly) return;
   static std::once_flag warned;
   std::call_once(warned, [&] {
     std::fprintf(stderr,
@@ -164,7 +162,7 @@ void ProgressQueue::quiesce() {
 void ProgressQueue::loop(const ProgressScheduling& sched, int rank) {
   detail::t_progress_thread = true;
   if (sched.nice) apply_nice(*sched.nice, rank);
-  apply_slice(sched.slice_us, sched.slice_set, rank);
+  apply_slice(sched.slice_us, rank);
   for (;;) {
     Job job;
     {

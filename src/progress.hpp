@@ -52,15 +52,13 @@ bool on_progress_thread() noexcept;
 struct ProgressScheduling {
   std::optional<int> nice;     ///< the nice value to take; unset: the inherited one
   std::uint32_t slice_us = 0;  ///< the scheduler slice to ask for (Linux 6.12+); 0: the kernel's
-  bool slice_set = false;      ///< the slice was asked for explicitly (a refusal is reported)
 };
 
 /// The progress queue of one communicator.
 class ProgressQueue {
  public:
   /// Starts the thread, which first takes `sched`'s nice value and slice; where it cannot, it
-  /// says so once per process on stderr (for the slice only when it was asked for explicitly),
-  /// as `rank`, and keeps what it inherited.
+  /// says so once per process on stderr, as `rank`, and keeps what it inherited.
   explicit ProgressQueue(const ProgressScheduling& sched = {}, int rank = 0);
   /// Runs every queued job, then ends the thread.
   ~ProgressQueue();
