@@ -251,20 +251,14 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       fallback = needs_fallback(data, count, ranks);
       return false;
     }
-    const double limit = fallback_limit(ranks);
     const T* x = static_cast<const T*>(data);
     const auto* h = static_cast<const std::uint16_t*>(data);
-    fallback = false;
-    for (std::size_t b = 0; b * kBlock < count; ++b) {
-      const std::size_t end = std::min(count, (b + 1) * kBlock);
+    scan_blocks(count, ranks, scales, fallback, [&](std::size_t at, std::size_t n) {
       // 16-bit input: the maximum of the bit patterns (NaN when a block holds one)
-      const double m = in_ != InputType::kNative
-                           ? static_cast<double>(abs_max_16(h + b * kBlock, end - b * kBlock,
-                                                            in_ == InputType::kBFloat16, false))
-                           : static_cast<double>(abs_max(x + b * kBlock, end - b * kBlock));
-      fallback |= !(m <= limit);  // NaN compares false
-      scales[b] = m;
-    }
+      return in_ != InputType::kNative
+                 ? static_cast<double>(abs_max_16(h + at, n, in_ == InputType::kBFloat16, false))
+                 : static_cast<double>(abs_max(x + at, n));
+    });
     return true;
   }
   // scan() of x + e (error feedback's p) without forming it
@@ -274,14 +268,9 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       return std::nullopt;
     } else {
       if (sparse_ || scales == nullptr || in_ != InputType::kNative) return std::nullopt;
-      const double limit = fallback_limit(ranks);
-      fallback = false;
-      for (std::size_t b = 0; b * kBlock < count; ++b) {
-        const std::size_t end = std::min(count, (b + 1) * kBlock);
-        const double m = abs_max_sum(x + b * kBlock, e + b * kBlock, end - b * kBlock);
-        fallback |= !(m <= limit);  // NaN compares false
-        scales[b] = m;
-      }
+      scan_blocks(count, ranks, scales, fallback, [&](std::size_t at, std::size_t n) {
+        return static_cast<double>(abs_max_sum(x + at, e + at, n));
+      });
       return true;
     }
   }
@@ -650,6 +639,20 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   }
   unsigned width(std::uint32_t contributions) const {
     return bits_for(2ull * static_cast<std::uint64_t>(bias(contributions)));
+  }
+  // scan()'s pass: scales[b] = block_max(first element of block b, its elements) over the
+  // blocks of `count` elements, and the fallback test of those maxima (NaN, or beyond the limit).
+  template <class BlockMax>
+  void scan_blocks(std::size_t count, int ranks, double* scales, bool& fallback,
+                   BlockMax&& block_max) const {
+    const double limit = fallback_limit(ranks);
+    fallback = false;
+    for (std::size_t b = 0; b * kBlock < count; ++b) {
+      const std::size_t at = b * kBlock;
+      const double m = block_max(at, std::min(count, at + kBlock) - at);
+      fallback |= !(m <= limit);  // NaN compares false
+      scales[b] = m;
+    }
   }
   // The header, offset and scales of a payload of `count` elements from ctx.offset and
   // `contributions`, once the agreed scales are checked to cover them; where its codes start.

@@ -112,13 +112,15 @@ const float* rounding_draws(bool nearest, std::uint64_t seed, std::uint64_t call
 
 namespace {
 
-template <class T, class U>
-T abs_max_in(const T* x, std::size_t n) {
+// max |value(k)| over k < n as the integer max of the sign-cleared bit patterns (uniforms.hpp)
+template <class T, class U, class Value>
+T abs_max_of(std::size_t n, Value&& value) {
   constexpr U kAbs = ~(U{1} << (8 * sizeof(U) - 1));
   U m = 0;
   for (std::size_t k = 0; k < n; ++k) {
+    const T v = value(k);
     U b;
-    std::memcpy(&b, x + k, sizeof b);
+    std::memcpy(&b, &v, sizeof b);
     b &= kAbs;
     m = b > m ? b : m;
   }
@@ -130,24 +132,18 @@ T abs_max_in(const T* x, std::size_t n) {
 }  // namespace
 
 CCOLL_TARGET_CLONES
-float abs_max(const float* x, std::size_t n) { return abs_max_in<float, std::uint32_t>(x, n); }
+float abs_max(const float* x, std::size_t n) {
+  return abs_max_of<float, std::uint32_t>(n, [x](std::size_t k) { return x[k]; });
+}
 
 CCOLL_TARGET_CLONES
-double abs_max(const double* x, std::size_t n) { return abs_max_in<double, std::uint64_t>(x, n); }
+double abs_max(const double* x, std::size_t n) {
+  return abs_max_of<double, std::uint64_t>(n, [x](std::size_t k) { return x[k]; });
+}
 
 CCOLL_TARGET_CLONES
 float abs_max_sum(const float* x, const float* e, std::size_t n) {
-  std::uint32_t m = 0;
-  for (std::size_t k = 0; k < n; ++k) {
-    const float p = x[k] + e[k];
-    std::uint32_t b;
-    std::memcpy(&b, &p, sizeof b);
-    b &= 0x7fffffffu;
-    m = b > m ? b : m;
-  }
-  float r;
-  std::memcpy(&r, &m, sizeof r);
-  return r;
+  return abs_max_of<float, std::uint32_t>(n, [x, e](std::size_t k) { return x[k] + e[k]; });
 }
 
 }  // namespace ccoll::codec

@@ -54,6 +54,12 @@ std::exception_ptr RequestState::error() {
 
 namespace {
 
+// `message` on stderr as a warning of `rank`, the first time `once` is passed here.
+void warn_once(std::once_flag& once, int rank, const std::string& message) {
+  std::call_once(once,
+                 [&] { std::fprintf(stderr, "ccoll WARN [rank %d] %s\n", rank, message.c_str()); });
+}
+
 // This thread's nice value set to `nice` (Linux: setpriority on the thread's id); a failure
 // is reported once per process, and the thread keeps the value it inherited.
 void apply_nice(int nice, int rank) {
@@ -65,13 +71,11 @@ void apply_nice(int nice, int rank) {
   why = "not supported on this platform";
 #endif
   static std::once_flag warned;
-  std::call_once(warned, [&] {
-    std::fprintf(stderr,
-                 "ccoll WARN [rank %d] CCOLL_PROGRESS_NICE=%d: setting the progress thread's "
-                 "nice value failed (%s); it keeps the process's priority (a value below the "
-                 "process's own needs CAP_SYS_NICE or RLIMIT_NICE)\n",
-                 rank, nice, why.c_str());
-  });
+  warn_once(warned, rank,
+            "CCOLL_PROGRESS_NICE=" + std::to_string(nice) +
+                ": setting the progress thread's nice value failed (" + why +
+                "); it keeps the process's priority (a value below the process's own needs "
+                "CAP_SYS_NICE or RLIMIT_NICE)");
 }
 
 #if defined(__linux__)
@@ -119,12 +123,10 @@ void apply_slice(std::uint32_t us, int rank) {
   why = "not supported on this platform";
 #endif
   static std::once_flag warned;
-  std::call_once(warned, [&] {
-    std::fprintf(stderr,
-                 "ccoll WARN [rank %d] CCOLL_PROGRESS_SLICE_US=%u: setting the progress "
-                 "thread's scheduler slice failed (%s); it keeps the kernel's\n",
-                 rank, us, why.c_str());
-  });
+  warn_once(warned, rank,
+            "CCOLL_PROGRESS_SLICE_US=" + std::to_string(us) +
+                ": setting the progress thread's scheduler slice failed (" + why +
+                "); it keeps the kernel's");
 }
 
 }  // namespace

@@ -1,6 +1,9 @@
 // Faults and strict transports: corrupt wire data turned into errors on every rank that
 // depends on it, never a hang or a wrong result; and the ring's lock-step form on a transport as
 // strict as NCCL, which must give the pipelined ring's bytes.
+#include <iterator>
+#include <vector>
+
 #include "schedules_test_support.hpp"
 
 namespace ccoll {
@@ -318,23 +321,25 @@ void expect_same_both_ways(
   }
 }
 
+// The codecs of the ring tests below: summable, re-encoding, stateful, two-scale, re-quantizing
+// sums, sparse.
+const char* const kRingSpecs[] = {"none",
+                                  "fp16",
+                                  "maxnorm:bits=2",
+                                  "maxnorm:bits=8",
+                                  "maxnorm:bits=2/6",
+                                  "maxnorm:bits=4,sum=requant",
+                                  "qsgd:bits=4",
+                                  "sign",
+                                  "maxnorm:bits=3,ef=1",
+                                  "randk:ratio=0.1,bits=4",
+                                  "sketch:bits=3",
+                                  "topk:ratio=0.1"};
+
 // The ring in lock step (on a transport that needs exact lengths, as NCCL) gives the pipelined
-// ring's bytes: all-reduce (summable,
-// re-encoding, stateful, two-scale, re-quantizing sums; sum and mean; in place) and all-gather.
+// ring's bytes: all-reduce (every kRingSpecs codec; sum and mean; in place) and all-gather.
 TEST(ExactRing, SameResultsAsThePipelinedRing) {
-  const char* specs[] = {"none",
-                         "fp16",
-                         "maxnorm:bits=2",
-                         "maxnorm:bits=8",
-                         "maxnorm:bits=2/6",
-                         "maxnorm:bits=4,sum=requant",
-                         "qsgd:bits=4",
-                         "sign",
-                         "maxnorm:bits=3,ef=1",
-                         "randk:ratio=0.1,bits=4",
-                         "sketch:bits=3",
-                         "topk:ratio=0.1"};
-  for (const char* spec : specs) {
+  for (const char* spec : kRingSpecs) {
     for (const int p : {2, 3, 4, 5, 8}) {
       for (const std::size_t count :
            {std::size_t{1}, std::size_t{3}, std::size_t{1000}, std::size_t{70001}}) {
@@ -353,22 +358,10 @@ TEST(ExactRing, SameResultsAsThePipelinedRing) {
 // The ring's segment size (CCOLL_SEGMENT_BYTES; at least 4 MiB under NCCL) changes no result,
 // except for codecs that pick what to send within each segment (Capabilities::segment_local).
 TEST(RingSegments, SizeChangesNoResultUnlessTheCodecIsSegmentLocal) {
-  const char* specs[] = {"none",
-                         "fp16",
-                         "maxnorm:bits=2",
-                         "maxnorm:bits=8",
-                         "maxnorm:bits=2/6",
-                         "maxnorm:bits=4,sum=requant",
-                         "qsgd:bits=4",
-                         "terngrad",
-                         "sign",
-                         "maxnorm:bits=3,ef=1",
-                         "randk:ratio=0.1,bits=4",
-                         "randk:ratio=0.1",
-                         "sketch:bits=3",
-                         "topk:ratio=0.1",
-                         "temporal:bits=4",
-                         "dq:max=8,min=2"};
+  std::vector<const char*> specs(std::begin(kRingSpecs), std::end(kRingSpecs));
+  for (const char* more : {"terngrad", "randk:ratio=0.1", "temporal:bits=4", "dq:max=8,min=2"}) {
+    specs.push_back(more);
+  }
   const std::size_t count = 70001;
   for (const char* spec : specs) {
     for (const int p : {2, 3}) {
