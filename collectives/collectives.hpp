@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "codec.hpp"
+#include "schedules.hpp"
 #include "transport.hpp"
 
 namespace ccoll::coll {
@@ -161,64 +162,6 @@ struct Context {
   std::size_t input_elem_bytes = 0;
 };
 
-/// kHierarchical is the API layer's two-level all-reduce (src/call/hierarchical.hpp); the
-/// schedules here never see it.
-enum class Algorithm { kAuto, kRing, kTree, kAllgather, kScatterReduce, kHierarchical };
-
-/// "auto", "ring", "tree", "allgather", "sra", "hierarchical".
-const char* algorithm_name(Algorithm a);
-/// Parses an algorithm name; throws ccoll::Error(kInvalidArgument) listing the valid names.
-Algorithm parse_algorithm(const std::string& name);
-
-/// Per-rank input size at or below which "auto" picks the tree all-reduce.
-inline constexpr std::size_t kTreeAllreduceMaxBytes = 64 * 1024;
-/// Total output size at or below which "auto" picks the tree (Bruck) all-gather.
-inline constexpr std::size_t kTreeAllgatherMaxBytes = 256 * 1024;
-
-/// Ranks from which "auto" takes the scatter-reduce-allgather for codecs that re-encode (at 2
-/// ranks the ring quantizes each contribution once too).
-inline constexpr int kScatterReduceMinRanks = 3;
-
-/// `gather_reduce`: the codec asks for the all-gather reduction (codec::Capabilities);
-/// `reencodes`: the codec is lossy and cannot add codes (the ring would re-encode partial sums);
-/// `stateful`: it keeps state (ef=1): then never the tree, whose shared encodes of group sums
-/// error feedback cannot compensate.
-Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,
-                           int ranks, bool gather_reduce = false, bool reencodes = false,
-                           bool stateful = false);
-Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t elem_bytes,
-                           int ranks);
-
-/// The schedules a call runs.
-enum class Schedule {
-  kRing,             ///< allreduce_ring / allgather_ring (in lock step on transports like NCCL)
-  kTree,             ///< allreduce_recursive_doubling / allgather_bruck
-  kAllgatherReduce,  ///< allreduce_allgather
-  kScatterReduce,    ///< allreduce_scatter_reduce
-};
-/// Stats::algorithm's name of a schedule: "ring", "tree", "allgather" or "sra".
-const char* schedule_name(Schedule s);
-
-/// What decides a call's schedule. Every rank must pass equal values (the API takes them from
-/// the agreement), so every rank runs the same schedule.
-struct ScheduleQuery {
-  bool allreduce = true;
-  Algorithm requested = Algorithm::kAuto;
-  std::size_t count = 0;
-  std::size_t elem_bytes = 4;
-  int ranks = 1;
-  bool gather_reduce = false;  ///< the codec asks for the all-gather reduction (Capabilities)
-  bool reencodes = false;      ///< the codec is lossy and not summable
-  bool stateful = false;       ///< the codec keeps state between calls (Capabilities)
-  bool device_codecs = false;  ///< some rank runs device codecs: they take the ring schedules
-  bool exact_lengths = false;  ///< the transport needs exact lengths in grouped steps: the ring
-};
-
-/// The one place a call's schedule is chosen: the transport's needs first (the ring),
-/// then the device codecs' (the ring, or for auto the all-gather reduction of a codec that asks
-/// for it), then the requested algorithm or, for auto, the size-based choice above.
-Schedule select_schedule(const ScheduleQuery& q);
-
 /// All-reduce (sum, or mean when `average`) of the `count` elements at `in` into `out`
 /// (`in` == `out`: in place; otherwise they must not overlap and `in` is only read):
 /// ring reduce-scatter + ring all-gather, pipelined in segments. Summable codecs read `in`
@@ -247,6 +190,9 @@ void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_
 /// `in` is only read; `out_chunk` may be this rank's chunk of `in` (in place) and must not
 /// overlap any other chunk. Throws ccoll::Error(kUnsupported) for a summable codec.
 void reduce_scatter_pairwise(Context& cx, const void* in, void* out_chunk, std::size_t count);
+/// reduce_scatter_pairwise() with the ReduceScatterFn contract: `out` == `in` is in place, the
+/// chunk ending at the buffer's start.
+void reduce_scatter_sra(Context& cx, const void* in, void* out, std::size_t count);
 
 /// Recursive doubling all-reduce for small messages; non-powers of two fold the extra ranks in
 /// and out around it.

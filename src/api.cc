@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "auto_tune.hpp"
 #include "backend.hpp"
@@ -16,6 +17,7 @@
 #include "mpi_check.hpp"
 #include "progress.hpp"
 #include "run_call.hpp"
+#include "schedules.hpp"
 #include "spec.hpp"
 
 namespace ccoll {
@@ -232,6 +234,8 @@ CodecInfo describe_codec(const std::string& spec_text, int ranks) {
   info.error_bound = allreduce_error_bound(*codec, ranks);
   return info;
 }
+
+std::vector<std::string> algorithms() { return coll::algorithm_names(); }
 
 void reset_state(MPI_Comm comm, std::uint64_t key) {
   detail::require_mpi("reset_state");

@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "ccoll/config.hpp"
 #include "ccoll/error.hpp"
@@ -241,6 +242,10 @@ struct CodecInfo {
 /// Parses and describes a codec spec string with the collectives' own parser, for an all-reduce
 /// over `ranks` ranks. Throws ccoll::Error (kInvalidArgument) naming what is malformed.
 CCOLL_API CodecInfo describe_codec(const std::string& spec, int ranks = 1);
+
+/// The values Options::algorithm (and CCOLL_ALGORITHM) accepts: "auto", then every schedule
+/// in the order the documentation lists them.
+CCOLL_API std::vector<std::string> algorithms();
 
 /// Restarts the state that stateful codecs (ef=1, temporal, dq) keep for tensor `key` on `comm`
 /// (Options::key; 0: every tensor on `comm`): the next call starts from zero state, as the

@@ -37,7 +37,8 @@ __version__: str = _core.version()
 #: True when this build of ccoll runs codecs on CUDA device buffers.
 cuda_enabled: bool = bool(_core.cuda_enabled)
 
-ALGORITHMS = ("auto", "ring", "tree", "allgather", "sra", "hierarchical")
+#: The values ``algorithm`` accepts: "auto", then every schedule of the library's table.
+ALGORITHMS = tuple(_core.algorithms())
 DTYPES = ("float32", "float64", "float16", "bfloat16")
 
 

@@ -248,6 +248,11 @@ PYBIND11_MODULE(_core, m) {
       [](std::int64_t comm, std::uint64_t key) { ccoll::reset_state(comm_of(comm), key); },
       py::arg("comm"), py::arg("key") = 0);
   m.def("nonblocking_progress", &ccoll::nonblocking_progress);
+  m.def("algorithms", []() {
+    py::list names;
+    for (const std::string& a : ccoll::algorithms()) names.append(a);
+    return names;
+  });
   m.def("version", []() { return std::string(ccoll::version()); });
   m.attr("cuda_enabled") = static_cast<bool>(CCOLL_ENABLE_CUDA);
 }

@@ -30,6 +30,11 @@ std::string op_name(MPI_Op op) {
   return "a user-defined op";
 }
 
+// Whether the codec a valid spec names adds codes (the schedule table's codec needs).
+bool summable(const CodecSpec& spec, codec::DType dtype) {
+  return make_codec(spec, dtype)->capabilities().summable;
+}
+
 }  // namespace
 
 const char* arg_name(int id) {
@@ -183,37 +188,15 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
   } catch (const Error& e) {
     bad.set(kArgAlgorithm, e.code(), e.message());
   }
-  if (call.reduce_scatter() && bad.ok()) {
-    // the owner's chunk: codes added on the ring (summable codecs) or pairwise contributions
-    const bool summable = make_codec(c.spec, c.dtype)->capabilities().summable;
-    const bool ok = c.algorithm == coll::Algorithm::kAuto ||
-                    c.algorithm == coll::Algorithm::kHierarchical ||
-                    (c.algorithm == coll::Algorithm::kRing && summable) ||
-                    (c.algorithm == coll::Algorithm::kScatterReduce && !summable);
-    if (!ok) {
-      bad.set(
-          kArgAlgorithm,
-          c.algorithm == coll::Algorithm::kRing || c.algorithm == coll::Algorithm::kScatterReduce
-              ? Status::kUnsupported
-              : Status::kInvalidArgument,
-          std::string("algorithm: '") + coll::algorithm_name(c.algorithm) + "' with " +
-              c.spec.canonical + " (valid for compressed_reduce_scatter with it: auto, " +
-              (summable ? "ring" : "sra") + ", hierarchical)");
-    }
-  }
-  if (call.kind == Kind::kAllgather && (c.algorithm == coll::Algorithm::kAllgather ||
-                                        c.algorithm == coll::Algorithm::kScatterReduce)) {
-    bad.set(kArgAlgorithm, Status::kInvalidArgument,
-            std::string("algorithm: '") + coll::algorithm_name(c.algorithm) +
-                "' is an all-reduce schedule (valid for compressed_allgather: auto, ring, tree, "
-                "hierarchical)");
-  }
-  if (call.allreduce() && bad.ok() && c.algorithm == coll::Algorithm::kScatterReduce &&
-      make_codec(c.spec, c.dtype)->capabilities().summable) {
-    // its shared scales cover single contributions, not the owners' sums
-    bad.set(kArgAlgorithm, Status::kUnsupported,
-            "algorithm: 'sra' is for codecs that cannot add codes; " + c.spec.canonical +
-                " adds them in the ring (valid for it: auto, ring, tree)");
+  if (bad.ok() && c.algorithm != coll::Algorithm::kAuto) {
+    // the schedule table says which collectives and codecs the algorithm takes
+    const coll::Op op = call.allreduce()        ? coll::Op::kAllreduce
+                        : call.reduce_scatter() ? coll::Op::kReduceScatter
+                                                : coll::Op::kAllgather;
+    Status code = Status::kSuccess;
+    const std::string why =
+        coll::check_algorithm(c.algorithm, op, summable(c.spec, c.dtype), c.spec.canonical, code);
+    if (!why.empty()) bad.set(kArgAlgorithm, code, why);
   }
   return c;
 }

@@ -126,15 +126,22 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
     }
     return;
   }
-  // the codec's kernels where it has them (ring and scatter-reduce schedules; NCCL: the ring),
-  // else host copies
-  const bool kernels =
-      compress && has_device_kernels(c.spec, c.dtype) &&
-      (c.algorithm == coll::Algorithm::kAuto || c.algorithm == coll::Algorithm::kRing ||
-       (c.algorithm == coll::Algorithm::kScatterReduce && transport != "nccl"));
-  // the reduce-scatter's schedules do not run in lock step: under CCOLL_TRANSPORT=nccl it
-  // takes the staged path
-  const bool nccl = kernels && transport == "nccl" && !call.reduce_scatter();
+  // the codec's kernels where it has them and the schedule runs device codecs (the schedule
+  // table), else host copies; NCCL where the schedule runs in lock step, else payloads through
+  // MPI (the reduce-scatter's schedules do not run in lock step)
+  const coll::Op op = call.allreduce()        ? coll::Op::kAllreduce
+                      : call.reduce_scatter() ? coll::Op::kReduceScatter
+                                              : coll::Op::kAllgather;
+  bool device_schedule = c.algorithm == coll::Algorithm::kAuto;
+  bool lock_step = false;
+  for (const coll::ScheduleRow& row : coll::schedule_table()) {
+    if (c.algorithm == coll::Algorithm::kAuto || row.id == c.algorithm) {
+      device_schedule = device_schedule || (row.device & coll::bit(op)) != 0;
+      lock_step = lock_step || (row.lock_step & coll::bit(op)) != 0;
+    }
+  }
+  const bool kernels = compress && has_device_kernels(c.spec, c.dtype) && device_schedule;
+  const bool nccl = kernels && transport == "nccl" && lock_step;
   if (nccl) check_nccl_device(ctx.nccl_transport_if_made(), pl, bad);
   // payloads in device memory: NCCL, CCOLL_TRANSPORT=mpi, or auto with a CUDA-aware MPI
   const bool resident =

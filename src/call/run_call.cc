@@ -83,7 +83,7 @@ bool let_codec_read_half(Call& call, const Placement& pl, const Checked& c, code
   const codec::InputType t =
       call.input_half == Half::kBFloat16 ? codec::InputType::kBFloat16 : codec::InputType::kFloat16;
   if (!pl.resident_nccl() && call.allreduce() && codec.capabilities().summable &&
-      coll::select_schedule(q) == coll::Schedule::kRing && codec.set_input_type(t)) {
+      coll::schedule_row(coll::select_schedule(q)).half_input && codec.set_input_type(t)) {
     return true;
   }
   widen_input(call, c.in_total, input_device(pl));
@@ -167,16 +167,6 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   const int p = ctx.size();
   auto* recv = static_cast<std::byte*>(call.recvbuf);
   std::byte* own = call.own_block(es, ctx.rank());
-  bool copied = false;  // the input is in recvbuf already (copied, or prescaled there)
-  auto copy_input = [&] {
-    if (call.in_place() || copied) return;
-    copied = true;
-    if (pl.kernels()) {
-      pl.device->copy(own, call.sendbuf, call.count * es);
-    } else {
-      std::memcpy(own, call.sendbuf, call.count * es);
-    }
-  };
   coll::Counters counters;
   // NCCL: its transport (made on the first such call, on every rank: the agreement checked
   // that all take it); on the emulated device MPI stands in for it on the same exact ring
@@ -232,36 +222,26 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
             " sent=" + std::to_string(counters.bytes_sent));
   };
   if (call.reduce_scatter()) {
-    // the owner's chunk of count·p elements: codes added on the ring and decoded once
-    // (summable codecs), or every other rank's contribution quantized once and added to the
-    // owner's own, exact (the pairwise exchange). MPI_IN_PLACE: the input is recvbuf and the
-    // result goes to its start, as MPI_Reduce_scatter_block puts it.
-    const std::size_t n = c.in_total;
-    if (codec.capabilities().summable) {
-      stats.algorithm = "ring";
-      coll::reduce_scatter_ring(cx, input, recv, n);  // writes after its last read of the input
-    } else {
-      stats.algorithm = "pairwise";
-      const std::size_t at = coll::chunk_offset(n, p, ctx.rank()) * es;
-      // in place, the owner's chunk is summed where it is (the other chunks are still to be
-      // sent) and moved to the start afterwards (chunk r > 0 does not overlap chunk 0)
-      std::byte* chunk = call.in_place() ? recv + at : recv;
-      coll::reduce_scatter_pairwise(cx, input, chunk, n);
-      if (chunk != recv) coll::copy_elements(cx, recv, chunk, call.count * es);
-    }
+    // the owner's chunk of count·p elements: codes added on the ring (summable codecs), or
+    // every other rank's contribution quantized once and added to the owner's own, exact (the
+    // pairwise exchange). MPI_IN_PLACE: the input is recvbuf and the result goes to its start,
+    // as MPI_Reduce_scatter_block puts it.
+    const coll::ScheduleRow& row =
+        coll::schedule_row(coll::select_reduce_scatter(c.algorithm, codec.capabilities().summable));
+    stats.algorithm = row.reduce_scatter_name;
+    coll::run_reduce_scatter(row, cx, input, recv, c.in_total);
     if (average) coll::divide_elements(cx, recv, call.count, p);
     trace();
     return;
   }
-  const coll::Schedule schedule = coll::select_schedule(q);
-  stats.algorithm = coll::schedule_name(schedule);
+  const coll::ScheduleRow& row = coll::schedule_row(coll::select_schedule(q));
+  stats.algorithm = row.name;
   if (call.input_half != Half::kNone &&
-      (!allreduce || !codec.capabilities().summable || schedule != coll::Schedule::kRing ||
-       cx.exact_lengths || cx.transport.exact_lengths())) {
-    // only the summable ring reads 16-bit input (let_codec_read_half() chose it for that):
-    // any other schedule gets it widened where its own copy of the input goes
+      (!allreduce || !codec.capabilities().summable || !row.half_input || cx.exact_lengths ||
+       cx.transport.exact_lengths())) {
+    // only a schedule that lets the summable codec read 16-bit input does (let_codec_read_half()
+    // chose it for that): any other gets it widened where its own copy of the input goes
     widen_16_to(call, call.count, reinterpret_cast<float*>(own), input_device(pl));
-    copied = true;
     input = own;
     codec.set_input_type(codec::InputType::kNative);
     cx.input_elem_bytes = 0;
@@ -269,41 +249,16 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   bool divide = average;
   if (allreduce && average && codec.capabilities().prescale_mean) {
     // each contribution divided first: the sums stay within the inputs' range (fp16)
-    copy_input();
+    if (input != own) coll::copy_elements(cx, own, input, call.count * es);
     coll::divide_elements(cx, recv, call.count, p);
     input = recv;
     divide = false;
   }
   if (allreduce) {
-    switch (schedule) {
-      case coll::Schedule::kTree:
-        copy_input();
-        coll::allreduce_recursive_doubling(cx, recv, call.count, divide);
-        break;
-      case coll::Schedule::kAllgatherReduce:
-        copy_input();
-        coll::allreduce_allgather(cx, recv, call.count, divide);
-        break;
-      case coll::Schedule::kRing:
-        coll::allreduce_ring(cx, input, recv, call.count, divide);
-        break;
-      case coll::Schedule::kScatterReduce:
-        coll::allreduce_scatter_reduce(cx, input, recv, call.count, divide);
-        break;
-    }
+    coll::run_allreduce(row, cx, input, recv, call.count, divide);
     codec.finish_allreduce(recv, call.count);  // temporal: beta·y_prev + decoded sum
   } else {
-    copy_input();
-    switch (schedule) {
-      case coll::Schedule::kTree:
-        coll::allgather_bruck(cx, own, call.count, recv);
-        break;
-      case coll::Schedule::kAllgatherReduce:  // all-reduce schedules: rejected up front
-      case coll::Schedule::kScatterReduce:
-      case coll::Schedule::kRing:
-        coll::allgather_ring(cx, own, call.count, recv);
-        break;
-    }
+    coll::run_allgather(row, cx, input, call.count, recv);
   }
   trace();
 }

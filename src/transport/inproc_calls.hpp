@@ -34,21 +34,11 @@ class InprocAllreduce {
     coll::Context cx{t_, codec_, ws_, counters_};
     cx.seed = seed;
     cx.call = call;
-    switch (algo) {
-      case coll::Algorithm::kScatterReduce:
-        coll::allreduce_scatter_reduce(cx, in, out, n, false);
-        break;
-      case coll::Algorithm::kTree:
-        std::copy_n(in, n, out);
-        coll::allreduce_recursive_doubling(cx, out, n, false);
-        break;
-      case coll::Algorithm::kAllgather:
-        std::copy_n(in, n, out);
-        coll::allreduce_allgather(cx, out, n, false);
-        break;
-      default:
-        coll::allreduce_ring(cx, in, out, n, false);
-    }
+    // the table's all-reduce of `algo`, the ring for auto and the two-level schedule
+    const coll::ScheduleRow& row =
+        coll::schedule_row(algo == coll::Algorithm::kAuto ? coll::Algorithm::kRing : algo);
+    coll::run_allreduce(row.allreduce != nullptr ? row : coll::schedule_row(coll::Algorithm::kRing),
+                        cx, in, out, n, false);
     codec_.finish_allreduce(out, n);
   }
 

@@ -237,7 +237,7 @@ TEST(MpiErrors, ScatterReduceRefusesSummableCodecs) {
                                         MPI_COMM_WORLD, opt);
           },
           ccoll::Status::kUnsupported);
-      EXPECT_NE(msg.find("valid for it: auto, ring, tree"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("with it: auto, ring, tree"), std::string::npos) << msg;
     }
   }
 }

@@ -1,0 +1,259 @@
+// The schedule table and everything derived from it (schedules.hpp).
+//
+// The ring moves 2 (p-1)/p of the data per rank in 2 (p-1) latency steps; recursive doubling
+// moves log2(p) times the data in log2(p) steps. Below a few tens of KiB latency dominates, so
+// "auto" takes the tree there and whenever there are fewer elements than ranks. Above, codecs
+// that cannot add codes take the scatter-reduce-allgather from 3 ranks on: the same traffic as
+// the ring, and each element quantized at most twice instead of up to p times.
+#include "schedules.hpp"
+
+#include "collectives.hpp"
+
+namespace ccoll::coll {
+namespace {
+
+constexpr unsigned kAllOps = bit(Op::kAllreduce) | bit(Op::kAllgather) | bit(Op::kReduceScatter);
+
+// The tree's and the all-gather reduction's all-gather forms.
+void tree_allgather(Context& cx, const void* send, std::size_t count, void* recv) {
+  allgather_bruck(cx, send, count, recv);
+}
+void tree_allreduce(Context& cx, const void*, void* out, std::size_t count, bool average) {
+  allreduce_recursive_doubling(cx, out, count, average);
+}
+void gather_allreduce(Context& cx, const void*, void* out, std::size_t count, bool average) {
+  allreduce_allgather(cx, out, count, average);
+}
+
+const std::vector<ScheduleRow>& rows() {
+  static const std::vector<ScheduleRow> table = {
+      // id, name, reduce-scatter's name, ops, all-reduce codec, reduce-scatter codec,
+      // device, lock step, half input, two-level, all-reduce in place only, functions
+      {Algorithm::kRing, "ring", "ring", kAllOps, CodecNeed::kAny, CodecNeed::kSummable, kAllOps,
+       bit(Op::kAllreduce) | bit(Op::kAllgather), true, false, false, allreduce_ring,
+       allgather_ring, reduce_scatter_ring},
+      {Algorithm::kTree, "tree", "", bit(Op::kAllreduce) | bit(Op::kAllgather), CodecNeed::kAny,
+       CodecNeed::kAny, 0, 0, false, false, true, tree_allreduce, tree_allgather, nullptr},
+      {Algorithm::kAllgather, "allgather", "", bit(Op::kAllreduce), CodecNeed::kAny,
+       CodecNeed::kAny, bit(Op::kAllreduce), 0, false, false, true, gather_allreduce, nullptr,
+       nullptr},
+      {Algorithm::kScatterReduce, "sra", "pairwise", bit(Op::kAllreduce) | bit(Op::kReduceScatter),
+       CodecNeed::kNotSummable, CodecNeed::kNotSummable,
+       bit(Op::kAllreduce) | bit(Op::kReduceScatter), 0, false, false, false,
+       allreduce_scatter_reduce, nullptr, reduce_scatter_sra},
+      {Algorithm::kHierarchical, "hierarchical", "hierarchical", kAllOps, CodecNeed::kAny,
+       CodecNeed::kAny, 0, 0, false, true, false, nullptr, nullptr, nullptr},
+  };
+  return table;
+}
+
+bool codec_fits(CodecNeed need, bool summable) {
+  return need == CodecNeed::kAny || (need == CodecNeed::kSummable) == summable;
+}
+
+CodecNeed need_of(const ScheduleRow& r, Op op) {
+  return op == Op::kReduceScatter ? r.reduce_scatter_codec
+         : op == Op::kAllreduce   ? r.allreduce_codec
+                                  : CodecNeed::kAny;
+}
+
+const char* op_noun(Op op) {
+  return op == Op::kAllreduce   ? "all-reduce"
+         : op == Op::kAllgather ? "all-gather"
+                                : "reduce-scatter";
+}
+
+// "auto, ring, ..." for `op`, with a codec that is `summable` unless `any_codec`.
+std::string valid_list(Op op, bool summable, bool any_codec) {
+  std::string s = "auto";
+  for (const ScheduleRow& r : rows()) {
+    if ((r.ops & bit(op)) != 0 && (any_codec || codec_fits(need_of(r, op), summable))) {
+      s += ", ";
+      s += r.name;
+    }
+  }
+  return s;
+}
+
+// May the flat schedule `a` run `op` under the query's transport and codec placement?
+bool allowed(Algorithm a, Op op, const ScheduleQuery& q) {
+  const ScheduleRow& r = schedule_row(a);
+  if (r.two_level || (r.ops & bit(op)) == 0) return false;
+  if (q.exact_lengths && (r.lock_step & bit(op)) == 0) return false;
+  if (q.device_codecs && (r.device & bit(op)) == 0) return false;
+  return true;
+}
+
+// auto's choice among the allowed rows, the ring last.
+Schedule select_auto(const ScheduleQuery& q, Op op) {
+  const std::size_t bytes = q.count * q.elem_bytes;
+  if (op == Op::kAllreduce) {
+    if (q.gather_reduce && allowed(Algorithm::kAllgather, op, q)) return Algorithm::kAllgather;
+    // error feedback compensates what one rank encodes (its contribution, its chunk's sum), not
+    // the tree's encodes of group sums that several ranks make identically
+    const bool tree = !(q.reencodes && q.stateful);
+    if (tree && allowed(Algorithm::kTree, op, q) &&
+        (bytes <= kTreeAllreduceMaxBytes || q.count < static_cast<std::size_t>(q.ranks))) {
+      return Algorithm::kTree;
+    }
+    if (q.reencodes && q.ranks >= kScatterReduceMinRanks &&
+        allowed(Algorithm::kScatterReduce, op, q)) {
+      return Algorithm::kScatterReduce;
+    }
+    return Algorithm::kRing;
+  }
+  if (allowed(Algorithm::kTree, op, q) &&
+      bytes * static_cast<std::size_t>(q.ranks) <= kTreeAllgatherMaxBytes) {
+    return Algorithm::kTree;
+  }
+  return Algorithm::kRing;
+}
+
+}  // namespace
+
+void reduce_scatter_sra(Context& cx, const void* in, void* out, std::size_t count) {
+  if (in != out) {
+    reduce_scatter_pairwise(cx, in, out, count);
+    return;
+  }
+  // in place: the owner's chunk is summed where it is (the other chunks are still to be sent)
+  // and moved to the start afterwards (chunk r > 0 does not overlap chunk 0)
+  const int p = cx.transport.size();
+  const int r = cx.transport.rank();
+  const std::size_t es = codec::dtype_size(cx.codec.dtype());
+  auto* chunk = static_cast<std::byte*>(out) + chunk_offset(count, p, r) * es;
+  reduce_scatter_pairwise(cx, in, chunk, count);
+  if (chunk != out) copy_elements(cx, out, chunk, chunk_count(count, p, r) * es);
+}
+
+const std::vector<ScheduleRow>& schedule_table() { return rows(); }
+
+const ScheduleRow& schedule_row(Algorithm a) {
+  for (const ScheduleRow& r : rows()) {
+    if (r.id == a) return r;
+  }
+  throw Error(Status::kInternal,
+              "schedule_row: no row for algorithm " + std::to_string(static_cast<int>(a)));
+}
+
+const char* algorithm_name(Algorithm a) {
+  return a == Algorithm::kAuto ? "auto" : schedule_row(a).name;
+}
+
+std::vector<std::string> algorithm_names() {
+  std::vector<std::string> names{"auto"};
+  for (const ScheduleRow& r : rows()) names.emplace_back(r.name);
+  return names;
+}
+
+Algorithm parse_algorithm(const std::string& name) {
+  if (name.empty() || name == "auto") return Algorithm::kAuto;
+  std::string valid = "auto";
+  for (const ScheduleRow& r : rows()) {
+    if (name == r.name) return r.id;
+    valid += std::string(", ") + r.name;
+  }
+  throw Error(Status::kInvalidArgument,
+              "algorithm: unknown algorithm '" + name + "' (valid: " + valid + ")");
+}
+
+const char* op_function(Op op) {
+  return op == Op::kAllreduce   ? "compressed_allreduce"
+         : op == Op::kAllgather ? "compressed_allgather"
+                                : "compressed_reduce_scatter";
+}
+
+std::string check_algorithm(Algorithm a, Op op, bool summable, const std::string& codec,
+                            Status& code) {
+  if (a == Algorithm::kAuto) return {};
+  const ScheduleRow& r = schedule_row(a);
+  const std::string head = std::string("algorithm: '") + r.name + "'";
+  if ((r.ops & bit(op)) == 0) {
+    code = Status::kInvalidArgument;
+    const char* is = (r.ops & bit(Op::kAllreduce)) != 0 ? "an all-reduce" : "another collective's";
+    // the choices depend on the codec where some row of `op` needs something of it
+    bool by_codec = false;
+    for (const ScheduleRow& o : rows()) {
+      by_codec = by_codec || ((o.ops & bit(op)) != 0 && need_of(o, op) != CodecNeed::kAny);
+    }
+    return head + " is " + is + " schedule with no " + op_noun(op) + " form (valid for " +
+           op_function(op) + (by_codec ? " with " + codec : std::string()) + ": " +
+           valid_list(op, summable, false) + ")";
+  }
+  const CodecNeed need = need_of(r, op);
+  if (codec_fits(need, summable)) return {};
+  code = Status::kUnsupported;
+  return head +
+         (need == CodecNeed::kNotSummable
+              ? " is for codecs that cannot add codes; " + codec + " adds them"
+              : " is for codecs that add codes; " + codec + " cannot") +
+         " (valid for " + op_function(op) + " with it: " + valid_list(op, summable, false) + ")";
+}
+
+Schedule select_schedule(const ScheduleQuery& q) {
+  const Op op = q.allreduce ? Op::kAllreduce : Op::kAllgather;
+  if (q.requested != Algorithm::kAuto) {
+    // a row the transport or the device codecs cannot run falls back to the ring
+    return allowed(q.requested, op, q) ? q.requested : Algorithm::kRing;
+  }
+  return select_auto(q, op);
+}
+
+Schedule select_reduce_scatter(Algorithm requested, bool summable) {
+  if (requested != Algorithm::kAuto) {
+    // the checks refused a row that cannot take the codec; a two-level one takes auto's here
+    const ScheduleRow& r = schedule_row(requested);
+    if (r.reduce_scatter != nullptr && codec_fits(r.reduce_scatter_codec, summable)) return r.id;
+  }
+  for (const ScheduleRow& r : rows()) {
+    if (!r.two_level && r.reduce_scatter != nullptr &&
+        codec_fits(r.reduce_scatter_codec, summable)) {
+      return r.id;
+    }
+  }
+  return Algorithm::kRing;
+}
+
+Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,
+                           int ranks, bool gather_reduce, bool reencodes, bool stateful) {
+  if (requested != Algorithm::kAuto) return requested;
+  ScheduleQuery q;
+  q.count = count;
+  q.elem_bytes = elem_bytes;
+  q.ranks = ranks;
+  q.gather_reduce = gather_reduce;
+  q.reencodes = reencodes;
+  q.stateful = stateful;
+  return select_schedule(q);
+}
+
+Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t elem_bytes,
+                           int ranks) {
+  if (requested != Algorithm::kAuto) return requested;
+  ScheduleQuery q;
+  q.allreduce = false;
+  q.count = count;
+  q.elem_bytes = elem_bytes;
+  q.ranks = ranks;
+  return select_schedule(q);
+}
+
+void run_allreduce(const ScheduleRow& row, Context& cx, const void* in, void* out,
+                   std::size_t count, bool average) {
+  if (row.allreduce_in_place && in != out) {
+    copy_elements(cx, out, in, count * codec::dtype_size(cx.codec.dtype()));
+  }
+  row.allreduce(cx, in, out, count, average);
+}
+
+void run_allgather(const ScheduleRow& row, Context& cx, const void* send, std::size_t count,
+                   void* recv) {
+  row.allgather(cx, send, count, recv);
+}
+
+void run_reduce_scatter(const ScheduleRow& row, Context& cx, const void* in, void* out,
+                        std::size_t count) {
+  row.reduce_scatter(cx, in, out, count);
+}
+
+}  // namespace ccoll::coll

@@ -1,0 +1,141 @@
+// The schedule table: one row per algorithm a call can name (Options::algorithm,
+// CCOLL_ALGORITHM), saying which collectives it runs, what it needs from the codec and the
+// transport, whether device codecs run it, and the functions that run it. Parsing, the valid
+// choices in error messages, the argument checks, the choice of "auto" and the dispatch of a
+// call all read this table; docs/extending.md shows how a new schedule is added.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "ccoll/error.hpp"
+
+namespace ccoll::coll {
+
+struct Context;
+
+/// The algorithms, in the table's order (kAuto is not a row: it asks select_schedule()).
+enum class Algorithm {
+  kAuto,
+  kRing,           ///< ring reduce-scatter + all-gather (in lock step where the transport needs it)
+  kTree,           ///< recursive doubling all-reduce / Bruck all-gather
+  kAllgather,      ///< all-reduce by all-gather of every rank's payload
+  kScatterReduce,  ///< scatter-reduce-allgather ("sra"), for codecs that cannot add codes
+  kHierarchical,   ///< the API layer's two-level all-reduce (src/call/hierarchical.hpp)
+  kAllgatherReduce = kAllgather,  ///< the name Schedule uses for kAllgather
+};
+/// The schedule a call runs: a row of the table (never kAuto once selected).
+using Schedule = Algorithm;
+
+/// The collectives, as bits of ScheduleRow::ops.
+enum class Op : unsigned { kAllreduce = 1, kAllgather = 2, kReduceScatter = 4 };
+constexpr unsigned bit(Op op) { return static_cast<unsigned>(op); }
+
+/// What a schedule needs of the codec for an all-reduce or a reduce-scatter.
+enum class CodecNeed {
+  kAny,
+  kSummable,     ///< codes that add (the reduce-scatter's ring)
+  kNotSummable,  ///< codes that do not (their shared scales would not cover the owners' sums)
+};
+
+/// out = Σ in (the mean when `average`); `in` == `out`: in place.
+using AllreduceFn = void (*)(Context& cx, const void* in, void* out, std::size_t count,
+                             bool average);
+/// `count` elements from every rank into `recv`; `send` may be this rank's block of `recv`.
+using AllgatherFn = void (*)(Context& cx, const void* send, std::size_t count, void* recv);
+/// This rank's chunk of the sum of `count` elements at `in` into `out`; `out` == `in`: in place
+/// (the chunk goes to the start of the buffer, as MPI_Reduce_scatter_block puts it).
+using ReduceScatterFn = void (*)(Context& cx, const void* in, void* out, std::size_t count);
+
+struct ScheduleRow {
+  Algorithm id;
+  const char* name;                 ///< Options::algorithm and Stats::algorithm
+  const char* reduce_scatter_name;  ///< Stats::algorithm of its reduce-scatter
+  unsigned ops;                     ///< the collectives it runs (bits of Op)
+  CodecNeed allreduce_codec;
+  CodecNeed reduce_scatter_codec;
+  unsigned device;     ///< the collectives device codecs run with it (bits of Op)
+  unsigned lock_step;  ///< the collectives it runs in lock step with exact receive lengths
+  bool half_input;     ///< its all-reduce lets a summable codec read 16-bit input itself
+  bool two_level;      ///< run above the schedules, by the API layer (no functions here)
+  /// Its all-reduce function works in place only: a separate input is copied to `out` first.
+  bool allreduce_in_place;
+  AllreduceFn allreduce;
+  AllgatherFn allgather;
+  ReduceScatterFn reduce_scatter;
+};
+
+/// Every row, in the order the documentation and the error messages list them.
+const std::vector<ScheduleRow>& schedule_table();
+/// The row of `a` (not kAuto).
+const ScheduleRow& schedule_row(Algorithm a);
+
+/// "auto", "ring", "tree", "allgather", "sra", "hierarchical".
+const char* algorithm_name(Algorithm a);
+/// Stats::algorithm's name of a schedule.
+inline const char* schedule_name(Schedule s) { return algorithm_name(s); }
+/// "auto" followed by every row's name.
+std::vector<std::string> algorithm_names();
+/// Parses an algorithm name; throws ccoll::Error(kInvalidArgument) listing the valid names.
+Algorithm parse_algorithm(const std::string& name);
+
+/// "compressed_allreduce", "compressed_allgather" or "compressed_reduce_scatter".
+const char* op_function(Op op);
+
+/// Whether `a` (kAuto included) runs `op` with a codec that is (or is not) `summable`: empty
+/// when it does; otherwise the error message, naming the argument and the valid choices, with
+/// `code` set to kInvalidArgument (no such form) or kUnsupported (not with this codec).
+std::string check_algorithm(Algorithm a, Op op, bool summable, const std::string& codec,
+                            Status& code);
+
+/// Per-rank input size at or below which "auto" picks the tree all-reduce.
+inline constexpr std::size_t kTreeAllreduceMaxBytes = 64 * 1024;
+/// Total output size at or below which "auto" picks the tree (Bruck) all-gather.
+inline constexpr std::size_t kTreeAllgatherMaxBytes = 256 * 1024;
+/// Ranks from which "auto" takes the scatter-reduce-allgather for codecs that re-encode (at 2
+/// ranks the ring quantizes each contribution once too).
+inline constexpr int kScatterReduceMinRanks = 3;
+
+/// What decides a call's schedule. Every rank must pass equal values (the API takes them from
+/// the agreement), so every rank runs the same schedule.
+struct ScheduleQuery {
+  bool allreduce = true;  ///< false: all-gather
+  Algorithm requested = Algorithm::kAuto;
+  std::size_t count = 0;
+  std::size_t elem_bytes = 4;
+  int ranks = 1;
+  bool gather_reduce = false;  ///< the codec asks for the all-gather reduction (Capabilities)
+  bool reencodes = false;      ///< the codec is lossy and not summable
+  bool stateful = false;       ///< the codec keeps state between calls (Capabilities)
+  bool device_codecs = false;  ///< some rank runs device codecs: rows with `device` only
+  bool exact_lengths = false;  ///< the transport needs exact lengths: rows with `lock_step` only
+};
+
+/// The one place a flat schedule is chosen: a row the transport can run (lock step) and the
+/// device codecs can run, falling back to the ring; the requested one if allowed, else for auto
+/// the all-gather reduction of a codec that asks for it, the tree when latency-bound (not for a
+/// stateful codec that re-encodes: error feedback cannot compensate the tree's shared encodes of
+/// group sums), the scatter-reduce-allgather for codecs that re-encode from 3 ranks, the ring.
+Schedule select_schedule(const ScheduleQuery& q);
+/// The reduce-scatter's schedule: the requested one, or for auto the first row whose
+/// reduce-scatter takes the codec.
+Schedule select_reduce_scatter(Algorithm requested, bool summable);
+
+/// select_schedule() for an all-reduce / all-gather on host buffers.
+Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,
+                           int ranks, bool gather_reduce = false, bool reencodes = false,
+                           bool stateful = false);
+Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t elem_bytes,
+                           int ranks);
+
+/// Runs the row's all-reduce (copying a separate input first where it works in place only),
+/// all-gather or reduce-scatter.
+void run_allreduce(const ScheduleRow& row, Context& cx, const void* in, void* out,
+                   std::size_t count, bool average);
+void run_allgather(const ScheduleRow& row, Context& cx, const void* send, std::size_t count,
+                   void* recv);
+void run_reduce_scatter(const ScheduleRow& row, Context& cx, const void* in, void* out,
+                        std::size_t count);
+
+}  // namespace ccoll::coll
