@@ -1,5 +1,5 @@
 // The schedule table: one row per algorithm a call can name (Options::algorithm,
-// CCOLL_ALGORITHM), saying which collectives it runs, what it needs from the codec and the
+// CCOLL_ALGO), saying which collectives it runs, what it needs from the codec and the
 // transport, whether device codecs run it, and the functions that run it. Parsing, the valid
 // choices in error messages, the argument checks, the choice of "auto" and the dispatch of a
 // call all read this table; docs/extending.md shows how a new schedule is added.

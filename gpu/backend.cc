@@ -7,7 +7,6 @@
 #include <vector>
 
 #include "ccoll/config.hpp"
-#include "config.hpp"
 
 namespace ccoll::gpu {
 
@@ -34,14 +33,14 @@ Registry& registry() {
 
 }  // namespace
 
-Backend* backend(const char** why) {
+Backend* backend(const char** why, const char* cuda_off) {
   Registry& r = registry();
   std::lock_guard<std::mutex> lock(r.mu);
   if (!r.probed) {
     r.probed = true;
 #if CCOLL_ENABLE_CUDA
-    if (!env_cuda_enabled()) {
-      r.why = "CCOLL_CUDA=0";
+    if (cuda_off != nullptr) {
+      r.why = cuda_off;
     } else if (auto b = make_cuda_backend(&r.why)) {
       r.current = b.get();
       r.owned.push_back(std::move(b));

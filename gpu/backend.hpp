@@ -170,10 +170,12 @@ class Backend {
 };
 
 /// The backend device buffers go through: the installed test backend, else the CUDA backend
-/// when ccoll was built with CUDA, a device is usable and CCOLL_CUDA is not 0, else null (`why`
-/// says why). Recognizing device pointers initializes CUDA in the process (its first call on
-/// a machine with a GPU); CCOLL_CUDA=0 keeps a CPU-only program from ever touching CUDA.
-Backend* backend(const char** why = nullptr);
+/// when ccoll was built with CUDA, a device is usable and the first probe's `cuda_off` is null,
+/// else null (`why` says why: `cuda_off` when it was set). Recognizing device pointers
+/// initializes CUDA in the process (its first call on a machine with a GPU); the library
+/// passes "CCOLL_CUDA=0" as `cuda_off` (ccoll::device_backend()) to keep a CPU-only program
+/// from ever touching CUDA.
+Backend* backend(const char** why = nullptr, const char* cuda_off = nullptr);
 
 /// A new emulated backend (see above).
 std::unique_ptr<Backend> make_emulated_backend();

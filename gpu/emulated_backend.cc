@@ -539,12 +539,6 @@ class EmulatedBackend final : public Backend {
 }  // namespace
 
 std::unique_ptr<Backend> make_emulated_backend() {
-  // CCOLL_EMULATED_EAGER=compute|copy: that queue runs work as it is queued (tests of ordering)
-  if (const char* e = std::getenv("CCOLL_EMULATED_EAGER")) {
-    const std::string v = e;
-    if (v == "compute") emulated_set_eager(0);
-    if (v == "copy") emulated_set_eager(1);
-  }
   return std::make_unique<EmulatedBackend>();
 }
 

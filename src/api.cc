@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "data_path.hpp"
 #include "auto_tune.hpp"
 #include "backend.hpp"
 #include "ccoll/ccoll.hpp"
@@ -65,7 +66,7 @@ struct Job {
                                  c.datatype, c.op, c.comm,    options} {}
   void run() {
     if (device >= 0) {
-      if (gpu::Backend* b = gpu::backend()) b->set_current_device(device);
+      if (gpu::Backend* b = device_backend()) b->set_current_device(device);
     }
     run_and_report(call);
   }
@@ -103,7 +104,7 @@ Request start(const call::Call& c) {
     job->call.ctx = &ctx;
     if (c.count > 0) {
       try {
-        if (gpu::Backend* b = gpu::backend()) job->device = b->current_device();
+        if (gpu::Backend* b = device_backend()) job->device = b->current_device();
       } catch (const Error&) {
         // the progress thread's own device query reports it, on every rank
       }

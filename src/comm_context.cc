@@ -140,19 +140,15 @@ const Topology& CommContext::topology() {
   const int r = rank();
   // CCOLL_RANKS_PER_NODE: K >= 1, the same on every rank (checked together: no rank may take
   // another grouping than the others)
-  int k = 0;
-  if (const char* v = std::getenv("CCOLL_RANKS_PER_NODE"); v != nullptr && *v != '\0') {
-    char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    k = (*end == '\0' && n >= 1 && n <= 1 << 20) ? static_cast<int>(n) : -1;
-  }
+  std::string text;
+  const int k = env_ranks_per_node(&text);
   int lo_hi[2] = {k, -k};
   CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, lo_hi, 2, MPI_INT, MPI_MAX, dup_));
   if (lo_hi[0] != -lo_hi[1] || k < 0) {
     t->uniform = false;
     t->error = lo_hi[0] != -lo_hi[1]
                    ? "CCOLL_RANKS_PER_NODE differs across ranks (valid: the same on every rank)"
-                   : "CCOLL_RANKS_PER_NODE: '" + std::string(std::getenv("CCOLL_RANKS_PER_NODE")) +
+                   : "CCOLL_RANKS_PER_NODE: '" + text +
                          "' (valid: a whole number of ranks, at least 1)";
     topology_ = std::move(t);
     return *topology_;

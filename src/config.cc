@@ -178,6 +178,20 @@ LogLevel parse_log_level(const std::string& text) {
 
 bool env_cuda_enabled() { return getenv_str("CCOLL_CUDA") != "0"; }
 
+int env_ranks_per_node(std::string* text) {
+  const std::string v = getenv_str("CCOLL_RANKS_PER_NODE");
+  if (text != nullptr) *text = v;
+  if (v.empty()) return 0;
+  char* end = nullptr;
+  const long n = std::strtol(v.c_str(), &end, 10);
+  return (*end == '\0' && n >= 1 && n <= 1 << 20) ? static_cast<int>(n) : -1;
+}
+
+int env_emulated_eager() {
+  const std::string v = getenv_str("CCOLL_EMULATED_EAGER");
+  return v == "compute" ? 0 : v == "copy" ? 1 : -1;
+}
+
 const PreloadConfig& preload_config() {
   static const PreloadConfig c = read_preload();
   return c;

@@ -70,6 +70,14 @@ const EnvConfig& env_config();
 /// False when CCOLL_CUDA=0: the device backend never calls CUDA. Never throws.
 bool env_cuda_enabled();
 
+/// CCOLL_RANKS_PER_NODE: 0 when unset, K >= 1, or -1 when malformed (`text`, if given, then
+/// holds the value). Never throws: the topology reports a bad value on every rank.
+int env_ranks_per_node(std::string* text = nullptr);
+
+/// CCOLL_EMULATED_EAGER (tests of the emulated device's ordering): the queue that runs work as
+/// it is queued, 0 compute or 1 copy; -1 when unset or neither.
+int env_emulated_eager();
+
 /// What the preload library was asked to do, read once.
 struct PreloadConfig {
   bool compress = false;  ///< CCOLL_CODEC set and non-empty

@@ -3,6 +3,9 @@
 
 #include <vector>
 
+#include "backend.hpp"
+#include "config.hpp"
+
 namespace ccoll {
 namespace {
 
@@ -10,6 +13,10 @@ constexpr DataPath kAll[] = {DataPath::kHost,         DataPath::kHostCopy, DataP
                              DataPath::kCudaAwareMpi, DataPath::kNccl,     DataPath::kNcclEmulated};
 
 }  // namespace
+
+gpu::Backend* device_backend() {
+  return gpu::backend(nullptr, env_cuda_enabled() ? nullptr : "CCOLL_CUDA=0");
+}
 
 const char* data_path_name(DataPath p) noexcept {
   switch (p) {

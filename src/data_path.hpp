@@ -6,6 +6,13 @@
 
 namespace ccoll {
 
+namespace gpu {
+class Backend;
+}  // namespace gpu
+
+/// The device backend the library's calls use: gpu::backend(), never CUDA under CCOLL_CUDA=0.
+gpu::Backend* device_backend();
+
 enum class DataPath {
   kHost,          ///< host buffers
   kHostCopy,      ///< device buffers copied whole to the host and back, the codec on the CPU

@@ -1,4 +1,5 @@
 // codec=auto (auto_tune.hpp).
+#include "data_path.hpp"
 #include "auto_tune.hpp"
 
 #include <climits>
@@ -91,7 +92,7 @@ bool run_auto(const Call& call, Stats& stats) {
     }
     if (call.count == 0 || call.recvbuf == nullptr || call.count > INT_MAX) return false;
     if (call.sendbuf == nullptr) return false;
-    if (gpu::Backend* b = gpu::backend();
+    if (gpu::Backend* b = device_backend();
         call.reduce_scatter() ||
         (b != nullptr && (b->is_device_pointer(call.recvbuf) ||
                           (!call.in_place() && b->is_device_pointer(call.sendbuf))))) {

@@ -1,4 +1,5 @@
 // 16-bit float buffers as fp32 calls (half_call.hpp), and the datatype handles that name them.
+#include "data_path.hpp"
 #include "half_call.hpp"
 
 #include <mpi.h>
@@ -154,7 +155,7 @@ void run_half(const Call& call, Half h, Stats& stats,
   gpu::Backend* device = nullptr;
   if (readable && call.count > 0) {
     try {
-      if (gpu::Backend* b = gpu::backend()) {
+      if (gpu::Backend* b = device_backend()) {
         const bool recv_dev = b->is_device_pointer(call.recvbuf);
         const bool send_dev = !call.in_place() && b->is_device_pointer(call.sendbuf);
         if (recv_dev != send_dev && !call.in_place()) readable = false;

@@ -1,4 +1,5 @@
 // Buffer placement and the choice of the data path (placement.hpp).
+#include "data_path.hpp"
 #include "placement.hpp"
 
 #if defined(OPEN_MPI) && OPEN_MPI && __has_include(<mpi-ext.h>)
@@ -67,7 +68,7 @@ bool mpi_cuda_aware() {
 Placement probe_buffers(const Call& call) {
   Placement pl;
   pl.user_recv = call.recvbuf;
-  gpu::Backend* b = call.count > 0 ? gpu::backend() : nullptr;
+  gpu::Backend* b = call.count > 0 ? device_backend() : nullptr;
   if (b == nullptr) return pl;
   BufferFacts& f = pl.facts;
   try {

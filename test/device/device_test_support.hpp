@@ -14,6 +14,7 @@
 
 #include "backend.hpp"
 #include "ccoll/error.hpp"
+#include "config.hpp"
 #include "device_codec.hpp"
 #include "quantizers.hpp"
 #include "spec.hpp"
@@ -27,7 +28,12 @@ inline gpu::Backend* test_backend(const char** why) {
   return gpu::backend(why);
 #else
   (void)why;
-  static const std::unique_ptr<gpu::Backend> emulated = gpu::make_emulated_backend();
+  static const std::unique_ptr<gpu::Backend> emulated = [] {
+    auto b = gpu::make_emulated_backend();
+    // CCOLL_EMULATED_EAGER=compute|copy: that queue runs work as it is queued (ordering tests)
+    if (const int q = env_emulated_eager(); q >= 0) gpu::emulated_set_eager(q);
+    return b;
+  }();
   return emulated.get();
 #endif
 }

@@ -26,7 +26,11 @@ gpu::Backend& current() {
 
 }  // namespace
 
-void use_emulated_device() { gpu::install_backend(gpu::make_emulated_backend()); }
+void use_emulated_device() {
+  gpu::install_backend(gpu::make_emulated_backend());
+  // CCOLL_EMULATED_EAGER=compute|copy: that queue runs work as it is queued (tests of ordering)
+  if (const int q = env_emulated_eager(); q >= 0) gpu::emulated_set_eager(q);
+}
 void set_emulated_device(int device) { gpu::emulated_set_device(device); }
 void fail_emulated_pointer_queries(bool fail) { gpu::emulated_fail_pointer_queries(fail); }
 std::size_t emulated_allocations() { return gpu::emulated_allocations(); }
