@@ -18,10 +18,8 @@
 // - bits=B1/B2 (two-scale): a coordinate whose magnitude is at most s1·M_b/s2 on every rank
 //   (a bit mask agreed with one AND all-reduce) is coded with the fine step M_b/s2, the others
 //   with the coarse step M_b/s1; both fit in B1-bit codes, so payloads still add in integers.
-// - randk:ratio=R: only the coordinates a shared stratified draw selects are coded. The tensor
-//   is cut into strata [floor(j/R), floor((j+1)/R)) and stratum j keeps one coordinate drawn
-//   from Philox(seed ^ kSelectKeyMix, call, j), so every rank (and every decoder) derives the
-//   same coordinates without index traffic; the others decode to zero.
+// - randk:ratio=R: only the coordinates of a shared stratified draw (randk_selection.hpp) are
+//   coded; the others decode to zero.
 //
 // Payload: header (param = B | B2 << 4 | j << 8 | requant << 31) · u64 element offset · f32
 // scale of every block the payload touches · packed codes (one per kept coordinate).
@@ -37,9 +35,11 @@
 #include "ccoll/error.hpp"
 #include "half_batch.hpp"
 #include "lanes_hwy.hpp"
+#include "maxnorm_decode.hpp"
 #include "maxnorm_wire.hpp"
 #include "philox.hpp"
 #include "quantizers.hpp"
+#include "randk_selection.hpp"
 #include "uniforms.hpp"
 #include "wire.hpp"
 
@@ -54,67 +54,6 @@ constexpr double kFallbackMargin = 1e-5;
 constexpr double kDecodeMargin = 1e-6;
 constexpr std::uint32_t kMaxContributions = (1u << 23) - 1;
 constexpr std::uint32_t kRequantFlag = 1u << 31;
-constexpr std::uint32_t kSelectStream = 0x5E1EC7u;
-
-std::size_t blocks_spanned(std::uint64_t offset, std::size_t count) {
-  return maxnorm_blocks_spanned(offset, count);
-}
-
-float load_f32(const std::byte* p, std::size_t i) {
-  float f;
-  std::memcpy(&f, p + 4 * i, 4);
-  return f;
-}
-
-bool mask_bit(const std::vector<std::uint8_t>& mask, std::uint64_t i) {
-  return ((mask[i >> 3] >> (i & 7)) & 1) != 0;
-}
-
-// randk's coordinates: stratum j = [floor(j·L), floor((j+1)·L)), L = 1/ratio, keeps the
-// coordinate start + floor(u32 · len / 2^32) for its Philox word u32.
-class Selection {
- public:
-  explicit Selection(double ratio)
-      : len_(1.0 / ratio), min_len_(static_cast<std::uint64_t>(std::floor(1.0 / ratio))) {}
-
-  std::uint64_t start(std::uint64_t j) const {
-    return static_cast<std::uint64_t>(static_cast<double>(j) * len_);
-  }
-
-  /// The kept coordinates in [offset, offset + count), increasing, into `out`.
-  void select(std::uint64_t seed, std::uint64_t call, std::uint64_t offset, std::size_t count,
-              std::vector<std::uint64_t>& out) const {
-    out.clear();
-    if (count == 0) return;
-    const std::uint64_t end = offset + count;
-    auto j = static_cast<std::uint64_t>(static_cast<double>(offset) / len_);
-    while (start(j + 1) <= offset) ++j;
-    while (j > 0 && start(j) > offset) --j;
-    std::uint64_t quad = ~std::uint64_t{0};
-    Philox4x32 rnd{};
-    for (;; ++j) {
-      const std::uint64_t s = start(j);
-      if (s >= end) break;
-      const std::uint64_t len = start(j + 1) - s;
-      if (len == 0) continue;  // rounding of j·L at huge j: an empty stratum keeps nothing
-      if ((j >> 2) != quad) {
-        quad = j >> 2;
-        rnd = philox_block(seed ^ kSelectKeyMix, call, kSelectStream, quad);
-      }
-      const std::uint64_t idx = s + ((static_cast<std::uint64_t>(rnd.v[j & 3]) * len) >> 32);
-      if (idx >= offset && idx < end) out.push_back(idx);
-    }
-  }
-
-  /// Most coordinates select() can keep in `count` consecutive elements.
-  std::size_t max_selected(std::size_t count) const {
-    return std::min<std::size_t>(count, count / min_len_ + 2);
-  }
-
- private:
-  double len_;
-  std::uint64_t min_len_;
-};
 
 std::string spec_of(const MaxNormParams& p) {
   if (p.ratio > 0) {
@@ -183,7 +122,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     // randk: as many codes as the call's shared selection keeps there
     const std::size_t ncodes =
         sparse_ ? (selection_.select(seed_, call_, offset, count, sel_), sel_.size()) : count;
-    return maxnorm_prefix_bytes(blocks_spanned(offset, count)) +
+    return maxnorm_prefix_bytes(maxnorm_blocks_spanned(offset, count)) +
            packed_bytes(ncodes, width(contributions));
   }
   // A sum of j contributions decodes to at most j·M (M: the float scale, rounded up): input
@@ -310,7 +249,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     }
     std::byte* p = begin_payload(out, count, ctx, 1);
     const std::size_t first = ctx.offset / kBlock;
-    const std::size_t nb = blocks_spanned(ctx.offset, count);
+    const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count);
     if (sparse_) return static_cast<std::size_t>(encode_sparse(x, count, ctx, p) - out);
     // 16-bit input (own contributions): each run of elements is widened into a tile first,
     // which stays in the L1 cache
@@ -406,7 +345,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     const T* x = static_cast<const T*>(in);
     std::byte* p = begin_payload(out, count, ctx, contributions);
     const std::size_t first = ctx.offset / kBlock;
-    const std::size_t nb = blocks_spanned(ctx.offset, count);
+    const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count);
     const auto levels = static_cast<std::uint32_t>(bias(contributions));
     const auto s = static_cast<T>(s_);
     // every lane first, then one pack (groups of 8 lanes whole bytes)
@@ -659,7 +598,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   std::byte* begin_payload(std::byte* out, std::size_t count, const BlockContext& ctx,
                            std::uint32_t contributions) const {
     const std::size_t first = ctx.offset / kBlock;
-    const std::size_t nb = blocks_spanned(ctx.offset, count);
+    const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count);
     if (count != 0 && first + nb > scales_.size()) {
       throw Error(Status::kInternal, "maxnorm: encode outside the agreed scales");
     }
@@ -724,7 +663,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     if (fine_bits_ != 0 && count != 0 && v.offset + count > mask_.size() * 8) {
       corrupt("elements outside the agreed two-scale mask");
     }
-    v.nblocks = blocks_spanned(v.offset, count);
+    v.nblocks = maxnorm_blocks_spanned(v.offset, count);
     if (sparse_) {
       // never trust a count from the wire: derive the kept coordinates as the encoder did
       if (v.nblocks != 0 && count > (std::uint64_t{1} << 40)) corrupt("element count too large");
@@ -764,23 +703,9 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     const std::size_t first = v.offset / kBlock;
     if (sparse_) {
       if constexpr (!kAccumulate) std::fill(out, out + count, T(0));
-      std::size_t block = ~std::size_t{0};
-      T step = 0;
-      for_each_packed(
-          v.codes, code_bytes, v.width, 0, v.ncodes, [&](std::size_t k, std::uint32_t u) {
-            const std::uint64_t idx = sel_[k];
-            if (idx / kBlock != block) {
-              block = idx / kBlock;
-              step = static_cast<T>(load_f32(v.scales, block - first)) / static_cast<T>(s_) * mult;
-            }
-            worst = std::max(worst, u);
-            const T value = static_cast<T>(static_cast<std::int64_t>(u) - bias_j) * step;
-            if constexpr (kAccumulate) {
-              out[idx - v.offset] += value;
-            } else {
-              out[idx - v.offset] = value;
-            }
-          });
+      worst = decode_selected<T, kAccumulate>(v.codes, code_bytes, v.width, v.ncodes, sel_,
+                                              v.offset, v.scales, first, kBlock, static_cast<T>(s_),
+                                              mult, bias_j, out);
       if (worst > limit) corrupt("code out of range");
       return;
     }
@@ -815,42 +740,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
               }
             });
       } else {
-        std::size_t k_first = i;
-#if CCOLL_HAVE_HWY
-        if constexpr (std::is_same_v<T, float>) {
-          // whole groups of 8 lanes (W bytes each) unpacked and converted in vectors
-          if (i % 8 == 0 && bias_j <= std::numeric_limits<std::int32_t>::max()) {
-            LaneDecode d;
-            d.in = reinterpret_cast<const std::uint8_t*>(v.codes) + i / 8 * v.width;
-            d.in_bytes = code_bytes - i / 8 * v.width;
-            d.width = v.width;
-            d.step = step;
-            d.bias = static_cast<std::int32_t>(bias_j);
-            d.accumulate = kAccumulate;
-            d.out = out + i;
-            std::uint32_t top = 0;
-            k_first += 8 * decode_lane_groups_hwy(d, (end - i) / 8, &top);
-            worst = std::max(worst, top);
-          }
-        }
-#endif
-        // unpacked in batches, then one branch-free (vectorizable) pass per batch
-        lanes_.resize(kLaneBatch);
-        std::uint32_t* u = lanes_.data();
-        for (std::size_t k0 = k_first; k0 < end; k0 += kLaneBatch) {
-          const std::size_t n = std::min(kLaneBatch, end - k0);
-          unpack_range(v.codes, code_bytes, v.width, k0, n, u);
-          T* o = out + k0;
-          for (std::size_t k = 0; k < n; ++k) {
-            worst = std::max(worst, u[k]);
-            const T value = static_cast<T>(static_cast<std::int64_t>(u[k]) - bias_j) * step;
-            if constexpr (kAccumulate) {
-              o[k] += value;
-            } else {
-              o[k] = value;
-            }
-          }
-        }
+        worst = std::max(worst, decode_block_lanes<T, kAccumulate>(v.codes, code_bytes, v.width, i,
+                                                                   end, step, bias_j, out, lanes_));
       }
       i = end;
     }
@@ -875,7 +766,6 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   std::vector<std::uint8_t> mask_;
   mutable std::vector<std::uint64_t> sel_;
   // unpacked lanes of decode and of the compressed-domain add (kLaneBatch per stream)
-  static constexpr std::size_t kLaneBatch = 2048;
   mutable std::vector<std::uint32_t> lanes_;
   std::vector<float> uniforms_ = std::vector<float>(kUniformBatch + 8);
   std::vector<std::uint8_t> codes_ = std::vector<std::uint8_t>(kUniformBatch);  // byte codes

@@ -11,6 +11,7 @@
 #include "agreement.hpp"
 #include "collectives.hpp"
 #include "device_codec.hpp"
+#include "device_ops.hpp"
 #include "half_call.hpp"
 #include "hierarchical.hpp"
 #include "mpi_check.hpp"

@@ -11,6 +11,7 @@
 #include "comm_context.hpp"
 #include "config.hpp"
 #include "device_codec.hpp"
+#include "device_ops.hpp"
 #include "nccl_transport.hpp"
 #include "placement.hpp"
 

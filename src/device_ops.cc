@@ -1,6 +1,13 @@
 // Device and pinned memory for plans' workspaces, and the payload operations on device-resident
-// payloads (device_codec.hpp).
-#include "device_base.hpp"
+// payloads (device_ops.hpp).
+#include "device_ops.hpp"
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <tuple>
+
+#include "wire.hpp"
 
 namespace ccoll {
 namespace {

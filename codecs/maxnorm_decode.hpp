@@ -1,0 +1,108 @@
+// The maxnorm family's decode loops over packed lanes (maxnorm.cc): the lanes of one scale block
+// at one step (vector groups where Highway is built in, then batches), and randk's kept
+// coordinates. Each returns the largest lane it read, for the caller's one range check.
+#pragma once
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "bitpack.hpp"
+#include "lanes_hwy.hpp"
+#include "quantizers.hpp"
+
+namespace ccoll::codec {
+
+/// Lanes unpacked per batch by the decode and the compressed-domain add (a multiple of 8).
+inline constexpr std::size_t kLaneBatch = 2048;
+
+/// Float i of a little-endian array of floats.
+inline float load_f32(const std::byte* p, std::size_t i) {
+  float f;
+  std::memcpy(&f, p + 4 * i, 4);
+  return f;
+}
+
+/// Bit i of a bit mask (two-scale's fine coordinates).
+inline bool mask_bit(const std::vector<std::uint8_t>& mask, std::uint64_t i) {
+  return ((mask[i >> 3] >> (i & 7)) & 1) != 0;
+}
+
+/// out[k] (+)= (lane k - bias)·step for the lanes [i, end) of `codes` (`width` bits each).
+template <class T, bool kAccumulate>
+std::uint32_t decode_block_lanes(const std::byte* codes, std::size_t code_bytes, unsigned width,
+                                 std::size_t i, std::size_t end, T step, std::int64_t bias, T* out,
+                                 std::vector<std::uint32_t>& lanes) {
+  std::uint32_t worst = 0;
+  std::size_t k_first = i;
+#if CCOLL_HAVE_HWY
+  if constexpr (std::is_same_v<T, float>) {
+    // whole groups of 8 lanes (W bytes each) unpacked and converted in vectors
+    if (i % 8 == 0 && bias <= std::numeric_limits<std::int32_t>::max()) {
+      LaneDecode d;
+      d.in = reinterpret_cast<const std::uint8_t*>(codes) + i / 8 * width;
+      d.in_bytes = code_bytes - i / 8 * width;
+      d.width = width;
+      d.step = step;
+      d.bias = static_cast<std::int32_t>(bias);
+      d.accumulate = kAccumulate;
+      d.out = out + i;
+      std::uint32_t top = 0;
+      k_first += 8 * decode_lane_groups_hwy(d, (end - i) / 8, &top);
+      worst = std::max(worst, top);
+    }
+  }
+#endif
+  // unpacked in batches, then one branch-free (vectorizable) pass per batch
+  lanes.resize(kLaneBatch);
+  std::uint32_t* u = lanes.data();
+  for (std::size_t k0 = k_first; k0 < end; k0 += kLaneBatch) {
+    const std::size_t n = std::min(kLaneBatch, end - k0);
+    unpack_range(codes, code_bytes, width, k0, n, u);
+    T* o = out + k0;
+    for (std::size_t k = 0; k < n; ++k) {
+      worst = std::max(worst, u[k]);
+      const T value = static_cast<T>(static_cast<std::int64_t>(u[k]) - bias) * step;
+      if constexpr (kAccumulate) {
+        o[k] += value;
+      } else {
+        o[k] = value;
+      }
+    }
+  }
+  return worst;
+}
+
+/// randk: out[sel[k] - offset] (+)= (lane k - bias)·(scale of its block / s · mult) for the
+/// `ncodes` kept coordinates `sel` (increasing); `scales` holds the payload's blocks from block
+/// `first` on, of `block` elements each.
+template <class T, bool kAccumulate>
+std::uint32_t decode_selected(const std::byte* codes, std::size_t code_bytes, unsigned width,
+                              std::size_t ncodes, const std::vector<std::uint64_t>& sel,
+                              std::uint64_t offset, const std::byte* scales, std::size_t first,
+                              std::size_t block_elems, T s, T mult, std::int64_t bias, T* out) {
+  std::uint32_t worst = 0;
+  std::size_t block = ~std::size_t{0};
+  T step = 0;
+  for_each_packed(codes, code_bytes, width, 0, ncodes, [&](std::size_t k, std::uint32_t u) {
+    const std::uint64_t idx = sel[k];
+    if (idx / block_elems != block) {
+      block = idx / block_elems;
+      step = static_cast<T>(load_f32(scales, block - first)) / s * mult;
+    }
+    worst = std::max(worst, u);
+    const T value = static_cast<T>(static_cast<std::int64_t>(u) - bias) * step;
+    if constexpr (kAccumulate) {
+      out[idx - offset] += value;
+    } else {
+      out[idx - offset] = value;
+    }
+  });
+  return worst;
+}
+
+}  // namespace ccoll::codec

@@ -1,0 +1,84 @@
+// The topk kernels of the CUDA backend (topk_device.hpp's per-thread functions as kernels): a
+// fragment of cuda_backend.cu, included inside its anonymous namespace after the launch helpers
+// (global_thread, grid_threads, kThreads) and the block reductions it uses.
+#pragma once
+
+// Warp-aggregated counts: the lanes of a warp that hit the same digit add once (the many equal
+// keys of a narrow prefix, or of zeros, would otherwise queue on one address). The loop's trip
+// count is the warp's, so that every lane takes part in each match.
+__global__ void topk_histogram_kernel(const float* x, std::size_t count, std::uint32_t prefix,
+                                      std::uint32_t mask, int shift, std::uint32_t* hist) {
+  constexpr unsigned kNoDigit = 0x10000u;
+  for (std::size_t base = global_thread() - lane_id(); base < count; base += grid_threads()) {
+    const std::size_t i = base + lane_id();
+    unsigned digit = kNoDigit;
+    if (i < count) {
+      const std::uint32_t key = topk_key(x[i]);
+      if ((key & mask) == prefix) digit = (key >> shift) & 0xFFFFu;
+    }
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, digit);
+    if (digit != kNoDigit && lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
+      atomicAdd(hist + digit, static_cast<unsigned>(__popc(peers)));  // counts: any order
+    }
+  }
+}
+
+// One warp per tile (kThreads / 32 tiles a block): the lanes count a strided share each and the
+// warp adds them.
+__global__ void topk_tile_counts_kernel(const float* x, TopkSelect s, std::uint32_t* above,
+                                        std::uint32_t* equal) {
+  const std::size_t tiles = (s.count + kTopkTile - 1) / kTopkTile;
+  const std::size_t warps = grid_threads() / 32;
+  for (std::size_t t = global_thread() / 32; t < tiles; t += warps) {
+    const std::size_t begin = t * kTopkTile;
+    const std::size_t end = topk_tile_end(s, t);
+    unsigned a = 0;
+    unsigned e = 0;
+    for (std::size_t i = begin + lane_id(); i < end; i += 32) {
+      const unsigned k = topk_class(x, s, i, end);
+      a += k == 1 ? 1u : 0u;
+      e += k == 2 ? 1u : 0u;
+    }
+    a = __reduce_add_sync(0xFFFFFFFFu, a);
+    e = __reduce_add_sync(0xFFFFFFFFu, e);
+    if (lane_id() == 0) {
+      above[t] = a;
+      equal[t] = e;
+    }
+  }
+}
+
+// One warp per tile, 32 elements at a time in index order (topk_device.hpp).
+__global__ void topk_tile_write_kernel(const float* x, TopkSelect s,
+                                       const std::uint64_t* above_before,
+                                       const std::uint64_t* equal_before, std::uint8_t* idx_out,
+                                       std::uint8_t* val_out) {
+  const std::size_t tiles = (s.count + kTopkTile - 1) / kTopkTile;
+  const std::size_t warps = grid_threads() / 32;
+  for (std::size_t t = global_thread() / 32; t < tiles; t += warps) {
+    const std::size_t begin = t * kTopkTile;
+    const std::size_t end = topk_tile_end(s, t);
+    std::uint64_t above = above_before[t];
+    std::uint64_t equal = equal_before[t];
+    for (std::size_t c = begin; c < end; c += kTopkLanes) {
+      const std::size_t i = c + lane_id();
+      const unsigned k = topk_class(x, s, i, end);
+      const std::uint32_t mask_above = __ballot_sync(0xFFFFFFFFu, k == 1);
+      const std::uint32_t mask_equal = __ballot_sync(0xFFFFFFFFu, k == 2);
+      if (i < end) {
+        topk_chunk_write(x, s, i, lane_id(), mask_above, mask_equal, above, equal, idx_out,
+                         val_out);
+      }
+      above += popcount32(mask_above);
+      equal += popcount32(mask_equal);
+    }
+  }
+}
+
+template <bool kAccumulate>
+__global__ void topk_scatter_kernel(const std::uint8_t* idx_in, const std::uint8_t* val_in,
+                                    unsigned index_bytes, std::size_t k, float* out) {
+  for (std::size_t m = global_thread(); m < k; m += grid_threads()) {
+    topk_scatter_one<kAccumulate>(idx_in, val_in, index_bytes, m, out);
+  }
+}
