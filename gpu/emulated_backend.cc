@@ -538,9 +538,7 @@ class EmulatedBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_emulated_backend() {
-  return std::make_unique<EmulatedBackend>();
-}
+std::unique_ptr<Backend> make_emulated_backend() { return std::make_unique<EmulatedBackend>(); }
 
 void emulated_set_device(int device) { current_device_of_thread() = device; }
 

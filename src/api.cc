@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "data_path.hpp"
 #include "auto_tune.hpp"
 #include "backend.hpp"
 #include "ccoll/ccoll.hpp"
 #include "comm_context.hpp"
+#include "data_path.hpp"
 #include "half_call.hpp"
 #include "mpi_check.hpp"
 #include "progress.hpp"

@@ -1,5 +1,4 @@
 // codec=auto (auto_tune.hpp).
-#include "data_path.hpp"
 #include "auto_tune.hpp"
 
 #include <climits>
@@ -7,6 +6,7 @@
 
 #include "collectives.hpp"
 #include "comm_context.hpp"
+#include "data_path.hpp"
 #include "mpi_check.hpp"
 #include "run_call.hpp"
 

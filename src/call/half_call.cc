@@ -1,5 +1,4 @@
 // 16-bit float buffers as fp32 calls (half_call.hpp), and the datatype handles that name them.
-#include "data_path.hpp"
 #include "half_call.hpp"
 
 #include <mpi.h>
@@ -12,6 +11,7 @@
 #include "backend.hpp"
 #include "comm_context.hpp"
 #include "config.hpp"
+#include "data_path.hpp"
 #include "half_batch.hpp"
 #include "mpi_check.hpp"
 

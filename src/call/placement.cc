@@ -1,11 +1,11 @@
 // Buffer placement and the choice of the data path (placement.hpp).
-#include "data_path.hpp"
 #include "placement.hpp"
 
 #if defined(OPEN_MPI) && OPEN_MPI && __has_include(<mpi-ext.h>)
 #include <mpi-ext.h>  // MPIX_Query_cuda_support
 #endif
 
+#include "data_path.hpp"
 #include "device_codec.hpp"
 #include "half_call.hpp"
 #include "nccl_transport.hpp"
