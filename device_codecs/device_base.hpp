@@ -1,4 +1,4 @@
-// What the device codecs share (internal to codecs/device/): the queue guard, the base of the
+// What the device codecs share (internal to device_codecs/): the queue guard, the base of the
 // codecs that run kernels themselves, device float state and the batch of the wrappers.
 #pragma once
 

@@ -19,7 +19,7 @@
 
 namespace ccoll {
 
-/// The device codecs, one per file of codecs/device/; the registry calls them. `cpu` is the
+/// The device codecs, one per file of device_codecs/; the registry calls them. `cpu` is the
 /// CPU codec of the same spec, which the device codec answers what touches no memory from.
 namespace device_codecs {
 

@@ -145,7 +145,7 @@ using DeviceMaker = std::function<std::unique_ptr<codec::Codec>(const CodecSpec&
                                                                 gpu::Backend&, bool resident)>;
 
 // A codec: its parameters, how to make its CPU codec and (null: it has no kernels) its device
-// codec (codecs/device/device_codec.hpp) for float32 elements.
+// codec (device_codecs/device_codec.hpp) for float32 elements.
 struct Entry {
   const char* name;
   std::vector<Param> params;

@@ -297,6 +297,44 @@ TEST_F(DeviceBuffers, ReduceScatterEqualsHostBuffers) {
   }
 }
 
+// Every algorithm the schedule table lets device codecs run, requested by name: the device
+// codecs run it (not host copies), except where the transport's lock step cannot (under
+// CCOLL_TRANSPORT=nccl: payloads through MPI), with the bytes of the same call on host buffers.
+TEST_F(DeviceBuffers, RequestedDeviceSchedulesRunTheDeviceCodecs) {
+  const int p = size_of(MPI_COMM_WORLD);
+  const int r = rank_of(MPI_COMM_WORLD);
+  const bool nccl = transport_env() == "nccl";
+  struct Case {
+    const char* codec;
+    const char* algorithm;
+  };
+  for (const Case k : {Case{"maxnorm:bits=8", "allgather"}, Case{"qsgd:bits=4", "allgather"},
+                       Case{"qsgd:bits=4", "sra"}, Case{"maxnorm:bits=4", "ring"}}) {
+    for (const std::size_t n : {std::size_t{3}, std::size_t{70001}}) {
+      SCOPED_TRACE(std::string(k.codec) + " " + k.algorithm + " n=" + std::to_string(n));
+      const std::vector<float> x = input(n, r, 77);
+      ccoll::Options opt;
+      opt.codec = k.codec;
+      opt.algorithm = k.algorithm;
+      opt.seed = 5;
+      ccoll::Stats hs, ds;
+      opt.stats = &hs;
+      std::vector<float> want(n);
+      ccoll::compressed_allreduce(x.data(), want.data(), n, MPI_FLOAT, MPI_SUM, host_comm_, opt);
+      DeviceVec dx(x);
+      DeviceVec dout(std::vector<float>(n, NAN));
+      opt.stats = &ds;
+      ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt);
+      const std::vector<float> got = dout.host();
+      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
+      if (p == 1) continue;
+      const bool lock_step = std::string(k.algorithm) == "ring";
+      EXPECT_EQ(ds.transport, nccl && !lock_step ? "staged" : kernel_transport());
+      EXPECT_EQ(ds.algorithm, hs.algorithm);
+    }
+  }
+}
+
 // Non-blocking calls on device buffers, several in flight and waited in reverse order, on the
 // progress thread: the same bytes as blocking calls on host buffers; on the emulated device the
 // buffers are on device 1, which the progress thread must take from the starting thread.
