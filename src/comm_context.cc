@@ -15,7 +15,6 @@
 #include "config.hpp"
 #include "hierarchical.hpp"
 #include "mpi_check.hpp"
-#include "nccl_transport.hpp"
 #include "spec.hpp"
 
 namespace ccoll {
@@ -86,9 +85,17 @@ CommContext* CommContext::find(MPI_Comm user) {
   return found != 0 ? static_cast<CommContext*>(value) : nullptr;
 }
 
-coll::Transport& CommContext::nccl_transport() {
-  if (nccl_ == nullptr) nccl_ = make_nccl_transport(dup_, env_config().nccl_timeout_s);
-  return *nccl_;
+DeviceTransport& CommContext::device_transport(TransportKind kind) {
+  std::unique_ptr<DeviceTransport>& t = own_[static_cast<int>(kind)];
+  if (t == nullptr) {
+    const TransportRow& row = transport_row(kind);
+    if (row.make == nullptr) {
+      throw Error(Status::kInternal,
+                  std::string("CCOLL_TRANSPORT=") + row.name + " has no communicator of its own");
+    }
+    t = row.make(dup_, env_config());
+  }
+  return *t;
 }
 
 void CommContext::reset_state(std::uint64_t key) {

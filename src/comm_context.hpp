@@ -21,6 +21,7 @@
 #include "progress.hpp"
 #include "spec.hpp"
 #include "transport/mpi_transport.hpp"
+#include "transport/transports.hpp"
 
 namespace ccoll {
 
@@ -159,14 +160,16 @@ class CommContext {
   int rank() const { return transport_->rank(); }
   int size() const { return transport_->size(); }
   MpiTransport& transport() { return *transport_; }
-  /// The NCCL transport of this communicator, made on first use (collective: every rank must
-  /// ask in the same call).
-  coll::Transport& nccl_transport();
-  /// The NCCL transport if it was made already, else null (no communication).
-  coll::Transport* nccl_transport_if_made() { return nccl_.get(); }
-  /// Frees the NCCL transport (the next nccl_transport() makes a new one): for a communicator
-  /// whose peers elsewhere failed to make theirs, so that every rank starts over together.
-  void drop_nccl_transport() { nccl_.reset(); }
+  /// The transport of `kind` with a communicator of its own (a row with `make`: NCCL), made on
+  /// first use (collective: every rank must ask in the same call).
+  DeviceTransport& device_transport(TransportKind kind);
+  /// That transport if it was made already, else null (no communication).
+  DeviceTransport* device_transport_if_made(TransportKind kind) {
+    return own_[static_cast<int>(kind)].get();
+  }
+  /// Frees it (the next device_transport() makes a new one): for a communicator whose peers
+  /// elsewhere failed to make theirs, so that every rank starts over together.
+  void drop_device_transport(TransportKind kind) { own_[static_cast<int>(kind)].reset(); }
   /// Counts every collective call on this communicator; equal on all ranks.
   std::uint64_t next_call() { return calls_++; }
   /// Finds (one hash lookup) or creates the plan for `key`, whose codec `spec` describes
@@ -222,7 +225,7 @@ class CommContext {
   MPI_Comm user_;
   MPI_Comm dup_ = MPI_COMM_NULL;
   std::unique_ptr<MpiTransport> transport_;
-  std::unique_ptr<coll::Transport> nccl_;
+  std::unique_ptr<DeviceTransport> own_[kTransportKinds];  // by TransportKind
   std::uint64_t calls_ = 0;
   std::list<Plan> plans_;  // most recently used first
   std::unordered_map<PlanKey, std::list<Plan>::iterator, PlanKeyHash> index_;  // into plans_

@@ -45,13 +45,8 @@ EnvConfig read_env() {
                               : 0;
     c.state_max_bytes = std::max<std::size_t>(std::size_t{1} << 30, physical / 4);
   }
-  if (const std::string v = getenv_str("CCOLL_TRANSPORT"); !v.empty()) {
-    if (v != "auto" && v != "staged" && v != "nccl" && v != "mpi") {
-      throw Error(Status::kInvalidArgument, "CCOLL_TRANSPORT: unknown transport '" + v +
-                                                "' (valid: auto, staged, mpi, nccl)");
-    }
-    c.transport = v;
-  }
+  // CCOLL_TRANSPORT: parsed against the transport table by the call's checks
+  if (const std::string v = getenv_str("CCOLL_TRANSPORT"); !v.empty()) c.transport = v;
   if (const std::string v = getenv_str("CCOLL_NCCL_TIMEOUT"); !v.empty()) {
     char* end = nullptr;
     const double t = std::strtod(v.c_str(), &end);

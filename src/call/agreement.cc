@@ -27,9 +27,9 @@ enum Slot : int {
   kLr = kMinBytes + 2,
   kState = kLr + 2,
   kFallback = kState + 2,
-  kDeviceRing,  // MAX: some rank runs device codecs, which take the ring schedules
-  kNccl,        // pair: this rank's payloads go through NCCL (all ranks or none)
-  kSlots = kNccl + 2,
+  kDeviceRing,    // MAX: some rank runs device codecs, which take the ring schedules
+  kOwnTransport,  // pair: the transport every rank takes or none (NCCL) carrying the payloads
+  kSlots = kOwnTransport + 2,
 };
 
 constexpr std::uint64_t kLow53 = (1ull << 53) - 1;
@@ -78,7 +78,7 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   put_pair(v, kState, static_cast<double>(m.state_fingerprint & kLow53));
   v[kFallback] = m.fallback ? 1 : 0;
   v[kDeviceRing] = m.device_codecs ? 1 : 0;
-  put_pair(v, kNccl, m.nccl ? 1 : 0);
+  put_pair(v, kOwnTransport, m.every_rank_transport);
   CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, kSlots, MPI_DOUBLE, MPI_MAX, comm));
 
   if (v[kErrArg] != kArgNone) {
@@ -102,18 +102,18 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   check_pair(v, kSeed, fn, "seed", show_number);
   check_pair(v, kMinBytes, fn, "CCOLL_MIN_BYTES", show_number);
   check_pair(v, kLr, fn, "lr", show_number);
-  if (v[kNccl] != -v[kNccl + 1]) {
+  const auto own = static_cast<TransportKind>(static_cast<int>(v[kOwnTransport]));
+  if (v[kOwnTransport] != -v[kOwnTransport + 1]) {
     throw Error(Status::kInvalidArgument,
-                std::string(fn) +
-                    ": CCOLL_TRANSPORT=nccl is taken by some ranks and not by others; every rank "
-                    "must pass device buffers and a codec with device kernels (see "
-                    "Stats::transport), or none");
+                std::string(fn) + ": CCOLL_TRANSPORT=" + transport_row(own).name +
+                    " is taken by some ranks and not by others; every rank must pass device "
+                    "buffers and a codec with device kernels (see Stats::transport), or none");
   }
   Agreed a;
   a.state_differs = v[kState] != -v[kState + 1];
   a.fallback = v[kFallback] != 0;
   a.device_codecs = v[kDeviceRing] != 0;
-  a.exact_lengths = v[kNccl] != 0;
+  a.exact_lengths = v[kOwnTransport] != 0 && transport_row(own).exact_lengths;
   a.control_bytes = sizeof v;
   return a;
 }

@@ -35,14 +35,16 @@ struct Proposal {
   std::uint64_t state_fingerprint = 0;  ///< the plan's output-shaping state, 0 without a plan
   bool fallback = false;                ///< the codec cannot carry this rank's input
   bool device_codecs = false;           ///< this rank runs device codecs (the ring schedules)
-  bool nccl = false;                    ///< this rank's payloads go through NCCL
+  /// The TransportKind (as int) of a transport every rank takes or none (NCCL) that carries
+  /// this rank's payloads; 0: none.
+  int every_rank_transport = 0;
 };
 
 /// What every rank agreed.
 struct Agreed {
   bool fallback = false;       ///< some rank's input cannot be carried: plain MPI for all
   bool device_codecs = false;  ///< some rank runs device codecs
-  bool exact_lengths = false;  ///< every rank's payloads go through NCCL
+  bool exact_lengths = false;  ///< every rank's payloads go through a lock-step transport
   bool state_differs = false;  ///< the ranks' codec states have different histories
   std::size_t control_bytes = 0;
 };

@@ -96,6 +96,7 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
   LocalError& bad = c.bad;
   try {
     c.env = env_config();
+    c.transport = parse_transport(c.env.transport);
   } catch (const Error& e) {
     bad.set(kArgEnvironment, e.code(), e.message());
   }

@@ -16,6 +16,7 @@
 #include "collectives.hpp"
 #include "config.hpp"
 #include "spec.hpp"
+#include "transports.hpp"
 
 namespace ccoll {
 class CommContext;
@@ -147,6 +148,7 @@ struct Checked {
   std::size_t in_total = 0;  ///< elements of this rank's input (Call::input_count)
   CodecSpec spec;
   coll::Algorithm algorithm = coll::Algorithm::kAuto;
+  TransportKind transport = TransportKind::kAuto;  ///< CCOLL_TRANSPORT, parsed
 };
 
 /// Throws for what makes communication impossible (MPI not initialized, MPI_COMM_NULL, an

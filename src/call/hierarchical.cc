@@ -18,10 +18,10 @@
 #include "config.hpp"
 #include "maxnorm_wire.hpp"
 #include "mpi_check.hpp"
-#include "nccl_transport.hpp"
 #include "node_sums.hpp"
 #include "run_call.hpp"
 #include "spec.hpp"
+#include "transports.hpp"
 #include "uniforms.hpp"
 
 namespace ccoll::call {
@@ -220,28 +220,32 @@ class NodeLevel {
   NodeLevel(const Call& call, CommContext& ctx, const Topology& topo, gpu::Backend* device,
             DataPath node_path)
       : call_(call), topo_(topo), device_(device), path_(node_path) {
-    on_device_ =
-        device != nullptr && (node_path == DataPath::kNccl || node_path == DataPath::kNcclEmulated);
-    if (!on_device_ || node_path != DataPath::kNccl) return;
-    // the node's NCCL communicator, made on the first such call (collective on the node); a
-    // failure on any node raises on every rank, so no node waits for another's cross step,
-    // and the nodes that made theirs drop it, so that every node tries again in the same call
+    // the node's steps on the device: a transport that every rank takes (NCCL), or the host
+    // steps on the emulated device's host memory where MPI stands in for it
+    const TransportRow* row = transport_of_path(node_path);
+    on_device_ = device != nullptr && row != nullptr && row->every_rank;
+    if (!on_device_ || row->make == nullptr || node_path != row->path) return;
+    // the node's communicator of that transport, made on the first such call (collective on
+    // the node); a failure on any node raises on every rank, so no node waits for another's
+    // cross step, and the nodes that made theirs drop it, so that every node tries again in
+    // the same call
     CommContext& node = CommContext::get(topo.node);
-    if (node.nccl_transport_if_made() != nullptr) {
-      nccl_ = node.nccl_transport_if_made();
+    if (DeviceTransport* made_before = node.device_transport_if_made(row->kind)) {
+      mover_ = made_before;
       return;
     }
     CrossStep made;
     try {
-      nccl_ = &node.nccl_transport();
+      mover_ = &node.device_transport(row->kind);
     } catch (const Error& e) {
       made.fail(e.code(), e.message());
     }
     try {
-      raise_anywhere(call, ctx, made, "making the node's NCCL communicator");
+      raise_anywhere(call, ctx, made,
+                     std::string("making the node's ") + row->name + " communicator");
     } catch (const Error&) {
-      node.drop_nccl_transport();
-      nccl_ = nullptr;
+      node.drop_device_transport(row->kind);
+      mover_ = nullptr;
       throw;
     }
   }
@@ -253,9 +257,9 @@ class NodeLevel {
   void reduce_scatter(const void* in, void* out, const std::vector<int>& counts,
                       const std::vector<int>& displs, codec::DType dtype) {
     run([&] {
-      if (nccl_ != nullptr) {
-        set_nccl_stream(*nccl_, call_.options.cuda_stream);
-        nccl_reduce_parts(*nccl_, in, out, counts, displs, dtype == codec::DType::kFloat64);
+      if (mover_ != nullptr) {
+        mover_->set_stream(call_.options.cuda_stream);
+        mover_->reduce_parts(in, out, counts, displs, dtype == codec::DType::kFloat64);
       } else {
         host_ready();
         topo_.steps->reduce_scatter(in, out, counts, displs, dtype, call_.datatype);
@@ -265,9 +269,9 @@ class NodeLevel {
   void allgather(void* data, const std::vector<int>& counts, const std::vector<int>& displs,
                  codec::DType dtype) {
     run([&] {
-      if (nccl_ != nullptr) {
-        set_nccl_stream(*nccl_, call_.options.cuda_stream);
-        nccl_broadcast_parts(*nccl_, data, counts, displs, dtype == codec::DType::kFloat64);
+      if (mover_ != nullptr) {
+        mover_->set_stream(call_.options.cuda_stream);
+        mover_->broadcast_parts(data, counts, displs, dtype == codec::DType::kFloat64);
       } else {
         host_ready();
         topo_.steps->allgather(data, counts, displs, dtype, call_.datatype);
@@ -329,7 +333,7 @@ class NodeLevel {
   gpu::Backend* device_;
   DataPath path_;
   bool on_device_ = false;
-  coll::Transport* nccl_ = nullptr;
+  DeviceTransport* mover_ = nullptr;  // the node's own transport (NCCL), when made
   CrossStep failure_;
   std::vector<std::byte> host_[2];
 };

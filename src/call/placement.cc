@@ -1,14 +1,9 @@
 // Buffer placement and the choice of the data path (placement.hpp).
 #include "placement.hpp"
 
-#if defined(OPEN_MPI) && OPEN_MPI && __has_include(<mpi-ext.h>)
-#include <mpi-ext.h>  // MPIX_Query_cuda_support
-#endif
-
 #include "data_path.hpp"
 #include "device_codec.hpp"
 #include "half_call.hpp"
-#include "nccl_transport.hpp"
 
 namespace ccoll::call {
 namespace {
@@ -43,27 +38,21 @@ void stage_in(Call& call, Placement& pl, CommContext& ctx, std::size_t es) {
   pl.staged_recv = recv;
 }
 
-// An NCCL communicator (`t`, if made) belongs to the device it was made on.
-void check_nccl_device(coll::Transport* t, const Placement& pl, LocalError& bad) {
-  if (t == nullptr || pl.device->host_accessible() || nccl_device(*t) == pl.facts.current_device) {
+// A transport's own communicator (`t`, if made: NCCL's) belongs to the device it was made on.
+void check_own_device(const TransportRow& row, DeviceTransport* t, const Placement& pl,
+                      LocalError& bad) {
+  if (t == nullptr || pl.device->host_accessible() || t->device() == pl.facts.current_device) {
     return;
   }
-  const std::string d = std::to_string(nccl_device(*t));
+  const std::string d = std::to_string(t->device());
   bad.set(kArgDevice, Status::kInvalidArgument,
-          "CCOLL_TRANSPORT=nccl: this communicator's NCCL communicator belongs to device " + d +
-              ", but the current device is " + std::to_string(pl.facts.current_device) +
-              " (valid: call on device " + d + ", or on another communicator)");
+          std::string("CCOLL_TRANSPORT=") + row.name + ": this communicator's " + row.name +
+              " communicator belongs to device " + d + ", but the current device is " +
+              std::to_string(pl.facts.current_device) + " (valid: call on device " + d +
+              ", or on another communicator)");
 }
 
 }  // namespace
-
-bool mpi_cuda_aware() {
-#if defined(MPIX_CUDA_AWARE_SUPPORT) && MPIX_CUDA_AWARE_SUPPORT
-  return MPIX_Query_cuda_support() == 1;
-#else
-  return false;
-#endif
-}
 
 Placement probe_buffers(const Call& call) {
   Placement pl;
@@ -104,32 +93,41 @@ Placement probe_buffers(const Call& call) {
 }
 
 void check_device_transport(const Placement& pl, Checked& c) {
-  if (c.env.transport == "mpi" && !pl.device->host_accessible() && !mpi_cuda_aware()) {
-    c.bad.set(kArgEnvironment, Status::kUnsupported,
-              "CCOLL_TRANSPORT=mpi: this MPI is not CUDA-aware (MPIX_Query_cuda_support() is "
-              "not 1), so it cannot move device memory (valid here: auto, staged)");
+  const TransportRow& row = transport_row(c.transport);
+  std::string why;
+  if (row.available == nullptr || row.available(pl.device->host_accessible(), why)) return;
+  std::string valid;
+  for (const TransportRow& r : transport_table()) {
+    std::string unused;
+    if (r.available == nullptr || r.available(pl.device->host_accessible(), unused)) {
+      valid += (valid.empty() ? "" : ", ") + std::string(r.name);
+    }
   }
+  c.bad.set(
+      kArgEnvironment, Status::kUnsupported,
+      std::string("CCOLL_TRANSPORT=") + row.name + ": " + why + " (valid here: " + valid + ")");
 }
 
 void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx, bool compress) {
   LocalError& bad = c.bad;
   if (!bad.ok()) return;
-  const std::string& transport = c.env.transport;
+  const TransportRow& tr = transport_row(resolve_transport(c.transport));
+  const bool emulated = pl.device->host_accessible();
   pl.out_bytes = c.total * c.elem_bytes;
-  // algorithm=hierarchical under CCOLL_TRANSPORT=nccl: the node's steps on the device buffers
-  // through NCCL (on the emulated device MPI stands in), the cross-node step on device memory,
-  // which takes its own path
-  if (compress && transport == "nccl" && c.algorithm == coll::Algorithm::kHierarchical) {
-    pl.path = pl.device->host_accessible() ? DataPath::kNcclEmulated : DataPath::kNccl;
+  // algorithm=hierarchical on a transport of its own (NCCL): the node's steps on the device
+  // buffers through it (on the emulated device MPI stands in), the cross-node step on device
+  // memory, which takes its own path
+  if (compress && tr.every_rank && c.algorithm == coll::Algorithm::kHierarchical) {
+    pl.path = emulated ? tr.emulated_path : tr.path;
     if (const Topology* topo = ctx.topology_if_made()) {
       CommContext* node = topo->node != MPI_COMM_NULL ? CommContext::find(topo->node) : nullptr;
-      if (node != nullptr) check_nccl_device(node->nccl_transport_if_made(), pl, bad);
+      if (node != nullptr) check_own_device(tr, node->device_transport_if_made(tr.kind), pl, bad);
     }
     return;
   }
   // the codec's kernels where it has them and the schedule runs device codecs (the schedule
-  // table), else host copies; NCCL where the schedule runs in lock step, else payloads through
-  // MPI (the reduce-scatter's schedules do not run in lock step)
+  // table), else host copies; a transport that needs exact lengths carries only the schedules
+  // that run in lock step (the others move their payloads through MPI, staged)
   const coll::Op op = call.allreduce()        ? coll::Op::kAllreduce
                       : call.reduce_scatter() ? coll::Op::kReduceScatter
                                               : coll::Op::kAllgather;
@@ -142,16 +140,10 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
     }
   }
   const bool kernels = compress && has_device_kernels(c.spec, c.dtype) && device_schedule;
-  const bool nccl = kernels && transport == "nccl" && lock_step;
-  if (nccl) check_nccl_device(ctx.nccl_transport_if_made(), pl, bad);
-  // payloads in device memory: NCCL, CCOLL_TRANSPORT=mpi, or auto with a CUDA-aware MPI
-  const bool resident =
-      kernels && (nccl || transport == "mpi" || (transport == "auto" && mpi_cuda_aware()));
-  if (nccl) {
-    // the emulated device (host memory) has no NCCL: MPI stands in on the exact-length ring
-    pl.path = pl.device->host_accessible() ? DataPath::kNcclEmulated : DataPath::kNccl;
-  } else if (resident) {
-    pl.path = DataPath::kCudaAwareMpi;
+  const bool carried = kernels && (!tr.exact_lengths || lock_step);
+  if (carried) {
+    pl.path = emulated ? tr.emulated_path : tr.path;
+    if (tr.every_rank) check_own_device(tr, ctx.device_transport_if_made(tr.kind), pl, bad);
   } else if (kernels) {
     pl.path = DataPath::kStaged;
   } else {

@@ -13,6 +13,7 @@
 #include "call.hpp"
 #include "comm_context.hpp"
 #include "data_path.hpp"
+#include "transports.hpp"
 
 namespace ccoll::call {
 
@@ -24,14 +25,21 @@ struct Placement {
   void* staged_recv = nullptr;  ///< the host copy of recvbuf (host-copy path)
   std::size_t out_bytes = 0;    ///< bytes of recvbuf the call writes
 
-  /// The codec runs on the device (staged, cuda-aware-mpi, nccl).
-  bool kernels() const {
-    return path == DataPath::kStaged || path == DataPath::kCudaAwareMpi || resident_nccl();
-  }
+  /// The transport row whose data path this is (staged, cuda-aware-mpi, nccl, nccl-emulated),
+  /// or null (host, host-copy).
+  const TransportRow* transport() const { return transport_of_path(path); }
+  /// The codec runs on the device: the payloads move on a transport row.
+  bool kernels() const { return transport() != nullptr; }
   /// With kernels(): payloads stay in device memory.
-  bool resident() const { return path == DataPath::kCudaAwareMpi || resident_nccl(); }
-  /// Payloads move on the exact-length ring of an NCCL-like transport.
-  bool resident_nccl() const { return path == DataPath::kNccl || path == DataPath::kNcclEmulated; }
+  bool resident() const { return kernels() && transport()->device_memory; }
+  /// Payloads move on a transport that needs exact lengths: the lock-step ring.
+  bool lock_step() const { return kernels() && transport()->exact_lengths; }
+  /// Payloads move on the transport's own communicator (CommContext::device_transport): a
+  /// row that makes one, on a real device (the emulated one has MPI stand in).
+  bool own_transport() const {
+    const TransportRow* r = transport();
+    return r != nullptr && r->make != nullptr && path == r->path && path != r->emulated_path;
+  }
 };
 
 /// Asks the device backend (when there is one) where sendbuf and recvbuf live. Never throws: a
@@ -39,7 +47,8 @@ struct Placement {
 /// rank.
 Placement probe_buffers(const Call& call);
 
-/// Rejects a CCOLL_TRANSPORT the device buffers cannot take (mpi without a CUDA-aware MPI).
+/// Rejects a CCOLL_TRANSPORT the device buffers cannot take here (the row's availability: mpi
+/// without a CUDA-aware MPI, nccl in a build without NCCL), listing the ones they can.
 void check_device_transport(const Placement& pl, Checked& checked);
 
 /// The data path of a call on device buffers (pl.device non-null), chosen after the local checks
@@ -53,7 +62,6 @@ void choose_device_path(Call& call, Placement& pl, Checked& checked, CommContext
 void fall_back_to_host_copy(Call& call, Placement& pl, CommContext& ctx, std::size_t elem_bytes,
                             Status& code, std::string& error);
 
-/// True when MPI can move GPU memory itself (Open MPI built with CUDA, and CUDA support on).
-bool mpi_cuda_aware();
+using ccoll::mpi_cuda_aware;
 
 }  // namespace ccoll::call

@@ -15,7 +15,6 @@
 #include "half_call.hpp"
 #include "hierarchical.hpp"
 #include "mpi_check.hpp"
-#include "nccl_transport.hpp"
 #include "node_sums.hpp"
 #include "placement.hpp"
 #include "setup_rounds.hpp"
@@ -80,10 +79,10 @@ gpu::Backend* input_device(const Placement& pl) { return pl.kernels() ? pl.devic
 bool let_codec_read_half(Call& call, const Placement& pl, const Checked& c, codec::Codec& codec,
                          int p) {
   if (call.input_half == Half::kNone) return false;
-  coll::ScheduleQuery q = schedule_query(call, c, codec, p, pl.kernels(), pl.resident_nccl());
+  coll::ScheduleQuery q = schedule_query(call, c, codec, p, pl.kernels(), pl.lock_step());
   const codec::InputType t =
       call.input_half == Half::kBFloat16 ? codec::InputType::kBFloat16 : codec::InputType::kFloat16;
-  if (!pl.resident_nccl() && call.allreduce() && codec.capabilities().summable &&
+  if (!pl.lock_step() && call.allreduce() && codec.capabilities().summable &&
       coll::schedule_row(coll::select_schedule(q)).half_input && codec.set_input_type(t)) {
     return true;
   }
@@ -116,9 +115,9 @@ Prepared prepare_plan(Call& call, Placement& pl, Checked& c, CommContext& ctx) {
       log(LogLevel::kInfo, ctx.rank(),
           std::string(call.fn) + ": " + c.spec.canonical + " on device buffers runs on the " +
               pl.device->name() + " device; payloads " +
-              (pl.resident_nccl() ? "stay in device memory (NCCL)"
-               : pl.resident()    ? "stay in device memory (CUDA-aware MPI)"
-                                  : "are staged through host memory"));
+              (pl.resident()
+                   ? std::string("stay in device memory (") + data_path_name(pl.path) + ")"
+                   : std::string("are staged through host memory")));
     }
     out.codec = pl.kernels() ? plan->device_codec.get() : plan->codec.get();
     // a hierarchical cross-node step on the ring of a codec that encodes sums: the node's sum
@@ -169,12 +168,14 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   auto* recv = static_cast<std::byte*>(call.recvbuf);
   std::byte* own = call.own_block(es, ctx.rank());
   coll::Counters counters;
-  // NCCL: its transport (made on the first such call, on every rank: the agreement checked
-  // that all take it); on the emulated device MPI stands in for it on the same exact ring
+  // a transport with a communicator of its own (NCCL): made on the first such call, on every
+  // rank (the agreement checked that all take it); on the emulated device MPI stands in for it
+  // on the same exact ring
   coll::Transport* transport = &ctx.transport();
-  if (pl.path == DataPath::kNccl) {
-    transport = &ctx.nccl_transport();
-    set_nccl_stream(*transport, call.options.cuda_stream);
+  if (pl.own_transport()) {
+    DeviceTransport& mover = ctx.device_transport(pl.transport()->kind);
+    mover.set_stream(call.options.cuda_stream);
+    transport = &mover;
   }
   coll::Context cx{*transport, codec, plan.workspace, counters};
   std::unique_ptr<DeviceElementOps> device_ops;
@@ -359,7 +360,9 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
       plan != nullptr ? (pl.kernels() ? plan->device_codec : plan->codec)->state_fingerprint() : 0;
   mine.fallback = prep.fallback;
   mine.device_codecs = pl.kernels();
-  mine.nccl = pl.resident_nccl();
+  // a transport that every rank takes or none (NCCL)
+  mine.every_rank_transport =
+      pl.kernels() && pl.transport()->every_rank ? static_cast<int>(pl.transport()->kind) : 0;
   const Agreed agreed = agree(mine, call.fn, ctx.comm());
   stats.control_bytes = agreed.control_bytes;
 

@@ -5,6 +5,7 @@
 
 #include "ccoll/config.hpp"
 #include "ccoll/error.hpp"
+#include "config.hpp"
 
 #if CCOLL_ENABLE_NCCL
 #include <cuda_runtime.h>
@@ -31,7 +32,7 @@ std::string nccl_text(ncclResult_t rc, ncclComm_t comm) {
   return t;
 }
 
-class NcclTransport final : public coll::Transport {
+class NcclTransport final : public DeviceTransport {
  public:
   NcclTransport(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
     CCOLL_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
@@ -78,8 +79,16 @@ class NcclTransport final : public coll::Transport {
   int size() const override { return size_; }
   bool accepts_device_memory() const override { return true; }
   bool exact_lengths() const override { return true; }
-  void set_stream(void* s) { stream_ = static_cast<cudaStream_t>(s); }
-  int device() const { return device_; }
+  void set_stream(void* s) override { stream_ = static_cast<cudaStream_t>(s); }
+  int device() const override { return device_; }
+  void reduce_parts(const void* in, void* out, const std::vector<int>& counts,
+                    const std::vector<int>& displs, bool is_double) override {
+    parts(true, in, out, counts, displs, is_double);
+  }
+  void broadcast_parts(void* data, const std::vector<int>& counts, const std::vector<int>& displs,
+                       bool is_double) override {
+    parts(false, data, nullptr, counts, displs, is_double);
+  }
 
   coll::Request isend(const void* buf, std::size_t bytes, int peer, int) override {
     settle(ncclSend(buf, bytes, ncclUint8, peer, usable(), stream_), "ncclSend");
@@ -101,7 +110,7 @@ class NcclTransport final : public coll::Transport {
     return bytes;
   }
   void begin_group() override { settle(ncclGroupStart(), "ncclGroupStart"); }
-  // nccl_reduce_parts (is_root: ncclReduce) and nccl_broadcast_parts (ncclBroadcast in place)
+  // reduce_parts (is_root: ncclReduce) and broadcast_parts (ncclBroadcast in place)
   void parts(bool reduce, const void* in, void* out, const std::vector<int>& counts,
              const std::vector<int>& displs, bool is_double) {
     const std::size_t es = is_double ? 8 : 4;
@@ -205,26 +214,11 @@ class NcclTransport final : public coll::Transport {
 
 }  // namespace
 
-std::unique_ptr<coll::Transport> make_nccl_transport(MPI_Comm comm, double timeout_s) {
-  return std::make_unique<NcclTransport>(comm, timeout_s);
+std::unique_ptr<DeviceTransport> make_nccl_transport(MPI_Comm comm, const EnvConfig& env) {
+  return std::make_unique<NcclTransport>(comm, env.nccl_timeout_s);
 }
 
-void set_nccl_stream(coll::Transport& t, void* stream) {
-  static_cast<NcclTransport&>(t).set_stream(stream);
-}
-
-int nccl_device(const coll::Transport& t) { return static_cast<const NcclTransport&>(t).device(); }
-
-void nccl_reduce_parts(coll::Transport& t, const void* in, void* out,
-                       const std::vector<int>& counts, const std::vector<int>& displs,
-                       bool is_double) {
-  static_cast<NcclTransport&>(t).parts(true, in, out, counts, displs, is_double);
-}
-
-void nccl_broadcast_parts(coll::Transport& t, void* data, const std::vector<int>& counts,
-                          const std::vector<int>& displs, bool is_double) {
-  static_cast<NcclTransport&>(t).parts(false, data, nullptr, counts, displs, is_double);
-}
+bool nccl_available(bool, std::string&) { return true; }
 
 #else
 
@@ -235,20 +229,13 @@ namespace {
 }
 }  // namespace
 
-std::unique_ptr<coll::Transport> make_nccl_transport(MPI_Comm, double) { no_nccl(); }
+std::unique_ptr<DeviceTransport> make_nccl_transport(MPI_Comm, const EnvConfig&) { no_nccl(); }
 
-void set_nccl_stream(coll::Transport&, void*) {}
-
-int nccl_device(const coll::Transport&) { return -1; }
-
-void nccl_reduce_parts(coll::Transport&, const void*, void*, const std::vector<int>&,
-                       const std::vector<int>&, bool) {
-  no_nccl();
-}
-
-void nccl_broadcast_parts(coll::Transport&, void*, const std::vector<int>&, const std::vector<int>&,
-                          bool) {
-  no_nccl();
+bool nccl_available(bool emulated, std::string& why) {
+  // the emulated device has no NCCL in any build: MPI stands in on the same exact ring
+  if (emulated) return true;
+  why = "ccoll was built without NCCL (CCOLL_ENABLE_NCCL=OFF)";
+  return false;
 }
 
 #endif

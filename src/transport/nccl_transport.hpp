@@ -1,5 +1,5 @@
-// NCCL point-to-point transport for device-resident payloads (CCOLL_TRANSPORT=nccl). No NCCL or
-// CUDA header here: the transport is made through these functions.
+// NCCL point-to-point transport for device-resident payloads (CCOLL_TRANSPORT=nccl), the nccl
+// row of the transport table (transports.hpp). No NCCL or CUDA header here.
 //
 // The NCCL communicator is made once per ccoll communicator context, on the first call that
 // takes NCCL (collective: the agreement has established that every rank takes this path):
@@ -11,42 +11,27 @@
 // exact-length ring starts each step's transfers in one group) and match in issue order per
 // peer (tags are not used). A wait polls the stream and NCCL's asynchronous error once per
 // group, up to CCOLL_NCCL_TIMEOUT; on an error or the time limit the NCCL communicator is
-// aborted (which ends its kernels still waiting on a peer) and every later use raises.
+// aborted (which ends its kernels still waiting on a peer) and every later use raises. The node
+// steps of algorithm=hierarchical are one ncclReduce (reduce_parts) or ncclBroadcast
+// (broadcast_parts) per part, rooted at its owner, in one group.
 #pragma once
 
 #include <mpi.h>
 
 #include <memory>
-#include <vector>
+#include <string>
 
-#include "transport.hpp"
+#include "transports.hpp"
 
 namespace ccoll {
 
-/// The NCCL transport of `comm` (collective over it), its creation limited to `timeout_s`
-/// seconds (0: no limit); throws ccoll::Error(kUnsupported) when ccoll was built without NCCL,
-/// kNcclError (on every rank) when NCCL fails on any rank.
-std::unique_ptr<coll::Transport> make_nccl_transport(MPI_Comm comm, double timeout_s);
+/// The NCCL transport of `comm` (collective over it), its creation limited to
+/// env.nccl_timeout_s seconds (0: no limit); throws ccoll::Error(kUnsupported) when ccoll was
+/// built without NCCL, kNcclError (on every rank) when NCCL fails on any rank.
+std::unique_ptr<DeviceTransport> make_nccl_transport(MPI_Comm comm, const EnvConfig& env);
 
-/// The cudaStream_t (as void*; null: the default stream) the next transfers of `t`, which
-/// make_nccl_transport() made, are queued on.
-void set_nccl_stream(coll::Transport& t, void* stream);
-
-/// The device the NCCL communicator of `t` belongs to (-1: unknown).
-int nccl_device(const coll::Transport& t);
-
-/// The node's exact reduce-scatter of algorithm=hierarchical through the NCCL communicator of
-/// `t`, on its stream: rank i gets the elementwise sum over the ranks of part i of `in`
-/// (counts[i] elements of fp32 or fp64 at displs[i]) at `out`, which may be part i itself (in
-/// place). One ncclReduce per part, rooted at its owner, in one group; returns when the
-/// stream has finished them (polled as the transport's transfers are, with its time limit).
-void nccl_reduce_parts(coll::Transport& t, const void* in, void* out,
-                       const std::vector<int>& counts, const std::vector<int>& displs,
-                       bool is_double);
-
-/// The node's exact all-gather of algorithm=hierarchical through `t`: part i of `data` from
-/// rank i to every rank (one ncclBroadcast per part, in one group), waited for as above.
-void nccl_broadcast_parts(coll::Transport& t, void* data, const std::vector<int>& counts,
-                          const std::vector<int>& displs, bool is_double);
+/// Whether NCCL can carry a call's payloads: built with NCCL, or on the emulated device (where
+/// MPI stands in for it on the same exact-length ring).
+bool nccl_available(bool emulated, std::string& why);
 
 }  // namespace ccoll

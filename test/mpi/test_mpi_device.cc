@@ -297,6 +297,32 @@ TEST_F(DeviceBuffers, ReduceScatterEqualsHostBuffers) {
   }
 }
 
+// CCOLL_TRANSPORT is parsed against the transport table: an unknown value (set by the ctest run
+// of this test, mpi_device_bad_transport_2ranks) is an error on every rank that names the valid
+// values, on device and on host buffers alike.
+TEST_F(DeviceBuffers, UnknownTransportNamesTheValidOnes) {
+  if (transport_env() != "warp") GTEST_SKIP() << "run with CCOLL_TRANSPORT=warp";
+  const std::vector<float> x(1000, 1.0f);
+  ccoll::Options opt;
+  opt.codec = "maxnorm:bits=8";
+  for (const bool device : {true, false}) {
+    SCOPED_TRACE(device ? "device buffers" : "host buffers");
+    DeviceVec dx(x);
+    std::vector<float> host = x;
+    try {
+      ccoll::compressed_allreduce(MPI_IN_PLACE, device ? dx.data() : host.data(), x.size(),
+                                  MPI_FLOAT, MPI_SUM, device ? dev_comm_ : host_comm_, opt);
+      ADD_FAILURE() << "CCOLL_TRANSPORT=warp was accepted";
+    } catch (const ccoll::Error& e) {
+      EXPECT_EQ(e.code(), ccoll::Status::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find(
+                    "CCOLL_TRANSPORT: unknown transport 'warp' (valid: auto, staged, mpi, nccl)"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // Every algorithm the schedule table lets device codecs run, requested by name: the device
 // codecs run it (not host copies), except where the transport's lock step cannot (under
 // CCOLL_TRANSPORT=nccl: payloads through MPI), with the bytes of the same call on host buffers.

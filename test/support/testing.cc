@@ -77,8 +77,8 @@ bool nccl_send_to_self(std::size_t bytes, std::string& why) {
     b.synchronize();
     bool same = false;
     {
-      auto t = make_nccl_transport(self, env_config().nccl_timeout_s);
-      set_nccl_stream(*t, nullptr);
+      auto t = make_nccl_transport(self, env_config());
+      t->set_stream(nullptr);
       t->begin_group();
       coll::Request s = t->isend(src, bytes, 0, 0);
       coll::Request r = t->irecv(dst, bytes, 0, 0);
