@@ -1,4 +1,4 @@
-// The bucketed baselines: qsgd, terngrad and sign (docs/design.md, "Codecs in this build").
+// The bucketed baselines: qsgd, terngrad and sign (docs/design/5-codecs.md).
 //
 // Each bucket of N consecutive elements gets its own scale (qsgd: L2 norm, terngrad: max|x|,
 // sign: mean |x|) and every element a code q in [-s, s] (sign: ±1), stored offset by s in

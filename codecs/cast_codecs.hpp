@@ -1,5 +1,5 @@
 // The cast codecs: "none" (elements as they are) and "fp16"/"bf16" (round-to-nearest-even casts,
-// docs/design.md, "Codecs in this build"). Neither 16-bit format is summable: schedules decode, add
+// docs/design/5-codecs.md). Neither 16-bit format is summable: schedules decode, add
 // in the element type, and re-encode at each hop.
 #pragma once
 

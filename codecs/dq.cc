@@ -1,5 +1,5 @@
-// dq:min=Bmin,max=Bmax[,budget=E][,steps=T][,decay=R] — a bit width per call (docs/design.md,
-// "The research codecs"), over the summable maxnorm at the chosen width.
+// dq:min=Bmin,max=Bmax[,budget=E][,steps=T][,decay=R] — a bit width per call
+// (docs/design/6-research-codecs.md), over the summable maxnorm at the chosen width.
 //
 // DQ-SGD chooses each step's quantization by minimizing the bits sent under a bound on the
 // convergence error. In that bound a step's quantization variance is weighted by how much of it

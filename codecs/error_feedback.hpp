@@ -1,4 +1,4 @@
-// The `ef=1` modifier: error feedback (EF-SGD, docs/design.md, "Codecs in this build") around any
+// The `ef=1` modifier: error feedback (EF-SGD, docs/design/5-codecs.md) around any
 // codec.
 //
 // Two residuals per tensor, indexed by element offset:

@@ -1,5 +1,4 @@
-// The maxnorm family — all-reduce-compatible shared-scale quantization (docs/design.md, "Codecs in
-// this build").
+// The maxnorm family — all-reduce-compatible shared-scale quantization (docs/design/5-codecs.md).
 //
 // Scale: M_b = max over ranks of max|x| in block b (kBlock elements of the tensor), agreed in a
 // small MAX all-reduce before the data moves. Levels s = 2^(B-1) - 1 per sign; q = sgn(x)·

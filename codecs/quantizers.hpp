@@ -1,4 +1,4 @@
-// Factories of the quantizing codecs (docs/design.md, "Codecs in this build").
+// Factories of the quantizing codecs (docs/design/5-codecs.md).
 #pragma once
 
 #include <algorithm>
@@ -75,7 +75,7 @@ inline std::string format_real(double x) {
   return std::string(buf, r.ptr);
 }
 
-/// Parameters of the maxnorm family (docs/design.md, "Codecs in this build").
+/// Parameters of the maxnorm family (docs/design/5-codecs.md).
 struct MaxNormParams {
   unsigned bits = 8;       ///< B: 2^(B-1) - 1 levels per sign (the coarse ones when two-scale)
   unsigned fine_bits = 0;  ///< B2 of bits=B1/B2 (two-scale); 0: single scale

@@ -1,5 +1,5 @@
-// sketch:bits=B[,clusters=K] — cluster-aware sketch quantization (docs/design.md, "The research
-// codecs").
+// sketch:bits=B[,clusters=K] — cluster-aware sketch quantization
+// (docs/design/6-research-codecs.md).
 //
 // Per payload (one block of a schedule):
 //  1. A quantile sketch: a fixed-size strided sample of the values (kSample at most, sorted;

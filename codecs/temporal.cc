@@ -1,5 +1,5 @@
 // temporal:bits=B[,beta=0.9][,shrink=1][,ef=1] — momentum-difference predictive coding in
-// all-reduce form (docs/design.md, "The research codecs"), a closed-loop DPCM around the summable
+// all-reduce form (docs/design/6-research-codecs.md), a closed-loop DPCM around the summable
 // maxnorm:bits=B. `beta` below is the predictor coefficient temporal_predictor() derives from
 // the spec's beta: shrunk by L/(L+1) for B-bit codes unless shrink=0.
 //

@@ -192,7 +192,7 @@ __global__ void sketch_decode_kernel(SketchArgs a, const float* levels, const st
 #include "topk_kernels.cuh"  // topk's kernels
 
 // one thread per part: 8 sequential sums, the CPU's order (slow for large tensors: see
-// docs/design.md, dq)
+// docs/design/6-research-codecs.md, dq)
 // one thread per part of a tile: 8 a tile
 __global__ void square_sum_parts_kernel(const float* x, std::size_t count, std::size_t tile,
                                         double* parts) {

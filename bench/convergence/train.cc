@@ -6,7 +6,7 @@
 // buffers) are averaged with ccoll::compressed_allreduce and the codec under test.
 //
 // Optimizers: sgd (momentum), adam, and qadam — quantized Adam with error feedback
-// (docs/design.md, "The research codecs") as a reference optimizer on the public API: gradients
+// (docs/design/6-research-codecs.md) as a reference optimizer on the public API: gradients
 // through compressed_allreduce with the gradient codec (use ef=1), weights sharded across ranks
 // (each rank runs Adam on its shard in fp32) and re-assembled every step with compressed_allgather
 // and --weight-codec (use ef=1); the model computes with the gathered, quantized weights.
