@@ -2,7 +2,7 @@
 // CCOLL_ALGO), saying which collectives it runs, what it needs from the codec and the
 // transport, whether device codecs run it, and the functions that run it. Parsing, the valid
 // choices in error messages, the argument checks, the choice of "auto" and the dispatch of a
-// call all read this table; docs/extending.md shows how a new schedule is added.
+// call all read this table; docs/design/1-layers.md says what a new schedule touches.
 #pragma once
 
 #include <cstddef>

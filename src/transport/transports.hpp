@@ -4,8 +4,8 @@
 // every rank must take it (it has a communicator of its own, made on first use), where this
 // build can use it, how to make it and the data path it gives. The parse of CCOLL_TRANSPORT,
 // its error message, the choice of the data path (placement.cc), the agreement and the
-// communicator's transports (CommContext) read the table; docs/extending.md shows how a new
-// transport is added.
+// communicator's transports (CommContext) read the table; docs/design/1-layers.md says what a
+// new transport touches.
 #pragma once
 
 #include <mpi.h>
