@@ -139,6 +139,8 @@ enum Traits : unsigned {
   kOwnEf = 1,          // make() builds ef=1 into the codec (temporal): no generic wrapper
   kStateful = 2,       // state between calls even without ef=1 (temporal, dq)
   kAllreduceOnly = 4,  // no all-gather form (temporal)
+  kSummable = 8,       // payloads add without decoding (Capabilities::summable)
+  kLossless = 16,      // decode(encode(x)) == x (Capabilities::lossless)
 };
 
 using DeviceMaker = std::function<std::unique_ptr<codec::Codec>(const CodecSpec&, codec::Codec& cpu,
@@ -234,7 +236,11 @@ codec::MaxNormParams auto_params(const CodecSpec& s) {
 
 const std::vector<Entry>& registry() {
   static const std::vector<Entry> entries = {
-      {"none", {}, [](const CodecSpec&, codec::DType t) { return codec::make_none_codec(t); }},
+      {"none",
+       {},
+       [](const CodecSpec&, codec::DType t) { return codec::make_none_codec(t); },
+       nullptr,
+       kLossless},
       {"fp16",
        {},
        [](const CodecSpec&, codec::DType t) { return codec::make_fp16_codec(t); },
@@ -251,7 +257,7 @@ const std::vector<Entry>& registry() {
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_maxnorm(cpu, b, resident, maxnorm_params(s));
        },
-       0,
+       kSummable,
        [](const CodecSpec& s, const std::string& text) {
          // the re-quantizing add rounds between ranks, where no residual can make up for it: the
          // average of many calls would converge only as 1/sqrt(T)
@@ -268,7 +274,8 @@ const std::vector<Entry>& registry() {
        },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_maxnorm(cpu, b, resident, randk_params(s));
-       }},
+       },
+       kSummable},
       {"qsgd",
        {uint_param("bits", 2, 8), uint_param("bucket", 1, 1u << 23, "512"), round_param()},
        [](const CodecSpec& s, codec::DType t) {
@@ -325,7 +332,7 @@ const std::vector<Entry>& registry() {
                                        value_of(s, "shrink") == "1"),
              s.ef, nearest(s));
        },
-       kOwnEf | kStateful | kAllreduceOnly,
+       kOwnEf | kStateful | kAllreduceOnly | kSummable,
        nullptr,
        3},
       {"dq",
@@ -338,7 +345,7 @@ const std::vector<Entry>& registry() {
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_dq(cpu, b, resident, dq_params(s));
        },
-       kStateful,
+       kStateful | kSummable,
        [](const CodecSpec& s, const std::string& text) {
          if (std::stoul(value_of(s, "min")) > std::stoul(value_of(s, "max"))) {
            bad("dq:min=" + value_of(s, "min") + " is larger than max=" + value_of(s, "max") +
@@ -354,7 +361,8 @@ const std::vector<Entry>& registry() {
        },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_maxnorm(cpu, b, resident, auto_params(s));
-       }},
+       },
+       kSummable},
   };
   return entries;
 }
@@ -455,6 +463,8 @@ CodecSpec parse_codec_spec(const std::string& text) {
   if (it->check) it->check(spec, s);
   spec.stateful = spec.ef || (it->traits & kStateful) != 0;
   spec.allreduce_only = (it->traits & kAllreduceOnly) != 0;
+  spec.summable = (it->traits & kSummable) != 0;
+  spec.lossless = (it->traits & kLossless) != 0;
   spec.canonical = spec.name;
   char sep_char = ':';
   for (const auto& kv : spec.params) {

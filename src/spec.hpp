@@ -25,6 +25,10 @@ struct CodecSpec {
   bool stateful = false;
   /// The codec transforms all-reduce outputs and has no all-gather form (temporal).
   bool allreduce_only = false;
+  /// Its payloads add without decoding (codec::Capabilities::summable), from the registry row.
+  bool summable = false;
+  /// Decoding returns the input bit for bit (codec::Capabilities::lossless), from the row.
+  bool lossless = false;
   std::string canonical;  ///< name[:k=v,...] with sorted keys (defaults filled in), then ef=1.
 };
 

@@ -30,11 +30,6 @@ std::string op_name(MPI_Op op) {
   return "a user-defined op";
 }
 
-// Whether the codec a valid spec names adds codes (the schedule table's codec needs).
-bool summable(const CodecSpec& spec, codec::DType dtype) {
-  return make_codec(spec, dtype)->capabilities().summable;
-}
-
 }  // namespace
 
 const char* arg_name(int id) {
@@ -196,7 +191,7 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
                                                 : coll::Op::kAllgather;
     Status code = Status::kSuccess;
     const std::string why =
-        coll::check_algorithm(c.algorithm, op, summable(c.spec, c.dtype), c.spec.canonical, code);
+        coll::check_algorithm(c.algorithm, op, c.spec.summable, c.spec.canonical, code);
     if (!why.empty()) bad.set(kArgAlgorithm, code, why);
   }
   return c;

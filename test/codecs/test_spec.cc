@@ -52,6 +52,36 @@ TEST(Spec, ParsesRegisteredNames) {
   EXPECT_EQ(parse_codec_spec("  fp16 ").canonical, "fp16");
 }
 
+// The static traits of a registry row (CodecSpec::summable, lossless, stateful) are the ones
+// the codec it makes reports, for every codec, with and without ef=1, and for other parameters.
+TEST(Spec, RowTraitsMatchTheCodecs) {
+  std::vector<std::string> specs;
+  for (const std::string& name : codec_names()) {
+    const std::string base =
+        name == "qsgd" || name == "sketch" || name == "temporal" || name == "maxnorm"
+            ? name + ":bits=4"
+        : name == "randk" || name == "topk" ? name + ":ratio=0.1"
+        : name == "dq"                      ? name + ":min=2,max=8"
+                                            : name;
+    specs.push_back(base);
+    if (name != "auto") specs.push_back(base + (base == name ? ":" : ",") + "ef=1");
+  }
+  for (const char* more :
+       {"maxnorm:bits=3/7", "maxnorm:bits=2,sum=requant", "randk:bits=4,ratio=0.5"}) {
+    specs.emplace_back(more);
+  }
+  for (const std::string& text : specs) {
+    SCOPED_TRACE(text);
+    const CodecSpec spec = parse_codec_spec(text);
+    for (const codec::DType t : {codec::DType::kFloat32, codec::DType::kFloat64}) {
+      const auto c = make_codec(spec, t);
+      EXPECT_EQ(spec.summable, c->capabilities().summable);
+      EXPECT_EQ(spec.lossless, c->capabilities().lossless);
+      EXPECT_EQ(spec.stateful, c->capabilities().stateful);
+    }
+  }
+}
+
 TEST(Spec, UnknownNameListsValidCodecs) {
   const std::string msg = error_of("fp8");
   EXPECT_NE(msg.find("codec"), std::string::npos) << msg;
