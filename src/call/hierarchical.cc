@@ -59,9 +59,9 @@ void raise_anywhere(const Call& call, CommContext& ctx, const CrossStep& step,
 // The statistics of both levels into `stats`, then the cross-node step's failure, if any rank
 // had one, raised on every rank. `node_path`: where device buffers' node steps ran (null: host
 // buffers).
-void finish_levels(const Call& call, CommContext& ctx, const CrossStep& step, Stats& stats,
-                   double node_seconds, std::size_t node_bytes, const char* what,
-                   const char* node_path) {
+void finish_levels(const LevelsCall& lc, const CrossStep& step, double node_seconds,
+                   std::size_t node_bytes, const char* what, const char* node_path) {
+  Stats& stats = lc.stats;
   const Stats& cross = step.stats;
   stats.codec = cross.codec;
   stats.algorithm = "hierarchical/" + cross.algorithm;
@@ -77,7 +77,7 @@ void finish_levels(const Call& call, CommContext& ctx, const CrossStep& step, St
   if (node_path != nullptr && !cross.transport.empty()) {
     stats.transport = std::string(node_path) + "/" + cross.transport;  // the node's, the cross's
   }
-  raise_anywhere(call, ctx, step, std::string("the ") + what);
+  raise_anywhere(lc.call, lc.ctx, step, std::string("the ") + what);
 }
 
 // A cross-node step's buffers for device buffers: its input and output copied to device
@@ -132,26 +132,39 @@ class CrossBuffers {
   Status code_ = Status::kSuccess;
 };
 
-// The cross-node step: the call's collective `kind` of `count` elements from `in` (null: in
-// place in `out`) into `out`, both host buffers of the given sizes, among the ranks of this
-// rank's local index, with the call's codec, seed, key and statistics (its own agreement,
-// scale pass, ef=1 state and schedule, which auto chooses); for device buffers on device
-// copies. `after` runs on the host output once the step succeeded; a failure is kept in `step`
-// for finish_levels(), since the node's step must still run on every rank.
-void run_cross_step(const Call& call, Kind kind, const void* in, std::size_t in_bytes, void* out,
-                    std::size_t out_bytes, std::size_t count, const Topology& topo,
-                    gpu::Backend* device, std::uint64_t key, CrossStep& step,
-                    const std::function<void()>& after, const NodeSums* node_sums = nullptr) {
+// What a cross-node step moves: the collective `kind` of `count` elements from `in` (null: in
+// place in `out`) into `out`, both host buffers of the given sizes, with the state of `key`
+// and, for a codec that encodes node sums, the node's maxima.
+struct CrossCall {
+  Kind kind;
+  const void* in;
+  std::size_t in_bytes;
+  void* out;
+  std::size_t out_bytes;
+  std::size_t count;
+  std::uint64_t key;
+  const NodeSums* node_sums = nullptr;
+};
+
+// The cross-node step `x` among the ranks of this rank's local index, with the call's codec,
+// seed and statistics (its own agreement, scale pass, ef=1 state and schedule, which auto
+// chooses); for device buffers on device copies (`device`). `after` runs on the host output
+// once the step succeeded; a failure is kept in `step` for finish_levels(), since the node's
+// step must still run on every rank.
+void run_cross_step(const Call& call, const Topology& topo, gpu::Backend* device,
+                    const CrossCall& x, CrossStep& step, const std::function<void()>& after) {
+  const Kind kind = x.kind;
+  const std::size_t count = x.count;
   Options o = call.options;
-  o.key = key;
+  o.key = x.key;
   o.algorithm = "auto";
   o.average = false;  // a mean divides by every rank, not by the nodes: `after` does it
   o.stats = &step.stats;
-  CrossBuffers bufs(device, in, in_bytes, out, out_bytes);
+  CrossBuffers bufs(device, x.in, x.in_bytes, x.out, x.out_bytes);
   Call inner{kind, call.fn, bufs.in(), bufs.out(), count, call.datatype, MPI_SUM, topo.cross, o};
   inner.nested = true;
   inner.half = call.half;
-  inner.node_sums = node_sums;
+  inner.node_sums = x.node_sums;
   try {
     if (!run_auto(inner, step.stats)) run_call(inner, step.stats);
     bufs.copy_back();
@@ -358,10 +371,11 @@ Blocks blocks_of(const Call& call, codec::DType dtype, const Topology& topo) {
 // out by rank. Each block is encoded once, by its owner, and crosses the network only in the
 // cross-node step, where the ranks of a local index decode the same bytes; the node step copies
 // those values, so every rank ends bit-identical.
-void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& stats,
-                                CommContext& ctx, const Topology& topo, gpu::Backend* device,
-                                std::uint64_t tensor_key, DataPath node_path) {
-  NodeLevel level(call, ctx, topo, device, node_path);
+void run_hierarchical_allgather(const LevelsCall& lc, const Topology& topo) {
+  const Call& call = lc.call;
+  const codec::DType dtype = lc.dtype;
+  CommContext& ctx = lc.ctx;
+  NodeLevel level(call, ctx, topo, lc.device, lc.node_path);
   const Blocks b = blocks_of(call, dtype, topo);
   auto* out = static_cast<std::byte*>(call.recvbuf);
   const void* mine =
@@ -372,8 +386,9 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
   std::byte* node = level.scratch(0, b.local * part);
   const auto l = static_cast<std::size_t>(topo.node_rank);
   CrossStep step;
-  run_cross_step(call, Kind::kAllgather, mine, b.block, node + l * part, part, b.n, topo,
-                 level.copies_for_cross(), tensor_key, step, [] {});
+  run_cross_step(call, topo, level.copies_for_cross(),
+                 {Kind::kAllgather, mine, b.block, node + l * part, part, b.n, lc.tensor_key}, step,
+                 [] {});
   // 2. the node's exact all-gather of the parts, then every block to its rank's place
   const auto t0 = Clock::now();
   const NodeParts parts = node_parts(b.local * b.nodes * b.n, topo.node_size);  // n·nodes each
@@ -385,7 +400,7 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
     }
   }
   level.add_failure(step);
-  finish_levels(call, ctx, step, stats, std::chrono::duration<double>(Clock::now() - t0).count(),
+  finish_levels(lc, step, std::chrono::duration<double>(Clock::now() - t0).count(),
                 (b.local - 1) * b.nodes * b.block, "cross-node all-gather", level.path_name());
 }
 
@@ -395,10 +410,11 @@ void run_hierarchical_allgather(const Call& call, codec::DType dtype, Stats& sta
 // part among the ranks of local index i, one per node, which leaves cross-node rank j with
 // block j of the part: the block of the rank at (i, j), this rank's own. Each element crosses
 // the network once, in the cross-node step, encoded once by each node.
-void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats& stats,
-                                     CommContext& ctx, const Topology& topo, gpu::Backend* device,
-                                     std::uint64_t tensor_key, DataPath node_path) {
-  NodeLevel level(call, ctx, topo, device, node_path);
+void run_hierarchical_reduce_scatter(const LevelsCall& lc, const Topology& topo) {
+  const Call& call = lc.call;
+  const codec::DType dtype = lc.dtype;
+  CommContext& ctx = lc.ctx;
+  NodeLevel level(call, ctx, topo, lc.device, lc.node_path);
   const Blocks b = blocks_of(call, dtype, topo);
   const auto* in = static_cast<const std::byte*>(call.in_place() ? call.recvbuf : call.sendbuf);
   const auto t0 = Clock::now();
@@ -416,12 +432,14 @@ void run_hierarchical_reduce_scatter(const Call& call, codec::DType dtype, Stats
   const double node_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   // 2. the part's compressed reduce-scatter across the nodes, into this rank's output
   CrossStep step;
-  run_cross_step(call, Kind::kReduceScatter, part, b.nodes * b.block, call.recvbuf, b.block, b.n,
-                 topo, level.copies_for_cross(), tensor_key, step, [&] {
-                   if (call.options.average) level.divide(call.recvbuf, b.n, dtype, ctx.size());
-                 });
+  run_cross_step(
+      call, topo, level.copies_for_cross(),
+      {Kind::kReduceScatter, part, b.nodes * b.block, call.recvbuf, b.block, b.n, lc.tensor_key},
+      step, [&] {
+        if (call.options.average) level.divide(call.recvbuf, b.n, dtype, ctx.size());
+      });
   level.add_failure(step);
-  finish_levels(call, ctx, step, stats, node_seconds, (b.local - 1) * b.nodes * b.block,
+  finish_levels(lc, step, node_seconds, (b.local - 1) * b.nodes * b.block,
                 "cross-node reduce-scatter", level.path_name());
 }
 
@@ -452,133 +470,166 @@ std::size_t pipeline_segments(std::size_t bytes, const Topology& topo, gpu::Back
   return std::clamp<std::size_t>(bytes / kSegmentBytes, 1, kMaxSegments);
 }
 
-// The two-level all-reduce (hierarchical.hpp), in `segments` consecutive pieces of the tensor:
-// the node's reduce-scatter of segment k+1 and its all-gather of segment k-1 run while a
-// helper thread runs segment k's cross-node step, so that the node's copies and sums overlap
-// the network. Every rank of a node runs the node's steps in the same order (RS 0, RS 1, AG 0,
+// The two-level all-reduce (hierarchical.hpp), in consecutive segments of the tensor: the
+// node's reduce-scatter of segment k+1 and its all-gather of segment k-1 run while a helper
+// thread runs segment k's cross-node step, so that the node's copies and sums overlap the
+// network. Every rank of a node runs the node's steps in the same order (RS 0, RS 1, AG 0,
 // RS 2, AG 1, ...), which their shared window needs.
-void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& stats,
-                                CommContext& ctx, const Topology& topo, gpu::Backend* device,
-                                std::uint64_t tensor_key, DataPath node_path) {
-  NodeLevel level(call, ctx, topo, device, node_path);
-  const std::size_t n = call.count;
-  check_node_step(call, n);
-  const std::size_t es = codec::dtype_size(dtype);
-  const auto l = static_cast<std::size_t>(topo.node_rank);
-  const std::size_t segments = std::min(pipeline_segments(n * es, topo, device), n);
+class AllreduceLevels {
+ public:
+  AllreduceLevels(const LevelsCall& lc, const Topology& topo)
+      : lc_(lc),
+        topo_(topo),
+        level_(lc.call, lc.ctx, topo, lc.device, lc.node_path),
+        n_(lc.call.count),
+        es_(codec::dtype_size(lc.dtype)),
+        l_(static_cast<std::size_t>(topo.node_rank)) {
+    const Call& call = lc.call;
+    check_node_step(call, n_);
+    const std::size_t segments = std::min(pipeline_segments(n_ * es_, topo, lc.device), n_);
+    seg_.resize(segments);
+    sums_ = lc.device == nullptr && encodes_node_sums(call, lc.dtype);
+    for (std::size_t k = 0; k < segments; ++k) {
+      const auto s = static_cast<int>(segments);
+      const auto i = static_cast<int>(k);
+      static_cast<NodeParts&>(seg_[k]) = node_parts(coll::chunk_count(n_, s, i), topo.node_size);
+      seg_[k].offset = coll::chunk_offset(n_, s, i);
+      seg_[k].node.ranks = topo.node_size;
+    }
+    data_ = static_cast<std::byte*>(call.recvbuf);
+    in_ = static_cast<const std::byte*>(call.in_place() ? call.recvbuf : call.sendbuf);
+  }
+
+  void run() {
+    if (seg_.size() == 1) {
+      reduce_scatter(0);
+      cross(0);
+      allgather(0);
+    } else {
+      pipeline();
+    }
+    CrossStep step;
+    for (std::size_t k = 0; k < seg_.size(); ++k) add_step(step, seg_[k].step, k == 0);
+    level_.add_failure(step);
+    // then the cross-node step's failure, if any rank had one, on every rank: the node's steps
+    // moved every element but this rank's shards, each way
+    std::size_t mine = 0;
+    for (const Segment& g : seg_) mine += static_cast<std::size_t>(g.counts[l_]);
+    finish_levels(lc_, step, node_seconds_, 2 * (n_ - mine) * es_, "all-reduce steps",
+                  level_.path_name());
+  }
+
+ private:
   struct Segment : NodeParts {
     std::size_t offset = 0;  // elements into the tensor
     CrossStep step;
     NodeSums node;  // node sums: the node's maxima of this rank's shard
   };
-  std::vector<Segment> seg(segments);
-  const bool sums = device == nullptr && encodes_node_sums(call, dtype);
-  for (std::size_t k = 0; k < segments; ++k) {
-    const auto s = static_cast<int>(segments);
-    const auto i = static_cast<int>(k);
-    static_cast<NodeParts&>(seg[k]) = node_parts(coll::chunk_count(n, s, i), topo.node_size);
-    seg[k].offset = coll::chunk_offset(n, s, i);
-    seg[k].node.ranks = topo.node_size;
+
+  std::byte* shard(std::size_t k) const {
+    return data_ + (seg_[k].offset + static_cast<std::size_t>(seg_[k].displs[l_])) * es_;
   }
-  auto* data = static_cast<std::byte*>(call.recvbuf);
-  const auto* in = static_cast<const std::byte*>(call.in_place() ? call.recvbuf : call.sendbuf);
-  auto shard = [&](std::size_t k) {
-    return data + (seg[k].offset + static_cast<std::size_t>(seg[k].displs[l])) * es;
-  };
-  double node_seconds = 0;
+
   // node sums: the largest magnitude of every node rank's values in each scale block of each
   // shard of segment k (blocks counted from the shard's start, as its cross-node call counts
   // them), over the node; this rank keeps its shard's
-  auto node_maxima = [&](std::size_t k) {
+  void node_maxima(std::size_t k) {
     std::vector<double> all;
     std::size_t mine_at = 0;
     std::size_t mine_blocks = 0;
-    for (std::size_t i = 0; i < static_cast<std::size_t>(topo.node_size); ++i) {
-      const std::size_t at = seg[k].offset + static_cast<std::size_t>(seg[k].displs[i]);
-      const auto len = static_cast<std::size_t>(seg[k].counts[i]);
+    for (std::size_t i = 0; i < static_cast<std::size_t>(topo_.node_size); ++i) {
+      const std::size_t at = seg_[k].offset + static_cast<std::size_t>(seg_[k].displs[i]);
+      const auto len = static_cast<std::size_t>(seg_[k].counts[i]);
       const std::size_t before = all.size();
-      if (dtype == codec::DType::kFloat64) {
-        block_maxima(reinterpret_cast<const double*>(in) + at, len, all);
+      if (lc_.dtype == codec::DType::kFloat64) {
+        block_maxima(reinterpret_cast<const double*>(in_) + at, len, all);
       } else {
-        block_maxima(reinterpret_cast<const float*>(in) + at, len, all);
+        block_maxima(reinterpret_cast<const float*>(in_) + at, len, all);
       }
-      if (i == l) {
+      if (i == l_) {
         mine_at = before;
         mine_blocks = all.size() - before;
       }
     }
     CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, all.data(), static_cast<int>(all.size()),
-                                  MPI_DOUBLE, MPI_MAX, topo.node));
+                                  MPI_DOUBLE, MPI_MAX, topo_.node));
     const auto first = all.begin() + static_cast<std::ptrdiff_t>(mine_at);
-    seg[k].node.maxima.assign(first, first + static_cast<std::ptrdiff_t>(mine_blocks));
-  };
+    seg_[k].node.maxima.assign(first, first + static_cast<std::ptrdiff_t>(mine_blocks));
+  }
+
   // 1. the node's exact sum of this rank's shard of segment k
-  auto reduce_scatter = [&](std::size_t k) {
+  void reduce_scatter(std::size_t k) {
     const auto t0 = Clock::now();
-    if (sums) node_maxima(k);  // before the sum overwrites this rank's shard (in place)
-    level.reduce_scatter(in + seg[k].offset * es, shard(k), seg[k].counts, seg[k].displs, dtype);
-    node_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-  };
+    if (sums_) node_maxima(k);  // before the sum overwrites this rank's shard (in place)
+    level_.reduce_scatter(in_ + seg_[k].offset * es_, shard(k), seg_[k].counts, seg_[k].displs,
+                          lc_.dtype);
+    node_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
   // 2. the shard's compressed all-reduce across the nodes (device buffers: on the device)
-  auto cross = [&](std::size_t k) {
-    const auto mine = static_cast<std::size_t>(seg[k].counts[l]);
+  void cross(std::size_t k) {
+    const auto mine = static_cast<std::size_t>(seg_[k].counts[l_]);
     std::byte* out = shard(k);
-    run_cross_step(
-        call, Kind::kAllreduce, nullptr, 0, out, mine * es, mine, topo, level.copies_for_cross(),
-        segment_key(tensor_key, k, segments), seg[k].step,
-        [&, out, mine] {
-          if (call.options.average) level.divide(out, mine, dtype, ctx.size());
-        },
-        sums ? &seg[k].node : nullptr);
-  };
-  // 3. every shard of segment k to every rank of the node, exact
-  auto allgather = [&](std::size_t k) {
-    const auto t0 = Clock::now();
-    level.allgather(data + seg[k].offset * es, seg[k].counts, seg[k].displs, dtype);
-    node_seconds += std::chrono::duration<double>(Clock::now() - t0).count();
-  };
-  if (segments == 1) {
-    reduce_scatter(0);
-    cross(0);
-    allgather(0);
-  } else {
-    std::mutex mu;
-    std::condition_variable cv;
-    std::size_t reduced = 0;  // segments whose node sum is ready (main thread)
-    std::size_t crossed = 0;  // segments whose cross-node step finished (helper)
-    bool abandon = false;     // the main thread failed: the helper stops
-    std::thread helper([&] {
-      for (std::size_t k = 0; k < segments; ++k) {
-        {
-          std::unique_lock<std::mutex> lock(mu);
-          cv.wait(lock, [&] { return reduced > k || abandon; });
-          if (abandon) return;
-        }
-        try {
-          cross(k);
-        } catch (const std::exception& e) {  // run_cross_step keeps ccoll's errors itself
-          seg[k].step.failed = true;
-          seg[k].step.code = Status::kInternal;
-          seg[k].step.message = std::string(call.fn) + ": " + e.what();
-        }
-        {
-          const std::lock_guard<std::mutex> lock(mu);
-          crossed = k + 1;
-        }
-        cv.notify_all();
-      }
+    const Call& call = lc_.call;
+    const CrossCall x{Kind::kAllreduce,
+                      nullptr,
+                      0,
+                      out,
+                      mine * es_,
+                      mine,
+                      segment_key(lc_.tensor_key, k, seg_.size()),
+                      sums_ ? &seg_[k].node : nullptr};
+    run_cross_step(call, topo_, level_.copies_for_cross(), x, seg_[k].step, [&, out, mine] {
+      if (call.options.average) level_.divide(out, mine, lc_.dtype, lc_.ctx.size());
     });
-    auto wait_crossed = [&](std::size_t k) {
-      std::unique_lock<std::mutex> lock(mu);
-      cv.wait(lock, [&] { return crossed > k; });
-    };
-    auto mark_reduced = [&](std::size_t k) {
+  }
+
+  // 3. every shard of segment k to every rank of the node, exact
+  void allgather(std::size_t k) {
+    const auto t0 = Clock::now();
+    level_.allgather(data_ + seg_[k].offset * es_, seg_[k].counts, seg_[k].displs, lc_.dtype);
+    node_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+  }
+
+  // The helper thread's loop: each segment's cross-node step once the node's sum is ready.
+  void helper_loop() {
+    for (std::size_t k = 0; k < seg_.size(); ++k) {
       {
-        const std::lock_guard<std::mutex> lock(mu);
-        reduced = k + 1;
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return reduced_ > k || abandon_; });
+        if (abandon_) return;
       }
-      cv.notify_all();
-    };
+      try {
+        cross(k);
+      } catch (const std::exception& e) {  // run_cross_step keeps ccoll's errors itself
+        seg_[k].step.failed = true;
+        seg_[k].step.code = Status::kInternal;
+        seg_[k].step.message = std::string(lc_.call.fn) + ": " + e.what();
+      }
+      {
+        const std::lock_guard<std::mutex> lock(mu_);
+        crossed_ = k + 1;
+      }
+      cv_.notify_all();
+    }
+  }
+
+  void wait_crossed(std::size_t k) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [&] { return crossed_ > k; });
+  }
+  void mark_reduced(std::size_t k) {
+    {
+      const std::lock_guard<std::mutex> lock(mu_);
+      reduced_ = k + 1;
+    }
+    cv_.notify_all();
+  }
+
+  // The node's steps on this thread, the cross-node steps on a helper thread.
+  void pipeline() {
+    const std::size_t segments = seg_.size();
+    std::thread helper([this] { helper_loop(); });
     try {
       reduce_scatter(0);
       mark_reduced(0);
@@ -592,25 +643,34 @@ void run_hierarchical_allreduce(const Call& call, codec::DType dtype, Stats& sta
       allgather(segments - 1);
     } catch (...) {
       {
-        const std::lock_guard<std::mutex> lock(mu);
-        abandon = true;
+        const std::lock_guard<std::mutex> lock(mu_);
+        abandon_ = true;
       }
-      cv.notify_all();
+      cv_.notify_all();
       helper.join();
       throw;
     }
     helper.join();
   }
-  CrossStep step;
-  for (std::size_t k = 0; k < segments; ++k) add_step(step, seg[k].step, k == 0);
-  level.add_failure(step);
-  // then the cross-node step's failure, if any rank had one, on every rank: the node's steps
-  // moved every element but this rank's shards, each way
-  std::size_t mine = 0;
-  for (const Segment& g : seg) mine += static_cast<std::size_t>(g.counts[l]);
-  finish_levels(call, ctx, step, stats, node_seconds, 2 * (n - mine) * es, "all-reduce steps",
-                level.path_name());
-}
+
+  const LevelsCall& lc_;
+  const Topology& topo_;
+  NodeLevel level_;
+  std::size_t n_;
+  std::size_t es_;
+  std::size_t l_;
+  std::vector<Segment> seg_;
+  bool sums_ = false;
+  std::byte* data_ = nullptr;
+  const std::byte* in_ = nullptr;
+  double node_seconds_ = 0;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::size_t reduced_ = 0;  // segments whose node sum is ready (main thread)
+  std::size_t crossed_ = 0;  // segments whose cross-node step finished (helper)
+  bool abandon_ = false;     // the main thread failed: the helper stops
+};
+
 }  // namespace
 
 std::uint64_t segment_key(std::uint64_t tensor_key, std::size_t segment, std::size_t segments) {
@@ -621,8 +681,9 @@ std::uint64_t segment_key(std::uint64_t tensor_key, std::size_t segment, std::si
   return (z ^ (z >> 31)) | 1;
 }
 
-void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx,
-                      gpu::Backend* device, std::uint64_t tensor_key, DataPath node_path) {
+void run_hierarchical(const LevelsCall& lc) {
+  const Call& call = lc.call;
+  CommContext& ctx = lc.ctx;
   const Topology& topo = ctx.topology();  // collective on first use: every rank is here
   if (!topo.error.empty()) {
     throw Error(Status::kInvalidArgument,
@@ -640,18 +701,16 @@ void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommCo
     inner.nested = true;  // not CCOLL_ALGO's choice either
     inner.ctx = &ctx;
     inner.half = call.half;
-    run_call(inner, stats);
+    run_call(inner, lc.stats);
     return;
   }
   if (call.kind == Kind::kAllgather) {
-    run_hierarchical_allgather(call, dtype, stats, ctx, topo, device, tensor_key, node_path);
-    return;
+    run_hierarchical_allgather(lc, topo);
+  } else if (call.kind == Kind::kReduceScatter) {
+    run_hierarchical_reduce_scatter(lc, topo);
+  } else {
+    AllreduceLevels(lc, topo).run();
   }
-  if (call.kind == Kind::kReduceScatter) {
-    run_hierarchical_reduce_scatter(call, dtype, stats, ctx, topo, device, tensor_key, node_path);
-    return;
-  }
-  run_hierarchical_allreduce(call, dtype, stats, ctx, topo, device, tensor_key, node_path);
 }
 
 }  // namespace ccoll::call

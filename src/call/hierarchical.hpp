@@ -23,19 +23,29 @@
 
 namespace ccoll::call {
 
-/// Runs the hierarchical all-reduce, all-gather or reduce-scatter of `call` (host buffers of
-/// `dtype`, the checked element type; recvbuf already holds the input when `call` is in place)
-/// after the agreement of the call on ctx's communicator. Nodes of unequal size run the flat
-/// schedule instead (Stats::algorithm says which); an invalid CCOLL_RANKS_PER_NODE raises on
-/// every rank. `device`: the backend of the caller's device buffers, or null. `node_path`
-/// says where the node's steps run on device buffers: DataPath::kHostCopy (`call`'s buffers
-/// are host copies; the cross-node step runs on a device copy of its input, with the codec's
-/// kernels where it has them), DataPath::kNccl (an all-reduce on the device buffers
-/// themselves: NCCL inside the node, the cross-node step on the device shard) or
-/// DataPath::kNcclEmulated (the same on the emulated device, the host steps standing in for
-/// NCCL).
-void run_hierarchical(const Call& call, codec::DType dtype, Stats& stats, CommContext& ctx,
-                      gpu::Backend* device, std::uint64_t tensor_key, DataPath node_path);
+/// A hierarchical call after the agreement of the call on ctx's communicator: `call` (host
+/// buffers of `dtype`, the checked element type; recvbuf already holds the input when `call` is
+/// in place), its statistics, the backend of the caller's device buffers (or null), the key of
+/// its state, and where the node's steps run on device buffers: DataPath::kHostCopy (`call`'s
+/// buffers are host copies; the cross-node step runs on a device copy of its input, with the
+/// codec's kernels where it has them), the path of a transport every rank takes (NCCL: an
+/// all-reduce on the device buffers themselves, the node's steps through that transport, the
+/// cross-node step on the device shard) or its emulated path (the same on the emulated device,
+/// the host steps standing in for the transport).
+struct LevelsCall {
+  const Call& call;
+  codec::DType dtype;
+  Stats& stats;
+  CommContext& ctx;
+  gpu::Backend* device = nullptr;
+  std::uint64_t tensor_key = 0;
+  DataPath node_path = DataPath::kHost;
+};
+
+/// Runs the hierarchical all-reduce, all-gather or reduce-scatter of `lc`. Nodes of unequal
+/// size run the flat schedule instead (Stats::algorithm says which); an invalid
+/// CCOLL_RANKS_PER_NODE raises on every rank.
+void run_hierarchical(const LevelsCall& lc);
 
 /// The most segments a hierarchical all-reduce is pipelined in.
 constexpr std::size_t kMaxSegments = 8;

@@ -52,15 +52,37 @@ struct Prepared {
   std::unique_ptr<codec::Codec> node_sums;
 };
 
+// One call as it flows through the stages: its arguments (which the stages point at host
+// copies or widened input), where its buffers are, the local checks, the plan, what every rank
+// agreed, and the call's number on the communicator.
+struct Flow {
+  Flow(const Call& a, Stats& s, Placement& where, CommContext& context)
+      : call(a), stats(s), pl(where), ctx(context) {}
+
+  Call call;
+  Stats& stats;
+  Placement& pl;
+  CommContext& ctx;
+  Checked c;
+  Prepared prep;
+  Agreed agreed;
+  std::uint64_t call_no = 0;
+  bool compress = false;  // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
+
+  int p() const { return ctx.size(); }
+  int rank() const { return ctx.rank(); }
+  std::size_t es() const { return c.elem_bytes; }
+};
+
 // What decides the schedule (the same on every rank: the agreement checked its inputs).
-coll::ScheduleQuery schedule_query(const Call& call, const Checked& c, const codec::Codec& codec,
-                                   int p, bool device_codecs, bool exact_lengths) {
+coll::ScheduleQuery schedule_query(const Flow& f, const codec::Codec& codec, bool device_codecs,
+                                   bool exact_lengths) {
   coll::ScheduleQuery q;
-  q.allreduce = call.allreduce();
-  q.requested = c.algorithm;
-  q.count = call.count;
-  q.elem_bytes = c.elem_bytes;
-  q.ranks = p;
+  q.allreduce = f.call.allreduce();
+  q.requested = f.c.algorithm;
+  q.count = f.call.count;
+  q.elem_bytes = f.c.elem_bytes;
+  q.ranks = f.p();
   q.gather_reduce = codec.capabilities().gather_reduce;
   q.reencodes = !codec.capabilities().lossless && !codec.capabilities().summable;
   q.stateful = codec.capabilities().stateful;
@@ -76,25 +98,30 @@ gpu::Backend* input_device(const Placement& pl) { return pl.kernels() ? pl.devic
 // Lets the plan's codec read the call's 16-bit input where only its own encodes read it (a
 // summable codec's ring all-reduce, on host buffers or with device kernels, not on the
 // exact-length ring of NCCL); otherwise widens the input first. True when the codec reads it.
-bool let_codec_read_half(Call& call, const Placement& pl, const Checked& c, codec::Codec& codec,
-                         int p) {
+bool let_codec_read_half(Flow& f, codec::Codec& codec) {
+  Call& call = f.call;
+  const Placement& pl = f.pl;
   if (call.input_half == Half::kNone) return false;
-  coll::ScheduleQuery q = schedule_query(call, c, codec, p, pl.kernels(), pl.lock_step());
+  coll::ScheduleQuery q = schedule_query(f, codec, pl.kernels(), pl.lock_step());
   const codec::InputType t =
       call.input_half == Half::kBFloat16 ? codec::InputType::kBFloat16 : codec::InputType::kFloat16;
   if (!pl.lock_step() && call.allreduce() && codec.capabilities().summable &&
       coll::schedule_row(coll::select_schedule(q)).half_input && codec.set_input_type(t)) {
     return true;
   }
-  widen_input(call, c.in_total, input_device(pl));
+  widen_input(call, f.c.in_total, input_device(pl));
   return false;
 }
 
 // Finds the plan (and on device buffers its device codec) and runs the codec's scan: the
 // fallback test and, for most codecs, the scale pass, in one read of the input. Failures go
 // into `c.bad`.
-Prepared prepare_plan(Call& call, Placement& pl, Checked& c, CommContext& ctx) {
-  Prepared out;
+void prepare_plan(Flow& f) {
+  Call& call = f.call;
+  Placement& pl = f.pl;
+  Checked& c = f.c;
+  CommContext& ctx = f.ctx;
+  Prepared& out = f.prep;
   try {
     PlanKey key;
     key.kind = static_cast<int>(call.kind);
@@ -124,13 +151,13 @@ Prepared prepare_plan(Call& call, Placement& pl, Checked& c, CommContext& ctx) {
     // rounded at one rank's step (the other paths encode it as any input)
     if (call.node_sums != nullptr && !pl.kernels() && call.allreduce() &&
         node_sums_apply(*out.codec) && !ctx.transport().exact_lengths() &&
-        coll::select_schedule(schedule_query(call, c, *out.codec, ctx.size(), false, false)) ==
+        coll::select_schedule(schedule_query(f, *out.codec, false, false)) ==
             coll::Schedule::kRing) {
       out.node_sums = make_node_sums_codec(*out.codec, *call.node_sums);
       out.codec = out.node_sums.get();
     }
     codec::Codec& codec = *out.codec;
-    out.reads_half = let_codec_read_half(call, pl, c, codec, ctx.size());
+    out.reads_half = let_codec_read_half(f, codec);
     if (!codec.capabilities().lossless) {
       const std::size_t nscales = codec.scale_slots(c.in_total);
       if (plan->scales.size() < nscales) plan->scales.resize(nscales);
@@ -144,7 +171,6 @@ Prepared prepare_plan(Call& call, Placement& pl, Checked& c, CommContext& ctx) {
   } catch (const Error& e) {
     c.bad.set(kArgCodec, e.code(), e.message());
   }
-  return out;
 }
 
 // The lock-step ring's smallest segment (uncompressed bytes), whatever CCOLL_SEGMENT_BYTES says.
@@ -157,102 +183,112 @@ struct CopyCounters {
   ~CopyCounters() { copy_counters(c, s); }
 };
 
-// The compressed collective proper, after the agreement and the set-up rounds: the schedule
-// every rank derives from agreed values, on the transport of the agreed data path.
-void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, codec::Codec& codec,
-                  const Checked& c, const Agreed& agreed, CommContext& ctx, std::uint64_t call_no,
-                  const void* input) {
-  const bool allreduce = call.allreduce();
-  const std::size_t es = c.elem_bytes;
-  const int p = ctx.size();
-  auto* recv = static_cast<std::byte*>(call.recvbuf);
-  std::byte* own = call.own_block(es, ctx.rank());
-  coll::Counters counters;
+// What a schedule runs with on the call's data path: the transport (the communicator's MPI, or
+// a transport with a communicator of its own), the element and payload operations on device
+// buffers, the workspace's allocator, the segment size, the call's counters.
+class ScheduleSetup {
+ public:
+  ScheduleSetup(Flow& f, Plan& plan, codec::Codec& codec)
+      : cx{transport_of(f), codec, plan.workspace, counters} {
+    Placement& pl = f.pl;
+    if (pl.kernels()) {
+      elements_ = std::make_unique<DeviceElementOps>(*pl.device);
+      cx.elements = elements_.get();
+      // payloads: device memory that MPI moves itself, or pinned host memory
+      plan.workspace.set_allocator(pl.resident() ? &device_allocator(*pl.device)
+                                                 : &pinned_allocator(*pl.device));
+      if (pl.resident()) {
+        payloads_ = std::make_unique<DevicePayloadOps>(*pl.device);
+        cx.payloads = payloads_.get();
+      }
+    } else {
+      // the host codec writes its payloads itself: heap memory, also where this plan (the same
+      // tensor, codec and count) last ran with payloads in device memory (another algorithm,
+      // NCCL or CUDA-aware MPI)
+      plan.workspace.set_allocator(nullptr);
+    }
+    const std::size_t es = f.es();
+    cx.segment_elems = f.c.env.segment_bytes / es;
+    cx.input_elem_bytes = f.call.input_half != Half::kNone ? 2 : 0;
+    cx.seed = f.call.options.seed;
+    cx.call = f.call_no;
+    // the lock-step ring, also where MPI stands in for a lock-step transport (emulated device)
+    cx.exact_lengths = f.agreed.exact_lengths;
+    if (lock_step() && !codec.capabilities().segment_local) {
+      // the lock-step ring sends a step's segments in one group, all received before the step
+      // reduces: smaller segments pipeline nothing there and only add messages, each with a
+      // fixed cost under NCCL (about a millisecond over loopback sockets). Several per step
+      // still let the decode of the first overlap the arrival of the rest. Codecs whose results
+      // depend on the segments keep CCOLL_SEGMENT_BYTES, so every path gives the same results.
+      cx.segment_elems = std::max(cx.segment_elems, kLockstepSegmentBytes / es);
+    }
+  }
+  bool lock_step() const { return cx.exact_lengths || cx.transport.exact_lengths(); }
+
+  coll::Counters counters;  // before cx, which refers to it
+  coll::Context cx;
+
+ private:
   // a transport with a communicator of its own (NCCL): made on the first such call, on every
   // rank (the agreement checked that all take it); on the emulated device MPI stands in for it
   // on the same exact ring
-  coll::Transport* transport = &ctx.transport();
-  if (pl.own_transport()) {
-    DeviceTransport& mover = ctx.device_transport(pl.transport()->kind);
-    mover.set_stream(call.options.cuda_stream);
-    transport = &mover;
+  static coll::Transport& transport_of(Flow& f) {
+    if (!f.pl.own_transport()) return f.ctx.transport();
+    DeviceTransport& mover = f.ctx.device_transport(f.pl.transport()->kind);
+    mover.set_stream(f.call.options.cuda_stream);
+    return mover;
   }
-  coll::Context cx{*transport, codec, plan.workspace, counters};
-  std::unique_ptr<DeviceElementOps> device_ops;
-  std::unique_ptr<DevicePayloadOps> payload_ops;
-  if (pl.kernels()) {
-    device_ops = std::make_unique<DeviceElementOps>(*pl.device);
-    cx.elements = device_ops.get();
-    // payloads: device memory that MPI moves itself, or pinned host memory
-    plan.workspace.set_allocator(pl.resident() ? &device_allocator(*pl.device)
-                                               : &pinned_allocator(*pl.device));
-    if (pl.resident()) {
-      payload_ops = std::make_unique<DevicePayloadOps>(*pl.device);
-      cx.payloads = payload_ops.get();
-    }
-  } else {
-    // the host codec writes its payloads itself: heap memory, also where this plan (the same
-    // tensor, codec and count) last ran with payloads in device memory (another algorithm,
-    // NCCL or CUDA-aware MPI)
-    plan.workspace.set_allocator(nullptr);
-  }
-  cx.segment_elems = c.env.segment_bytes / es;
-  cx.input_elem_bytes = call.input_half != Half::kNone ? 2 : 0;
-  cx.seed = call.options.seed;
-  cx.call = call_no;
-  // the NCCL path's ring steps in lock step, also where MPI stands in for NCCL (emulated device)
-  cx.exact_lengths = agreed.exact_lengths;
-  if ((cx.exact_lengths || cx.transport.exact_lengths()) && !codec.capabilities().segment_local) {
-    // the lock-step ring sends a step's segments in one group, all received before the step
-    // reduces: smaller segments pipeline nothing there and only add messages, each with a fixed
-    // cost under NCCL (about a millisecond over loopback sockets). Several per step still let
-    // the decode of the first overlap the arrival of the rest. Codecs whose results depend on
-    // the segments keep CCOLL_SEGMENT_BYTES, so that every path gives the same results.
-    cx.segment_elems = std::max(cx.segment_elems, kLockstepSegmentBytes / es);
-  }
-  CopyCounters copy{stats, counters};
-  stats.bits = codec.bits_used();
-  const coll::ScheduleQuery q =
-      schedule_query(call, c, codec, p, agreed.device_codecs, agreed.exact_lengths);
-  const bool average = call.options.average;
-  // the call's one trace line (no message strings on the hot path)
-  auto trace = [&] {
-    if (!log_enabled(LogLevel::kTrace)) return;
-    log(LogLevel::kTrace, ctx.rank(),
-        std::string(call.fn) + " count=" + std::to_string(call.count) + " codec=" + stats.codec +
-            " algorithm=" + stats.algorithm + " transport=" + stats.transport +
-            " sent=" + std::to_string(counters.bytes_sent));
-  };
-  if (call.reduce_scatter()) {
-    // the owner's chunk of count·p elements: codes added on the ring (summable codecs), or
-    // every other rank's contribution quantized once and added to the owner's own, exact (the
-    // pairwise exchange). MPI_IN_PLACE: the input is recvbuf and the result goes to its start,
-    // as MPI_Reduce_scatter_block puts it.
-    const coll::ScheduleRow& row =
-        coll::schedule_row(coll::select_reduce_scatter(c.algorithm, codec.capabilities().summable));
-    stats.algorithm = row.reduce_scatter_name;
-    coll::run_reduce_scatter(row, cx, input, recv, c.in_total);
-    if (average) coll::divide_elements(cx, recv, call.count, p);
-    trace();
-    return;
-  }
-  const coll::ScheduleRow& row = coll::schedule_row(coll::select_schedule(q));
-  stats.algorithm = row.name;
+  std::unique_ptr<DeviceElementOps> elements_;
+  std::unique_ptr<DevicePayloadOps> payloads_;
+};
+
+// The call's one trace line (no message strings on the hot path).
+void trace(const Flow& f, const coll::Counters& counters) {
+  if (!log_enabled(LogLevel::kTrace)) return;
+  log(LogLevel::kTrace, f.rank(),
+      std::string(f.call.fn) + " count=" + std::to_string(f.call.count) +
+          " codec=" + f.stats.codec + " algorithm=" + f.stats.algorithm +
+          " transport=" + f.stats.transport + " sent=" + std::to_string(counters.bytes_sent));
+}
+
+// The owner's chunk of count·p elements: codes added on the ring (summable codecs), or every
+// other rank's contribution quantized once and added to the owner's own, exact (the pairwise
+// exchange). MPI_IN_PLACE: the input is recvbuf and the result goes to its start, as
+// MPI_Reduce_scatter_block puts it.
+void run_reduce_scatter_schedule(Flow& f, coll::Context& cx, const void* input) {
+  const coll::ScheduleRow& row = coll::schedule_row(
+      coll::select_reduce_scatter(f.c.algorithm, cx.codec.capabilities().summable));
+  f.stats.algorithm = row.reduce_scatter_name;
+  coll::run_reduce_scatter(row, cx, input, f.call.recvbuf, f.c.in_total);
+  if (f.call.options.average) coll::divide_elements(cx, f.call.recvbuf, f.call.count, f.p());
+}
+
+// The all-reduce or all-gather schedule of the table that every rank derives from agreed values.
+void run_flat_schedule(Flow& f, ScheduleSetup& s, const void* input) {
+  const Call& call = f.call;
+  coll::Context& cx = s.cx;
+  codec::Codec& codec = cx.codec;
+  const std::size_t es = f.es();
+  auto* recv = static_cast<std::byte*>(call.recvbuf);
+  std::byte* own = call.own_block(es, f.rank());
+  const coll::ScheduleRow& row = coll::schedule_row(coll::select_schedule(
+      schedule_query(f, codec, f.agreed.device_codecs, f.agreed.exact_lengths)));
+  f.stats.algorithm = row.name;
+  const bool allreduce = call.allreduce();
   if (call.input_half != Half::kNone &&
-      (!allreduce || !codec.capabilities().summable || !row.half_input || cx.exact_lengths ||
-       cx.transport.exact_lengths())) {
+      (!allreduce || !codec.capabilities().summable || !row.half_input || s.lock_step())) {
     // only a schedule that lets the summable codec read 16-bit input does (let_codec_read_half()
     // chose it for that): any other gets it widened where its own copy of the input goes
-    widen_16_to(call, call.count, reinterpret_cast<float*>(own), input_device(pl));
+    widen_16_to(call, call.count, reinterpret_cast<float*>(own), input_device(f.pl));
     input = own;
     codec.set_input_type(codec::InputType::kNative);
     cx.input_elem_bytes = 0;
   }
-  bool divide = average;
-  if (allreduce && average && codec.capabilities().prescale_mean) {
+  bool divide = call.options.average;
+  if (allreduce && divide && codec.capabilities().prescale_mean) {
     // each contribution divided first: the sums stay within the inputs' range (fp16)
     if (input != own) coll::copy_elements(cx, own, input, call.count * es);
-    coll::divide_elements(cx, recv, call.count, p);
+    coll::divide_elements(cx, recv, call.count, f.p());
     input = recv;
     divide = false;
   }
@@ -262,20 +298,32 @@ void run_schedule(const Call& call, Stats& stats, Placement& pl, Plan& plan, cod
   } else {
     coll::run_allgather(row, cx, input, call.count, recv);
   }
-  trace();
+}
+
+// The compressed collective proper, after the agreement and the set-up rounds.
+void run_schedule(Flow& f, Plan& plan, codec::Codec& codec, const void* input) {
+  ScheduleSetup s(f, plan, codec);
+  CopyCounters copy{f.stats, s.counters};
+  f.stats.bits = codec.bits_used();
+  if (f.call.reduce_scatter()) {
+    run_reduce_scatter_schedule(f, s.cx, input);
+  } else {
+    run_flat_schedule(f, s, input);
+  }
+  trace(f, s.counters);
 }
 
 // Inputs smaller than this never run hierarchical under algorithm=auto: the two levels can only
 // pay where the cross-node bytes cost more than the node's extra passes.
 constexpr std::size_t kAutoLevelsMinBytes = std::size_t{1} << 20;
 
-void run_flat(const Call& call, Stats& stats, Placement& pl, const Prepared& prep, const Checked& c,
-              const Agreed& agreed, CommContext& ctx, std::uint64_t call_no);
-
 // algorithm=auto's flat-or-hierarchical candidate for this call (LevelChoice), or null when
 // the communicator is not several nodes of several ranks. Collective on the communicator's
 // first such call (the topology) and at the end of the tuning calls (the times).
-LevelChoice* choose_levels(const Call& call, const Checked& c, CommContext& ctx, int& candidate) {
+LevelChoice* choose_levels(const Flow& f, int& candidate) {
+  const Call& call = f.call;
+  const Checked& c = f.c;
+  CommContext& ctx = f.ctx;
   const Topology& topo = ctx.topology();
   if (!topo.error.empty() || !topo.uniform || topo.nodes < 2 || topo.node_size < 2) {
     return nullptr;
@@ -311,65 +359,67 @@ void record_levels(LevelChoice& l, int candidate, Clock::time_point t0) {
       std::chrono::duration<double>(Clock::now() - t0).count() / LevelChoice::kRounds;
 }
 
-// The stages, from the local checks to the result (run_call.hpp).
-void run_placed(Call call, Stats& stats, Placement& pl) {
-  if (call.ctx == nullptr) check_communicator(call);
-  CommContext& ctx = call.ctx != nullptr ? *call.ctx : CommContext::get(call.comm);
-  const int p = ctx.size();
-  const int rank = ctx.rank();
-
-  // Local checks, collected rather than thrown so that every rank takes part in the agreement.
-  Checked c = check_arguments(call, pl.facts, p);
+// Local checks, collected rather than thrown so that every rank takes part in the agreement;
+// then the data path, the plan and the codec's scan.
+void local_stage(Flow& f) {
+  Call& call = f.call;
+  Placement& pl = f.pl;
+  Checked& c = f.c;
+  c = check_arguments(call, pl.facts, f.p());
   if (pl.device != nullptr) check_device_transport(pl, c);
-  const std::size_t es = c.elem_bytes;
-  const bool compress = c.bad.ok() && call.count > 0 && p > 1 && c.in_total * es >= c.env.min_bytes;
-  if (pl.device != nullptr) choose_device_path(call, pl, c, ctx, compress);
+  f.compress = c.bad.ok() && call.count > 0 && f.p() > 1 && c.in_total * f.es() >= c.env.min_bytes;
+  if (pl.device != nullptr) choose_device_path(call, pl, c, f.ctx, f.compress);
   // the hierarchical schedule's cross-node call makes its own plan
-  const bool hierarchical = c.algorithm == coll::Algorithm::kHierarchical;
-  Prepared prep;
-  if (compress && !hierarchical) prep = prepare_plan(call, pl, c, ctx);
-  Plan* plan = prep.plan;
-  // 16-bit input that no codec reads is widened before any later stage reads it; a codec that
-  // reads it goes back to fp32 input when the call ends (the paths that do not run that codec
-  // widen the input where they start)
-  if (!prep.reads_half) widen_input(call, c.in_total, input_device(pl));
-  struct InputTypeScope {
-    codec::Codec* codec;
-    ~InputTypeScope() {
-      if (codec != nullptr) codec->set_input_type(codec::InputType::kNative);
-    }
-  } input_scope{!prep.reads_half ? nullptr
-                : pl.kernels()   ? plan->device_codec.get()
-                                 : plan->codec.get()};
-  stats.states_evicted = prep.evicted;
+  if (f.compress && c.algorithm != coll::Algorithm::kHierarchical) prepare_plan(f);
+  // 16-bit input that no codec reads is widened before any later stage reads it
+  if (!f.prep.reads_half) widen_input(call, c.in_total, input_device(pl));
+  f.stats.states_evicted = f.prep.evicted;
+}
 
+// This rank's side of the agreement.
+Proposal proposal_of(const Flow& f) {
+  const Call& call = f.call;
+  const Plan* plan = f.prep.plan;
+  const Placement& pl = f.pl;
   Proposal mine;
-  mine.bad = &c.bad;
-  mine.rank = rank;
+  mine.bad = &f.c.bad;
+  mine.rank = f.rank();
   mine.count_name = call.allreduce() ? "count" : call.reduce_scatter() ? "recvcount" : "sendcount";
   mine.count = call.count;
-  mine.dtype = c.dtype;
+  mine.dtype = f.c.dtype;
   mine.half = static_cast<int>(call.half);
-  mine.codec = &c.spec.canonical;
-  mine.algorithm = c.algorithm;
+  mine.codec = &f.c.spec.canonical;
+  mine.algorithm = f.c.algorithm;
   mine.average = call.options.average;
   mine.seed = call.options.seed;
-  mine.min_bytes = c.env.min_bytes;
+  mine.min_bytes = f.c.env.min_bytes;
   mine.lr = call.options.lr;
   mine.state_fingerprint =
       plan != nullptr ? (pl.kernels() ? plan->device_codec : plan->codec)->state_fingerprint() : 0;
-  mine.fallback = prep.fallback;
+  mine.fallback = f.prep.fallback;
   mine.device_codecs = pl.kernels();
   // a transport that every rank takes or none (NCCL)
   mine.every_rank_transport =
       pl.kernels() && pl.transport()->every_rank ? static_cast<int>(pl.transport()->kind) : 0;
-  const Agreed agreed = agree(mine, call.fn, ctx.comm());
-  stats.control_bytes = agreed.control_bytes;
+  return mine;
+}
 
-  if (agreed.state_differs && plan != nullptr) {
+// A failure of a stage that must still take part in the collective: raised after it.
+struct StageError {
+  Status code = Status::kSuccess;
+  std::string message;
+};
+
+// The agreement, and what it settles before the data moves: a restart of states that differ
+// across ranks, the host copies of an agreed fallback, the call's number.
+void agree_stage(Flow& f, StageError& failed) {
+  f.agreed = agree(proposal_of(f), f.call.fn, f.ctx.comm());
+  f.stats.control_bytes = f.agreed.control_bytes;
+  Plan* plan = f.prep.plan;
+  if (f.agreed.state_differs && plan != nullptr) {
     // the ranks' states of this tensor have different histories: restart them all
-    log(LogLevel::kWarn, rank,
-        std::string(call.fn) + ": " + c.spec.canonical +
+    log(LogLevel::kWarn, f.rank(),
+        std::string(f.call.fn) + ": " + f.c.spec.canonical +
             " state differs across ranks; restarting it on every rank (pass Options::key to "
             "name tensors)");
     plan->codec->reset_state();
@@ -377,81 +427,107 @@ void run_placed(Call call, Stats& stats, Placement& pl) {
   }
   // the uncompressed fallback of device buffers runs on host copies; a failed copy still takes
   // part in the collective (no peer waits) and throws after it
-  std::string stage_error;
-  Status stage_code = Status::kSuccess;
-  if (pl.kernels() && agreed.fallback) {
-    fall_back_to_host_copy(call, pl, ctx, es, stage_code, stage_error);
+  if (f.pl.kernels() && f.agreed.fallback) {
+    fall_back_to_host_copy(f.call, f.pl, f.ctx, f.es(), failed.code, failed.message);
   }
-  stats.transport = data_path_name(pl.path);
+  f.stats.transport = data_path_name(f.pl.path);
+  f.call_no = f.ctx.next_call();
+  f.stats.input_bytes = f.c.in_total * f.es();
+  f.stats.codec = f.c.spec.canonical;
+}
 
-  const std::uint64_t call_no = ctx.next_call();
-  stats.input_bytes = c.in_total * es;
-  stats.codec = c.spec.canonical;
-  if (call.count == 0) {
-    stats.algorithm = "local";
+// One rank, or no compression (arguments, size, an agreed fallback): MPI itself.
+void run_uncompressed(Flow& f, const StageError& failed) {
+  Call& call = f.call;
+  // a codec that reads 16-bit input does not run here (the host-copy path widened it first)
+  widen_input(call, f.c.in_total, input_device(f.pl));
+  if (f.p() == 1 || !call.reduce_scatter()) place_own_input(call, f.es(), f.rank());
+  if (f.p() == 1) {
+    f.stats.algorithm = "local";
     return;
   }
-  if (p == 1 || !compress || agreed.fallback) {
-    // a codec that reads 16-bit input does not run here (the host-copy path widened it first)
-    widen_input(call, c.in_total, input_device(pl));
-    if (p == 1 || !call.reduce_scatter()) place_own_input(call, es, rank);
-    if (p == 1) {
-      stats.algorithm = "local";
-      return;
-    }
-    if (plan != nullptr) {
-      plan->codec->uncompressed_call();
-      if (plan->device_codec != nullptr) plan->device_codec->uncompressed_call();
-    }
-    run_mpi_uncompressed(call, stats, c.dtype, es, ctx);
-    stats.fell_back = agreed.fallback;
-    if (stage_code != Status::kSuccess) {
-      throw Error(stage_code, std::string(call.fn) + ": device buffers: " + stage_error);
-    }
-    return;
+  if (Plan* plan = f.prep.plan) {
+    plan->codec->uncompressed_call();
+    if (plan->device_codec != nullptr) plan->device_codec->uncompressed_call();
   }
-  // algorithm=auto on several nodes of several ranks: the flat schedule or the hierarchical
-  // one, as measured (every rank takes the same candidate: the inputs were agreed)
-  LevelChoice* level = nullptr;
-  int candidate = LevelChoice::kFlat;
-  if (!hierarchical && c.algorithm == coll::Algorithm::kAuto && !call.nested &&
-      !agreed.device_codecs && c.in_total * es >= kAutoLevelsMinBytes) {
-    level = choose_levels(call, c, ctx, candidate);
+  run_mpi_uncompressed(call, f.stats, f.c.dtype, f.es(), f.ctx);
+  f.stats.fell_back = f.agreed.fallback;
+  if (failed.code != Status::kSuccess) {
+    throw Error(failed.code, std::string(call.fn) + ": device buffers: " + failed.message);
   }
-  if (hierarchical || candidate == LevelChoice::kHierarchical) {
-    widen_input(call, c.in_total, input_device(pl));  // nor here (the cross-node step's own plan)
-    const auto t0 = Clock::now();
-    run_hierarchical(call, c.dtype, stats, ctx, pl.device, tensor_key_of(call, pl), pl.path);
-    if (level != nullptr) record_levels(*level, candidate, t0);
-    return;
-  }
-  const auto t0 = Clock::now();
-  run_flat(call, stats, pl, prep, c, agreed, ctx, call_no);
-  if (level != nullptr) record_levels(*level, candidate, t0);
 }
 
 // The flat schedule of a compressing call, after the agreement: the set-up rounds, then the
 // schedule.
-void run_flat(const Call& call, Stats& stats, Placement& pl, const Prepared& prep, const Checked& c,
-              const Agreed& agreed, CommContext& ctx, std::uint64_t call_no) {
-  Plan* plan = prep.plan;
-  const std::size_t es = c.elem_bytes;
-  const int rank = ctx.rank();
-  codec::Codec& codec = *prep.codec;
+void run_flat(Flow& f) {
+  Plan* plan = f.prep.plan;
+  codec::Codec& codec = *f.prep.codec;
   // this rank's input: read where it is (a summable codec's ring all-reduce needs no copy
   // into recvbuf; every other path copies it there before its schedule)
-  const void* input = call.input(es, rank);
-
-  MpiExchange exchange(ctx.comm());
+  const void* input = f.call.input(f.es(), f.rank());
+  MpiExchange exchange(f.ctx.comm());
   SetupCall setup;
-  setup.lr = call.options.lr;
-  setup.seed = call.options.seed;
-  setup.call = call_no;
+  setup.lr = f.call.options.lr;
+  setup.seed = f.call.options.seed;
+  setup.call = f.call_no;
   // scales scanned before a restart covered the old state (ef: x + e), not what is encoded now
-  setup.scanned = prep.scanned && !agreed.state_differs;
-  const SetupInputs inputs{&input, 1, c.in_total};
-  stats.control_bytes += run_setup_rounds(codec, inputs, setup, plan->scales, plan->mask, exchange);
-  run_schedule(call, stats, pl, *plan, codec, c, agreed, ctx, call_no, input);
+  setup.scanned = f.prep.scanned && !f.agreed.state_differs;
+  const SetupInputs inputs{&input, 1, f.c.in_total};
+  f.stats.control_bytes +=
+      run_setup_rounds(codec, inputs, setup, plan->scales, plan->mask, exchange);
+  run_schedule(f, *plan, codec, input);
+}
+
+// A compressing call after the agreement: algorithm=auto on several nodes of several ranks
+// takes the flat schedule or the hierarchical one, as measured (every rank takes the same
+// candidate: the inputs were agreed); algorithm=hierarchical the two levels.
+void run_compressed(Flow& f) {
+  const bool hierarchical = f.c.algorithm == coll::Algorithm::kHierarchical;
+  LevelChoice* level = nullptr;
+  int candidate = LevelChoice::kFlat;
+  if (!hierarchical && f.c.algorithm == coll::Algorithm::kAuto && !f.call.nested &&
+      !f.agreed.device_codecs && f.c.in_total * f.es() >= kAutoLevelsMinBytes) {
+    level = choose_levels(f, candidate);
+  }
+  const auto t0 = Clock::now();
+  if (hierarchical || candidate == LevelChoice::kHierarchical) {
+    // nor here (the cross-node step's own plan)
+    widen_input(f.call, f.c.in_total, input_device(f.pl));
+    run_hierarchical(
+        {f.call, f.c.dtype, f.stats, f.ctx, f.pl.device, tensor_key_of(f.call, f.pl), f.pl.path});
+  } else {
+    run_flat(f);
+  }
+  if (level != nullptr) record_levels(*level, candidate, t0);
+}
+
+// The stages, from the local checks to the result (run_call.hpp).
+void run_placed(const Call& call, Stats& stats, Placement& pl) {
+  if (call.ctx == nullptr) check_communicator(call);
+  CommContext& ctx = call.ctx != nullptr ? *call.ctx : CommContext::get(call.comm);
+  Flow f{call, stats, pl, ctx};
+  local_stage(f);
+  // a codec that reads the 16-bit input goes back to fp32 input when the call ends (the paths
+  // that do not run that codec widen the input where they start)
+  struct InputTypeScope {
+    codec::Codec* codec;
+    ~InputTypeScope() {
+      if (codec != nullptr) codec->set_input_type(codec::InputType::kNative);
+    }
+  } input_scope{!f.prep.reads_half ? nullptr
+                : pl.kernels()     ? f.prep.plan->device_codec.get()
+                                   : f.prep.plan->codec.get()};
+  StageError failed;
+  agree_stage(f, failed);
+  if (call.count == 0) {
+    stats.algorithm = "local";
+    return;
+  }
+  if (f.p() == 1 || !f.compress || f.agreed.fallback) {
+    run_uncompressed(f, failed);
+    return;
+  }
+  run_compressed(f);
 }
 
 }  // namespace
