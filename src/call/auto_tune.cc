@@ -74,6 +74,36 @@ void run_with(const Call& call, Stats& stats, const CodecSpec& spec) {
   run_call(inner, stats);
 }
 
+// The end of the tuning calls: the candidate every rank takes from here on, by the slowest
+// rank's mean times (collective).
+void choose(AutoChoice& a, const Call& call, CommContext& ctx, const CodecSpec& spec,
+            std::size_t bytes) {
+  // the slowest rank's time is the collective's time
+  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a.seconds, AutoChoice::kMaxCandidates, MPI_DOUBLE,
+                                MPI_MAX, ctx.comm()));
+  int best = AutoChoice::kMpi;  // plain MPI unless a candidate is clearly faster
+  double best_s = a.seconds[AutoChoice::kMpi] * AutoChoice::kMargin;
+  for (int k = 0; k < a.ncandidates; ++k) {
+    const int c = a.list[k];
+    if (c != AutoChoice::kMpi && a.seconds[c] < best_s) {
+      best = c;
+      best_s = a.seconds[c];
+    }
+  }
+  a.choice = best;
+  if (log_enabled(LogLevel::kInfo)) {
+    static const char* const kNames[] = {"codec", "none", "mpi", "tree"};
+    std::string times;
+    for (int k = 0; k < a.ncandidates; ++k) {
+      times += std::string(k == 0 ? "" : ", ") + kNames[a.list[k]] + " " +
+               std::to_string(a.seconds[a.list[k]] * 1e3) + " ms";
+    }
+    log(LogLevel::kInfo, ctx.rank(),
+        std::string(call.fn) + " codec=" + spec.canonical + ": " + std::to_string(bytes) +
+            "-byte class chooses " + kNames[best] + " (" + times + ")");
+  }
+}
+
 }  // namespace
 
 bool run_auto(const Call& call, Stats& stats) {
@@ -98,7 +128,7 @@ bool run_auto(const Call& call, Stats& stats) {
                           (!call.in_place() && b->is_device_pointer(call.sendbuf))))) {
       // device buffers and reduce-scatters: auto's codec untuned, or below kAutoMinBytes (of
       // this rank's input), where compression does not pay on the host either, no codec
-      // (docs/design.md)
+      // (docs/design/3-schedules.md)
       int ranks = 1;
       if (call.reduce_scatter()) {
         if (call.ctx != nullptr) {
@@ -147,32 +177,7 @@ bool run_auto(const Call& call, Stats& stats) {
       a.seconds[candidate] +=
           std::chrono::duration<double>(Clock::now() - t0).count() / a.timed_rounds;
     }
-    if (++a.calls == a.tuning_calls()) {
-      // the slowest rank's time is the collective's time
-      CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, a.seconds, AutoChoice::kMaxCandidates, MPI_DOUBLE,
-                                    MPI_MAX, ctx.comm()));
-      int best = AutoChoice::kMpi;  // plain MPI unless a candidate is clearly faster
-      double best_s = a.seconds[AutoChoice::kMpi] * AutoChoice::kMargin;
-      for (int k = 0; k < a.ncandidates; ++k) {
-        const int c = a.list[k];
-        if (c != AutoChoice::kMpi && a.seconds[c] < best_s) {
-          best = c;
-          best_s = a.seconds[c];
-        }
-      }
-      a.choice = best;
-      if (log_enabled(LogLevel::kInfo)) {
-        static const char* const kNames[] = {"codec", "none", "mpi", "tree"};
-        std::string times;
-        for (int k = 0; k < a.ncandidates; ++k) {
-          times += std::string(k == 0 ? "" : ", ") + kNames[a.list[k]] + " " +
-                   std::to_string(a.seconds[a.list[k]] * 1e3) + " ms";
-        }
-        log(LogLevel::kInfo, ctx.rank(),
-            std::string(call.fn) + " codec=" + spec.canonical + ": " + std::to_string(bytes) +
-                "-byte class chooses " + kNames[best] + " (" + times + ")");
-      }
-    }
+    if (++a.calls == a.tuning_calls()) choose(a, call, ctx, spec, bytes);
     return true;
   } catch (const Error&) {
     if (!started) return false;  // nothing ran yet: run_call() reports it on every rank

@@ -84,6 +84,87 @@ void check_communicator(const Call& call) {
   }
 }
 
+namespace {
+
+// The buffers of a call of count > 0: present, on the current device, not mixed, not
+// overlapping.
+void check_buffers(const Call& call, const BufferFacts& buf, Checked& c) {
+  LocalError& bad = c.bad;
+  const std::size_t es = c.elem_bytes;
+  if (call.recvbuf == nullptr) {
+    bad.set(kArgRecvbuf, Status::kInvalidArgument,
+            "recvbuf: null with count " + std::to_string(call.count));
+  }
+  if (!call.in_place() && call.sendbuf == nullptr) {
+    bad.set(kArgSendbuf, Status::kInvalidArgument,
+            "sendbuf: null with count " + std::to_string(call.count) +
+                " (pass MPI_IN_PLACE to use recvbuf as input)");
+  }
+  if (!buf.probe_error.empty()) {
+    bad.set(kArgDevice, buf.probe_code,
+            "device buffers: could not tell whether sendbuf and recvbuf are device memory: " +
+                buf.probe_error);
+  }
+  if (buf.mixed) {
+    bad.set(kArgSendbuf, Status::kInvalidArgument,
+            "sendbuf: one of sendbuf and recvbuf is device memory and the other host memory "
+            "(valid: both device memory or both host memory)");
+  }
+  if (buf.elsewhere_arg != nullptr) {
+    const std::string d = std::to_string(buf.elsewhere_device);
+    bad.set(
+        buf.recv_elsewhere ? kArgRecvbuf : kArgSendbuf, Status::kInvalidArgument,
+        std::string(buf.elsewhere_arg) + ": memory of device " + d +
+            ", but the calling thread's current device is " + std::to_string(buf.current_device) +
+            " (valid: buffers on the current device; call cudaSetDevice(" + d + ") before ccoll)");
+  }
+  // a 16-bit input still in sendbuf (Call::input_half) takes 2 bytes an element
+  const std::size_t in_es = call.input_half != Half::kNone ? 2 : es;
+  if (!call.in_place() && overlaps(call.sendbuf, c.in_total * in_es, call.recvbuf, c.total * es)) {
+    bad.set(kArgSendbuf, Status::kInvalidArgument,
+            "sendbuf: overlaps recvbuf (pass MPI_IN_PLACE for in-place operation)");
+  }
+}
+
+// The codec spec, parsed once, and the algorithm, against the schedule table.
+void check_codec_and_algorithm(const Call& call, Checked& c) {
+  const Options& opt = call.options;
+  LocalError& bad = c.bad;
+  if (call.spec != nullptr) {
+    c.spec = *call.spec;
+  } else {
+    std::string codec_text = opt.codec.empty() ? c.env.codec : opt.codec;
+    if (codec_text.empty()) codec_text = "none";
+    try {
+      c.spec = parse_codec_spec(codec_text);
+    } catch (const Error& e) {
+      bad.set(kArgCodec, e.code(), e.message());
+    }
+  }
+  if (!call.allreduce() && bad.ok() && c.spec.allreduce_only) {
+    bad.set(kArgCodec, Status::kUnsupported,
+            "codec: " + c.spec.canonical + " transforms all-reduce outputs and has no " +
+                (call.reduce_scatter() ? "reduce-scatter" : "all-gather") + " form (valid for " +
+                call.fn + ": any codec but temporal)");
+  }
+  try {
+    c.algorithm = coll::parse_algorithm(
+        opt.algorithm == "auto" && !c.env.algorithm.empty() && !call.nested ? c.env.algorithm
+                                                                            : opt.algorithm);
+  } catch (const Error& e) {
+    bad.set(kArgAlgorithm, e.code(), e.message());
+  }
+  if (bad.ok() && c.algorithm != coll::Algorithm::kAuto) {
+    // the schedule table says which collectives and codecs the algorithm takes
+    Status code = Status::kSuccess;
+    const std::string why =
+        coll::check_algorithm(c.algorithm, op_of(call), c.spec.summable, c.spec.canonical, code);
+    if (!why.empty()) bad.set(kArgAlgorithm, code, why);
+  }
+}
+
+}  // namespace
+
 Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
   const Options& opt = call.options;
   const bool reduces = call.reduces();
@@ -119,81 +200,12 @@ Checked check_arguments(const Call& call, const BufferFacts& buf, int p) {
     bad.set(kArgCount, Status::kInvalidArgument,
             "count: " + std::to_string(call.count) + " elements overflows the buffer size");
   }
-  if (call.count > 0) {
-    if (call.recvbuf == nullptr) {
-      bad.set(kArgRecvbuf, Status::kInvalidArgument,
-              "recvbuf: null with count " + std::to_string(call.count));
-    }
-    if (!call.in_place() && call.sendbuf == nullptr) {
-      bad.set(kArgSendbuf, Status::kInvalidArgument,
-              "sendbuf: null with count " + std::to_string(call.count) +
-                  " (pass MPI_IN_PLACE to use recvbuf as input)");
-    }
-    if (!buf.probe_error.empty()) {
-      bad.set(kArgDevice, buf.probe_code,
-              "device buffers: could not tell whether sendbuf and recvbuf are device memory: " +
-                  buf.probe_error);
-    }
-    if (buf.mixed) {
-      bad.set(kArgSendbuf, Status::kInvalidArgument,
-              "sendbuf: one of sendbuf and recvbuf is device memory and the other host memory "
-              "(valid: both device memory or both host memory)");
-    }
-    if (buf.elsewhere_arg != nullptr) {
-      const std::string d = std::to_string(buf.elsewhere_device);
-      bad.set(buf.recv_elsewhere ? kArgRecvbuf : kArgSendbuf, Status::kInvalidArgument,
-              std::string(buf.elsewhere_arg) + ": memory of device " + d +
-                  ", but the calling thread's current device is " +
-                  std::to_string(buf.current_device) +
-                  " (valid: buffers on the current device; call cudaSetDevice(" + d +
-                  ") before ccoll)");
-    }
-    // a 16-bit input still in sendbuf (Call::input_half) takes 2 bytes an element
-    const std::size_t in_es = call.input_half != Half::kNone ? 2 : es;
-    if (!call.in_place() &&
-        overlaps(call.sendbuf, c.in_total * in_es, call.recvbuf, c.total * es)) {
-      bad.set(kArgSendbuf, Status::kInvalidArgument,
-              "sendbuf: overlaps recvbuf (pass MPI_IN_PLACE for in-place operation)");
-    }
-  }
+  if (call.count > 0) check_buffers(call, buf, c);
   if (!(opt.lr >= 0) || !std::isfinite(opt.lr)) {
     bad.set(kArgLr, Status::kInvalidArgument,
             "lr: " + std::to_string(opt.lr) + " (valid: a finite number >= 0; 0 = no hint)");
   }
-  if (call.spec != nullptr) {
-    c.spec = *call.spec;
-  } else {
-    std::string codec_text = opt.codec.empty() ? c.env.codec : opt.codec;
-    if (codec_text.empty()) codec_text = "none";
-    try {
-      c.spec = parse_codec_spec(codec_text);
-    } catch (const Error& e) {
-      bad.set(kArgCodec, e.code(), e.message());
-    }
-  }
-  if (!call.allreduce() && bad.ok() && c.spec.allreduce_only) {
-    bad.set(kArgCodec, Status::kUnsupported,
-            "codec: " + c.spec.canonical + " transforms all-reduce outputs and has no " +
-                (call.reduce_scatter() ? "reduce-scatter" : "all-gather") + " form (valid for " +
-                call.fn + ": any codec but temporal)");
-  }
-  try {
-    c.algorithm = coll::parse_algorithm(
-        opt.algorithm == "auto" && !c.env.algorithm.empty() && !call.nested ? c.env.algorithm
-                                                                            : opt.algorithm);
-  } catch (const Error& e) {
-    bad.set(kArgAlgorithm, e.code(), e.message());
-  }
-  if (bad.ok() && c.algorithm != coll::Algorithm::kAuto) {
-    // the schedule table says which collectives and codecs the algorithm takes
-    const coll::Op op = call.allreduce()        ? coll::Op::kAllreduce
-                        : call.reduce_scatter() ? coll::Op::kReduceScatter
-                                                : coll::Op::kAllgather;
-    Status code = Status::kSuccess;
-    const std::string why =
-        coll::check_algorithm(c.algorithm, op, c.spec.summable, c.spec.canonical, code);
-    if (!why.empty()) bad.set(kArgAlgorithm, code, why);
-  }
+  check_codec_and_algorithm(call, c);
   return c;
 }
 

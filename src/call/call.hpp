@@ -88,6 +88,13 @@ struct Call {
   }
 };
 
+/// The collective of a call, as the schedule table names it.
+inline coll::Op op_of(const Call& call) {
+  return call.allreduce()        ? coll::Op::kAllreduce
+         : call.reduce_scatter() ? coll::Op::kReduceScatter
+                                 : coll::Op::kAllgather;
+}
+
 /// Arguments that can be rejected; the agreement carries the id so every rank can name it.
 enum ArgId : int {
   kArgNone = 0,

@@ -104,23 +104,85 @@ bool hand_over_half(const Call& call) {
 // read the 16-bit input itself, the widened input) is device memory, widened and narrowed by
 // the cast kernels on the caller's stream, and the fp32 call runs on it as any call on device
 // buffers does (the codec's kernels, staged or resident payloads).
-void run_half_on_device(const Call& call, Half h, gpu::Backend& device, Call& c32,
-                        const std::uint16_t* src, std::size_t in_n, std::size_t out_n, Stats& stats,
-                        const std::function<void(const Call&, Stats&)>& run) {
+// A 16-bit call and its fp32 call: the 16-bit input's first element, the elements in and out.
+struct HalfCall {
+  const Call& call;
+  Half h;
+  Call& c32;
+  const std::uint16_t* src;
+  std::size_t in_n;
+  std::size_t out_n;
+  Stats& stats;
+  const std::function<void(const Call&, Stats&)>& run;
+};
+
+void run_half_on_device(const HalfCall& hc, gpu::Backend& device) {
+  const Call& call = hc.call;
+  Call& c32 = hc.c32;
+  const Half h = hc.h;
+  const std::size_t in_n = hc.in_n;
+  const std::size_t out_n = hc.out_n;
+  Stats& stats = hc.stats;
   // kept by the thread for its next call (Buffer::get reallocates on another device)
   thread_local gpu::Buffer out32;
   const bool fp16 = h == Half::kFloat16;
   auto* out = static_cast<float*>(out32.get(device, out_n * 4, false));
-  c32.sendbuf = src;
+  c32.sendbuf = hc.src;
   c32.input_half = h;
   if (!hand_over_half(call)) widen_input(c32, in_n, &device);
   c32.recvbuf = out;
-  run(c32, stats);
+  hc.run(c32, stats);
   stats.input_bytes = in_n * 2;
   if (out_n == 0) return;
   device.set_stream(call.options.cuda_stream);  // the fp32 call leaves the default stream set
   device.cast_encode(fp16, out, out_n, static_cast<std::uint16_t*>(call.recvbuf));
   device.synchronize();
+}
+
+// The fp32 call on host copies (`device`: the backend of device buffers copied to the host, or
+// null for host buffers).
+void run_half_on_host(const HalfCall& hc, gpu::Backend* device) {
+  const Call& call = hc.call;
+  Call& c32 = hc.c32;
+  const Half h = hc.h;
+  const std::size_t in_n = hc.in_n;
+  const std::size_t out_n = hc.out_n;
+  Stats& stats = hc.stats;
+  const std::uint16_t* src = hc.src;
+  const bool bf16 = h == Half::kBFloat16;
+  // the fp32 copies, kept by the thread for its next call
+  thread_local std::vector<float> in32;
+  thread_local std::vector<float> out32;
+  thread_local std::vector<std::uint16_t> staged;
+  out32.resize(out_n);
+  // Host all-reduces hand the 16-bit input itself to the fp32 call (Call::input_half): a codec
+  // that can read it does (maxnorm and every ef=1 codec on the ring), every other path widens
+  // it there.
+  if (device == nullptr && hand_over_half(call)) {
+    c32.sendbuf = src;
+    c32.input_half = h;
+  } else {
+    in32.resize(in_n);
+    if (device != nullptr && in_n > 0) {
+      staged.resize(in_n > out_n ? in_n : out_n);
+      device->copy(staged.data(), src, in_n * 2);
+      device->synchronize();
+      src = staged.data();
+    }
+    if (in_n > 0) codec::widen_16(src, in_n, in32.data(), bf16);
+    c32.sendbuf = in32.data();
+  }
+  c32.recvbuf = out32.data();
+  hc.run(c32, stats);
+  stats.input_bytes = in_n * 2;
+  if (out_n == 0) return;
+  auto* dst = static_cast<std::uint16_t*>(device != nullptr ? staged.data() : call.recvbuf);
+  codec::narrow_16(out32.data(), out_n, dst, bf16);
+  if (device != nullptr) {
+    device->copy(call.recvbuf, staged.data(), out_n * 2);
+    device->synchronize();
+    stats.transport = "host-copy";
+  }
 }
 
 }  // namespace
@@ -182,43 +244,10 @@ void run_half(const Call& call, Half h, Stats& stats,
                                                  call.own_offset(2, rank))
                       : call.sendbuf);
   if (device != nullptr && device->device_of(call.recvbuf) == device->current_device()) {
-    run_half_on_device(call, h, *device, c32, src, in_n, out_n, stats, run);
+    run_half_on_device({call, h, c32, src, in_n, out_n, stats, run}, *device);
     return;
   }
-  const bool bf16 = h == Half::kBFloat16;
-  // the fp32 copies, kept by the thread for its next call
-  thread_local std::vector<float> in32;
-  thread_local std::vector<float> out32;
-  thread_local std::vector<std::uint16_t> staged;
-  out32.resize(out_n);
-  // Host all-reduces hand the 16-bit input itself to the fp32 call (Call::input_half): a codec
-  // that can read it does (maxnorm and every ef=1 codec on the ring), every other path widens
-  // it there.
-  if (device == nullptr && hand_over_half(call)) {
-    c32.sendbuf = src;
-    c32.input_half = h;
-  } else {
-    in32.resize(in_n);
-    if (device != nullptr && in_n > 0) {
-      staged.resize(in_n > out_n ? in_n : out_n);
-      device->copy(staged.data(), src, in_n * 2);
-      device->synchronize();
-      src = staged.data();
-    }
-    if (in_n > 0) codec::widen_16(src, in_n, in32.data(), bf16);
-    c32.sendbuf = in32.data();
-  }
-  c32.recvbuf = out32.data();
-  run(c32, stats);
-  stats.input_bytes = in_n * 2;
-  if (out_n == 0) return;
-  auto* dst = static_cast<std::uint16_t*>(device != nullptr ? staged.data() : call.recvbuf);
-  codec::narrow_16(out32.data(), out_n, dst, bf16);
-  if (device != nullptr) {
-    device->copy(call.recvbuf, staged.data(), out_n * 2);
-    device->synchronize();
-    stats.transport = "host-copy";
-  }
+  run_half_on_host({call, h, c32, src, in_n, out_n, stats, run}, device);
 }
 
 }  // namespace call

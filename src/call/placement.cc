@@ -128,9 +128,7 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
   // the codec's kernels where it has them and the schedule runs device codecs (the schedule
   // table), else host copies; a transport that needs exact lengths carries only the schedules
   // that run in lock step (the others move their payloads through MPI, staged)
-  const coll::Op op = call.allreduce()        ? coll::Op::kAllreduce
-                      : call.reduce_scatter() ? coll::Op::kReduceScatter
-                                              : coll::Op::kAllgather;
+  const coll::Op op = op_of(call);
   bool device_schedule = c.algorithm == coll::Algorithm::kAuto;
   bool lock_step = false;
   for (const coll::ScheduleRow& row : coll::schedule_table()) {
