@@ -136,11 +136,14 @@ Param maxnorm_bits_param() {
 
 // What a registry entry says of its codec beyond its parameters (bit flags).
 enum Traits : unsigned {
-  kOwnEf = 1,          // make() builds ef=1 into the codec (temporal): no generic wrapper
-  kStateful = 2,       // state between calls even without ef=1 (temporal, dq)
-  kAllreduceOnly = 4,  // no all-gather form (temporal)
-  kSummable = 8,       // payloads add without decoding (Capabilities::summable)
-  kLossless = 16,      // decode(encode(x)) == x (Capabilities::lossless)
+  kOwnEf = 1,           // make() builds ef=1 into the codec (temporal): no generic wrapper
+  kStateful = 2,        // state between calls even without ef=1 (temporal, dq)
+  kAllreduceOnly = 4,   // no all-gather form (temporal)
+  kSummable = 8,        // payloads add without decoding (Capabilities::summable)
+  kLossless = 16,       // decode(encode(x)) == x (Capabilities::lossless)
+  kGatherReduce = 32,   // auto reduces by an all-gather of payloads (Capabilities::gather_reduce)
+  kPrescaleMean = 64,   // a mean divides before the schedule (Capabilities::prescale_mean)
+  kSegmentLocal = 128,  // results depend on the ring's segments (Capabilities::segment_local)
 };
 
 using DeviceMaker = std::function<std::unique_ptr<codec::Codec>(const CodecSpec&, codec::Codec& cpu,
@@ -244,7 +247,8 @@ const std::vector<Entry>& registry() {
       {"fp16",
        {},
        [](const CodecSpec&, codec::DType t) { return codec::make_fp16_codec(t); },
-       device_cast(true)},
+       device_cast(true),
+       kPrescaleMean},
       {"bf16",
        {},
        [](const CodecSpec&, codec::DType t) { return codec::make_bf16_codec(t); },
@@ -281,7 +285,8 @@ const std::vector<Entry>& registry() {
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_qsgd_codec(t, param(s, "bits"), param(s, "bucket"), nearest(s));
        },
-       device_bucketed(gpu::BucketKind::kQsgd)},
+       device_bucketed(gpu::BucketKind::kQsgd),
+       kSegmentLocal},
       {"terngrad",
        {uint_param("bucket", 1, 1u << 23, "512"), round_param(),
         real_range_param("clip", 0.0, 100.0, false,
@@ -291,13 +296,15 @@ const std::vector<Entry>& registry() {
          return codec::make_terngrad_codec(t, param(s, "bucket"), nearest(s),
                                            real_param(s, "clip"));
        },
-       device_bucketed(gpu::BucketKind::kTernGrad)},
+       device_bucketed(gpu::BucketKind::kTernGrad),
+       kSegmentLocal},
       {"sign",
        {uint_param("bucket", 1, 1u << 23, "512"), sign_scale_param()},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_sign_codec(t, param(s, "bucket"), value_of(s, "scale") == "rms");
        },
-       device_bucketed(gpu::BucketKind::kSign)},
+       device_bucketed(gpu::BucketKind::kSign),
+       kSegmentLocal},
       {"topk",
        {ratio_param("ratio")},
        [](const CodecSpec& s, codec::DType t) {
@@ -305,7 +312,8 @@ const std::vector<Entry>& registry() {
        },
        [](const CodecSpec&, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_topk(cpu, b, resident);
-       }},
+       },
+       kGatherReduce | kSegmentLocal},
       {"sketch",
        {uint_param("bits", 1, 8), uint_param("clusters", 1, 64, "4"), round_param(),
         choice_param("zero", {"1", "0"}, "1"), choice_param("refine", {"1", "0"}, "1")},
@@ -316,7 +324,8 @@ const std::vector<Entry>& registry() {
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_sketch(cpu, b, resident, param(s, "bits"),
                                                   param(s, "clusters"), nearest(s));
-       }},
+       },
+       kSegmentLocal},
       {"temporal",
        {uint_param("bits", 2, 8),
         real_range_param("beta", 0.0, 1.0, true, "a number in [0, 1), e.g. 0.9", "0.9"),
@@ -465,6 +474,9 @@ CodecSpec parse_codec_spec(const std::string& text) {
   spec.allreduce_only = (it->traits & kAllreduceOnly) != 0;
   spec.summable = (it->traits & kSummable) != 0;
   spec.lossless = (it->traits & kLossless) != 0;
+  spec.gather_reduce = (it->traits & kGatherReduce) != 0;
+  spec.prescale_mean = (it->traits & kPrescaleMean) != 0;
+  spec.segment_local = (it->traits & kSegmentLocal) != 0;
   spec.canonical = spec.name;
   char sep_char = ':';
   for (const auto& kv : spec.params) {

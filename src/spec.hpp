@@ -29,6 +29,10 @@ struct CodecSpec {
   bool summable = false;
   /// Decoding returns the input bit for bit (codec::Capabilities::lossless), from the row.
   bool lossless = false;
+  /// The registry row's other static traits, as codec::Capabilities names them.
+  bool gather_reduce = false;
+  bool prescale_mean = false;
+  bool segment_local = false;
   std::string canonical;  ///< name[:k=v,...] with sorted keys (defaults filled in), then ef=1.
 };
 

@@ -52,7 +52,7 @@ TEST(Spec, ParsesRegisteredNames) {
   EXPECT_EQ(parse_codec_spec("  fp16 ").canonical, "fp16");
 }
 
-// The static traits of a registry row (CodecSpec::summable, lossless, stateful) are the ones
+// The static traits of a registry row (CodecSpec::summable, lossless, stateful, ...) are the ones
 // the codec it makes reports, for every codec, with and without ef=1, and for other parameters.
 TEST(Spec, RowTraitsMatchTheCodecs) {
   std::vector<std::string> specs;
@@ -78,6 +78,9 @@ TEST(Spec, RowTraitsMatchTheCodecs) {
       EXPECT_EQ(spec.summable, c->capabilities().summable);
       EXPECT_EQ(spec.lossless, c->capabilities().lossless);
       EXPECT_EQ(spec.stateful, c->capabilities().stateful);
+      EXPECT_EQ(spec.gather_reduce, c->capabilities().gather_reduce);
+      EXPECT_EQ(spec.prescale_mean, c->capabilities().prescale_mean);
+      EXPECT_EQ(spec.segment_local, c->capabilities().segment_local);
     }
   }
 }
