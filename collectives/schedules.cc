@@ -137,7 +137,11 @@ const ScheduleRow& schedule_row(Algorithm a) {
 }
 
 const char* algorithm_name(Algorithm a) {
-  return a == Algorithm::kAuto ? "auto" : schedule_row(a).name;
+  if (a == Algorithm::kAuto) return "auto";
+  for (const ScheduleRow& r : rows()) {
+    if (r.id == a) return r.name;
+  }
+  return "unknown";  // never thrown: messages name what a rank sent
 }
 
 std::vector<std::string> algorithm_names() {
@@ -217,10 +221,7 @@ Schedule select_reduce_scatter(Algorithm requested, bool summable) {
 Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t elem_bytes,
                            int ranks, bool gather_reduce, bool reencodes, bool stateful) {
   if (requested != Algorithm::kAuto) return requested;
-  ScheduleQuery q;
-  q.count = count;
-  q.elem_bytes = elem_bytes;
-  q.ranks = ranks;
+  ScheduleQuery q{true, requested, count, elem_bytes, ranks};
   q.gather_reduce = gather_reduce;
   q.reencodes = reencodes;
   q.stateful = stateful;
@@ -230,12 +231,7 @@ Algorithm select_allreduce(Algorithm requested, std::size_t count, std::size_t e
 Algorithm select_allgather(Algorithm requested, std::size_t count, std::size_t elem_bytes,
                            int ranks) {
   if (requested != Algorithm::kAuto) return requested;
-  ScheduleQuery q;
-  q.allreduce = false;
-  q.count = count;
-  q.elem_bytes = elem_bytes;
-  q.ranks = ranks;
-  return select_schedule(q);
+  return select_schedule(ScheduleQuery{false, requested, count, elem_bytes, ranks});
 }
 
 void run_allreduce(const ScheduleRow& row, Context& cx, const void* in, void* out,

@@ -71,7 +71,7 @@ const std::vector<ScheduleRow>& schedule_table();
 /// The row of `a` (not kAuto).
 const ScheduleRow& schedule_row(Algorithm a);
 
-/// "auto", "ring", "tree", "allgather", "sra", "hierarchical".
+/// "auto", "ring", "tree", "allgather", "sra", "hierarchical" ("unknown" for no row).
 const char* algorithm_name(Algorithm a);
 /// Stats::algorithm's name of a schedule.
 inline const char* schedule_name(Schedule s) { return algorithm_name(s); }

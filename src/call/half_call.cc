@@ -117,71 +117,59 @@ struct HalfCall {
 };
 
 void run_half_on_device(const HalfCall& hc, gpu::Backend& device) {
-  const Call& call = hc.call;
-  Call& c32 = hc.c32;
-  const Half h = hc.h;
-  const std::size_t in_n = hc.in_n;
-  const std::size_t out_n = hc.out_n;
-  Stats& stats = hc.stats;
   // kept by the thread for its next call (Buffer::get reallocates on another device)
   thread_local gpu::Buffer out32;
-  const bool fp16 = h == Half::kFloat16;
-  auto* out = static_cast<float*>(out32.get(device, out_n * 4, false));
-  c32.sendbuf = hc.src;
-  c32.input_half = h;
-  if (!hand_over_half(call)) widen_input(c32, in_n, &device);
-  c32.recvbuf = out;
-  hc.run(c32, stats);
-  stats.input_bytes = in_n * 2;
-  if (out_n == 0) return;
-  device.set_stream(call.options.cuda_stream);  // the fp32 call leaves the default stream set
-  device.cast_encode(fp16, out, out_n, static_cast<std::uint16_t*>(call.recvbuf));
+  const bool fp16 = hc.h == Half::kFloat16;
+  auto* out = static_cast<float*>(out32.get(device, hc.out_n * 4, false));
+  hc.c32.sendbuf = hc.src;
+  hc.c32.input_half = hc.h;
+  if (!hand_over_half(hc.call)) widen_input(hc.c32, hc.in_n, &device);
+  hc.c32.recvbuf = out;
+  hc.run(hc.c32, hc.stats);
+  hc.stats.input_bytes = hc.in_n * 2;
+  if (hc.out_n == 0) return;
+  device.set_stream(hc.call.options.cuda_stream);  // the fp32 call leaves the default stream set
+  device.cast_encode(fp16, out, hc.out_n, static_cast<std::uint16_t*>(hc.call.recvbuf));
   device.synchronize();
 }
 
 // The fp32 call on host copies (`device`: the backend of device buffers copied to the host, or
 // null for host buffers).
 void run_half_on_host(const HalfCall& hc, gpu::Backend* device) {
-  const Call& call = hc.call;
-  Call& c32 = hc.c32;
-  const Half h = hc.h;
-  const std::size_t in_n = hc.in_n;
-  const std::size_t out_n = hc.out_n;
-  Stats& stats = hc.stats;
   const std::uint16_t* src = hc.src;
-  const bool bf16 = h == Half::kBFloat16;
+  const bool bf16 = hc.h == Half::kBFloat16;
   // the fp32 copies, kept by the thread for its next call
   thread_local std::vector<float> in32;
   thread_local std::vector<float> out32;
   thread_local std::vector<std::uint16_t> staged;
-  out32.resize(out_n);
+  out32.resize(hc.out_n);
   // Host all-reduces hand the 16-bit input itself to the fp32 call (Call::input_half): a codec
   // that can read it does (maxnorm and every ef=1 codec on the ring), every other path widens
   // it there.
-  if (device == nullptr && hand_over_half(call)) {
-    c32.sendbuf = src;
-    c32.input_half = h;
+  if (device == nullptr && hand_over_half(hc.call)) {
+    hc.c32.sendbuf = src;
+    hc.c32.input_half = hc.h;
   } else {
-    in32.resize(in_n);
-    if (device != nullptr && in_n > 0) {
-      staged.resize(in_n > out_n ? in_n : out_n);
-      device->copy(staged.data(), src, in_n * 2);
+    in32.resize(hc.in_n);
+    if (device != nullptr && hc.in_n > 0) {
+      staged.resize(hc.in_n > hc.out_n ? hc.in_n : hc.out_n);
+      device->copy(staged.data(), src, hc.in_n * 2);
       device->synchronize();
       src = staged.data();
     }
-    if (in_n > 0) codec::widen_16(src, in_n, in32.data(), bf16);
-    c32.sendbuf = in32.data();
+    if (hc.in_n > 0) codec::widen_16(src, hc.in_n, in32.data(), bf16);
+    hc.c32.sendbuf = in32.data();
   }
-  c32.recvbuf = out32.data();
-  hc.run(c32, stats);
-  stats.input_bytes = in_n * 2;
-  if (out_n == 0) return;
-  auto* dst = static_cast<std::uint16_t*>(device != nullptr ? staged.data() : call.recvbuf);
-  codec::narrow_16(out32.data(), out_n, dst, bf16);
+  hc.c32.recvbuf = out32.data();
+  hc.run(hc.c32, hc.stats);
+  hc.stats.input_bytes = hc.in_n * 2;
+  if (hc.out_n == 0) return;
+  auto* dst = static_cast<std::uint16_t*>(device != nullptr ? staged.data() : hc.call.recvbuf);
+  codec::narrow_16(out32.data(), hc.out_n, dst, bf16);
   if (device != nullptr) {
-    device->copy(call.recvbuf, staged.data(), out_n * 2);
+    device->copy(hc.call.recvbuf, staged.data(), hc.out_n * 2);
     device->synchronize();
-    stats.transport = "host-copy";
+    hc.stats.transport = "host-copy";
   }
 }
 
