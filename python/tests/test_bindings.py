@@ -237,3 +237,14 @@ def test_describe_codec_and_version():
         ccoll.describe_codec("maxnorm:bits=99")
     assert ccoll.__version__.count(".") == 2
     assert ccoll.nonblocking_progress()  # mpi4py initializes MPI_THREAD_MULTIPLE
+
+
+def test_every_listed_algorithm_runs_the_exact_sum():
+    # ALGORITHMS comes from the library's schedule table: each runs ("none" takes them all)
+    assert ccoll.ALGORITHMS[0] == "auto" and "ring" in ccoll.ALGORITHMS
+    comm = MPI.COMM_WORLD
+    for algorithm in ccoll.ALGORITHMS:
+        x = np.arange(1000, dtype=np.float32) + comm.rank
+        ccoll.allreduce(x, codec="none", algorithm=algorithm)
+        want = np.arange(1000, dtype=np.float64) * comm.size + sum(range(comm.size))
+        assert np.array_equal(x, want.astype(np.float32)), algorithm
