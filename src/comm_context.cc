@@ -86,7 +86,7 @@ CommContext* CommContext::find(MPI_Comm user) {
 }
 
 DeviceTransport& CommContext::device_transport(TransportKind kind) {
-  std::unique_ptr<DeviceTransport>& t = own_[static_cast<int>(kind)];
+  std::unique_ptr<DeviceTransport>& t = own_[kind];
   if (t == nullptr) {
     const TransportRow& row = transport_row(kind);
     if (row.make == nullptr) {

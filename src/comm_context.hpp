@@ -165,11 +165,12 @@ class CommContext {
   DeviceTransport& device_transport(TransportKind kind);
   /// That transport if it was made already, else null (no communication).
   DeviceTransport* device_transport_if_made(TransportKind kind) {
-    return own_[static_cast<int>(kind)].get();
+    const auto it = own_.find(kind);
+    return it != own_.end() ? it->second.get() : nullptr;
   }
   /// Frees it (the next device_transport() makes a new one): for a communicator whose peers
   /// elsewhere failed to make theirs, so that every rank starts over together.
-  void drop_device_transport(TransportKind kind) { own_[static_cast<int>(kind)].reset(); }
+  void drop_device_transport(TransportKind kind) { own_.erase(kind); }
   /// Counts every collective call on this communicator; equal on all ranks.
   std::uint64_t next_call() { return calls_++; }
   /// Finds (one hash lookup) or creates the plan for `key`, whose codec `spec` describes
@@ -225,7 +226,7 @@ class CommContext {
   MPI_Comm user_;
   MPI_Comm dup_ = MPI_COMM_NULL;
   std::unique_ptr<MpiTransport> transport_;
-  std::unique_ptr<DeviceTransport> own_[kTransportKinds];  // by TransportKind
+  std::map<TransportKind, std::unique_ptr<DeviceTransport>> own_;
   std::uint64_t calls_ = 0;
   std::list<Plan> plans_;  // most recently used first
   std::unordered_map<PlanKey, std::list<Plan>::iterator, PlanKeyHash> index_;  // into plans_

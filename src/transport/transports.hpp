@@ -23,7 +23,6 @@ struct EnvConfig;
 
 /// CCOLL_TRANSPORT's values, in the table's order.
 enum class TransportKind { kAuto, kStaged, kMpi, kNccl };
-inline constexpr int kTransportKinds = 4;
 
 /// A transport with a communicator of its own (NCCL): what the call layer asks of it beyond
 /// coll::Transport. Hierarchical's node steps go through it when the node's payloads do.
