@@ -47,6 +47,14 @@ const std::vector<ScheduleRow>& rows() {
   return table;
 }
 
+// The row of `a`, or null (kAuto, or a value no rank should send).
+const ScheduleRow* find_row(Algorithm a) {
+  for (const ScheduleRow& r : rows()) {
+    if (r.id == a) return &r;
+  }
+  return nullptr;
+}
+
 bool codec_fits(CodecNeed need, bool summable) {
   return need == CodecNeed::kAny || (need == CodecNeed::kSummable) == summable;
 }
@@ -63,11 +71,11 @@ const char* op_noun(Op op) {
                                 : "reduce-scatter";
 }
 
-// "auto, ring, ..." for `op`, with a codec that is `summable` unless `any_codec`.
-std::string valid_list(Op op, bool summable, bool any_codec) {
+// "auto, ring, ..." for `op` with a codec that is (or is not) `summable`.
+std::string valid_list(Op op, bool summable) {
   std::string s = "auto";
   for (const ScheduleRow& r : rows()) {
-    if ((r.ops & bit(op)) != 0 && (any_codec || codec_fits(need_of(r, op), summable))) {
+    if ((r.ops & bit(op)) != 0 && codec_fits(need_of(r, op), summable)) {
       s += ", ";
       s += r.name;
     }
@@ -129,19 +137,15 @@ void reduce_scatter_sra(Context& cx, const void* in, void* out, std::size_t coun
 const std::vector<ScheduleRow>& schedule_table() { return rows(); }
 
 const ScheduleRow& schedule_row(Algorithm a) {
-  for (const ScheduleRow& r : rows()) {
-    if (r.id == a) return r;
-  }
+  if (const ScheduleRow* r = find_row(a)) return *r;
   throw Error(Status::kInternal,
               "schedule_row: no row for algorithm " + std::to_string(static_cast<int>(a)));
 }
 
 const char* algorithm_name(Algorithm a) {
   if (a == Algorithm::kAuto) return "auto";
-  for (const ScheduleRow& r : rows()) {
-    if (r.id == a) return r.name;
-  }
-  return "unknown";  // never thrown: messages name what a rank sent
+  const ScheduleRow* r = find_row(a);
+  return r != nullptr ? r->name : "unknown";  // never thrown: messages name what a rank sent
 }
 
 std::vector<std::string> algorithm_names() {
@@ -155,7 +159,7 @@ Algorithm parse_algorithm(const std::string& name) {
   std::string valid = "auto";
   for (const ScheduleRow& r : rows()) {
     if (name == r.name) return r.id;
-    valid += std::string(", ") + r.name;
+    valid += std::string(", ") + r.name;  // as algorithm_names() lists them
   }
   throw Error(Status::kInvalidArgument,
               "algorithm: unknown algorithm '" + name + "' (valid: " + valid + ")");
@@ -182,7 +186,7 @@ std::string check_algorithm(Algorithm a, Op op, bool summable, const std::string
     }
     return head + " is " + is + " schedule with no " + op_noun(op) + " form (valid for " +
            op_function(op) + (by_codec ? " with " + codec : std::string()) + ": " +
-           valid_list(op, summable, false) + ")";
+           valid_list(op, summable) + ")";
   }
   const CodecNeed need = need_of(r, op);
   if (codec_fits(need, summable)) return {};
@@ -191,7 +195,20 @@ std::string check_algorithm(Algorithm a, Op op, bool summable, const std::string
          (need == CodecNeed::kNotSummable
               ? " is for codecs that cannot add codes; " + codec + " adds them"
               : " is for codecs that add codes; " + codec + " cannot") +
-         " (valid for " + op_function(op) + " with it: " + valid_list(op, summable, false) + ")";
+         " (valid for " + op_function(op) + " with it: " + valid_list(op, summable) + ")";
+}
+
+bool device_codecs_run(Algorithm a, Op op) {
+  if (a == Algorithm::kAuto) return true;  // auto picks a row they run (the ring at least)
+  const ScheduleRow* r = find_row(a);
+  return r != nullptr && (r->device & bit(op)) != 0;
+}
+
+bool runs_in_lock_step(Algorithm a, Op op) {
+  for (const ScheduleRow& r : rows()) {
+    if ((a == Algorithm::kAuto || r.id == a) && (r.lock_step & bit(op)) != 0) return true;
+  }
+  return false;
 }
 
 Schedule select_schedule(const ScheduleQuery& q) {

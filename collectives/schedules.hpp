@@ -97,6 +97,12 @@ inline constexpr std::size_t kTreeAllgatherMaxBytes = 256 * 1024;
 /// ranks the ring quantizes each contribution once too).
 inline constexpr int kScatterReduceMinRanks = 3;
 
+/// Whether device codecs run `op` with `a` (auto: always, it picks such a row for them).
+bool device_codecs_run(Algorithm a, Op op);
+/// Whether `a` (auto: some row) runs `op` in lock step, as a transport that needs exact lengths
+/// requires.
+bool runs_in_lock_step(Algorithm a, Op op);
+
 /// What decides a call's schedule. Every rank must pass equal values (the API takes them from
 /// the agreement), so every rank runs the same schedule.
 struct ScheduleQuery {

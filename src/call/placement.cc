@@ -118,7 +118,7 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
   // buffers through it (on the emulated device MPI stands in), the cross-node step on device
   // memory, which takes its own path
   if (compress && tr.every_rank && c.algorithm == coll::Algorithm::kHierarchical) {
-    pl.path = emulated ? tr.emulated_path : tr.path;
+    pl.path = tr.path_on(emulated);
     if (const Topology* topo = ctx.topology_if_made()) {
       CommContext* node = topo->node != MPI_COMM_NULL ? CommContext::find(topo->node) : nullptr;
       if (node != nullptr) check_own_device(tr, node->device_transport_if_made(tr.kind), pl, bad);
@@ -129,18 +129,11 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
   // table), else host copies; a transport that needs exact lengths carries only the schedules
   // that run in lock step (the others move their payloads through MPI, staged)
   const coll::Op op = op_of(call);
-  bool device_schedule = c.algorithm == coll::Algorithm::kAuto;
-  bool lock_step = false;
-  for (const coll::ScheduleRow& row : coll::schedule_table()) {
-    if (c.algorithm == coll::Algorithm::kAuto || row.id == c.algorithm) {
-      device_schedule = device_schedule || (row.device & coll::bit(op)) != 0;
-      lock_step = lock_step || (row.lock_step & coll::bit(op)) != 0;
-    }
-  }
-  const bool kernels = compress && has_device_kernels(c.spec, c.dtype) && device_schedule;
-  const bool carried = kernels && (!tr.exact_lengths || lock_step);
+  const bool kernels =
+      compress && has_device_kernels(c.spec, c.dtype) && coll::device_codecs_run(c.algorithm, op);
+  const bool carried = kernels && (!tr.exact_lengths || coll::runs_in_lock_step(c.algorithm, op));
   if (carried) {
-    pl.path = emulated ? tr.emulated_path : tr.path;
+    pl.path = tr.path_on(emulated);
     if (tr.every_rank) check_own_device(tr, ctx.device_transport_if_made(tr.kind), pl, bad);
   } else if (kernels) {
     pl.path = DataPath::kStaged;

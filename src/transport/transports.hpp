@@ -60,6 +60,8 @@ struct TransportRow {
   TransportMaker make;
   DataPath path;           ///< the data path of a device codec's call on it
   DataPath emulated_path;  ///< the same on the emulated device
+
+  DataPath path_on(bool emulated) const { return emulated ? emulated_path : path; }
 };
 
 /// Every row, in the order the documentation and the error messages list them.

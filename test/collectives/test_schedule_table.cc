@@ -148,6 +148,14 @@ TEST(ScheduleTable, ChecksFollowTheRows) {
   m = coll::check_algorithm(Algorithm::kScatterReduce, Op::kAllreduce, true, "fp8", code);
   EXPECT_EQ(code, Status::kUnsupported);
   EXPECT_NE(m.find("with it: auto, ring, tree, allgather, hierarchical)"), std::string::npos) << m;
+  // which collectives device codecs and a lock-step transport run (the data path's choice)
+  EXPECT_TRUE(coll::device_codecs_run(Algorithm::kAuto, Op::kReduceScatter));
+  EXPECT_TRUE(coll::device_codecs_run(Algorithm::kAllgather, Op::kAllreduce));
+  EXPECT_FALSE(coll::device_codecs_run(Algorithm::kTree, Op::kAllreduce));
+  EXPECT_FALSE(coll::device_codecs_run(Algorithm::kHierarchical, Op::kAllreduce));
+  EXPECT_TRUE(coll::runs_in_lock_step(Algorithm::kAuto, Op::kAllgather));
+  EXPECT_FALSE(coll::runs_in_lock_step(Algorithm::kAuto, Op::kReduceScatter));
+  EXPECT_FALSE(coll::runs_in_lock_step(Algorithm::kScatterReduce, Op::kAllreduce));
   // auto's reduce-scatter: the first row whose reduce-scatter takes the codec
   EXPECT_EQ(coll::select_reduce_scatter(Algorithm::kAuto, true), Algorithm::kRing);
   EXPECT_EQ(coll::select_reduce_scatter(Algorithm::kAuto, false), Algorithm::kScatterReduce);
