@@ -231,11 +231,12 @@ void run_half(const Call& call, Half h, Stats& stats,
       call.in_place() ? static_cast<const void*>(static_cast<const std::byte*>(call.recvbuf) +
                                                  call.own_offset(2, rank))
                       : call.sendbuf);
+  const HalfCall hc{call, h, c32, src, in_n, out_n, stats, run};
   if (device != nullptr && device->device_of(call.recvbuf) == device->current_device()) {
-    run_half_on_device({call, h, c32, src, in_n, out_n, stats, run}, *device);
+    run_half_on_device(hc, *device);
     return;
   }
-  run_half_on_host({call, h, c32, src, in_n, out_n, stats, run}, device);
+  run_half_on_host(hc, device);
 }
 
 }  // namespace call
