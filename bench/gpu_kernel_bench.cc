@@ -27,8 +27,10 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "cast_device.hpp"
 #include "codec.hpp"
 #include "device_codec.hpp"
+#include "maxnorm_device.hpp"
 #include "spec.hpp"
 
 namespace {
@@ -211,6 +213,8 @@ int main(int argc, char** argv) {
   std::printf("# device: %s (sm_%d%d), %d reps, median\n\n", prop.name, prop.major, prop.minor,
               reps);
   namespace gpu = ccoll::gpu;
+  gpu::MaxnormKernels& mx = b->kernels<gpu::MaxnormKernels>();
+  gpu::CastKernels& cast = b->kernels<gpu::CastKernels>();
   for (const std::size_t bytes : sizes) {
     std::printf("| kernel | size | GB/s | vs D2D memcpy |\n|---|---|---|---|\n");
     const std::size_t n = bytes / 4;
@@ -242,7 +246,7 @@ int main(int argc, char** argv) {
     };
     std::printf("| D2D cudaMemcpy | %zu MiB | %.1f | 1.00 |\n", bytes >> 20, copy_gbs);
     row("block_abs_max (scale pass)",
-        time_it(reps, [&] { b->block_abs_max(x, n, gpu::Input::kFloat32, maxima); }));
+        time_it(reps, [&] { mx.block_abs_max(x, n, gpu::Input::kFloat32, maxima); }));
     for (const unsigned bits : {8u, 4u, 2u}) {
       gpu::MaxnormEncodeArgs e;
       e.count = n;
@@ -251,9 +255,9 @@ int main(int argc, char** argv) {
       e.width = bits;
       e.seed = 3;
       row("maxnorm:bits=" + std::to_string(bits) + " encode",
-          time_it(reps, [&] { b->maxnorm_encode(x, e, codes); }));
-      b->maxnorm_encode(x, e, codes);
-      b->maxnorm_encode(x, e, codes2);
+          time_it(reps, [&] { mx.encode(x, e, codes); }));
+      mx.encode(x, e, codes);
+      mx.encode(x, e, codes2);
       gpu::MaxnormDecodeArgs dec;
       dec.count = n;
       dec.scales = scales;
@@ -264,7 +268,7 @@ int main(int argc, char** argv) {
       dec.bias = e.levels;
       dec.limit = 2 * e.levels;
       row("maxnorm:bits=" + std::to_string(bits) + " decode-accumulate",
-          time_it(reps, [&] { b->maxnorm_decode(dec, y, true, flag); }));
+          time_it(reps, [&] { mx.decode(dec, y, true, flag); }));
       gpu::MaxnormAddArgs add;
       add.count = n;
       add.a = codes;
@@ -279,18 +283,18 @@ int main(int argc, char** argv) {
       add.shift = 0;
       auto* sum = static_cast<std::uint8_t*>(b->device_alloc(gpu::packed_size(n, bits + 1)));
       row("maxnorm:bits=" + std::to_string(bits) + " compressed add",
-          time_it(reps, [&] { b->maxnorm_add(add, sum, flag); }));
+          time_it(reps, [&] { mx.add(add, sum, flag); }));
       b->device_free(sum);
     }
     auto* half = reinterpret_cast<std::uint16_t*>(codes);
-    row("fp16 encode", time_it(reps, [&] { b->cast_encode(true, x, n, half); }));
-    row("fp16 decode-accumulate", time_it(reps, [&] { b->cast_decode(true, half, n, y, true); }));
+    row("fp16 encode", time_it(reps, [&] { cast.encode(true, x, n, half); }));
+    row("fp16 decode-accumulate", time_it(reps, [&] { cast.decode(true, half, n, y, true); }));
     {
       // bf16 input (the same n elements, half the bytes): the scan and the bits=8 encode read
       // it as they widen it, against a conversion kernel into fp32 first (the GB/s of these rows
       // count n fp32 elements, as the rows above, so that the times compare directly)
       auto* bf = reinterpret_cast<std::uint16_t*>(codes2);
-      b->cast_encode(false, x, n, bf);
+      cast.encode(false, x, n, bf);
       gpu::MaxnormEncodeArgs e;
       e.count = n;
       e.scales = scales;
@@ -298,15 +302,15 @@ int main(int argc, char** argv) {
       e.width = 8;
       e.seed = 3;
       row("bf16 input: block_abs_max + bits=8 encode, fused", time_it(reps, [&] {
-            b->block_abs_max(bf, n, gpu::Input::kBFloat16, maxima);
+            mx.block_abs_max(bf, n, gpu::Input::kBFloat16, maxima);
             e.input = gpu::Input::kBFloat16;
-            b->maxnorm_encode(bf, e, codes);
+            mx.encode(bf, e, codes);
           }));
       row("bf16 input: widen + block_abs_max + bits=8 encode", time_it(reps, [&] {
-            b->cast_decode(false, bf, n, y, false);
-            b->block_abs_max(y, n, gpu::Input::kFloat32, maxima);
+            cast.decode(false, bf, n, y, false);
+            mx.block_abs_max(y, n, gpu::Input::kFloat32, maxima);
             e.input = gpu::Input::kFloat32;
-            b->maxnorm_encode(y, e, codes);
+            mx.encode(y, e, codes);
           }));
     }
     b->synchronize();

@@ -20,6 +20,7 @@
 #include "ccoll/error.hpp"
 #include "device_codec.hpp"
 #include "forwarding.hpp"
+#include "maxnorm_device.hpp"
 #include "quantizers.hpp"
 #include "wire.hpp"
 
@@ -338,7 +339,7 @@ class DeviceCodecBase : public DeviceCodec {
     if (nb == 0) return;
     auto* dev = static_cast<std::uint32_t*>(maxima_dev_.get(b_, 4 * nb, false));
     auto* host = static_cast<std::uint32_t*>(maxima_host_.get(b_, 4 * nb, true));
-    b_.block_abs_max(data, count, input_, dev);
+    b_.kernels<gpu::MaxnormKernels>().block_abs_max(data, count, input_, dev);
     b_.copy(host, dev, 4 * nb);
     b_.synchronize();
     for (std::size_t k = 0; k < nb; ++k) std::memcpy(&out[k], &host[k], 4);

@@ -1,4 +1,5 @@
 // qsgd, terngrad and sign on the device.
+#include "bucketed_device.hpp"
 #include "device_base.hpp"
 
 namespace ccoll::device_codecs {
@@ -50,8 +51,8 @@ class DeviceBucketed final : public DeviceCodecBase {
     if (count != 0) {
       auto* scales = reinterpret_cast<float*>(dev);
       const auto* x = static_cast<const float*>(in);
-      b_.bucketed_scales(x, a, scales);
-      b_.bucketed_encode(x, a, scales, dev + 4 * gpu::bucket_count(a));
+      b_.kernels<gpu::BucketedKernels>().scales(x, a, scales);
+      b_.kernels<gpu::BucketedKernels>().encode(x, a, scales, dev + 4 * gpu::bucket_count(a));
     }
     finish_body(out, wire::kHeaderBytes, dev, body);
     return wire::kHeaderBytes + body;
@@ -72,8 +73,8 @@ class DeviceBucketed final : public DeviceCodecBase {
     if (count == 0) return;
     const std::uint8_t* dev = code_source(in, wire::kHeaderBytes, body_bytes(a));
     b_.memset_zero(flag_device(), 4);
-    b_.bucketed_decode(a, reinterpret_cast<const float*>(dev), dev + 4 * nb,
-                       static_cast<float*>(out), acc, flag_device());
+    b_.kernels<gpu::BucketedKernels>().decode(a, reinterpret_cast<const float*>(dev), dev + 4 * nb,
+                                              static_cast<float*>(out), acc, flag_device());
     settle_flag(2 * a.levels);
   }
 

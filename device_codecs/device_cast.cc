@@ -1,4 +1,5 @@
 // fp16 and bf16 on the device.
+#include "cast_device.hpp"
 #include "device_base.hpp"
 
 namespace ccoll::device_codecs {
@@ -16,8 +17,8 @@ class DeviceCast final : public DeviceCodecBase {
                        {id(), 0, static_cast<std::uint32_t>(codec::DType::kFloat32), count});
     if (resident_) put_prefix(out, header, wire::kHeaderBytes);
     std::uint8_t* codes = body_target(out, wire::kHeaderBytes, 2 * count);
-    b_.cast_encode(half_, static_cast<const float*>(in), count,
-                   reinterpret_cast<std::uint16_t*>(codes));
+    b_.kernels<gpu::CastKernels>().encode(half_, static_cast<const float*>(in), count,
+                                          reinterpret_cast<std::uint16_t*>(codes));
     finish_body(out, wire::kHeaderBytes, codes, 2 * count);
     return wire::kHeaderBytes + 2 * count;
   }
@@ -36,8 +37,8 @@ class DeviceCast final : public DeviceCodecBase {
     std::uint8_t* codes_out =
         resident_ ? reinterpret_cast<std::uint8_t*>(out + wire::kHeaderBytes)
                   : const_cast<std::uint8_t*>(reinterpret_cast<const std::uint8_t*>(codes_in));
-    b_.cast_reduce_encode(half_, codes_in, count, static_cast<float*>(acc),
-                          reinterpret_cast<std::uint16_t*>(codes_out));
+    b_.kernels<gpu::CastKernels>().reduce_encode(half_, codes_in, count, static_cast<float*>(acc),
+                                                 reinterpret_cast<std::uint16_t*>(codes_out));
     finish_body(out, wire::kHeaderBytes, codes_out, 2 * count);
     return wire::kHeaderBytes + 2 * count;
   }
@@ -49,8 +50,8 @@ class DeviceCast final : public DeviceCodecBase {
     wire::expect_payload(host_prefix(in, bytes, wire::kHeaderBytes, prefix_a_), bytes, id(),
                          static_cast<std::uint32_t>(codec::DType::kFloat32), count, 2 * count);
     const std::uint8_t* codes = code_source(in, wire::kHeaderBytes, 2 * count);
-    b_.cast_decode(half_, reinterpret_cast<const std::uint16_t*>(codes), count,
-                   static_cast<float*>(out), acc);
+    b_.kernels<gpu::CastKernels>().decode(half_, reinterpret_cast<const std::uint16_t*>(codes),
+                                          count, static_cast<float*>(out), acc);
     settle();
   }
 

@@ -14,6 +14,7 @@
 #include <memory>
 
 #include "backend.hpp"
+#include "bucketed_device.hpp"  // BucketKind
 #include "codec.hpp"
 #include "quantizers.hpp"
 

@@ -1,5 +1,6 @@
 // dq on the device.
 #include "device_base.hpp"
+#include "element_device.hpp"
 #include "width_family.hpp"
 
 namespace ccoll::device_codecs {
@@ -61,7 +62,8 @@ class DeviceDq final : public DeviceCodec {
     const std::size_t bytes = 8 * sizeof(double) * (tiles == 0 ? 1 : tiles);
     auto* dev = static_cast<double*>(parts_.get(b_, bytes, false));
     auto* host = static_cast<double*>(parts_host_.get(b_, bytes, true));
-    b_.square_sum_parts(static_cast<const float*>(data), count, codec::kSquareSumTile, dev);
+    b_.kernels<gpu::ElementKernels>().square_sum_parts(static_cast<const float*>(data), count,
+                                                       codec::kSquareSumTile, dev);
     b_.copy(host, dev, 8 * sizeof(double) * tiles);
     b_.synchronize();
     // each tile's parts pairwise, as interleaved_sum combines them; the tiles in order

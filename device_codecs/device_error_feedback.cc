@@ -1,5 +1,7 @@
 // ef=1 around a device codec.
+#include "cast_device.hpp"
 #include "device_base.hpp"
+#include "element_device.hpp"
 
 namespace ccoll::device_codecs {
 namespace {
@@ -75,7 +77,7 @@ class DeviceErrorFeedback final : public DeviceCodec {
     plus_residual(p, in, r, count, ctx.role);
     const std::size_t n = inner_->encode(p, count, ctx, out);
     inner_->decode(out, n, count, d);
-    b_.add(r, p, d, count, true);
+    b_.kernels<gpu::ElementKernels>().add(r, p, d, count, true);
     b_.synchronize();
     return n;
   }
@@ -98,7 +100,7 @@ class DeviceErrorFeedback final : public DeviceCodec {
         },
         [&](std::size_t i, const float* p, const float* d) {
           float* r = e.data() + jobs[i].ctx.offset;
-          b_.add(r, p, d, jobs[i].count, true);
+          b_.kernels<gpu::ElementKernels>().add(r, p, d, jobs[i].count, true);
         });
   }
   // decode is the inner codec's: so are its batches
@@ -113,8 +115,9 @@ class DeviceErrorFeedback final : public DeviceCodec {
     if (own_.size() < count && in_ == codec::InputType::kNative) return data;
     auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
     if (own_.size() < count) {
-      b_.cast_decode(in_ == codec::InputType::kFloat16, static_cast<const std::uint16_t*>(data),
-                     count, p, false);
+      b_.kernels<gpu::CastKernels>().decode(in_ == codec::InputType::kFloat16,
+                                            static_cast<const std::uint16_t*>(data), count, p,
+                                            false);
     } else {
       plus_residual(p, data, own_.data(), count, codec::BlockContext::Role::kOwn);
     }
@@ -125,10 +128,10 @@ class DeviceErrorFeedback final : public DeviceCodec {
   void plus_residual(float* p, const void* x, const float* r, std::size_t count,
                      codec::BlockContext::Role role) const {
     if (in_ != codec::InputType::kNative && role == codec::BlockContext::Role::kOwn) {
-      b_.widen_add(p, static_cast<const std::uint16_t*>(x), in_ == codec::InputType::kBFloat16, r,
-                   count);
+      b_.kernels<gpu::ElementKernels>().widen_add(p, static_cast<const std::uint16_t*>(x),
+                                                  in_ == codec::InputType::kBFloat16, r, count);
     } else {
-      b_.add(p, static_cast<const float*>(x), r, count, false);
+      b_.kernels<gpu::ElementKernels>().add(p, static_cast<const float*>(x), r, count, false);
     }
   }
 

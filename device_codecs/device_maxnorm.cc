@@ -1,6 +1,7 @@
 // maxnorm (single and two-scale, exact or re-quantizing sums), randk and auto's maxnorm on
 // the device.
 #include "device_base.hpp"
+#include "maxnorm_device.hpp"
 #include "maxnorm_wire.hpp"
 
 namespace ccoll::device_codecs {
@@ -50,7 +51,8 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     const auto& sel = codec::randk_selection(*target(), 0, count);
     const std::size_t nb = scale_slots(count);
     auto* dev = static_cast<std::uint32_t*>(sel_maxima_.get(b_, 4 * (nb + 1), false));
-    b_.selected_abs_max(static_cast<const float*>(data), upload(sel, count), sel.size(), dev, nb);
+    b_.kernels<gpu::MaxnormKernels>().selected_abs_max(static_cast<const float*>(data),
+                                                       upload(sel, count), sel.size(), dev, nb);
     std::vector<std::uint32_t> bits(nb);
     b_.copy(bits.data(), dev, 4 * nb);
     b_.synchronize();
@@ -68,8 +70,8 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     }
     const std::size_t nbytes = mask_bytes(count);
     auto* dev = static_cast<std::uint8_t*>(mask_scratch_.get(b_, nbytes, false));
-    b_.maxnorm_mask(static_cast<const float*>(data), count, scales_dev_ptr_, levels_, levels2_,
-                    dev);
+    b_.kernels<gpu::MaxnormKernels>().mask(static_cast<const float*>(data), count, scales_dev_ptr_,
+                                           levels_, levels2_, dev);
     b_.copy(out, dev, nbytes);
     b_.synchronize();
   }
@@ -140,7 +142,8 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     add.call = ctx.call;
     add.stream = static_cast<std::uint32_t>(ctx.stream);
     b_.memset_zero(flag_device(), 4);
-    b_.maxnorm_add(add, reinterpret_cast<std::uint8_t*>(out + at), flag_device());
+    b_.kernels<gpu::MaxnormKernels>().add(add, reinterpret_cast<std::uint8_t*>(out + at),
+                                          flag_device());
     if (read_flag() != 0) corrupt("code out of range");
     return at + gpu::packed_size(la.ncodes, add.out_width);
   }
@@ -221,7 +224,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     a.nearest = nearest_;
     // 16-bit input is the call's own: partial sums (hops) are fp32
     a.input = ctx.role == codec::BlockContext::Role::kOwn ? input_ : gpu::Input::kFloat32;
-    b_.maxnorm_encode(x, a, codes);
+    b_.kernels<gpu::MaxnormKernels>().encode(x, a, codes);
   }
   // Queues the decode of a validated payload whose scales and codes are at `dev` (device);
   // its largest lane is max-ed into *flag.
@@ -244,7 +247,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     a.mult = l.requant ? static_cast<float>(l.contributions) : 1.0f;
     a.levels2 = l.levels2;
     a.mask = l.levels2 != 0 ? mask_dev_ptr_ : nullptr;
-    b_.maxnorm_decode(a, static_cast<float*>(out), acc, flag);
+    b_.kernels<gpu::MaxnormKernels>().decode(a, static_cast<float*>(out), acc, flag);
   }
 
   wire::CodecId id() const { return sparse_ ? wire::CodecId::kRandk : wire::CodecId::kMaxnorm; }

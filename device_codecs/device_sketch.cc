@@ -1,5 +1,6 @@
 // sketch on the device.
 #include "device_base.hpp"
+#include "sketch_device.hpp"
 
 namespace ccoll::device_codecs {
 namespace {
@@ -36,7 +37,7 @@ class DeviceSketch final : public DeviceCodecBase {
       a.seed = ctx.seed;
       a.call = ctx.call;
       a.stream = static_cast<std::uint32_t>(ctx.stream);
-      b_.sketch_encode(x, a, dev_lv, codes);
+      b_.kernels<gpu::SketchKernels>().encode(x, a, dev_lv, codes);
     }
     finish_body(out, at, codes, code_bytes);
     return at + code_bytes;
@@ -63,8 +64,8 @@ class DeviceSketch final : public DeviceCodecBase {
     // the table and the codes, together
     const std::uint8_t* dev =
         code_source(in, wire::kHeaderBytes, 4 * levels_ + gpu::packed_size(count, bits_));
-    b_.sketch_decode(args(count), reinterpret_cast<const float*>(dev), dev + 4 * levels_,
-                     static_cast<float*>(out), acc);
+    b_.kernels<gpu::SketchKernels>().decode(args(count), reinterpret_cast<const float*>(dev),
+                                            dev + 4 * levels_, static_cast<float*>(out), acc);
     settle();
   }
 
@@ -85,8 +86,8 @@ class DeviceSketch final : public DeviceCodecBase {
     auto* keys = static_cast<std::uint64_t*>(keys_dev_.get(b_, 16, false));
     const std::size_t m = codec::sketch_sample_size(count);
     auto* sample = static_cast<float*>(sample_dev_.get(b_, 4 * m, false));
-    b_.sketch_minmax(x, count, keys);
-    b_.sketch_sample(x, count, m, sample);
+    b_.kernels<gpu::SketchKernels>().minmax(x, count, keys);
+    b_.kernels<gpu::SketchKernels>().sample(x, count, m, sample);
     std::uint64_t k[2];
     b_.copy(k, keys, 16);
     sample_.resize(m);

@@ -1,5 +1,6 @@
 // temporal on the device.
 #include "device_base.hpp"
+#include "temporal_device.hpp"
 #include "temporal_rules.hpp"
 
 namespace ccoll::device_codecs {
@@ -53,7 +54,7 @@ class DeviceTemporal final : public DeviceCodec {
     auto* r = static_cast<float*>(r_.get(b_, 4 * count, false));
     gpu::TemporalArgs a = args(count, 0);
     a.innovation = true;  // the scales are the innovation's (codecs/temporal.cc)
-    b_.temporal_residual(a, static_cast<const float*>(data), r);
+    b_.kernels<gpu::TemporalKernels>().residual(a, static_cast<const float*>(data), r);
     inner_->local_scales(r, count, out);
   }
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
@@ -63,10 +64,11 @@ class DeviceTemporal final : public DeviceCodec {
     auto* r = static_cast<float*>(r_.get(b_, 4 * count, false));
     auto* d = static_cast<float*>(d_.get(b_, 4 * count, false));
     const gpu::TemporalArgs a = args(count, ctx.offset);
-    b_.temporal_residual(a, static_cast<const float*>(in), r);
+    b_.kernels<gpu::TemporalKernels>().residual(a, static_cast<const float*>(in), r);
     const std::size_t n = inner_->encode(r, count, ctx, out);
     inner_->decode(out, n, count, d);  // the shared scale lets a rank decode its own code
-    b_.temporal_update(a, r, d, ef_ ? state_.e.data() + ctx.offset : nullptr);
+    b_.kernels<gpu::TemporalKernels>().update(a, r, d,
+                                              ef_ ? state_.e.data() + ctx.offset : nullptr);
     b_.synchronize();
     return n;
   }
@@ -81,12 +83,13 @@ class DeviceTemporal final : public DeviceCodec {
     batch_.run(
         *inner_, jobs, n, ready,
         [&](std::size_t i, float* r) {
-          b_.temporal_residual(args(jobs[i].count, jobs[i].ctx.offset),
-                               static_cast<const float*>(jobs[i].in), r);
+          b_.kernels<gpu::TemporalKernels>().residual(args(jobs[i].count, jobs[i].ctx.offset),
+                                                      static_cast<const float*>(jobs[i].in), r);
         },
         [&](std::size_t i, const float* r, const float* d) {
           const std::size_t off = jobs[i].ctx.offset;
-          b_.temporal_update(args(jobs[i].count, off), r, d, ef_ ? state_.e.data() + off : nullptr);
+          b_.kernels<gpu::TemporalKernels>().update(args(jobs[i].count, off), r, d,
+                                                    ef_ ? state_.e.data() + off : nullptr);
         });
   }
   void decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::JobFn& arrive) override {
@@ -100,7 +103,8 @@ class DeviceTemporal final : public DeviceCodec {
     auto* sum = static_cast<std::uint64_t*>(sum_.get(b_, 8, false));
     auto* host = static_cast<std::uint64_t*>(sum_host_.get(b_, 8, true));
     b_.memset_zero(sum, 8);
-    b_.temporal_finish(beta_, static_cast<float*>(out), state_.y.data(), count, sum);
+    b_.kernels<gpu::TemporalKernels>().finish(beta_, static_cast<float*>(out), state_.y.data(),
+                                              count, sum);
     b_.copy(host, sum, 8);
     b_.synchronize();
     state_.fingerprint = codec::temporal_fingerprint(*host);

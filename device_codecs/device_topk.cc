@@ -1,5 +1,6 @@
 // topk on the device.
 #include "device_base.hpp"
+#include "topk_device.hpp"
 
 namespace ccoll::device_codecs {
 namespace {
@@ -29,7 +30,7 @@ class DeviceTopk final : public DeviceCodecBase {
       // each tile's first output position: the elements above and equal to t before it
       const std::size_t tiles = (count + gpu::kTopkTile - 1) / gpu::kTopkTile;
       auto* counts = static_cast<std::uint32_t*>(counts_.get(b_, 8 * tiles, false));
-      b_.topk_tile_counts(x, s, counts, counts + tiles);
+      b_.kernels<gpu::TopkKernels>().tile_counts(x, s, counts, counts + tiles);
       std::vector<std::uint32_t> c(2 * tiles);
       b_.copy(c.data(), counts, 8 * tiles);
       b_.synchronize();
@@ -44,7 +45,8 @@ class DeviceTopk final : public DeviceCodecBase {
       }
       auto* dev_before = static_cast<std::uint64_t*>(before_.get(b_, 16 * tiles, false));
       b_.copy(dev_before, before.data(), 16 * tiles);
-      b_.topk_tile_write(x, s, dev_before, dev_before + tiles, dev, dev + k * ib);
+      b_.kernels<gpu::TopkKernels>().tile_write(x, s, dev_before, dev_before + tiles, dev,
+                                                dev + k * ib);
       b_.synchronize();  // `before` is a local
     }
     finish_body(out, wire::kHeaderBytes, dev, body);
@@ -61,8 +63,8 @@ class DeviceTopk final : public DeviceCodecBase {
     if (!acc) b_.memset_zero(out, 4 * count);
     if (k != 0) {
       const std::uint8_t* dev = code_source(in, wire::kHeaderBytes, k * (ib + 4));
-      b_.topk_scatter(dev, dev + k * ib, static_cast<unsigned>(ib), k, static_cast<float*>(out),
-                      acc);
+      b_.kernels<gpu::TopkKernels>().scatter(dev, dev + k * ib, static_cast<unsigned>(ib), k,
+                                             static_cast<float*>(out), acc);
     }
     settle();
   }
@@ -77,7 +79,7 @@ class DeviceTopk final : public DeviceCodecBase {
     std::uint32_t mask = 0;
     std::size_t need = k;
     for (int shift = 16; shift >= 0; shift -= 16) {
-      b_.topk_histogram(x, count, prefix, mask, shift, hist);
+      b_.kernels<gpu::TopkKernels>().histogram(x, count, prefix, mask, shift, hist);
       b_.copy(h32.data(), hist, 4 * 65536);
       b_.synchronize();
       for (std::size_t d = 0; d < h.size(); ++d) h[d] = h32[d];

@@ -1,17 +1,22 @@
-// The backend registry and the staging buffer (backend.hpp).
+// The backend registry, the kernel families' registry (kernels.hpp), the events and the
+// staging buffer (backend.hpp).
 #include "backend.hpp"
 
+#include <array>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "ccoll/config.hpp"
+#include "ccoll/error.hpp"
 
 namespace ccoll::gpu {
 
 #if CCOLL_ENABLE_CUDA
-/// cuda_backend.cu: the CUDA backend, or null with `why` set when no device is usable.
+/// cuda_runtime.cu: the CUDA backend, or null with `why` set when no device is usable.
 std::unique_ptr<Backend> make_cuda_backend(const char** why);
 #endif
 
@@ -31,7 +36,57 @@ Registry& registry() {
   return *r;
 }
 
+// The kernel families registered so far, by kind and family id.
+struct KernelTable {
+  std::mutex mu;
+  std::array<std::array<KernelFactory, kMaxKernelFamilies>, kBackendKinds> make{};
+};
+
+KernelTable& kernel_table() {
+  static KernelTable* t = new KernelTable;  // never destroyed: registrations run at start-up
+  return *t;
+}
+
 }  // namespace
+
+std::size_t next_family_id() {
+  static std::atomic<std::size_t> next{0};
+  const std::size_t id = next.fetch_add(1);
+  if (id >= kMaxKernelFamilies) {
+    throw Error(Status::kInternal, "more than " + std::to_string(kMaxKernelFamilies) +
+                                       " kernel families: raise kMaxKernelFamilies");
+  }
+  return id;
+}
+
+void register_kernels(BackendKind kind, std::size_t family, const char* /*name*/,
+                      KernelFactory make) {
+  KernelTable& t = kernel_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  KernelFactory& slot = t.make[static_cast<std::size_t>(kind)][family];
+  if (slot == nullptr) slot = make;
+}
+
+KernelFactory registered_kernels(BackendKind kind, std::size_t family) {
+  KernelTable& t = kernel_table();
+  std::lock_guard<std::mutex> lock(t.mu);
+  return t.make[static_cast<std::size_t>(kind)][family];
+}
+
+Kernels& Backend::kernels_of(std::size_t family, const char* name) {
+  if (Kernels* k = made_[family].load(std::memory_order_acquire)) return *k;
+  std::lock_guard<std::mutex> lock(kernels_mu_);
+  if (Kernels* k = made_[family].load(std::memory_order_relaxed)) return *k;
+  const KernelFactory make = registered_kernels(kind(), family);
+  if (make == nullptr) {
+    throw Error(Status::kUnsupported, std::string("the ") + this->name() +
+                                          " device backend has no " + name +
+                                          " kernels (not built into this library)");
+  }
+  owned_.push_back(make(*this));
+  made_[family].store(owned_.back().get(), std::memory_order_release);
+  return *owned_.back();
+}
 
 Backend* backend(const char** why, const char* cuda_off) {
   Registry& r = registry();

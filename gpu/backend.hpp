@@ -1,14 +1,20 @@
-// The device backend: what ccoll asks of an accelerator, behind one small interface with no CUDA
-// header in it, so that src/ can use device buffers without including cuda_runtime.h.
+// The device backend's runtime core: what ccoll asks of an accelerator besides kernels (memory,
+// pointer queries, queues, events, copies), behind one small interface with no CUDA header in
+// it, so that src/ can use device buffers without including cuda_runtime.h. The kernels are not
+// here: each codec family declares its own kernel interface beside its per-thread functions
+// (maxnorm_device.hpp, sketch_device.hpp, topk_device.hpp, bucketed_device.hpp,
+// cast_device.hpp, temporal_device.hpp, element_device.hpp) and implements it once per backend
+// (<family>_cuda.cu, <family>_emulated.cc), registered by kind (kernels.hpp);
+// Backend::kernels<K>() finds them.
 //
-// Implementations:
-// - the CUDA backend (cuda_backend.cu, built with CCOLL_ENABLE_CUDA): cudaMalloc'd memory,
+// Implementations of the core:
+// - the CUDA backend (cuda_runtime.cu, built with CCOLL_ENABLE_CUDA): cudaMalloc'd memory,
 //   kernels on the caller's stream;
-// - the emulated backend (emulated_backend.cc, always built): "device" memory is host memory
-//   handed out by device_alloc(), and the kernels are the same per-thread functions
-//   (maxnorm_device.hpp) run in host loops. It lets the CPU suite drive the whole device-buffer
-//   path (detection, staging, the device codecs) where no GPU exists; it is installed only by
-//   tests (ccoll::testing::use_emulated_device).
+// - the emulated backend (emulated_runtime.cc, always built): "device" memory is host memory
+//   handed out by device_alloc(), and the kernels are the same per-thread functions run in host
+//   loops. It lets the CPU suite drive the whole device-buffer path (detection, staging, the
+//   device codecs) where no GPU exists; it is installed only by tests
+//   (ccoll::testing::use_emulated_device).
 //
 // Every kernel call and copy is asynchronous on the calling thread's current queue: the
 // compute queue (the stream set_stream() named) or the copy queue (a stream of the backend's own,
@@ -20,23 +26,27 @@
 // has run. The stream and the queue choice are per thread.
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
-#include "bucketed_device.hpp"
-#include "maxnorm_device.hpp"
-#include "sketch_device.hpp"
-#include "temporal_device.hpp"
-#include "topk_device.hpp"
+#include "kernels.hpp"
 
 namespace ccoll::gpu {
 
 class Backend {
  public:
+  Backend() = default;
+  Backend(const Backend&) = delete;
+  Backend& operator=(const Backend&) = delete;
   virtual ~Backend() = default;
 
+  /// Which kernels serve it: those registered for this kind (kernels.hpp).
+  virtual BackendKind kind() const = 0;
   /// "cuda" or "emulated".
   virtual const char* name() const = 0;
   /// True for device memory (cudaMemoryTypeDevice) and managed memory, which ccoll's kernels
@@ -88,85 +98,21 @@ class Backend {
   /// naming what failed.
   virtual void synchronize() = 0;
 
-  // ---- kernels (all pointers device memory) ---------------------------------------------------
-  /// out[b] = max over block b of the sign-cleared bit patterns of x (kMaxnormBlock elements per
-  /// block) as fp32 values (16-bit input: of the widened values, which order as their
-  /// patterns); out must hold ceil(count / kMaxnormBlock) words.
-  virtual void block_abs_max(const void* x, std::size_t count, Input input, std::uint32_t* out) = 0;
-  /// The codes of a maxnorm encode of x (fp32, or 16-bit: a.input).
-  virtual void maxnorm_encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) = 0;
-  /// Largest lane seen is max-ed into *worst (device).
-  virtual void maxnorm_decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
-                              std::uint32_t* worst) = 0;
-  /// sketch: keys[0] = min over i of min_candidate(x[i], i), keys[1] = max of max_candidate
-  /// (device words; the index of the first minimum and maximum is in their low halves).
-  virtual void sketch_minmax(const float* x, std::size_t count, std::uint64_t* keys) = 0;
-  /// sketch: out[k] = x[sketch_sample_index(k, count, m)] for k < m.
-  virtual void sketch_sample(const float* x, std::size_t count, std::size_t m, float* out) = 0;
-  virtual void sketch_encode(const float* x, const SketchArgs& a, const float* levels,
-                             std::uint8_t* codes) = 0;
-  virtual void sketch_decode(const SketchArgs& a, const float* levels, const std::uint8_t* codes,
-                             float* out, bool accumulate) = 0;
-  /// topk: hist[d] (65536 words, zeroed first) = elements whose key matches `prefix` under
-  /// `mask` and has digit d at `shift`.
-  virtual void topk_histogram(const float* x, std::size_t count, std::uint32_t prefix,
-                              std::uint32_t mask, int shift, std::uint32_t* hist) = 0;
-  /// topk: per tile, the elements above and equal to the threshold.
-  virtual void topk_tile_counts(const float* x, const TopkSelect& s, std::uint32_t* above,
-                                std::uint32_t* equal) = 0;
-  /// topk: the kept elements' indices and values, tile by tile.
-  virtual void topk_tile_write(const float* x, const TopkSelect& s,
-                               const std::uint64_t* above_before, const std::uint64_t* equal_before,
-                               std::uint8_t* idx_out, std::uint8_t* val_out) = 0;
-  /// topk: out[index] = (or +=) value for the k kept elements of a validated payload.
-  virtual void topk_scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in,
-                            unsigned index_bytes, std::size_t k, float* out, bool accumulate) = 0;
-  /// The parts of the CPU's tiled sum of squares of x (codec::tiled_square_sum): for each tile t
-  /// of `tile` elements, parts[8t + j] = square_sum_part of the tile (device doubles); the caller
-  /// adds each tile's parts pairwise and the tiles in order, as the CPU does.
-  virtual void square_sum_parts(const float* x, std::size_t count, std::size_t tile,
-                                double* parts) = 0;
-  /// out[b] = max of abs_bits(x[sel[k]]) over the `nsel` selected elements in block b (randk's
-  /// scale pass); out (nblocks words) is zeroed first.
-  virtual void selected_abs_max(const float* x, const std::uint64_t* sel, std::size_t nsel,
-                                std::uint32_t* out, std::size_t nblocks) = 0;
-  /// Two-scale's mask of `count` elements (one byte per 8) from the agreed scales.
-  virtual void maxnorm_mask(const float* x, std::size_t count, const float* scales,
-                            std::uint32_t levels, std::uint32_t levels2, std::uint8_t* out) = 0;
-  /// Non-zero is or-ed into *bad (device) when a lane is out of range.
-  virtual void maxnorm_add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) = 0;
-  /// The f32 scale of every bucket of a bucketed encode (bucket_count(a) of them).
-  virtual void bucketed_scales(const float* x, const BucketedArgs& a, float* scales) = 0;
-  virtual void bucketed_encode(const float* x, const BucketedArgs& a, const float* scales,
-                               std::uint8_t* codes) = 0;
-  /// Largest code seen is max-ed into *worst (device).
-  virtual void bucketed_decode(const BucketedArgs& a, const float* scales,
-                               const std::uint8_t* codes, float* out, bool accumulate,
-                               std::uint32_t* worst) = 0;
-  /// fp16 (half) or bf16 codes of `count` floats.
-  virtual void cast_encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) = 0;
-  virtual void cast_decode(bool half, const std::uint16_t* codes, std::size_t count, float* out,
-                           bool accumulate) = 0;
-  /// out[i] = a[i] + b[i], or a[i] - b[i] when `subtract` (error feedback's x + e and p - d).
-  virtual void add(float* out, const float* a, const float* b, std::size_t count,
-                   bool subtract) = 0;
-  /// out[i] = widen(x[i]) + e[i] for 16-bit x (fp16, or bf16 when `bf16`): error feedback's
-  /// x + e on 16-bit input, widened in the same pass.
-  virtual void widen_add(float* out, const std::uint16_t* x, bool bf16, const float* e,
-                         std::size_t count) = 0;
-  /// The fused hop of the casts' ring: acc[i] += decode(in[i]); out[i] = encode(acc[i]) (`out`
-  /// may be `in`).
-  virtual void cast_reduce_encode(bool half, const std::uint16_t* in, std::size_t count, float* acc,
-                                  std::uint16_t* out) = 0;
-  /// temporal: r[i] = residual of x[i] (temporal_device.hpp).
-  virtual void temporal_residual(const TemporalArgs& a, const float* x, float* r) = 0;
-  /// temporal: the state update after an encode (e: a.e's writable twin, or null).
-  virtual void temporal_update(const TemporalArgs& a, const float* r, const float* d, float* e) = 0;
-  /// temporal: finish_allreduce over `count` outputs; adds the checksum terms to *sum (device).
-  virtual void temporal_finish(float beta, float* o, float* y, std::size_t count,
-                               std::uint64_t* sum) = 0;
-  /// x[i] /= ranks (float or double elements), the mean of an all-reduce.
-  virtual void divide(void* x, std::size_t count, bool is_double, int ranks) = 0;
+  /// This backend's kernels of family K (one interface per codec family: maxnorm_device.hpp,
+  /// sketch_device.hpp, ...), made on first use from what the family registered for kind() and
+  /// kept with the backend. Throws ccoll::Error(kUnsupported) when the family has no
+  /// implementation for this kind of backend (its implementation file was not linked).
+  template <class K>
+  K& kernels() {
+    return static_cast<K&>(kernels_of(family_id<K>(), K::kFamily));
+  }
+
+ private:
+  Kernels& kernels_of(std::size_t family, const char* name);
+
+  std::mutex kernels_mu_;
+  std::array<std::atomic<Kernels*>, kMaxKernelFamilies> made_{};
+  std::vector<std::unique_ptr<Kernels>> owned_;
 };
 
 /// The backend device buffers go through: the installed test backend, else the CUDA backend

@@ -1,5 +1,6 @@
-// The per-thread bodies of the bucketed codecs' kernels (qsgd, terngrad, sign; codecs/
-// bucketed.cc), host and device, as maxnorm_device.hpp for maxnorm: one call computes one
+// The bucketed family's kernel header: the per-thread bodies of the bucketed codecs' kernels
+// (qsgd, terngrad, sign; codecs/bucketed.cc), host and device, and its kernel interface
+// (BucketedKernels, at the end), as maxnorm_device.hpp for maxnorm: one call computes one
 // bucket's scale, or encodes or decodes one group of 8 elements.
 //
 // Bit identity with the CPU codecs: the bucket statistic is summed in double over 8
@@ -12,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend.hpp"
 #include "maxnorm_device.hpp"
 
 namespace ccoll::gpu {
@@ -181,5 +183,19 @@ CCOLL_HOST_DEVICE inline std::uint32_t bucketed_decode_group(const BucketedArgs&
   }
   return worst;
 }
+
+/// The bucketed family's kernels (bucketed_cuda.cu, bucketed_emulated.cc); all pointers device
+/// memory.
+class BucketedKernels : public Kernels {
+ public:
+  static constexpr const char* kFamily = "bucketed";
+  /// The f32 scale of every bucket of a bucketed encode (bucket_count(a) of them).
+  virtual void scales(const float* x, const BucketedArgs& a, float* scales) = 0;
+  virtual void encode(const float* x, const BucketedArgs& a, const float* scales,
+                      std::uint8_t* codes) = 0;
+  /// Largest code seen is max-ed into *worst (device).
+  virtual void decode(const BucketedArgs& a, const float* scales, const std::uint8_t* codes,
+                      float* out, bool accumulate, std::uint32_t* worst) = 0;
+};
 
 }  // namespace ccoll::gpu

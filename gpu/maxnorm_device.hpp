@@ -1,8 +1,9 @@
-// The per-thread bodies of the maxnorm and cast kernels, written once for the host and the
-// device (CCOLL_HOST_DEVICE): gpu/cuda_backend.cu runs them as CUDA kernels, one thread per group
-// of 8 elements, and gpu/emulated_backend.cc runs the very same functions in host loops, so the
-// CPU test suite checks the kernels' arithmetic and bit layout byte for byte against the CPU
-// codecs even where no GPU exists.
+// The maxnorm family's kernel header: the per-thread bodies of its kernels, written once for the
+// host and the device (CCOLL_HOST_DEVICE), and its kernel interface (MaxnormKernels, at the
+// end). maxnorm_cuda.cu runs the bodies as CUDA kernels, one thread per group of 8 elements, and
+// maxnorm_emulated.cc runs the very same functions in host loops, so the CPU test suite checks
+// the kernels' arithmetic and bit layout byte for byte against the CPU codecs even where no GPU
+// exists. The packing helpers and the input types here serve the other families too.
 //
 // Bit identity with codecs/maxnorm.cc rests on: the same Philox words (philox.hpp), the same
 // stochastic_code() in float, IEEE division and no multiply-add contraction (nvcc
@@ -13,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend.hpp"
 #include "half.hpp"
 #include "maxnorm_wire.hpp"
 #include "philox.hpp"
@@ -205,33 +207,10 @@ CCOLL_HOST_DEVICE inline void get_group(const std::uint8_t* p, std::size_t nbyte
   }
 }
 
-/// Part j of the CPU's interleaved sum of squares (codecs/quantizers.hpp interleaved_sum) of
-/// one tile of tiled_square_sum: x[i]² in double over i ≡ j (mod 8), in increasing i. Sequential
-/// by construction (the order makes the sum reproducible): one thread computes one part.
-CCOLL_HOST_DEVICE inline double square_sum_part(const float* x, std::size_t n, unsigned j) {
-  double p = 0;
-  for (std::size_t i = j; i < n; i += 8) {
-    const double v = static_cast<double>(x[i]);
-    p = p + v * v;
-  }
-  return p;
-}
-
 /// max |x| of one element as the CPU's abs_max() compares it: the sign-cleared bit pattern (an
 /// integer max of these is the numeric max, and NaN wins).
 CCOLL_HOST_DEVICE inline std::uint32_t abs_bits(float x) {
   return codec::float_bits(x) & 0x7FFFFFFFu;
-}
-
-/// The casts' fused ring hop for element i: acc += decode(in), out = encode(acc), with the CPU
-/// codec's float operations (decode_accumulate's a += v, then encode's conversion).
-CCOLL_HOST_DEVICE inline void cast_reduce_encode_one(bool half, const std::uint16_t* in,
-                                                     std::size_t i, float* acc,
-                                                     std::uint16_t* out) {
-  const float v = half ? codec::half_to_float(in[i]) : codec::bf16_to_float(in[i]);
-  const float s = acc[i] + v;
-  acc[i] = s;
-  out[i] = half ? codec::float_to_half(s) : codec::float_to_bf16(s);
 }
 
 /// Encodes group g (elements [8g, 8g + 8) ∩ [0, count)) of a maxnorm encode into `codes`.
@@ -352,5 +331,31 @@ CCOLL_HOST_DEVICE inline unsigned maxnorm_add_group(const MaxnormAddArgs& a, std
   put_group(out, packed_size(a.count, a.out_width), a.out_width, g, v, n);
   return bad;
 }
+
+/// The maxnorm family's kernels (maxnorm_cuda.cu, maxnorm_emulated.cc); all pointers device
+/// memory, all calls on the calling thread's current queue.
+class MaxnormKernels : public Kernels {
+ public:
+  static constexpr const char* kFamily = "maxnorm";
+  /// out[b] = max over block b of the sign-cleared bit patterns of x (kMaxnormBlock elements per
+  /// block) as fp32 values (16-bit input: of the widened values, which order as their
+  /// patterns); out must hold ceil(count / kMaxnormBlock) words.
+  virtual void block_abs_max(const void* x, std::size_t count, Input input, std::uint32_t* out) = 0;
+  /// The codes of a maxnorm encode of x (fp32, or 16-bit: a.input).
+  virtual void encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) = 0;
+  /// Largest lane seen is max-ed into *worst (device).
+  virtual void decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
+                      std::uint32_t* worst) = 0;
+  /// out[b] = max of abs_bits(x[sel[k]]) over the `nsel` selected elements in block b (randk's
+  /// scale pass); out (nblocks words) is zeroed first.
+  virtual void selected_abs_max(const float* x, const std::uint64_t* sel, std::size_t nsel,
+                                std::uint32_t* out, std::size_t nblocks) = 0;
+  /// Two-scale's mask of `count` elements (one byte per 8) from the agreed scales.
+  virtual void mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
+                    std::uint32_t levels2, std::uint8_t* out) = 0;
+  /// The lane-wise sum of two payloads' codes (maxnorm_add_group); non-zero is or-ed into *bad
+  /// (device) when a lane is out of range.
+  virtual void add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) = 0;
+};
 
 }  // namespace ccoll::gpu

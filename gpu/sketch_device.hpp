@@ -1,13 +1,14 @@
-// The per-thread bodies of the sketch codec's device kernels (codecs/sketch.cc), host and
-// device. The level table is fitted on the host by the CPU codec's own code, from the block's
-// min, max and strided sample, which these kernels find; the codes are then the CPU's: the
-// bracketing interval by the same binary search, the unbiased rounding in double with the same
-// Philox uniforms.
+// The sketch family's kernel header: the per-thread bodies of the sketch codec's device kernels
+// (codecs/sketch.cc), host and device, and its kernel interface (SketchKernels). The level table is
+// fitted on the host by the CPU codec's own code, from the block's min, max and strided sample,
+// which these kernels find; the codes are then the CPU's: the bracketing interval by the same
+// binary search, the unbiased rounding in double with the same Philox uniforms.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "backend.hpp"
 #include "maxnorm_device.hpp"
 
 namespace ccoll::gpu {
@@ -107,5 +108,20 @@ CCOLL_HOST_DEVICE inline void sketch_decode_group(const SketchArgs& a, const flo
     }
   }
 }
+
+/// The sketch family's kernels (sketch_cuda.cu, sketch_emulated.cc); all pointers device memory.
+class SketchKernels : public Kernels {
+ public:
+  static constexpr const char* kFamily = "sketch";
+  /// keys[0] = min over i of min_candidate(x[i], i), keys[1] = max of max_candidate (device
+  /// words; the index of the first minimum and maximum is in their low halves).
+  virtual void minmax(const float* x, std::size_t count, std::uint64_t* keys) = 0;
+  /// out[k] = x[sketch_sample_index(k, count, m)] for k < m.
+  virtual void sample(const float* x, std::size_t count, std::size_t m, float* out) = 0;
+  virtual void encode(const float* x, const SketchArgs& a, const float* levels,
+                      std::uint8_t* codes) = 0;
+  virtual void decode(const SketchArgs& a, const float* levels, const std::uint8_t* codes,
+                      float* out, bool accumulate) = 0;
+};
 
 }  // namespace ccoll::gpu

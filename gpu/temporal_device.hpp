@@ -1,6 +1,7 @@
-// The per-element bodies of temporal's device kernels (codecs/temporal.cc on the device), host
-// and device: the residual r = (x + e) - beta·xh, the state update after the code
-// is decoded, and finish_allreduce's y <- beta·y + D(C) with its state checksum, each with the
+// The temporal family's kernel header: the per-element bodies of temporal's device kernels
+// (codecs/temporal.cc on the device), host and device, and its kernel interface
+// (TemporalKernels, at the end): the residual r = (x + e) - beta·xh, the state update after the
+// code is decoded, and finish_allreduce's y <- beta·y + D(C) with its state checksum, each with the
 // CPU codec's float operations in its order (no contraction on either side).
 #pragma once
 
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "backend.hpp"
 #include "half.hpp"
 #include "temporal_rules.hpp"
 
@@ -52,5 +54,18 @@ CCOLL_HOST_DEVICE inline std::uint64_t temporal_finish(float beta, float* o, flo
   const std::uint64_t b = codec::float_bits(v);
   return codec::temporal_checksum_term(b, i);
 }
+
+/// The temporal family's kernels (temporal_cuda.cu, temporal_emulated.cc); all pointers device
+/// memory.
+class TemporalKernels : public Kernels {
+ public:
+  static constexpr const char* kFamily = "temporal";
+  /// r[i] = residual of x[i] (temporal_residual above).
+  virtual void residual(const TemporalArgs& a, const float* x, float* r) = 0;
+  /// The state update after an encode (e: a.e's writable twin, or null).
+  virtual void update(const TemporalArgs& a, const float* r, const float* d, float* e) = 0;
+  /// finish_allreduce over `count` outputs; adds the checksum terms to *sum (device).
+  virtual void finish(float beta, float* o, float* y, std::size_t count, std::uint64_t* sum) = 0;
+};
 
 }  // namespace ccoll::gpu

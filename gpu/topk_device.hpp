@@ -1,4 +1,5 @@
-// The per-thread bodies of topk's device kernels (codecs/topk.cc), host and device. The CPU's
+// The topk family's kernel header: the per-thread bodies of topk's device kernels
+// (codecs/topk.cc), host and device, and its kernel interface (TopkKernels, at the end). The CPU's
 // exact, deterministic selection: a radix select of the k-th largest magnitude key t over
 // 16-bit digits (the histograms counted on the device, the digits picked on the host by the
 // CPU codec's own step), then every element above t and the first `need` equal to t, in index
@@ -11,6 +12,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend.hpp"
 #include "maxnorm_device.hpp"
 
 namespace ccoll::gpu {
@@ -118,5 +120,25 @@ CCOLL_HOST_DEVICE inline void topk_scatter_one(const std::uint8_t* idx_in,
     out[idx] = v;
   }
 }
+
+/// The topk family's kernels (topk_cuda.cu, topk_emulated.cc); all pointers device memory.
+class TopkKernels : public Kernels {
+ public:
+  static constexpr const char* kFamily = "topk";
+  /// hist[d] (65536 words, zeroed first) = elements whose key matches `prefix` under `mask` and
+  /// has digit d at `shift`.
+  virtual void histogram(const float* x, std::size_t count, std::uint32_t prefix,
+                         std::uint32_t mask, int shift, std::uint32_t* hist) = 0;
+  /// Per tile, the elements above and equal to the threshold.
+  virtual void tile_counts(const float* x, const TopkSelect& s, std::uint32_t* above,
+                           std::uint32_t* equal) = 0;
+  /// The kept elements' indices and values, tile by tile.
+  virtual void tile_write(const float* x, const TopkSelect& s, const std::uint64_t* above_before,
+                          const std::uint64_t* equal_before, std::uint8_t* idx_out,
+                          std::uint8_t* val_out) = 0;
+  /// out[index] = (or +=) value for the k kept elements of a validated payload.
+  virtual void scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in, unsigned index_bytes,
+                       std::size_t k, float* out, bool accumulate) = 0;
+};
 
 }  // namespace ccoll::gpu

@@ -9,6 +9,7 @@
 #include "backend.hpp"
 #include "codec.hpp"
 #include "collectives.hpp"
+#include "element_device.hpp"
 
 namespace ccoll {
 
@@ -39,7 +40,7 @@ class DeviceElementOps final : public coll::ElementOps {
   explicit DeviceElementOps(gpu::Backend& b) : b_(b) {}
   void copy(void* dst, const void* src, std::size_t bytes) override { b_.copy(dst, src, bytes); }
   void divide(void* data, std::size_t count, codec::DType dtype, int ranks) override {
-    b_.divide(data, count, dtype == codec::DType::kFloat64, ranks);
+    b_.kernels<gpu::ElementKernels>().divide(data, count, dtype == codec::DType::kFloat64, ranks);
   }
 
  private:

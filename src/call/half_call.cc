@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "cast_device.hpp"
 #include "comm_context.hpp"
 #include "config.hpp"
 #include "data_path.hpp"
@@ -72,7 +73,7 @@ void widen_16_to(const Call& call, std::size_t n, float* out, gpu::Backend* devi
   if (device == nullptr) {
     codec::widen_16(src, n, out, bf16);
   } else if (n > 0) {
-    device->cast_decode(!bf16, src, n, out, false);
+    device->kernels<gpu::CastKernels>().decode(!bf16, src, n, out, false);
   }
 }
 
@@ -129,7 +130,8 @@ void run_half_on_device(const HalfCall& hc, gpu::Backend& device) {
   hc.stats.input_bytes = hc.in_n * 2;
   if (hc.out_n == 0) return;
   device.set_stream(hc.call.options.cuda_stream);  // the fp32 call leaves the default stream set
-  device.cast_encode(fp16, out, hc.out_n, static_cast<std::uint16_t*>(hc.call.recvbuf));
+  device.kernels<gpu::CastKernels>().encode(fp16, out, hc.out_n,
+                                            static_cast<std::uint16_t*>(hc.call.recvbuf));
   device.synchronize();
 }
 

@@ -16,6 +16,7 @@
 #include "auto_tune.hpp"
 #include "collectives.hpp"
 #include "config.hpp"
+#include "element_device.hpp"
 #include "maxnorm_wire.hpp"
 #include "mpi_check.hpp"
 #include "node_sums.hpp"
@@ -314,7 +315,10 @@ class NodeLevel {
       coll::divide_elements(x, count, dtype, ranks);
       return;
     }
-    run([&] { device_->divide(x, count, dtype == codec::DType::kFloat64, ranks); });
+    run([&] {
+      device_->kernels<gpu::ElementKernels>().divide(x, count, dtype == codec::DType::kFloat64,
+                                                     ranks);
+    });
   }
   void add_failure(CrossStep& step) const {
     if (failure_.failed) step.fail(failure_.code, failure_.message);

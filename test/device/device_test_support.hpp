@@ -13,11 +13,19 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "bucketed_device.hpp"
+#include "cast_device.hpp"
+#include "ccoll/config.hpp"
 #include "ccoll/error.hpp"
 #include "config.hpp"
 #include "device_codec.hpp"
+#include "element_device.hpp"
+#include "maxnorm_device.hpp"
 #include "quantizers.hpp"
+#include "sketch_device.hpp"
 #include "spec.hpp"
+#include "temporal_device.hpp"
+#include "topk_device.hpp"
 #include "wire.hpp"
 
 namespace ccoll {

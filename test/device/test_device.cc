@@ -163,7 +163,7 @@ TEST_P(DeviceCodec, SumsDecodeTheSameAndTheAddKernelMatches) {
   args.ja = la.contributions;
   args.jb = lb.contributions;
   args.offset = la.offset;
-  b_->maxnorm_add(args, dout.as<std::uint8_t>(), bad.as<std::uint32_t>());
+  b_->kernels<gpu::MaxnormKernels>().add(args, dout.as<std::uint8_t>(), bad.as<std::uint32_t>());
   const std::vector<std::uint8_t> codes = dout.read<std::uint8_t>(lo.code_bytes);
   EXPECT_EQ(0, std::memcmp(codes.data(), abc.data() + lo.codes_at, lo.code_bytes));
   EXPECT_EQ(0u, bad.read<std::uint32_t>(1)[0]);
@@ -173,7 +173,7 @@ TEST_P(DeviceCodec, SumsDecodeTheSameAndTheAddKernelMatches) {
   std::memset(broken.data() + lb.codes_at, 0xFF, lb.code_bytes);
   const DeviceArray dbroken(*b_, broken.data() + lb.codes_at, lb.code_bytes);
   args.b = dbroken.as<std::uint8_t>();
-  b_->maxnorm_add(args, dout.as<std::uint8_t>(), bad.as<std::uint32_t>());
+  b_->kernels<gpu::MaxnormKernels>().add(args, dout.as<std::uint8_t>(), bad.as<std::uint32_t>());
   EXPECT_NE(0u, bad.read<std::uint32_t>(1)[0]);
 }
 

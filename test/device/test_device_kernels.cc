@@ -23,6 +23,46 @@ TEST(DeviceKernels, WhichCodecsHaveKernels) {
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("none"), codec::DType::kFloat32));
 }
 
+// Every kernel family is registered for the backend under test, and for the CUDA backend too
+// in a CUDA build (its objects registered themselves into this binary, GPU or not); a backend
+// hands out one object per family; a family registered for no backend is refused by name.
+struct UnregisteredKernels : gpu::Kernels {
+  static constexpr const char* kFamily = "unregistered-test-family";
+};
+
+template <class K>
+void expect_registered(gpu::Backend& b) {
+  K& first = b.kernels<K>();
+  EXPECT_EQ(&first, &b.kernels<K>()) << K::kFamily;
+#if CCOLL_ENABLE_CUDA
+  EXPECT_NE(gpu::registered_kernels(gpu::BackendKind::kCuda, gpu::family_id<K>()), nullptr)
+      << K::kFamily << " has no CUDA kernels in this CUDA build";
+#endif
+  EXPECT_NE(gpu::registered_kernels(gpu::BackendKind::kEmulated, gpu::family_id<K>()), nullptr)
+      << K::kFamily << " has no emulated kernels";
+}
+
+TEST(Kernels, EveryFamilyIsRegistered) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  expect_registered<gpu::MaxnormKernels>(*b);
+  expect_registered<gpu::SketchKernels>(*b);
+  expect_registered<gpu::TopkKernels>(*b);
+  expect_registered<gpu::BucketedKernels>(*b);
+  expect_registered<gpu::CastKernels>(*b);
+  expect_registered<gpu::TemporalKernels>(*b);
+  expect_registered<gpu::ElementKernels>(*b);
+  try {
+    b->kernels<UnregisteredKernels>();
+    ADD_FAILURE() << "an unregistered family was made";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), Status::kUnsupported);
+    EXPECT_NE(std::string(e.what()).find("unregistered-test-family"), std::string::npos)
+        << e.what();
+  }
+}
+
 // sketch's table starts and ends at the block's min and max as std::min/std::max find them in
 // order: the first of equal values, which for -0 and +0 decides the bits of the table.
 TEST(DeviceKernels, SketchTakesTheFirstOfEqualExtremes) {
@@ -187,8 +227,8 @@ TEST(DeviceKernels, DivideMatchesTheHostLoop) {
   std::vector<double> d = {1.0, 3.0, -7.5, 1e-310, 1e308};
   const DeviceArray df(*b, f.data(), f.size() * 4);
   const DeviceArray dd(*b, d.data(), d.size() * 8);
-  b->divide(df.as<void>(), f.size(), false, 3);
-  b->divide(dd.as<void>(), d.size(), true, 3);
+  b->kernels<gpu::ElementKernels>().divide(df.as<void>(), f.size(), false, 3);
+  b->kernels<gpu::ElementKernels>().divide(dd.as<void>(), d.size(), true, 3);
   const std::vector<float> gf = df.read<float>(f.size());
   const std::vector<double> gd = dd.read<double>(d.size());
   for (std::size_t i = 0; i < f.size(); ++i) {
@@ -218,7 +258,8 @@ TEST(DeviceQueues, EventsOrderKernelsAndCopies) {
   gpu::Buffer pinned;
   auto* host = static_cast<float*>(pinned.get(*b, 4 * n, true));
   for (int round = 0; round < 3; ++round) {
-    b->add(dz.as<float>(), dx.as<float>(), dy.as<float>(), n, round == 1);
+    b->kernels<gpu::ElementKernels>().add(dz.as<float>(), dx.as<float>(), dy.as<float>(), n,
+                                          round == 1);
     b->record(events.get(*b, 0));
     b->use_queue(gpu::Backend::Queue::kCopy);
     b->wait(events.get(*b, 0));
@@ -237,7 +278,7 @@ TEST(DeviceQueues, EventsOrderKernelsAndCopies) {
   b->record(events.get(*b, 2));
   b->use_queue(gpu::Backend::Queue::kCompute);
   b->wait(events.get(*b, 2));
-  b->add(dz.as<float>(), dz.as<float>(), dx.as<float>(), n, false);
+  b->kernels<gpu::ElementKernels>().add(dz.as<float>(), dz.as<float>(), dx.as<float>(), n, false);
   const std::vector<float> got = dz.read<float>(n);
   for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(got[i], static_cast<float>(i % 7) + x[i]) << i;
   // an event never recorded counts as reached
@@ -339,7 +380,8 @@ TEST(DeviceQueues, EmulatedQueuesExposeAMissingWait) {
   gpu::EventPool events;
   gpu::Buffer pinned;
   auto* host = static_cast<float*>(pinned.get(*b, 4 * n, true));
-  b->add(dz.as<float>(), dx.as<float>(), dx.as<float>(), n, false);  // z = 4
+  b->kernels<gpu::ElementKernels>().add(dz.as<float>(), dx.as<float>(), dx.as<float>(), n,
+                                        false);  // z = 4
   b->use_queue(gpu::Backend::Queue::kCopy);
   b->copy(host, dz.as<float>(), 4 * n);  // no wait: runs before the kernel
   b->record(events.get(*b, 0));
@@ -350,7 +392,8 @@ TEST(DeviceQueues, EmulatedQueuesExposeAMissingWait) {
   EXPECT_EQ(dz.read<float>(n)[0], 4.0f);
   // a pageable destination is written before copy() returns, so it sees the queue's work
   std::vector<float> page(n, -1.0f);
-  b->add(dz.as<float>(), dz.as<float>(), dx.as<float>(), n, false);  // z = 6
+  b->kernels<gpu::ElementKernels>().add(dz.as<float>(), dz.as<float>(), dx.as<float>(), n,
+                                        false);  // z = 6
   b->copy(page.data(), dz.as<float>(), 4 * n);
   EXPECT_EQ(page[n - 1], 6.0f);
 }

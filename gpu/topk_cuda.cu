@@ -1,7 +1,16 @@
-// The topk kernels of the CUDA backend (topk_device.hpp's per-thread functions as kernels): a
-// fragment of cuda_backend.cu, included inside its anonymous namespace after the launch helpers
-// (global_thread, grid_threads, kThreads) and the block reductions it uses.
-#pragma once
+// The topk kernels on the CUDA backend (topk_device.hpp): the family's per-thread functions
+// as CUDA kernels with grid-stride loops, launched on the calling thread's current stream.
+// Compiled with --fmad=false so that the float arithmetic is the CPU codecs' bit for bit.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda_launch.cuh"
+#include "topk_device.hpp"
+
+namespace ccoll::gpu::cuda {
+namespace {
 
 // Warp-aggregated counts: the lanes of a warp that hit the same digit add once (the many equal
 // keys of a narrow prefix, or of zeros, would otherwise queue on one address). The loop's trip
@@ -82,3 +91,53 @@ __global__ void topk_scatter_kernel(const std::uint8_t* idx_in, const std::uint8
     topk_scatter_one<kAccumulate>(idx_in, val_in, index_bytes, m, out);
   }
 }
+
+class CudaTopk final : public TopkKernels {
+ public:
+  explicit CudaTopk(Backend& b) : b_(b) {}
+
+  void histogram(const float* x, std::size_t count, std::uint32_t prefix, std::uint32_t mask,
+                 int shift, std::uint32_t* hist) override {
+    b_.memset_zero(hist, 4 * 65536);
+    if (count == 0) return;
+    topk_histogram_kernel<<<grid_for(count), kThreads, 0, current_stream()>>>(x, count, prefix,
+                                                                              mask, shift, hist);
+    check_launch("topk_histogram launch");
+  }
+  void tile_counts(const float* x, const TopkSelect& s, std::uint32_t* above,
+                   std::uint32_t* equal) override {
+    if (s.count == 0) return;
+    topk_tile_counts_kernel<<<grid_for(32 * ((s.count + kTopkTile - 1) / kTopkTile)), kThreads, 0,
+                              current_stream()>>>(x, s, above, equal);
+    check_launch("topk_tile_counts launch");
+  }
+  void tile_write(const float* x, const TopkSelect& s, const std::uint64_t* above_before,
+                  const std::uint64_t* equal_before, std::uint8_t* idx_out,
+                  std::uint8_t* val_out) override {
+    if (s.count == 0) return;
+    topk_tile_write_kernel<<<grid_for(32 * ((s.count + kTopkTile - 1) / kTopkTile)), kThreads, 0,
+                             current_stream()>>>(x, s, above_before, equal_before, idx_out,
+                                                 val_out);
+    check_launch("topk_tile_write launch");
+  }
+  void scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in, unsigned index_bytes,
+               std::size_t k, float* out, bool accumulate) override {
+    if (k == 0) return;
+    if (accumulate) {
+      topk_scatter_kernel<true>
+          <<<grid_for(k), kThreads, 0, current_stream()>>>(idx_in, val_in, index_bytes, k, out);
+    } else {
+      topk_scatter_kernel<false>
+          <<<grid_for(k), kThreads, 0, current_stream()>>>(idx_in, val_in, index_bytes, k, out);
+    }
+    check_launch("topk_scatter launch");
+  }
+
+ private:
+  Backend& b_;
+};
+
+const RegisterKernels<TopkKernels, CudaTopk> kRegistered(BackendKind::kCuda);
+
+}  // namespace
+}  // namespace ccoll::gpu::cuda

@@ -1,0 +1,59 @@
+// The element-wise kernels on the emulated backend (element_device.hpp): the family's per-thread
+// functions in host loops, queued on the calling thread's emulated queue as a kernel launch.
+#include <cstddef>
+#include <cstdint>
+
+#include "element_device.hpp"
+#include "emulated.hpp"
+
+namespace ccoll::gpu {
+namespace {
+
+class EmulatedElement final : public ElementKernels {
+ public:
+  explicit EmulatedElement(Backend& b) : b_(b) {}
+
+  void add(float* out, const float* a, const float* b, std::size_t count, bool subtract) override {
+    emulated::launch([=] {
+      for (std::size_t i = 0; i < count; ++i) out[i] = subtract ? a[i] - b[i] : a[i] + b[i];
+    });
+  }
+  void widen_add(float* out, const std::uint16_t* x, bool bf16, const float* e,
+                 std::size_t count) override {
+    emulated::require_current_device(b_, x, "widen_add");
+    emulated::launch([=] {
+      for (std::size_t i = 0; i < count; ++i) {
+        out[i] = load_input(x, i, bf16 ? Input::kBFloat16 : Input::kFloat16) + e[i];
+      }
+    });
+  }
+  void divide(void* x, std::size_t count, bool is_double, int ranks) override {
+    emulated::launch([=] {
+      if (is_double) {
+        auto* d = static_cast<double*>(x);
+        for (std::size_t i = 0; i < count; ++i) d[i] /= static_cast<double>(ranks);
+      } else {
+        auto* f = static_cast<float*>(x);
+        for (std::size_t i = 0; i < count; ++i) f[i] /= static_cast<float>(ranks);
+      }
+    });
+  }
+  void square_sum_parts(const float* x, std::size_t count, std::size_t tile,
+                        double* parts) override {
+    emulated::launch([=] {
+      for (std::size_t at = 0; at < count; at += tile) {
+        const std::size_t len = count - at < tile ? count - at : tile;
+        for (unsigned j = 0; j < 8; ++j)
+          parts[8 * (at / tile) + j] = square_sum_part(x + at, len, j);
+      }
+    });
+  }
+
+ private:
+  Backend& b_;
+};
+
+const RegisterKernels<ElementKernels, EmulatedElement> kRegistered(BackendKind::kEmulated);
+
+}  // namespace
+}  // namespace ccoll::gpu

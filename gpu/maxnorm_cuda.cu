@@ -1,0 +1,158 @@
+// The maxnorm (and randk, two-scale) kernels on the CUDA backend (maxnorm_device.hpp): the family's
+// per-thread functions as CUDA kernels with grid-stride loops, launched on the calling thread's
+// current stream. Compiled with --fmad=false so that the float arithmetic is the CPU codecs' bit
+// for bit.
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda_launch.cuh"
+#include "maxnorm_device.hpp"
+
+namespace ccoll::gpu::cuda {
+namespace {
+
+// elements one thread block scans in block_abs_max: divides kMaxnormBlock, so a thread block
+// never straddles two scale blocks
+constexpr std::size_t kScanTile = 4096;
+static_assert(kMaxnormBlock % kScanTile == 0, "scan tiles must not straddle scale blocks");
+
+// kIn: the input's element type, fixed per instantiation so that the load is one instruction
+template <Input kIn>
+__global__ void abs_max_kernel(const void* x, std::size_t count, std::uint32_t* out) {
+  for (std::size_t tile = blockIdx.x; tile * kScanTile < count; tile += gridDim.x) {
+    const std::size_t begin = tile * kScanTile;
+    const std::size_t end = begin + kScanTile < count ? begin + kScanTile : count;
+    std::uint32_t m = 0;
+    for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      const std::uint32_t v = abs_bits(load_input(x, i, kIn));
+      m = v > m ? v : m;
+    }
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if ((threadIdx.x & 31) == 0) atomicMax(out + begin / kMaxnormBlock, m);
+  }
+}
+
+// kIn: a.input as a constant, so that the encode's loads compile to one type's
+template <Input kIn>
+__global__ void maxnorm_encode_kernel(const void* x, MaxnormEncodeArgs a, std::uint8_t* codes) {
+  a.input = kIn;
+  const std::size_t groups = group_count(a.count);
+  for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
+    maxnorm_encode_group(x, a, g, codes);
+  }
+}
+
+template <bool kAccumulate>
+__global__ void maxnorm_decode_kernel(MaxnormDecodeArgs a, float* out, std::uint32_t* worst) {
+  const std::size_t groups = group_count(a.count);
+  std::uint32_t w = 0;
+  for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
+    const std::uint32_t v = maxnorm_decode_group<kAccumulate>(a, g, out);
+    w = v > w ? v : w;
+  }
+  w = __reduce_max_sync(0xFFFFFFFFu, w);
+  if ((threadIdx.x & 31) == 0 && w != 0) atomicMax(worst, w);
+}
+
+// The selected indices increase, so a warp's lanes mostly share a scale block: the lanes of
+// one block take their maximum first and one of them updates it (max: any order). The loop's
+// trip count is the warp's, so that every lane takes part in each match.
+__global__ void selected_abs_max_kernel(const float* x, const std::uint64_t* sel, std::size_t nsel,
+                                        std::uint32_t* out) {
+  constexpr unsigned long long kNone = ~0ull;
+  for (std::size_t base = global_thread() - lane_id(); base < nsel; base += grid_threads()) {
+    const std::size_t k = base + lane_id();
+    const unsigned long long block = k < nsel ? sel[k] / kMaxnormBlock : kNone;
+    const std::uint32_t v = k < nsel ? abs_bits(x[sel[k]]) : 0u;
+    const unsigned peers = __match_any_sync(0xFFFFFFFFu, block);
+    const std::uint32_t m = __reduce_max_sync(peers, v);
+    if (block != kNone && lane_id() == static_cast<unsigned>(__ffs(peers) - 1)) {
+      atomicMax(out + block, m);
+    }
+  }
+}
+
+__global__ void maxnorm_mask_kernel(const float* x, std::size_t count, const float* scales,
+                                    std::uint32_t levels, std::uint32_t levels2,
+                                    std::uint8_t* out) {
+  const std::size_t groups = group_count(count);
+  for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
+    out[g] = maxnorm_mask_group(x, count, scales, levels, levels2, g);
+  }
+}
+
+__global__ void maxnorm_add_kernel(MaxnormAddArgs a, std::uint8_t* out, std::uint32_t* bad) {
+  const std::size_t groups = group_count(a.count);
+  unsigned b = 0;
+  for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
+    b |= maxnorm_add_group(a, g, out);
+  }
+  b = __reduce_or_sync(0xFFFFFFFFu, b);
+  if ((threadIdx.x & 31) == 0 && b != 0) atomicOr(bad, b);
+}
+
+class CudaMaxnorm final : public MaxnormKernels {
+ public:
+  explicit CudaMaxnorm(Backend& b) : b_(b) {}
+
+  void block_abs_max(const void* x, std::size_t count, Input input, std::uint32_t* out) override {
+    if (count == 0) return;
+    b_.memset_zero(out, sizeof(std::uint32_t) * ((count + kMaxnormBlock - 1) / kMaxnormBlock));
+    const std::size_t tiles = (count + kScanTile - 1) / kScanTile;
+    const auto grid = static_cast<unsigned>(tiles < 65535 ? tiles : 65535);
+    with_input(input, [&](auto in) {
+      abs_max_kernel<decltype(in)::value><<<grid, kThreads, 0, current_stream()>>>(x, count, out);
+    });
+    check_launch("block_abs_max launch");
+  }
+  void encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
+    if (a.count == 0) return;
+    const unsigned grid = grid_for(group_count(a.count));
+    with_input(a.input, [&](auto in) {
+      maxnorm_encode_kernel<decltype(in)::value>
+          <<<grid, kThreads, 0, current_stream()>>>(x, a, codes);
+    });
+    check_launch("maxnorm_encode launch");
+  }
+  void decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
+              std::uint32_t* worst) override {
+    if (a.count == 0) return;
+    const unsigned grid = grid_for(group_count(a.count));
+    if (accumulate) {
+      maxnorm_decode_kernel<true><<<grid, kThreads, 0, current_stream()>>>(a, out, worst);
+    } else {
+      maxnorm_decode_kernel<false><<<grid, kThreads, 0, current_stream()>>>(a, out, worst);
+    }
+    check_launch("maxnorm_decode launch");
+  }
+  void selected_abs_max(const float* x, const std::uint64_t* sel, std::size_t nsel,
+                        std::uint32_t* out, std::size_t nblocks) override {
+    b_.memset_zero(out, 4 * nblocks);
+    if (nsel == 0) return;
+    selected_abs_max_kernel<<<grid_for(nsel), kThreads, 0, current_stream()>>>(x, sel, nsel, out);
+    check_launch("selected_abs_max launch");
+  }
+  void mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
+            std::uint32_t levels2, std::uint8_t* out) override {
+    if (count == 0) return;
+    maxnorm_mask_kernel<<<grid_for(group_count(count)), kThreads, 0, current_stream()>>>(
+        x, count, scales, levels, levels2, out);
+    check_launch("maxnorm_mask launch");
+  }
+  void add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) override {
+    if (a.count == 0) return;
+    maxnorm_add_kernel<<<grid_for(group_count(a.count)), kThreads, 0, current_stream()>>>(a, out,
+                                                                                          bad);
+    check_launch("maxnorm_add launch");
+  }
+
+ private:
+  Backend& b_;
+};
+
+const RegisterKernels<MaxnormKernels, CudaMaxnorm> kRegistered(BackendKind::kCuda);
+
+}  // namespace
+}  // namespace ccoll::gpu::cuda
