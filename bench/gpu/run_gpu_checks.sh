@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # The GPU check, on a machine with an NVIDIA GPU and its driver, from the repository root:
-#   bench/gpu/run_gpu_checks.sh OUT_DIR [BUNDLE_DIR]
+#   bench/gpu/run_gpu_checks.sh [--absent LIST] OUT_DIR [BUNDLE_DIR]
 # BUNDLE_DIR (default gpu-check) is what bench/gpu/prepare_gpu_check.sh built; nothing is built
-# or installed here. Every step runs under its own time limit and the next runs whatever the
-# last gave. OUT_DIR receives at most 8 files:
+# or installed here. A step that cannot run here (no compute-sanitizer, MPI, NCCL or Python
+# with torch) fails the check unless LIST, a comma-separated list of sanitizer, mpi, nccl and
+# python, names it as expected to be absent. Every step runs under its own time limit and the
+# next runs whatever the last gave. OUT_DIR receives at most 8 files:
 #   summary.md       each step's result and time, the GPU, the commit; read this first
 #   env.log          nvidia-smi, the bundle's MANIFEST, what the binaries load, the sanitizer
 #   gpu_tests.log    the GPU unit tests (CPU and GPU bytes per codec, staged and resident,
@@ -18,12 +20,26 @@
 #   python.log       the Python package on CUDA tensors (bench/gpu/python_smoke.sh: its module
 #                    built there against the machine's Python and torch; bindings and the DDP
 #                    hook, 2 ranks under mpiexec or 1 without)
-# Exit status: 0 when every step that ran passed (the MPI step may be absent), 1 when one
-# failed, 77 when there is no GPU (nothing ran: a machine without a GPU never passes).
+# Exit status: 0 when every step passed (or is absent as --absent allows), 1 when one failed
+# or did not run, 77 when there is no GPU (nothing ran: a machine without a GPU never passes).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+absent=""
+if [ "${1:-}" = "--absent" ]; then
+  absent=${2:-}
+  shift 2 || shift $#
+  for a in ${absent//,/ }; do
+    case $a in
+      sanitizer | mpi | nccl | python) ;;
+      *)
+        echo "run_gpu_checks.sh: --absent: unknown step '$a' (valid: sanitizer, mpi, nccl, python)" >&2
+        exit 2
+        ;;
+    esac
+  done
+fi
 if [ $# -lt 1 ]; then
-  sed -n '2,4p' "$0" | sed 's/^# \{0,1\}//' >&2
+  sed -n '2,7p' "$0" | sed 's/^# \{0,1\}//' >&2
   exit 2
 fi
 out=$1
@@ -38,14 +54,14 @@ commit="$(sed -n 's/^commit: \([0-9a-f]\{7\}\).*/\1/p' "${2:-gpu-check}/MANIFEST
 
 # Time limits (seconds): nine minutes in all at most, inside one 10-minute command; a passing
 # run takes about a minute.
-t_env=20 t_tests=60 t_memcheck=60 t_synccheck=30 t_large=60 t_bench=45 t_mpi=60 t_nccl=120
-t_python=120
+t_env=20 t_tests=50 t_memcheck=90 t_synccheck=30 t_large=120 t_bench=40 t_mpi=45 t_nccl=90
+t_python=90
 
 write_summary() {
   {
     echo "# GPU check"
     echo
-    echo "Command: \`bench/gpu/run_gpu_checks.sh $out $bundle\`"
+    echo "Command: \`bench/gpu/run_gpu_checks.sh${absent:+ --absent $absent} $out $bundle\`"
     echo "GPU: ${gpu:-none}. Commit: $commit. Date: $(date -u +%F)."
     [ -f "$bundle/MANIFEST" ] && echo "Bundle: $(head -1 "$bundle/MANIFEST")."
     echo
@@ -83,40 +99,69 @@ step() {
   echo "   $result"
 }
 
+# not_run NAME KEY WHY: a step that could not run here: a failure unless --absent names KEY
+not_run() {
+  local name=$1 key=$2 why=$3
+  if [[ ",$absent," == *",$key,"* ]]; then
+    rows+=("| $name | absent, as --absent $absent allows: $why | 0 | - |")
+  else
+    rows+=("| $name | FAILED: not run: $why (--absent $key if that is expected) | 0 | - |")
+    failed=1
+  fi
+}
+
+# The output of the latest step in LOG: from its "== " line on (logs are shared by steps).
+this_step() { awk '/^== /{buf=""} {buf=buf $0 "\n"} END{printf "%s", buf}' "$1"; }
+
 # checks: print the result; return 1 on a failure
 passed_if_zero() {
   if [ "$1" -eq 0 ]; then echo "passed"; else echo "FAILED (exit $1)"; return 1; fi
 }
-gtest_result() {  # a GoogleTest run: its counts; any skip for want of a device is a failure
-  local rc=$1 log=$2 pass fail skip
-  pass=$(grep -Eo '\[  PASSED  \] [0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$')
-  fail=$(grep -Eo '\[  FAILED  \] [0-9]+ test' "$log" | tail -1 | grep -Eo '[0-9]+')
-  skip=$(grep -Eo '\[  SKIPPED \] [0-9]+' "$log" | tail -1 | grep -Eo '[0-9]+$')
-  local counts="${pass:-0} passed, ${fail:-0} failed, ${skip:-0} skipped"
-  if grep -q "no usable CUDA device" "$log"; then
+# The counts of a GoogleTest run in the latest step of LOG: "ran passed failed skipped".
+gtest_counts() {
+  local text ran pass fail skip
+  text=$(this_step "$1")
+  ran=$(grep -Eo '\[==========\] [0-9]+ tests? from .* ran' <<<"$text" | tail -1 | grep -Eo '[0-9]+' | head -1)
+  pass=$(grep -Eo '\[  PASSED  \] [0-9]+' <<<"$text" | tail -1 | grep -Eo '[0-9]+$')
+  fail=$(grep -Eo '\[  FAILED  \] [0-9]+ test' <<<"$text" | tail -1 | grep -Eo '[0-9]+')
+  skip=$(grep -Eo '\[  SKIPPED \] [0-9]+' <<<"$text" | tail -1 | grep -Eo '[0-9]+$')
+  echo "${ran:-0} ${pass:-0} ${fail:-0} ${skip:-0}"
+}
+gtest_result() {  # a GoogleTest run: its counts; no test run, or a skip for want of a device, fails
+  local rc=$1 log=$2 ran pass fail skip
+  read -r ran pass fail skip < <(gtest_counts "$log")
+  local counts="$ran ran, $pass passed, $fail failed, $skip skipped"
+  if grep -q "no usable CUDA device" <<<"$(this_step "$log")"; then
     echo "FAILED: a test found no usable CUDA device ($counts)"
     return 1
   fi
-  if [ "$rc" -ne 0 ] || [ -z "$pass" ] || [ "$pass" -eq 0 ]; then
+  if [ "$rc" -ne 0 ] || [ "$ran" -eq 0 ] || [ "$pass" -eq 0 ]; then
     echo "FAILED (exit $rc; $counts)"
     return 1
   fi
   echo "passed ($counts)"
 }
+# A compute-sanitizer run: passes when it exited 0, reported 0 errors and ran at least one test.
+# A refusal of the device (no test ran) is "not run", a failure unless --absent sanitizer.
 sanitizer_result() {
-  local rc=$1 log=$2
-  if grep -qiE "device not supported|not supported on this" "$log"; then
-    echo "unsupported here: compute-sanitizer refused the device (see the log)"
+  local rc=$1 log=$2 text errors ran pass fail skip
+  text=$(this_step "$log")
+  read -r ran pass fail skip < <(gtest_counts "$log")
+  errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' <<<"$text" | tail -1 | grep -Eo '[0-9]+')
+  if [ "$rc" -eq 0 ] && [ -n "$errors" ] && [ "$errors" -eq 0 ] && [ "$ran" -gt 0 ]; then
+    echo "passed ($ran tests, 0 errors)"
     return 0
   fi
-  local errors
-  errors=$(grep -Eo 'ERROR SUMMARY: [0-9]+ error' "$log" | tail -1 | grep -Eo '[0-9]+')
-  if [ "$rc" -eq 0 ] && [ "${errors:-0}" -eq 0 ]; then
-    echo "passed (0 errors)"
-  else
-    echo "FAILED (exit $rc, ${errors:-?} errors)"
+  if [ "$ran" -eq 0 ] && grep -qiE "device not supported|not supported on this" <<<"$text"; then
+    if [[ ",$absent," == *",sanitizer,"* ]]; then
+      echo "absent, as --absent allows: compute-sanitizer refused the device"
+      return 0
+    fi
+    echo "FAILED: not run: compute-sanitizer refused the device (--absent sanitizer if expected)"
     return 1
   fi
+  echo "FAILED (exit $rc, ${errors:-no} error summary, $ran tests ran)"
+  return 1
 }
 
 if [ ! -x "$bundle/bin/ccoll_gpu_tests" ]; then
@@ -154,11 +199,14 @@ step "GPU unit tests" gpu_tests.log "$t_tests" gtest_result \
   "$bundle/bin/ccoll_gpu_tests" --gtest_color=no
 
 if command -v compute-sanitizer >/dev/null; then
-  # one spec of each kernel family (encode, decode, batches; and the add kernel on the resident
-  # path), the kernels' own tests and the queues: a subset that fits its time under memcheck
-  subset='DeviceKernels.*:DeviceQueues.*'
-  for spec in fp16 maxnorm_bits_4 maxnorm_bits_2_6 maxnorm_bits_4_ef_1 qsgd_bits_4 \
-    sign_bucket_3 randk_ratio_0_1 sketch_bits_3 topk_ratio_0_01 temporal_bits_4 dq_max_6_min_2; do
+  # one spec of every device codec and form (encode, decode, batches; and the add kernel on the
+  # resident path), the kernels' own tests and the queues: a subset that fits its time under
+  # memcheck and covers every kernel of every family
+  subset='DeviceKernels.*:DeviceQueues.*:Kernels.*'
+  for spec in fp16 bf16 maxnorm_bits_4 maxnorm_bits_2_6 maxnorm_bits_4_sum_requant \
+    maxnorm_bits_4_ef_1 auto_bits_4 qsgd_bits_4 terngrad_bucket_100_clip_1_5 sign_bucket_3 \
+    sign_scale_rms randk_ratio_0_1 sketch_bits_3 topk_ratio_0_01 temporal_bits_4 \
+    dq_max_6_min_2; do
     subset+=":Kernels/DeviceCodec.SameBytesAndValuesAsCpu/$spec"
     subset+=":Kernels/DeviceCodec.BatchesEqualOneByOne/$spec"
   done
@@ -171,7 +219,7 @@ if command -v compute-sanitizer >/dev/null; then
     compute-sanitizer --tool synccheck --error-exitcode 1 \
     "$bundle/bin/ccoll_gpu_tests" --gtest_color=no --gtest_filter="$subset"
 else
-  rows+=("| compute-sanitizer | not run: compute-sanitizer is not installed | 0 | - |")
+  not_run "compute-sanitizer" sanitizer "compute-sanitizer is not installed"
 fi
 
 step "more than 2^31 elements" large_count.log "$t_large" gtest_result \
@@ -212,7 +260,7 @@ if [ -z "$missing_mpi" ]; then
   }
   step "multi-rank device tests (MPI)" mpi.log "$t_mpi" passed_if_zero mpi_runs
 else
-  rows+=("| multi-rank device tests (MPI) | not run: $missing_mpi | 0 | - |")
+  not_run "multi-rank device tests (MPI)" mpi "$missing_mpi"
 fi
 
 # NCCL: the programs of the bundle's nccl/ (built with the NCCL transport), where mpiexec exists
@@ -263,14 +311,21 @@ if [ -z "$missing_nccl" ]; then
   }
   step "NCCL transport (MPI, NCCL_HOSTID per rank)" mpi.log "$t_nccl" passed_if_zero nccl_runs
 else
-  rows+=("| NCCL transport | not run: $missing_nccl | 0 | - |")
+  not_run "NCCL transport" nccl "$missing_nccl"
 fi
 
-# the Python package: exit 77 means a piece it needs is missing there (the log says which)
+# the Python package: exit 77 means a piece it needs is missing there (the log says which): a
+# failure unless --absent python
 python_result() {
   if [ "$1" -eq 77 ]; then
-    echo "not run: $(grep -a -m1 '^python_smoke:' "$2" | sed 's/^python_smoke: //')"
-    return 0
+    local why
+    why=$(grep -a -m1 "^python_smoke:" <<<"$(this_step "$2")" | sed "s/^python_smoke: //")
+    if [[ ",$absent," == *",python,"* ]]; then
+      echo "absent, as --absent allows: $why"
+      return 0
+    fi
+    echo "FAILED: not run: $why (--absent python if that is expected)"
+    return 1
   fi
   local line
   line=$(grep -aE '^(every check passed|[0-9]+ check\(s\) failed)' "$2" | tail -1)
@@ -284,6 +339,6 @@ python_result() {
 step "Python package on CUDA tensors" python.log "$t_python" python_result \
   bench/gpu/python_smoke.sh "$bundle"
 
-notes="Exit: $([ $failed -eq 0 ] && echo 'every step that ran passed' || echo 'a step FAILED')."
+notes="Exit: $([ $failed -eq 0 ] && echo 'every step passed' || echo 'a step FAILED or did not run')."
 write_summary
 exit $failed

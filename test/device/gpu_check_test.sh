@@ -4,6 +4,9 @@
 # 1. No nvidia-smi: exit 77 (skipped), the summary saying so, nothing run.
 # 2. A fake nvidia-smi that answers as if a GPU were there, over a bundle of this build's GPU
 #    binaries: the tests find no CUDA device, and the check fails (exit 1) saying so.
+# 3. The fake nvidia-smi over a bundle of stand-in programs that pass every test they are given:
+#    the check still fails while a step cannot run (no compute-sanitizer, MPI, NCCL, Python
+#    module here) unless --absent names it, and fails when a GoogleTest step runs no test.
 # Skipped (77) where a real GPU answers: then the real check is the one to run.
 run=$1
 tests=$2
@@ -44,5 +47,66 @@ for want in "GPU unit tests | FAILED: a test found no usable CUDA device" \
 done
 n=$(ls "$tmp/out2" | wc -l)
 if [ "$n" -gt 8 ]; then echo "FAIL: $n result files (at most 8 come back)"; exit 1; fi
-echo "ok: skipped without a GPU, failed on a fake one"
+
+# 3. stand-ins that pass: GoogleTest output with RAN tests (0 for the large-count filter when
+#    ZERO_LARGE is set), and a benchmark that prints a line
+mkdir -p "$tmp/stub/bin" "$tmp/nosan"
+cat > "$tmp/stub/bin/ccoll_gpu_tests" <<'SH'
+#!/bin/sh
+ran=3
+case "$*" in *LargeCount*) [ -n "$ZERO_LARGE" ] && ran=0 ;; esac
+echo "[==========] $ran tests from 1 test suite ran. (1 ms total)"
+echo "[  PASSED  ] $ran tests."
+SH
+printf '#!/bin/sh\necho "| stand-in | 1 |"\n' > "$tmp/stub/bin/ccoll_gpu_bench"
+chmod +x "$tmp/stub/bin/ccoll_gpu_tests" "$tmp/stub/bin/ccoll_gpu_bench"
+echo "commit: stand-in bundle" > "$tmp/stub/MANIFEST"
+# this machine's PATH without compute-sanitizer, mpiexec or python3 (so each is missing)
+for tool in sh bash awk sed grep date timeout tee cat head tail tr ls wc dirname mkdir git \
+  nproc printf ldd ldconfig find uname env rm sort cut basename readlink; do
+  p=$(command -v "$tool") && ln -sf "$p" "$tmp/nosan/$tool"
+done
+PATH=$tmp/fake:$tmp/nosan bash "$run" "$tmp/out3" "$tmp/stub" > "$tmp/log3" 2>&1
+rc=$?
+if [ "$rc" -ne 1 ] || ! grep -q "FAILED: not run" "$tmp/out3/summary.md"; then
+  echo "FAIL: steps that could not run passed the check (exit $rc)"; cat "$tmp/out3/summary.md"
+  exit 1
+fi
+PATH=$tmp/fake:$tmp/nosan bash "$run" --absent sanitizer,mpi,nccl,python "$tmp/out4" "$tmp/stub" \
+  > "$tmp/log4" 2>&1
+rc=$?
+if [ "$rc" -ne 0 ]; then
+  echo "FAIL: with every missing step allowed absent the stand-ins should pass (exit $rc)"
+  cat "$tmp/out4/summary.md"; cat "$tmp/log4"; exit 1
+fi
+ZERO_LARGE=1 PATH=$tmp/fake:$tmp/nosan bash "$run" --absent sanitizer,mpi,nccl,python \
+  "$tmp/out5" "$tmp/stub" > "$tmp/log5" 2>&1
+rc=$?
+if [ "$rc" -ne 1 ] || ! grep -qF "more than 2^31 elements | FAILED (exit 0; 0 ran" "$tmp/out5/summary.md"; then
+  echo "FAIL: a step that ran no test passed (exit $rc)"; cat "$tmp/out5/summary.md"; exit 1
+fi
+PATH=$tmp/fake:$tmp/nosan bash "$run" --absent gpu "$tmp/out6" "$tmp/stub" > "$tmp/log6" 2>&1
+rc=$?
+if [ "$rc" -ne 2 ] || ! grep -q "valid: sanitizer, mpi, nccl, python" "$tmp/log6"; then
+  echo "FAIL: an unknown --absent name was not refused with the choices (exit $rc)"
+  cat "$tmp/log6"; exit 1
+fi
+# a sanitizer whose filter matched no test (0 errors, exit 0) does not pass
+mkdir -p "$tmp/san"
+cat > "$tmp/san/compute-sanitizer" <<'SH'
+#!/bin/sh
+echo "[==========] 0 tests from 0 test suites ran. (0 ms total)"
+echo "[  PASSED  ] 0 tests."
+echo "========= ERROR SUMMARY: 0 errors"
+SH
+chmod +x "$tmp/san/compute-sanitizer"
+PATH=$tmp/fake:$tmp/san:$tmp/nosan bash "$run" --absent mpi,nccl,python "$tmp/out7" "$tmp/stub" \
+  > "$tmp/log7" 2>&1
+rc=$?
+if [ "$rc" -ne 1 ] || ! grep -qF "memcheck | FAILED (exit 0, 0 error summary, 0 tests ran)" "$tmp/out7/summary.md"; then
+  echo "FAIL: a sanitizer step that ran no test passed (exit $rc)"; cat "$tmp/out7/summary.md"
+  exit 1
+fi
+echo "ok: skipped without a GPU, failed on a fake one, not passed by steps that did not run"
 cat "$tmp/out2/summary.md"
+cat "$tmp/out4/summary.md"
