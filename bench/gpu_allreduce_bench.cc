@@ -1,20 +1,36 @@
 // All-reduce of device buffers: ccoll's device path next to what a program without it does
-// (cudaMemcpy to the host, MPI_Allreduce, cudaMemcpy back), timed in the same run.
+// (cudaMemcpy to the host, MPI_Allreduce, cudaMemcpy back) and, in a build with NCCL, next to
+// ncclAllReduce in fp32 and in bf16 on an NCCL communicator of the same ranks, timed in the
+// same run.
 //
 //   mpiexec -n P ccoll_gpu_allreduce [--sizes 1M,16M,64M] [--iters N] [--codec SPEC]...
+//                                    [--stream-ordered]
 //
 // Ranks on one node share its GPUs round-robin (local rank mod device count). Sizes are fp32
-// bytes per rank. Prints a Markdown table with the transport each call took; exits 0 with a note
-// (and no table) where no CUDA device is usable.
+// bytes per rank; every call's time runs until its stream is done (cudaStreamSynchronize).
+// ccoll's rows run on fp32 buffers and, for each codec, on bf16 buffers of the same values
+// ("bf16 in"); --stream-ordered adds each codec's fp32 row with Options::stream_ordered. The
+// error column is max |result - exact sum| / max |exact sum| over the tensor (the exact sum in
+// double on the host). Prints a Markdown table with the transport each call took; exits 0
+// with a note (and no table) where no CUDA device is usable.
 #include <cuda_runtime.h>
 #include <mpi.h>
 
+#include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "ccoll/ccoll.hpp"
+#include "ccoll/config.hpp"
+
+#if CCOLL_ENABLE_NCCL
+#include <nccl.h>
+#endif
 
 namespace {
 
@@ -45,15 +61,49 @@ std::size_t parse_size(const std::string& s) {
   fail("--sizes: '" + s + "' (valid suffixes: K, M, G)");
 }
 
-// Mean seconds per call over `iters` calls after 2 warm-up calls; the slowest rank's.
+cudaStream_t g_stream = nullptr;  // every call's stream
+
+// Mean seconds per call over `iters` calls after 2 warm-up calls, each until its stream is
+// done; the slowest rank's.
 template <class F>
 double time_calls(int iters, F&& f) {
-  f();
-  f();
+  const auto call = [&] {
+    f();
+    cuda_ok(cudaStreamSynchronize(g_stream), "cudaStreamSynchronize");
+  };
+  call();
+  call();
   MPI_Barrier(MPI_COMM_WORLD);
   const double t0 = MPI_Wtime();
-  for (int i = 0; i < iters; ++i) f();
+  for (int i = 0; i < iters; ++i) call();
   double mine = (MPI_Wtime() - t0) / iters;
+  double worst = 0;
+  MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  return worst;
+}
+
+// fp32 to bf16, round to nearest even (finite values)
+std::uint16_t to_bf16(float v) {
+  std::uint32_t u = 0;
+  std::memcpy(&u, &v, 4);
+  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+float from_bf16(std::uint16_t h) {
+  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
+  float v = 0;
+  std::memcpy(&v, &u, 4);
+  return v;
+}
+
+// max |got - exact| / max |exact|, the largest over the ranks
+double relative_error(const std::vector<float>& got, const std::vector<double>& exact) {
+  double err = 0;
+  double top = 0;
+  for (std::size_t i = 0; i < exact.size(); ++i) {
+    err = std::fmax(err, std::fabs(static_cast<double>(got[i]) - exact[i]));
+    top = std::fmax(top, std::fabs(exact[i]));
+  }
+  double mine = top > 0 ? err / top : 0;
   double worst = 0;
   MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return worst;
@@ -68,6 +118,7 @@ int main(int argc, char** argv) {
                                     std::size_t{64} << 20};
   std::vector<std::string> codecs;
   int iters = 20;
+  bool stream_ordered = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     if (a == "--sizes" && i + 1 < argc) {
@@ -84,11 +135,17 @@ int main(int argc, char** argv) {
       if (iters < 1) fail("--iters: at least 1");
     } else if (a == "--codec" && i + 1 < argc) {
       codecs.emplace_back(argv[++i]);
+    } else if (a == "--stream-ordered") {
+      stream_ordered = true;
     } else {
-      fail("usage: ccoll_gpu_allreduce [--sizes 1M,16M] [--iters N] [--codec SPEC]...");
+      fail(
+          "usage: ccoll_gpu_allreduce [--sizes 1M,16M] [--iters N] [--codec SPEC]... "
+          "[--stream-ordered]");
     }
   }
-  if (codecs.empty()) codecs = {"fp16", "maxnorm:bits=8", "maxnorm:bits=4", "qsgd:bits=4"};
+  if (codecs.empty()) {
+    codecs = {"fp16", "maxnorm:bits=8", "maxnorm:bits=4", "maxnorm:bits=8,ef=1", "qsgd:bits=4"};
+  }
 
   int ndev = 0;
   int have = cudaGetDeviceCount(&ndev) == cudaSuccess && ndev > 0 ? 1 : 0;
@@ -108,47 +165,144 @@ int main(int argc, char** argv) {
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   cudaDeviceProp prop{};
   cuda_ok(cudaGetDeviceProperties(&prop, local % ndev), "cudaGetDeviceProperties");
+  cuda_ok(cudaStreamCreateWithFlags(&g_stream, cudaStreamNonBlocking), "cudaStreamCreate");
+#if CCOLL_ENABLE_NCCL
+  // NCCL's own all-reduce on a communicator of the same ranks (where two ranks share a GPU,
+  // give each its own NCCL_HOSTID: NCCL then joins them through its socket transport)
+  ncclUniqueId uid{};
+  if (rank_ == 0 && ncclGetUniqueId(&uid) != ncclSuccess) fail("ncclGetUniqueId failed");
+  MPI_Bcast(&uid, sizeof uid, MPI_BYTE, 0, MPI_COMM_WORLD);
+  ncclComm_t nccl = nullptr;
+  if (ncclCommInitRank(&nccl, p, uid, rank_) != ncclSuccess) fail("ncclCommInitRank failed");
+#endif
   if (rank_ == 0) {
-    std::printf("# %d ranks, %d GPU(s) per node (%s), mean of %d calls after 2 warm-up calls\n\n",
-                p, ndev, prop.name, iters);
     std::printf(
-        "| size | method | transport | ms | speedup vs copy+MPI |\n|---|---|---|---|---|\n");
+        "# %d ranks, %d GPU(s) per node (%s), mean of %d calls after 2 warm-up calls, each until "
+        "its stream is done\n\n",
+        p, ndev, prop.name, iters);
+    std::printf(
+        "| size | method | transport | ms | speedup vs copy+MPI | speedup vs NCCL fp32 | "
+        "speedup vs NCCL bf16 | error |\n|---|---|---|---|---|---|---|---|\n");
   }
   for (const std::size_t bytes : sizes) {
     const std::size_t n = bytes / 4;
-    std::vector<float> host(n, 1.0f + static_cast<float>(rank_));
+    // every rank's values: normal, seeded by the rank; the exact sum in double
+    std::vector<float> host(n);
+    std::vector<double> exact(n, 0.0);
+    for (int r = 0; r < p; ++r) {
+      std::mt19937 gen(1234u + static_cast<unsigned>(r));
+      std::normal_distribution<float> d(0.0f, 1.0f);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float v = d(gen);
+        exact[i] += v;
+        if (r == rank_) host[i] = v;
+      }
+    }
+    std::vector<std::uint16_t> host16(n);
+    std::vector<double> exact16(n, 0.0);  // the exact sum of the bf16 values
+    for (std::size_t i = 0; i < n; ++i) host16[i] = to_bf16(host[i]);
+    for (int r = 0; r < p; ++r) {
+      std::mt19937 gen(1234u + static_cast<unsigned>(r));
+      std::normal_distribution<float> d(0.0f, 1.0f);
+      for (std::size_t i = 0; i < n; ++i) exact16[i] += from_bf16(to_bf16(d(gen)));
+    }
     float* d_in = nullptr;
     float* d_out = nullptr;
+    std::uint16_t* d_in16 = nullptr;
+    std::uint16_t* d_out16 = nullptr;
     cuda_ok(cudaMalloc(&d_in, bytes), "cudaMalloc");
     cuda_ok(cudaMalloc(&d_out, bytes), "cudaMalloc");
+    cuda_ok(cudaMalloc(&d_in16, bytes / 2), "cudaMalloc");
+    cuda_ok(cudaMalloc(&d_out16, bytes / 2), "cudaMalloc");
     cuda_ok(cudaMemcpy(d_in, host.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+    cuda_ok(cudaMemcpy(d_in16, host16.data(), bytes / 2, cudaMemcpyHostToDevice), "cudaMemcpy");
+    std::vector<float> got(n);
+    const auto error_of = [&](bool bf16) {
+      if (bf16) {
+        std::vector<std::uint16_t> g16(n);
+        cuda_ok(cudaMemcpy(g16.data(), d_out16, bytes / 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
+        for (std::size_t i = 0; i < n; ++i) got[i] = from_bf16(g16[i]);
+        return relative_error(got, exact16);
+      }
+      cuda_ok(cudaMemcpy(got.data(), d_out, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      return relative_error(got, exact);
+    };
     std::vector<float> staging(n);
     const double base = time_calls(iters, [&] {
-      cuda_ok(cudaMemcpy(staging.data(), d_in, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");
+      cuda_ok(cudaMemcpyAsync(staging.data(), d_in, bytes, cudaMemcpyDeviceToHost, g_stream),
+              "cudaMemcpy");
+      cuda_ok(cudaStreamSynchronize(g_stream), "cudaStreamSynchronize");
       MPI_Allreduce(MPI_IN_PLACE, staging.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
                     MPI_COMM_WORLD);
-      cuda_ok(cudaMemcpy(d_out, staging.data(), bytes, cudaMemcpyHostToDevice), "cudaMemcpy");
+      cuda_ok(cudaMemcpyAsync(d_out, staging.data(), bytes, cudaMemcpyHostToDevice, g_stream),
+              "cudaMemcpy");
     });
-    if (rank_ == 0) {
-      std::printf("| %zu MiB | cudaMemcpy + MPI_Allreduce | host | %.3f | 1.00 |\n", bytes >> 20,
-                  base * 1e3);
-    }
+    double nccl32 = 0;
+    double nccl16 = 0;
+    const auto row = [&](const std::string& method, const std::string& transport, double t,
+                         double err) {
+      if (rank_ != 0) return;
+      std::printf("| %zu MiB | %s | %s | %.3f | %.2f | ", bytes >> 20, method.c_str(),
+                  transport.c_str(), t * 1e3, base / t);
+      if (nccl32 > 0) {
+        std::printf("%.2f | %.2f | ", nccl32 / t, nccl16 / t);
+      } else {
+        std::printf("- | - | ");
+      }
+      std::printf("%.2e |\n", err);
+    };
+    row("cudaMemcpy + MPI_Allreduce", "host", base, error_of(false));
+#if CCOLL_ENABLE_NCCL
+    nccl32 = time_calls(iters, [&] {
+      if (ncclAllReduce(d_in, d_out, n, ncclFloat32, ncclSum, nccl, g_stream) != ncclSuccess) {
+        fail("ncclAllReduce failed");
+      }
+    });
+    const double e32 = error_of(false);
+    nccl16 = time_calls(iters, [&] {
+      if (ncclAllReduce(d_in16, d_out16, n, ncclBfloat16, ncclSum, nccl, g_stream) != ncclSuccess) {
+        fail("ncclAllReduce failed");
+      }
+    });
+    const double e16 = error_of(true);
+    row("ncclAllReduce fp32", "nccl", nccl32, e32);
+    row("ncclAllReduce bf16", "nccl", nccl16, e16);
+#endif
     for (const std::string& codec : codecs) {
-      ccoll::Options opt;
-      opt.codec = codec;
-      ccoll::Stats stats;
-      opt.stats = &stats;
-      const double t = time_calls(iters, [&] {
-        ccoll::compressed_allreduce(d_in, d_out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, opt);
-      });
-      if (rank_ == 0) {
-        std::printf("| %zu MiB | %s | %s | %.3f | %.2f |\n", bytes >> 20, codec.c_str(),
-                    stats.transport.c_str(), t * 1e3, base / t);
+      for (int variant = 0; variant < 3; ++variant) {  // fp32, fp32 stream-ordered, bf16 in
+        if (variant == 1 && !stream_ordered) continue;
+        const bool bf16 = variant == 2;
+        ccoll::Options opt;
+        opt.codec = codec;
+        opt.cuda_stream = g_stream;
+        opt.stream_ordered = variant == 1;
+        ccoll::Stats stats;
+        opt.stats = &stats;
+        const double t = time_calls(iters, [&] {
+          if (bf16) {
+            ccoll::compressed_allreduce(d_in16, d_out16, n, ccoll::bfloat16(), MPI_SUM,
+                                        MPI_COMM_WORLD, opt);
+          } else {
+            ccoll::compressed_allreduce(d_in, d_out, n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, opt);
+          }
+        });
+        const std::string method = codec + (variant == 1   ? " (stream-ordered)"
+                                            : variant == 2 ? " (bf16 in)"
+                                                           : "");
+        const std::string how =
+            stats.transport + (variant == 1 && !stats.stream_ordered ? ", not stream-ordered" : "");
+        row(method, how, t, error_of(bf16));
       }
     }
     cudaFree(d_in);
     cudaFree(d_out);
+    cudaFree(d_in16);
+    cudaFree(d_out16);
   }
+#if CCOLL_ENABLE_NCCL
+  ncclCommDestroy(nccl);
+#endif
+  cudaStreamDestroy(g_stream);
   MPI_Comm_free(&node);
   MPI_Finalize();
   return 0;

@@ -128,10 +128,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   // whose sum over `ranks` could leave the float range goes to MPI, so that every payload a
   // correct encoder writes passes parse()'s scale check (whose margin is smaller).
   // Largest |x| whose `ranks`-fold sum, and its decode, stay inside the float range.
-  static double fallback_limit(int ranks) {
-    return static_cast<double>(std::numeric_limits<float>::max()) /
-           (static_cast<double>(std::max(1, ranks)) * (1 + kFallbackMargin));
-  }
+  static double fallback_limit(int ranks) { return maxnorm_fallback_limit(ranks); }
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
     if (in_ != InputType::kNative) {
       const auto* h = static_cast<const std::uint16_t*>(data);
@@ -792,6 +789,11 @@ const std::vector<std::uint64_t>& randk_selection(const Codec& codec, std::uint6
 std::unique_ptr<Codec> make_maxnorm_codec(DType dtype, const MaxNormParams& params) {
   if (dtype == DType::kFloat64) return std::make_unique<MaxNormCodec<double>>(params);
   return std::make_unique<MaxNormCodec<float>>(params);
+}
+
+double maxnorm_fallback_limit(int ranks) {
+  return static_cast<double>(std::numeric_limits<float>::max()) /
+         (static_cast<double>(std::max(1, ranks)) * (1 + kFallbackMargin));
 }
 
 }  // namespace ccoll::codec

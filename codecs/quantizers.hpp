@@ -91,6 +91,11 @@ inline double finite_sum_limit(int ranks) {
          static_cast<double>(std::max(1, ranks));
 }
 
+/// The largest |x| a maxnorm all-reduce over `ranks` ranks encodes: beyond it the `ranks`-fold
+/// sum, or its decode, could leave the float range (the host paths fall back to MPI; the
+/// stream-ordered all-reduce makes such a block NaN).
+double maxnorm_fallback_limit(int ranks);
+
 /// A maxnorm scale as the payloads carry it: the agreed maximum as a float, rounded up so that
 /// |x|·s/M <= s holds for every x it covers.
 inline float maxnorm_scale_float(double shared) {

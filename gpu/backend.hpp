@@ -30,6 +30,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -97,6 +98,10 @@ class Backend {
   /// Waits for everything this thread queued on either queue; throws ccoll::Error(kCudaError)
   /// naming what failed.
   virtual void synchronize() = 0;
+  /// Queues `f` to run on a host thread when the current queue reaches it, ordered with the
+  /// queue's kernels and copies (cudaLaunchHostFunc: `f` must not call CUDA; an exception it
+  /// throws is reported on stderr and dropped, as nothing can receive it).
+  virtual void host_function(std::function<void()> f) = 0;
 
   /// This backend's kernels of family K (one interface per codec family: maxnorm_device.hpp,
   /// sketch_device.hpp, ...), made on first use from what the family registered for kind() and
@@ -140,6 +145,10 @@ std::size_t emulated_allocations();
 /// cast_decode kernels (16-bit values widened into fp32) the emulated backends have queued so
 /// far: tests check that a codec which reads 16-bit input needs none.
 std::size_t emulated_widenings();
+/// Waits of the host for the device the emulated backends have made so far, counting those
+/// CUDA makes too: synchronize(), host_wait(), a copy into pageable host memory, freeing device
+/// or pinned memory. A stream-ordered call makes none.
+std::size_t emulated_host_syncs();
 
 /// Installs `b` as the backend (tests); null restores the default.
 void install_backend(std::unique_ptr<Backend> b);

@@ -5,7 +5,11 @@
 #include <cuda_runtime.h>
 
 #include <atomic>
+#include <cstdio>
+#include <exception>
+#include <functional>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "backend.hpp"
@@ -37,6 +41,18 @@ Tls& tls() {
 cudaStream_t stream() {
   const Tls& t = tls();
   return t.on_copy ? t.copy : t.compute;
+}
+
+// cudaLaunchHostFunc's callback: runs and frees one host_function() job.
+void CUDART_CB run_host_function(void* p) {
+  std::unique_ptr<std::function<void()>> job(static_cast<std::function<void()>*>(p));
+  try {
+    (*job)();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "ccoll: a host function on a CUDA stream failed: %s\n", e.what());
+  } catch (...) {
+    std::fprintf(stderr, "ccoll: a host function on a CUDA stream failed\n");
+  }
 }
 
 class CudaBackend final : public Backend {
@@ -138,6 +154,12 @@ class CudaBackend final : public Backend {
   }
   void memset_zero(void* dst, std::size_t bytes) override {
     if (bytes != 0) check(cudaMemsetAsync(dst, 0, bytes, stream()), "cudaMemsetAsync");
+  }
+  void host_function(std::function<void()> f) override {
+    auto* job = new std::function<void()>(std::move(f));
+    const cudaError_t rc = cudaLaunchHostFunc(stream(), &run_host_function, job);
+    if (rc != cudaSuccess) delete job;
+    check(rc, "cudaLaunchHostFunc");
   }
   void synchronize() override {
     const Tls& t = tls();

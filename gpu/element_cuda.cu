@@ -45,6 +45,11 @@ __global__ void square_sum_parts_kernel(const float* x, std::size_t count, std::
   }
 }
 
+__global__ void flag_above_kernel(const std::uint32_t* value, std::uint32_t limit,
+                                  std::uint32_t* flag) {
+  if (*value > limit) atomicOr(flag, 1u);
+}
+
 class CudaElement final : public ElementKernels {
  public:
   explicit CudaElement(Backend& /*b*/) {}
@@ -85,6 +90,10 @@ class CudaElement final : public ElementKernels {
     square_sum_parts_kernel<<<grid_for(8 * ((count + tile - 1) / tile)), kThreads, 0,
                               current_stream()>>>(x, count, tile, parts);
     check_launch("square_sum_parts launch");
+  }
+  void flag_above(const std::uint32_t* value, std::uint32_t limit, std::uint32_t* flag) override {
+    flag_above_kernel<<<1, 1, 0, current_stream()>>>(value, limit, flag);
+    check_launch("flag_above launch");
   }
 };
 

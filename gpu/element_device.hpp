@@ -42,6 +42,9 @@ class ElementKernels : public Kernels {
   /// adds each tile's parts pairwise and the tiles in order, as the CPU does.
   virtual void square_sum_parts(const float* x, std::size_t count, std::size_t tile,
                                 double* parts) = 0;
+  /// *flag |= 1 when *value > limit (one device word each; `flag` may be pinned host memory):
+  /// a kernel's violation word turned into an error word without the host reading it.
+  virtual void flag_above(const std::uint32_t* value, std::uint32_t limit, std::uint32_t* flag) = 0;
 };
 
 }  // namespace ccoll::gpu

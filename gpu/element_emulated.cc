@@ -51,6 +51,11 @@ class EmulatedElement final : public ElementKernels {
 
  private:
   Backend& b_;
+  void flag_above(const std::uint32_t* value, std::uint32_t limit, std::uint32_t* flag) override {
+    emulated::launch([=] {
+      if (*value > limit) *flag |= 1u;
+    });
+  }
 };
 
 const RegisterKernels<ElementKernels, EmulatedElement> kRegistered(BackendKind::kEmulated);

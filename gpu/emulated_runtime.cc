@@ -106,6 +106,8 @@ Queues& queues() {
 
 std::atomic<std::size_t> g_allocations{0};
 std::atomic<std::size_t> g_casts{0};  // cast_decode calls (emulated_widenings)
+// waits of the host for the device that CUDA would make too (emulated_host_syncs)
+std::atomic<std::size_t> g_syncs{0};
 
 int& current_device_of_thread() {
   thread_local int d = 0;
@@ -154,6 +156,7 @@ class EmulatedBackend final : public Backend {
   // cudaFree and cudaFreeHost wait for the device first; so do these (this thread's queues)
   void device_free(void* p) noexcept override {
     if (p == nullptr) return;
+    ++g_syncs;
     drain_quietly();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -172,6 +175,7 @@ class EmulatedBackend final : public Backend {
   }
   void host_free(void* p) noexcept override {
     if (p == nullptr) return;
+    ++g_syncs;
     drain_quietly();
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -208,6 +212,7 @@ class EmulatedBackend final : public Backend {
     queues().push_item(Item{{}, ev, ev->recorded, true});
   }
   void host_wait(Event e) override {
+    ++g_syncs;
     auto* ev = static_cast<EmulatedEvent*>(e);
     if (ev->reached < ev->recorded) queues().drain(ev->queue, ev, ev->recorded);
   }
@@ -227,12 +232,19 @@ class EmulatedBackend final : public Backend {
     } else {
       t.push([dst, src, bytes] { std::memmove(dst, src, bytes); });
     }
-    if (pageable(dst)) t.drain(t.current);
+    if (pageable(dst)) {  // as cudaMemcpyAsync into pageable memory: complete on return
+      ++g_syncs;
+      t.drain(t.current);
+    }
   }
   void memset_zero(void* dst, std::size_t bytes) override {
     if (bytes != 0) queues().push([dst, bytes] { std::memset(dst, 0, bytes); });
   }
-  void synchronize() override { queues().drain_all(); }
+  void synchronize() override {
+    ++g_syncs;
+    queues().drain_all();
+  }
+  void host_function(std::function<void()> f) override { queues().push(std::move(f)); }
 
  private:
   static void drain_quietly() noexcept {
@@ -271,6 +283,7 @@ void emulated_set_eager(int queue) { g_eager.store(queue); }
 
 std::size_t emulated_allocations() { return g_allocations.load(); }
 std::size_t emulated_widenings() { return g_casts.load(); }
+std::size_t emulated_host_syncs() { return g_syncs.load(); }
 
 void emulated::launch(std::function<void()> work) { queues().push(std::move(work)); }
 

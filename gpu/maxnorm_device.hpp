@@ -57,6 +57,10 @@ struct MaxnormEncodeArgs {
   bool nearest = false;  ///< round=nearest: every draw is codec::kNearestDraw
   /// The type of the elements x points to (fp32, or 16-bit read as it widens).
   Input input = Input::kFloat32;
+  /// Greater than 0: a block whose scale is not at most this (too large, infinite or NaN: a
+  /// non-finite block of the stream-ordered all-reduce) encodes every element as zero (lane
+  /// s). 0: no such test (the host decides a fallback before any encode).
+  float scale_limit = 0;
 };
 
 /// One maxnorm decode (or decode-accumulate) of the codes of a validated payload (randk: count
@@ -75,6 +79,9 @@ struct MaxnormDecodeArgs {
   float mult = 1.0f;                   ///< sum=requant: j (a lane stands for j times its code)
   std::uint32_t levels2 = 0;           ///< two-scale: s2
   const std::uint8_t* mask = nullptr;  ///< two-scale: the agreed mask (see MaxnormEncodeArgs)
+  /// Greater than 0: every element of a block whose scale is not at most this decodes to NaN
+  /// (see MaxnormEncodeArgs::scale_limit).
+  float scale_limit = 0;
 };
 
 /// One compressed-domain add of two validated payloads of the same block.
@@ -234,7 +241,9 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const void* x, const MaxnormE
       inv = m > 0 ? static_cast<float>(a.levels2) / m : 0.0f;  // a fine coordinate
     }
     const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(rnd.v[e & 3]);
-    v[j] = codec::stochastic_code(load_input(x, e - a.offset, a.input), inv, u, a.levels);
+    v[j] = a.scale_limit > 0 && !(m <= a.scale_limit)
+               ? a.levels
+               : codec::stochastic_code(load_input(x, e - a.offset, a.input), inv, u, a.levels);
   }
   put_group(codes, packed_size(a.count, a.width), a.width, g, v, n);
 }
@@ -276,7 +285,8 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
     const float step = m / static_cast<float>(fine ? a.levels2 : a.levels) * a.mult;
     const std::uint32_t u = lanes[j];
     worst = u > worst ? u : worst;
-    const float value = static_cast<float>(static_cast<std::int64_t>(u) - a.bias) * step;
+    float value = static_cast<float>(static_cast<std::int64_t>(u) - a.bias) * step;
+    if (a.scale_limit > 0 && !(m <= a.scale_limit)) value = codec::bits_float(0x7FC00000u);
     const std::size_t o = e - a.offset;
     if (kAccumulate) {
       out[o] = out[o] + value;

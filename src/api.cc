@@ -63,7 +63,11 @@ struct Job {
 
   explicit Job(const call::Call& c)
       : options(c.options), call{c.kind,     c.fn, c.sendbuf, c.recvbuf, c.count,
-                                 c.datatype, c.op, c.comm,    options} {}
+                                 c.datatype, c.op, c.comm,    options} {
+    // the request completes when the result is there: a non-blocking call does not leave its
+    // work queued on the stream (the progress thread's queue is not the caller's)
+    options.stream_ordered = false;
+  }
   void run() {
     if (device >= 0) {
       if (gpu::Backend* b = device_backend()) b->set_current_device(device);

@@ -16,6 +16,7 @@
 #include "hierarchical.hpp"
 #include "mpi_check.hpp"
 #include "spec.hpp"
+#include "stream_allreduce.hpp"
 
 namespace ccoll {
 namespace {
@@ -198,6 +199,13 @@ const Topology& CommContext::topology() {
   }
   topology_ = std::move(t);
   return *topology_;
+}
+
+call::StreamState& CommContext::stream_state(gpu::Backend& b) {
+  if (stream_ == nullptr || &stream_->backend() != &b) {
+    stream_ = std::make_unique<call::StreamState>(b);
+  }
+  return *stream_;
 }
 
 ProgressQueue& CommContext::progress() {

@@ -25,6 +25,10 @@
 
 namespace ccoll {
 
+namespace call {
+class StreamState;  // call/stream_allreduce.hpp
+}  // namespace call
+
 /// What a plan is for; plans with equal keys share codec instance and workspace.
 struct PlanKey {
   int kind = 0;  // call::Kind: 0 all-reduce, 1 all-gather, 2 reduce-scatter
@@ -208,6 +212,11 @@ class CommContext {
   /// The progress queue if it was made, else null.
   ProgressQueue* progress_if_made() { return progress_.get(); }
 
+  /// The stream-ordered all-reduce's state on backend `b`, made on first use.
+  call::StreamState& stream_state(gpu::Backend& b);
+  /// That state if it was made, else null.
+  call::StreamState* stream_state_if_made() { return stream_.get(); }
+
   /// Pinned host buffers of the device-buffer paths: a copy of the input and of the output.
   gpu::Buffer& stage_send() { return stage_send_; }
   gpu::Buffer& stage_recv() { return stage_recv_; }
@@ -239,6 +248,7 @@ class CommContext {
   gpu::Buffer stage_send_;
   gpu::Buffer stage_recv_;
   std::unique_ptr<Topology> topology_;
+  std::unique_ptr<call::StreamState> stream_;
   // last: destroyed first, after running its queued calls, which use everything above
   std::unique_ptr<ProgressQueue> progress_;
 };

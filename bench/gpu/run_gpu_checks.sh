@@ -306,7 +306,7 @@ if [ -z "$missing_nccl" ]; then
       --gtest_filter='DeviceBuffers.Hierarchical*:NcclTransport.*' || rc=1
     echo "# device-buffer all-reduce under CCOLL_TRANSPORT=nccl, 2 ranks sharing the GPU"
     mpiexec -n 2 bash -c "$hostid" rank "$bundle/nccl/bin/ccoll_gpu_allreduce" \
-      --sizes 1M,16M,64M || rc=1
+      --sizes 1M,16M,64M --stream-ordered || rc=1
     return $rc
   }
   step "NCCL transport (MPI, NCCL_HOSTID per rank)" mpi.log "$t_nccl" passed_if_zero nccl_runs

@@ -62,6 +62,10 @@ struct Stats {
   /// communicator within CCOLL_STATE_MAX_BYTES or 4,096 stateful tensors; those tensors restart
   /// from zero state (a warning is printed).
   std::size_t states_evicted = 0;
+  /// True when the call was queued on Options::cuda_stream and returned without waiting for
+  /// it (Options::stream_ordered on a path that runs so): the result is in recvbuf when the
+  /// stream reaches the call's end, and the seconds above measure the queueing only.
+  bool stream_ordered = false;
 };
 
 /// Per-call options. Defaults give an uncompressed ring/tree all-reduce unless CCOLL_CODEC is set.
@@ -96,6 +100,18 @@ struct Options {
   /// queues its copies and kernels on it and returns once the result is in recvbuf. Null: the
   /// default stream. Ignored for host buffers.
   void* cuda_stream = nullptr;
+  /// Device buffers: where the call can run stream-ordered (an all-reduce of float32 device
+  /// buffers with maxnorm of one scale and exact sums, without ef=1, under
+  /// CCOLL_TRANSPORT=nccl, algorithm auto or ring), queue every step on cuda_stream and return
+  /// without waiting, as ncclAllReduce does: the result is in recvbuf when the stream reaches
+  /// the call's end. The host never waits for the device inside such a call, so it overlaps
+  /// the caller's other work and can be captured in a CUDA graph. Elsewhere the call runs as
+  /// without it (returning once the result is there, which is also stream-ordered);
+  /// Stats::stream_ordered says which. Must be equal on all ranks. A corrupt payload is
+  /// raised (Status::kCorruptData, on every rank) by the next call on the communicator.
+  /// Blocking calls only: the non-blocking ones ignore it (their request completes when the
+  /// result is there). C++ API only for now (not in ccoll_options_t).
+  bool stream_ordered = false;
 };
 
 /// All-reduce `count` elements of `datatype` with `op` across `comm`, compressing what travels

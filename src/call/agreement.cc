@@ -29,7 +29,9 @@ enum Slot : int {
   kFallback = kState + 2,
   kDeviceRing,    // MAX: some rank runs device codecs, which take the ring schedules
   kOwnTransport,  // pair: the transport every rank takes or none (NCCL) carrying the payloads
-  kSlots = kOwnTransport + 2,
+  kStream = kOwnTransport + 2,  // pair: the call runs stream-ordered
+  kAsyncError = kStream + 2,    // MAX: a stream-ordered call flagged a corrupt lane
+  kSlots,
 };
 
 constexpr std::uint64_t kLow53 = (1ull << 53) - 1;
@@ -79,6 +81,8 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   v[kFallback] = m.fallback ? 1 : 0;
   v[kDeviceRing] = m.device_codecs ? 1 : 0;
   put_pair(v, kOwnTransport, m.every_rank_transport);
+  put_pair(v, kStream, m.stream ? 1 : 0);
+  v[kAsyncError] = m.async_error ? 1 : 0;
   CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, kSlots, MPI_DOUBLE, MPI_MAX, comm));
 
   if (v[kErrArg] != kArgNone) {
@@ -109,7 +113,22 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
                     " is taken by some ranks and not by others; every rank must pass device "
                     "buffers and a codec with device kernels (see Stats::transport), or none");
   }
+  if (v[kAsyncError] != 0) {
+    throw Error(Status::kCorruptData,
+                std::string(fn) +
+                    ": an earlier stream-ordered call on this communicator "
+                    "received a corrupt payload (a code out of range); its result "
+                    "is not valid, and this call did not run");
+  }
+  if (v[kStream] != -v[kStream + 1]) {
+    throw Error(Status::kInvalidArgument,
+                std::string(fn) +
+                    ": the call runs stream-ordered on some ranks and not on "
+                    "others; every rank must pass the same Options::stream_ordered, "
+                    "device buffers and CCOLL_TRANSPORT");
+  }
   Agreed a;
+  a.stream = v[kStream] != 0;
   a.state_differs = v[kState] != -v[kState + 1];
   a.fallback = v[kFallback] != 0;
   a.device_codecs = v[kDeviceRing] != 0;

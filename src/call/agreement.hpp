@@ -38,6 +38,10 @@ struct Proposal {
   /// The TransportKind (as int) of a transport every rank takes or none (NCCL) that carries
   /// this rank's payloads; 0: none.
   int every_rank_transport = 0;
+  /// This rank runs the call stream-ordered (stream_allreduce.hpp): every rank must.
+  bool stream = false;
+  /// A stream-ordered call on this communicator flagged a corrupt lane since the last call.
+  bool async_error = false;
 };
 
 /// What every rank agreed.
@@ -46,6 +50,7 @@ struct Agreed {
   bool device_codecs = false;  ///< some rank runs device codecs
   bool exact_lengths = false;  ///< every rank's payloads go through a lock-step transport
   bool state_differs = false;  ///< the ranks' codec states have different histories
+  bool stream = false;         ///< every rank runs the call stream-ordered
   std::size_t control_bytes = 0;
 };
 

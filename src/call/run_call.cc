@@ -18,6 +18,7 @@
 #include "node_sums.hpp"
 #include "placement.hpp"
 #include "setup_rounds.hpp"
+#include "stream_allreduce.hpp"
 
 namespace ccoll::call {
 namespace {
@@ -68,6 +69,10 @@ struct Flow {
   Agreed agreed;
   std::uint64_t call_no = 0;
   bool compress = false;  // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
+  // the call runs stream-ordered (stream_allreduce.hpp), with maxnorm of these bits
+  bool stream = false;
+  unsigned stream_bits = 0;
+  bool stream_nearest = false;
 
   int p() const { return ctx.size(); }
   int rank() const { return ctx.rank(); }
@@ -361,6 +366,46 @@ void record_levels(LevelChoice& l, int candidate, Clock::time_point t0) {
 
 // Local checks, collected rather than thrown so that every rank takes part in the agreement;
 // then the data path, the plan and the codec's scan.
+// Whether this rank's call runs stream-ordered (stream_allreduce.hpp): asked for, an
+// all-reduce of float32 device buffers on the current device whose codec the stream-ordered
+// all-reduce runs, under CCOLL_TRANSPORT=nccl, with the ring.
+bool runs_stream_ordered(Flow& f) {
+  const Call& call = f.call;
+  const Placement& pl = f.pl;
+  return call.options.stream_ordered && pl.kernels() && pl.staged_recv == nullptr &&
+         call.allreduce() && call.half == Half::kNone && call.input_half == Half::kNone &&
+         f.c.dtype == codec::DType::kFloat32 && pl.transport()->kind == TransportKind::kNccl &&
+         (f.c.algorithm == coll::Algorithm::kAuto || f.c.algorithm == coll::Algorithm::kRing) &&
+         stream_codec(f.c.spec, f.stream_bits, f.stream_nearest);
+}
+
+// The stream-ordered all-reduce, after the agreement: queued on the caller's stream, not
+// waited for.
+void run_stream(Flow& f) {
+  gpu::Backend& b = *f.pl.device;
+  StreamState& st = f.ctx.stream_state(b);
+  // the emulated device: MPI as host functions of its queue; a real one: NCCL's transport
+  StreamCollectives* coll = st.emulated_collectives(f.ctx.comm());
+  if (coll == nullptr) {
+    coll = f.ctx.device_transport(TransportKind::kNccl).stream_collectives();
+  }
+  coll->set_stream(f.call.options.cuda_stream);
+  const auto* in = static_cast<const float*>(f.call.input(f.es(), f.rank()));
+  StreamAllreduce a{in,
+                    static_cast<float*>(f.call.recvbuf),
+                    f.call.count,
+                    f.rank(),
+                    f.p(),
+                    f.stream_bits,
+                    f.stream_nearest,
+                    f.call.options.average,
+                    f.call.options.seed,
+                    f.call_no,
+                    f.call.options.cuda_stream};
+  run_stream_allreduce(a, st, *coll, f.stats);
+  f.stats.bits = f.stream_bits;
+}
+
 void local_stage(Flow& f) {
   Call& call = f.call;
   Placement& pl = f.pl;
@@ -369,15 +414,17 @@ void local_stage(Flow& f) {
   if (pl.device != nullptr) check_device_transport(pl, c);
   f.compress = c.bad.ok() && call.count > 0 && f.p() > 1 && c.in_total * f.es() >= c.env.min_bytes;
   if (pl.device != nullptr) choose_device_path(call, pl, c, f.ctx, f.compress);
-  // the hierarchical schedule's cross-node call makes its own plan
-  if (f.compress && c.algorithm != coll::Algorithm::kHierarchical) prepare_plan(f);
+  f.stream = f.compress && runs_stream_ordered(f);
+  // the hierarchical schedule's cross-node call makes its own plan; the stream-ordered
+  // all-reduce needs none (its scan and scales are on the device)
+  if (f.compress && !f.stream && c.algorithm != coll::Algorithm::kHierarchical) prepare_plan(f);
   // 16-bit input that no codec reads is widened before any later stage reads it
   if (!f.prep.reads_half) widen_input(call, c.in_total, input_device(pl));
   f.stats.states_evicted = f.prep.evicted;
 }
 
 // This rank's side of the agreement.
-Proposal proposal_of(const Flow& f) {
+Proposal proposal_of(Flow& f) {
   const Call& call = f.call;
   const Plan* plan = f.prep.plan;
   const Placement& pl = f.pl;
@@ -401,6 +448,8 @@ Proposal proposal_of(const Flow& f) {
   // a transport that every rank takes or none (NCCL)
   mine.every_rank_transport =
       pl.kernels() && pl.transport()->every_rank ? static_cast<int>(pl.transport()->kind) : 0;
+  mine.stream = f.stream;
+  if (StreamState* st = f.ctx.stream_state_if_made()) mine.async_error = take_stream_error(*st);
   return mine;
 }
 
@@ -527,6 +576,10 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
     run_uncompressed(f, failed);
     return;
   }
+  if (f.agreed.stream) {
+    run_stream(f);
+    return;
+  }
   run_compressed(f);
 }
 
@@ -590,6 +643,7 @@ void run_call(const Call& call, Stats& stats) {
   } stream_scope{*pl.device};
   pl.device->set_stream(call.options.cuda_stream);
   run_placed(call, stats, pl);
+  if (stats.stream_ordered) return;  // queued on the caller's stream, as it asked
   if (pl.staged_recv != nullptr) pl.device->copy(pl.user_recv, pl.staged_recv, pl.out_bytes);
   pl.device->synchronize();
 }

@@ -32,7 +32,7 @@ std::string nccl_text(ncclResult_t rc, ncclComm_t comm) {
   return t;
 }
 
-class NcclTransport final : public DeviceTransport {
+class NcclTransport final : public DeviceTransport, public StreamCollectives {
  public:
   NcclTransport(MPI_Comm comm, double timeout_s) : timeout_s_(timeout_s) {
     CCOLL_MPI_CHECK(MPI_Comm_rank(comm, &rank_));
@@ -80,6 +80,24 @@ class NcclTransport final : public DeviceTransport {
   bool accepts_device_memory() const override { return true; }
   bool exact_lengths() const override { return true; }
   void set_stream(void* s) override { stream_ = static_cast<cudaStream_t>(s); }
+  StreamCollectives* stream_collectives() override { return this; }
+  // Queued on the stream and left there: NCCL reports a failure of what runs later through
+  // ncclCommGetAsyncError, which the next blocking step (drain) checks.
+  void allreduce_max(std::uint32_t* data, std::size_t count) override {
+    if (count == 0) return;
+    settle(ncclAllReduce(data, data, count, ncclUint32, ncclMax, usable(), stream_),
+           "ncclAllReduce");
+  }
+  void exchange(const void* send, std::size_t send_bytes, int to, void* recv,
+                std::size_t recv_bytes, int from) override {
+    settle(ncclGroupStart(), "ncclGroupStart");
+    if (send_bytes != 0)
+      settle(ncclSend(send, send_bytes, ncclUint8, to, usable(), stream_), "ncclSend");
+    if (recv_bytes != 0) {
+      settle(ncclRecv(recv, recv_bytes, ncclUint8, from, usable(), stream_), "ncclRecv");
+    }
+    settle(ncclGroupEnd(), "ncclGroupEnd");
+  }
   int device() const override { return device_; }
   void reduce_parts(const void* in, void* out, const std::vector<int>& counts,
                     const std::vector<int>& displs, bool is_double) override {

@@ -10,6 +10,8 @@
 
 #include <mpi.h>
 
+#include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,6 +25,25 @@ struct EnvConfig;
 
 /// CCOLL_TRANSPORT's values, in the table's order.
 enum class TransportKind { kAuto, kStaged, kMpi, kNccl };
+
+/// Collectives queued on the calling thread's device stream, never waited for by the host: what
+/// the stream-ordered all-reduce (src/call/stream_allreduce.hpp) moves its data with. NCCL's
+/// transport is one (ncclAllReduce, ncclSend/ncclRecv on the caller's stream); on the emulated
+/// device MPI stands in (mpi_stream.cc: MPI calls queued as host functions of the emulated
+/// queue, run when the queue runs).
+class StreamCollectives {
+ public:
+  virtual ~StreamCollectives() = default;
+  /// The stream the next operations are queued on (a cudaStream_t; null: the default stream).
+  virtual void set_stream(void* stream) = 0;
+  /// data[i] = max over the ranks of data[i], in place (device memory), queued.
+  virtual void allreduce_max(std::uint32_t* data, std::size_t count) = 0;
+  /// Sends `send_bytes` from `send` to rank `to` and receives exactly `recv_bytes` into `recv`
+  /// from rank `from` (device memory), as one group, queued. Every rank calls it in the same
+  /// order.
+  virtual void exchange(const void* send, std::size_t send_bytes, int to, void* recv,
+                        std::size_t recv_bytes, int from) = 0;
+};
 
 /// A transport with a communicator of its own (NCCL): what the call layer asks of it beyond
 /// coll::Transport. Hierarchical's node steps go through it when the node's payloads do.
@@ -40,6 +61,8 @@ class DeviceTransport : public coll::Transport {
   /// The node's exact all-gather: part i of `data` from rank i to every rank, waited for.
   virtual void broadcast_parts(void* data, const std::vector<int>& counts,
                                const std::vector<int>& displs, bool is_double) = 0;
+  /// Its collectives queued on the stream (null: it has none).
+  virtual StreamCollectives* stream_collectives() { return nullptr; }
 };
 
 /// Makes the transport of a row with a communicator of its own, collectively over `comm`;

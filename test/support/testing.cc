@@ -12,6 +12,7 @@
 #include "config.hpp"
 #include "device_codec.hpp"
 #include "device_ops.hpp"
+#include "mpi_stream.hpp"
 #include "nccl_transport.hpp"
 #include "placement.hpp"
 
@@ -36,6 +37,9 @@ void set_emulated_device(int device) { gpu::emulated_set_device(device); }
 void fail_emulated_pointer_queries(bool fail) { gpu::emulated_fail_pointer_queries(fail); }
 std::size_t emulated_allocations() { return gpu::emulated_allocations(); }
 std::size_t emulated_widenings() { return gpu::emulated_widenings(); }
+std::size_t emulated_host_syncs() { return gpu::emulated_host_syncs(); }
+void device_synchronize() { current().synchronize(); }
+void corrupt_next_stream_receive(std::size_t bytes) { ccoll::corrupt_next_stream_receive(bytes); }
 
 std::size_t device_payload_workspaces(MPI_Comm comm) {
   gpu::Backend* b = gpu::backend();

@@ -24,6 +24,15 @@ CCOLL_API void fail_emulated_pointer_queries(bool fail);
 CCOLL_API std::size_t emulated_allocations();
 /// Widening kernels (16-bit to fp32) the emulated backend has queued so far.
 CCOLL_API std::size_t emulated_widenings();
+/// Waits of the host for the device the emulated backend has made so far (synchronize,
+/// host_wait, copies into pageable memory, frees: gpu::emulated_host_syncs).
+CCOLL_API std::size_t emulated_host_syncs();
+/// Waits for everything the calling thread queued on the current backend (the caller's
+/// cudaStreamSynchronize of the emulated device's queues).
+CCOLL_API void device_synchronize();
+/// The next `bytes` bytes the emulated stream collectives of this process receive arrive as
+/// 0xFF (a corrupt payload); 0: none.
+CCOLL_API void corrupt_next_stream_receive(std::size_t bytes);
 /// Plans of `comm`'s ccoll state whose payload workspace is device memory of the current
 /// device (0 without a device backend or before `comm`'s first call).
 CCOLL_API std::size_t device_payload_workspaces(MPI_Comm comm);

@@ -1,0 +1,276 @@
+// The stream-ordered compressed all-reduce (stream_allreduce.hpp).
+#include "stream_allreduce.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "bitpack.hpp"
+#include "element_device.hpp"
+#include "maxnorm_device.hpp"
+#include "mpi_stream.hpp"
+#include "quantizers.hpp"
+
+namespace ccoll::call {
+namespace {
+
+// Workspace slots of StreamState.
+enum Slot : int { kMaxima = 0, kOwnCodes, kSend, kRecv, kSums, kFlags };
+
+// The ring's chunks: chunk c is elements [offset(c), offset(c) + count(c)); every chunk but the
+// last starts at a multiple of 8, so its codes start on a byte of the whole encode's codes.
+struct Chunks {
+  std::size_t n;
+  std::size_t base;  // elements of a full chunk (a multiple of 8)
+  std::size_t offset(int c) const {
+    const std::size_t o = static_cast<std::size_t>(c) * base;
+    return o < n ? o : n;
+  }
+  std::size_t count(int c) const {
+    const std::size_t end = offset(c) + base;
+    return (end < n ? end : n) - offset(c);
+  }
+};
+
+Chunks chunks_of(std::size_t n, int ranks) {
+  const auto p = static_cast<std::size_t>(ranks);
+  const std::size_t per = (n + p - 1) / p;
+  return {n, (per + 7) / 8 * 8};
+}
+
+// The largest float at most `limit` (the kernels compare float scales with it).
+float float_at_most(double limit) {
+  auto f = static_cast<float>(limit);
+  if (static_cast<double>(f) > limit) f = std::nextafter(f, 0.0f);
+  return f;
+}
+
+int mod(int a, int p) { return ((a % p) + p) % p; }
+
+}  // namespace
+
+bool stream_codec(const CodecSpec& spec, unsigned& bits, bool& nearest) {
+  if (spec.name != "maxnorm" || spec.ef) return false;
+  std::string b;
+  std::string sum;
+  std::string round;
+  for (const auto& [k, v] : spec.params) {
+    if (k == "bits") b = v;
+    if (k == "sum") sum = v;
+    if (k == "round") round = v;
+  }
+  if (b.empty() || b.find('/') != std::string::npos || sum == "requant") return false;
+  bits = static_cast<unsigned>(std::stoul(b));
+  nearest = round == "nearest";
+  return true;
+}
+
+StreamState::StreamState(gpu::Backend& b) : b_(b) {
+  error_ = static_cast<std::uint32_t*>(error_buf_.get(b_, 4, true));
+  *error_ = 0;
+}
+
+StreamState::~StreamState() {
+  for (Space& s : spaces_) b_.device_free(s.p);
+  for (void* p : retired_) b_.device_free(p);
+}
+
+void* StreamState::space(int slot, std::size_t bytes) {
+  Space& s = spaces_[slot];
+  const int device = b_.current_device();
+  if (s.p != nullptr && s.device == device && s.bytes >= bytes) return s.p;
+  const std::size_t want = std::max(bytes == 0 ? std::size_t{1} : bytes, 2 * s.bytes);
+  void* fresh = b_.device_alloc(want);
+  if (s.p != nullptr) retired_.push_back(s.p);
+  s = {fresh, want, device};
+  return fresh;
+}
+
+gpu::Backend::Event StreamState::order_after_previous(void* stream) {
+  const gpu::Backend::Event e = events_.get(b_, 0);
+  if (recorded_ && stream != last_stream_) b_.wait(e);
+  recorded_ = true;
+  last_stream_ = stream;
+  return e;
+}
+
+StreamCollectives* StreamState::emulated_collectives(MPI_Comm comm) {
+  if (!b_.host_accessible()) return nullptr;
+  if (emulated_ == nullptr) emulated_ = make_mpi_stream_collectives(comm, b_);
+  return emulated_.get();
+}
+
+bool take_stream_error(StreamState& state) {
+  // the kernels write the word asynchronously: what they have written so far is read, and a
+  // later flag is seen by a later call (as ncclCommGetAsyncError reports NCCL's)
+  volatile std::uint32_t* w = state.error_word();
+  const bool set = *w != 0;
+  if (set) *w = 0;
+  return set;
+}
+
+namespace {
+
+// One call's layout and device memory: the chunks, the lane widths, the workspace slots.
+struct Ring {
+  const StreamAllreduce& a;
+  gpu::MaxnormKernels& mx;
+  std::uint32_t s;  // levels
+  Chunks ch;
+  std::size_t nb;      // scale blocks
+  std::size_t stride;  // bytes of a chunk's full sum
+  float limit;         // the largest scale a block may have
+  std::uint32_t* maxima;
+  std::uint8_t* own;   // this rank's codes of the whole tensor
+  std::uint8_t* send;  // the partial sum this rank sends next
+  std::uint8_t* recv;
+  std::uint8_t* sums;    // the full sums of every chunk, stride apart
+  std::uint32_t* flags;  // the adds' out-of-range flag, the decodes' largest lane
+  std::uint64_t sent = 0;
+  std::uint64_t received = 0;
+
+  int p() const { return a.ranks; }
+  int r() const { return a.rank; }
+  // bits per lane of a sum of j contributions
+  unsigned width(int j) const {
+    return j == 1 ? a.bits : codec::bits_for(2ull * static_cast<std::uint64_t>(j) * s);
+  }
+  const std::uint8_t* own_codes(int c) const { return own + ch.offset(c) / 8 * a.bits; }
+  std::uint8_t* sum_of(int c) const { return sums + static_cast<std::size_t>(c) * stride; }
+};
+
+Ring ring_of(const StreamAllreduce& a, StreamState& state) {
+  gpu::Backend& b = state.backend();
+  const std::uint32_t s = (1u << (a.bits - 1)) - 1;
+  Ring g{a,       b.kernels<gpu::MaxnormKernels>(),
+         s,       chunks_of(a.count, a.ranks),
+         0,       0,
+         0,       nullptr,
+         nullptr, nullptr,
+         nullptr, nullptr,
+         nullptr};
+  g.nb = (a.count + gpu::kMaxnormBlock - 1) / gpu::kMaxnormBlock;
+  g.stride = gpu::packed_size(g.ch.base, g.width(a.ranks));
+  g.limit = float_at_most(codec::maxnorm_fallback_limit(a.ranks));
+  g.maxima = static_cast<std::uint32_t*>(state.space(kMaxima, 4 * g.nb));
+  g.own = static_cast<std::uint8_t*>(state.space(kOwnCodes, gpu::packed_size(a.count, a.bits)));
+  g.send = static_cast<std::uint8_t*>(state.space(kSend, g.stride));
+  g.recv = static_cast<std::uint8_t*>(state.space(kRecv, g.stride));
+  g.sums =
+      static_cast<std::uint8_t*>(state.space(kSums, g.stride * static_cast<std::size_t>(a.ranks)));
+  g.flags = static_cast<std::uint32_t*>(state.space(kFlags, 8));
+  return g;
+}
+
+// The agreed scales (the maxima's maximum over the ranks: bit patterns, an integer max), then
+// this rank's codes of the whole tensor.
+void scan_and_encode(Ring& g, StreamCollectives& coll) {
+  g.mx.block_abs_max(g.a.in, g.a.count, gpu::Input::kFloat32, g.maxima);
+  coll.allreduce_max(g.maxima, g.nb);
+  gpu::MaxnormEncodeArgs e;
+  e.count = g.a.count;
+  e.scales = reinterpret_cast<const float*>(g.maxima);
+  e.levels = g.s;
+  e.width = g.a.bits;
+  e.seed = g.a.seed;
+  e.call = g.a.call_no;
+  e.stream = static_cast<std::uint32_t>(g.r());
+  e.nearest = g.a.nearest;
+  e.scale_limit = g.limit;
+  g.mx.encode(g.a.in, e, g.own);
+}
+
+// Step k sends the partial sum of chunk r - k (k + 1 contributions) and receives that of chunk
+// r - k - 1, to which this rank adds its own codes; the last step's sum, chunk r + 1's full
+// sum, goes where the all-gather keeps it.
+void reduce_scatter(Ring& g, StreamCollectives& coll) {
+  const int p = g.p();
+  const int r = g.r();
+  for (int k = 0; k + 1 < p; ++k) {
+    const int cs = mod(r - k, p);
+    const int cr = mod(r - k - 1, p);
+    const std::size_t out_bytes = gpu::packed_size(g.ch.count(cs), g.width(k + 1));
+    const std::size_t in_bytes = gpu::packed_size(g.ch.count(cr), g.width(k + 1));
+    coll.exchange(k == 0 ? g.own_codes(cs) : g.send, out_bytes, mod(r + 1, p), g.recv, in_bytes,
+                  mod(r - 1, p));
+    g.sent += out_bytes;
+    g.received += in_bytes;
+    gpu::MaxnormAddArgs add;
+    add.count = g.ch.count(cr);
+    add.a = g.own_codes(cr);
+    add.a_bytes = gpu::packed_size(g.ch.count(cr), g.a.bits);
+    add.a_width = g.a.bits;
+    add.a_limit = 2 * g.s;
+    add.b = g.recv;
+    add.b_bytes = in_bytes;
+    add.b_width = g.width(k + 1);
+    add.b_limit = 2 * static_cast<std::uint32_t>(k + 1) * g.s;
+    add.out_width = g.width(k + 2);
+    g.mx.add(add, k + 2 == p ? g.sum_of(mod(r + 1, p)) : g.send, g.flags);
+  }
+}
+
+// Step k forwards chunk r + 1 - k's full sum and receives chunk r - k's.
+void allgather(Ring& g, StreamCollectives& coll) {
+  const int p = g.p();
+  const int r = g.r();
+  const unsigned wp = g.width(p);
+  for (int k = 0; k + 1 < p; ++k) {
+    const int cs = mod(r + 1 - k, p);
+    const int cr = mod(r - k, p);
+    const std::size_t out_bytes = gpu::packed_size(g.ch.count(cs), wp);
+    const std::size_t in_bytes = gpu::packed_size(g.ch.count(cr), wp);
+    coll.exchange(g.sum_of(cs), out_bytes, mod(r + 1, p), g.sum_of(cr), in_bytes, mod(r - 1, p));
+    g.sent += out_bytes;
+    g.received += in_bytes;
+  }
+}
+
+// Every chunk's full sum decoded into the output.
+void decode(Ring& g) {
+  const int p = g.p();
+  for (int c = 0; c < p; ++c) {
+    if (g.ch.count(c) == 0) continue;
+    gpu::MaxnormDecodeArgs d;
+    d.count = g.ch.count(c);
+    d.offset = g.ch.offset(c);
+    d.scales = reinterpret_cast<const float*>(g.maxima) + g.ch.offset(c) / gpu::kMaxnormBlock;
+    d.codes = g.sum_of(c);
+    d.code_bytes = gpu::packed_size(g.ch.count(c), g.width(p));
+    d.width = g.width(p);
+    d.levels = g.s;
+    d.bias = static_cast<std::int64_t>(p) * g.s;
+    d.limit = 2 * static_cast<std::uint32_t>(p) * g.s;
+    d.scale_limit = g.limit;
+    g.mx.decode(d, g.a.out + g.ch.offset(c), false, g.flags + 1);
+  }
+}
+
+}  // namespace
+
+void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCollectives& coll,
+                          Stats& stats) {
+  gpu::Backend& b = state.backend();
+  auto& el = b.kernels<gpu::ElementKernels>();
+  const gpu::Backend::Event done = state.order_after_previous(a.stream);
+  Ring g = ring_of(a, state);
+  b.memset_zero(g.flags, 8);
+  scan_and_encode(g, coll);
+  reduce_scatter(g, coll);
+  allgather(g, coll);
+  decode(g);
+  if (a.average) el.divide(a.out, a.count, false, a.ranks);
+  // a lane out of range anywhere: the error word, which the next call reads
+  el.flag_above(g.flags, 0, state.error_word());
+  el.flag_above(g.flags + 1, 2 * static_cast<std::uint32_t>(a.ranks) * g.s, state.error_word());
+  b.record(done);
+  stats.wire_bytes_sent = g.sent;
+  stats.wire_bytes_received = g.received;
+  stats.control_bytes += 4 * g.nb;  // the scales' all-reduce
+  stats.algorithm = "ring";
+  stats.stream_ordered = true;
+}
+
+}  // namespace ccoll::call

@@ -1,0 +1,113 @@
+// The stream-ordered compressed all-reduce: every step of a maxnorm all-reduce of device
+// buffers queued on the caller's stream, the host never waiting for the device inside the call.
+//
+// Steps, all on the stream: the block maxima of this rank's input (a kernel), their maximum over
+// the ranks (one all-reduce of 32-bit words in device memory: the maxima's sign-cleared bit
+// patterns, whose integer max is the float max), which are the agreed scales as they are (a
+// float maximum is its own rounded-up scale); one encode of the whole input (this rank's
+// stream, Philox keyed by the element); a ring reduce-scatter of the codes, each hop adding
+// this rank's codes of the chunk to the partial sum in integers (the lanes widen with the
+// contributions); a ring all-gather of the full sums; one decode of every chunk. The codes of
+// an element depend only on the seed, the call, the rank, the element and its block's scale,
+// and the sums are exact, so the result equals the host ring's bit for bit.
+//
+// Non-finite input: a block whose agreed maximum is beyond maxnorm's limit for the rank count
+// (an Inf or NaN on any rank, or a value whose sum over the ranks could overflow) encodes as
+// zeros and decodes to NaN in all its 65,536 elements on every rank, so that a trainer's
+// overflow check sees a non-finite value wherever the plain sum has one. (The host paths fall
+// back to an uncompressed MPI all-reduce instead, which they decide on the host.)
+//
+// Corrupt data: a lane out of range in an add or the final decode sets the communicator's
+// error word (pinned host memory the kernels write); the next call on the communicator reads
+// it without waiting, and every rank raises Status::kCorruptData (agreed: any rank's word).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "backend.hpp"
+#include "ccoll/ccoll.hpp"
+#include "spec.hpp"
+#include "transports.hpp"
+
+namespace ccoll::call {
+
+/// True when `spec` is a codec the stream-ordered all-reduce runs: maxnorm with one scale and
+/// exact sums, without ef=1 (`bits` and `nearest` then set).
+bool stream_codec(const CodecSpec& spec, unsigned& bits, bool& nearest);
+
+/// A communicator's state for stream-ordered calls: device workspace (grown, never shrunk), the
+/// error word, the event that orders a call's workspace after the previous call's, and on the
+/// emulated device the stream collectives MPI stands in for.
+class StreamState {
+ public:
+  explicit StreamState(gpu::Backend& b);
+  ~StreamState();
+  StreamState(const StreamState&) = delete;
+  StreamState& operator=(const StreamState&) = delete;
+
+  gpu::Backend& backend() { return b_; }
+  /// Device memory for the next call, `bytes` at least; slot k of a few. A slot that grows
+  /// keeps its old memory until the state is freed (freeing device memory waits for the
+  /// device, which a stream-ordered call never does): it at least doubles, so what it keeps
+  /// is at most what it holds.
+  void* space(int slot, std::size_t bytes);
+  /// The error word (pinned host memory the kernels write), zeroed at creation.
+  std::uint32_t* error_word() const { return error_; }
+  /// Makes the calling thread's compute queue (on `stream`) wait for the previous call's end
+  /// (its workspace use) when that call was queued on another stream (on the same one it is
+  /// ordered already, which also keeps a CUDA graph capture free of outside events); returns
+  /// the event to record at this call's end.
+  gpu::Backend::Event order_after_previous(void* stream);
+  /// The emulated device's stream collectives (MPI over `comm` as host functions), made on
+  /// first use; null on a real device.
+  StreamCollectives* emulated_collectives(MPI_Comm comm);
+
+  static constexpr int kSlots = 8;
+
+ private:
+  struct Space {
+    void* p = nullptr;
+    std::size_t bytes = 0;
+    int device = -1;
+  };
+  gpu::Backend& b_;
+  Space spaces_[kSlots];
+  std::vector<void*> retired_;
+  gpu::Buffer error_buf_;
+  std::uint32_t* error_ = nullptr;
+  gpu::EventPool events_;
+  bool recorded_ = false;
+  void* last_stream_ = nullptr;
+  std::unique_ptr<StreamCollectives> emulated_;
+};
+
+/// One stream-ordered all-reduce: `count` fp32 elements of device memory at `in` (may equal
+/// `out`) summed (or averaged) into `out` over the `ranks` ranks of `coll`, with maxnorm of
+/// `bits` bits, the call's seed and number.
+struct StreamAllreduce {
+  const float* in;
+  float* out;
+  std::size_t count;
+  int rank;
+  int ranks;
+  unsigned bits;
+  bool nearest;
+  bool average;
+  std::uint64_t seed;
+  std::uint64_t call_no;
+  void* stream;  ///< the caller's stream (Options::cuda_stream)
+};
+
+/// Queues the all-reduce on the calling thread's stream (set on the backend and on `coll`) and
+/// returns; `stats` gets the bytes it sends and receives.
+void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCollectives& coll,
+                          Stats& stats);
+
+/// Reads the error word without waiting and clears it: true when a stream-ordered call flagged
+/// a corrupt lane since the last read.
+bool take_stream_error(StreamState& state);
+
+}  // namespace ccoll::call

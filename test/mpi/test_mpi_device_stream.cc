@@ -1,0 +1,260 @@
+// The stream-ordered all-reduce (Options::stream_ordered) on device buffers under
+// CCOLL_TRANSPORT=nccl: on the emulated device, MPI standing in for NCCL runs as host functions
+// of the emulated queue, which runs only when the host waits for it. So a call that returned
+// with its result already there, or that waited for the device itself, shows.
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "mpi_device_support.hpp"
+
+#if defined(CCOLL_TEST_CUDA_GRAPH)
+#include <cuda_runtime.h>
+#endif
+
+namespace mpi_device {
+namespace {
+
+constexpr std::size_t kBlock = 65536;  // maxnorm's scale block
+
+// Skips unless the test runs under CCOLL_TRANSPORT=nccl with more than one rank.
+#define REQUIRE_STREAM_PATH()                                                                \
+  do {                                                                                       \
+    if (transport_env() != "nccl") GTEST_SKIP() << "runs under CCOLL_TRANSPORT=nccl";        \
+    if (size_of(MPI_COMM_WORLD) < 2) GTEST_SKIP() << "one rank runs locally, not on a ring"; \
+  } while (0)
+
+// The emulated device counts the host's waits and can corrupt what its stream collectives
+// receive; a real device does neither.
+bool emulated() {
+  const char* why = "";
+  const char* name = ccoll::testing::device_backend(&why);
+  return name != nullptr && std::string(name) == "emulated";
+}
+
+ccoll::Options stream_options(const char* codec, ccoll::Stats* stats) {
+  ccoll::Options o;
+  o.codec = codec;
+  o.seed = 41;
+  o.stats = stats;
+  o.stream_ordered = true;
+  return o;
+}
+
+// The same all-reduce on host buffers (the host ring: the reference the stream-ordered one must
+// equal bit for bit).
+std::vector<float> host_allreduce(const std::vector<float>& x, const ccoll::Options& o,
+                                  MPI_Comm comm) {
+  std::vector<float> out(x.size());
+  ccoll::Options h = o;
+  h.stream_ordered = false;
+  h.stats = nullptr;
+  ccoll::compressed_allreduce(x.data(), out.data(), x.size(), MPI_FLOAT, MPI_SUM, comm, h);
+  return out;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), 4 * a.size()) == 0;
+}
+
+TEST_F(DeviceBuffers, StreamOrderedAllreduceEqualsTheHostRingWithoutWaiting) {
+  REQUIRE_STREAM_PATH();
+  const int rank = rank_of(MPI_COMM_WORLD);
+  const int p = size_of(MPI_COMM_WORLD);
+  // sizes: one element, fewer than ranks, odd, chunks not a multiple of 8, several blocks
+  for (const std::size_t n : {std::size_t{1}, static_cast<std::size_t>(p) - 1, std::size_t{37},
+                              8 * static_cast<std::size_t>(p) + 3, 2 * kBlock + 4099}) {
+    if (n == 0) continue;
+    for (const char* codec : {"maxnorm:bits=8", "maxnorm:bits=4", "maxnorm:bits=2,round=nearest"}) {
+      for (const bool in_place : {false, true}) {
+        for (const bool average : {false, true}) {
+          SCOPED_TRACE(std::string(codec) + " n=" + std::to_string(n) +
+                       (in_place ? " in place" : "") + (average ? " average" : ""));
+          const std::vector<float> x = input(n, rank, 5);
+          ccoll::Stats stats;
+          ccoll::Options o = stream_options(codec, &stats);
+          o.average = average;
+          const std::vector<float> want = host_allreduce(x, o, host_comm_);
+          DeviceVec in(x);
+          DeviceVec out(n);
+          const std::size_t syncs = ccoll::testing::emulated_host_syncs();
+          ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : in.data(),
+                                      in_place ? in.data() : out.data(), n, MPI_FLOAT, MPI_SUM,
+                                      dev_comm_, o);
+          EXPECT_EQ(ccoll::testing::emulated_host_syncs(), syncs)
+              << "the call waited for the device";
+          EXPECT_TRUE(stats.stream_ordered);
+          EXPECT_EQ(stats.algorithm, "ring");
+          ccoll::testing::device_synchronize();
+          EXPECT_TRUE(same_bits((in_place ? in : out).host(), want));
+        }
+      }
+    }
+  }
+}
+
+// Two calls queued back to back on one communicator before any wait (the second reuses the
+// first's workspace), then both results.
+TEST_F(DeviceBuffers, StreamOrderedCallsQueueBackToBack) {
+  REQUIRE_STREAM_PATH();
+  const int rank = rank_of(MPI_COMM_WORLD);
+  const std::size_t n = kBlock + 333;
+  const ccoll::Options o = stream_options("maxnorm:bits=4", nullptr);
+  const std::vector<float> x = input(n, rank, 6);
+  const std::vector<float> y = input(n, rank, 7);
+  const std::vector<float> want_x = host_allreduce(x, o, host_comm_);
+  const std::vector<float> want_y = host_allreduce(y, o, host_comm_);
+  DeviceVec dx(x);
+  DeviceVec dy(y);
+  DeviceVec ox(n);
+  DeviceVec oy(n);
+  const std::size_t syncs = ccoll::testing::emulated_host_syncs();
+  ccoll::compressed_allreduce(dx.data(), ox.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+  ccoll::compressed_allreduce(dy.data(), oy.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+  EXPECT_EQ(ccoll::testing::emulated_host_syncs(), syncs);
+  ccoll::testing::device_synchronize();
+  EXPECT_TRUE(same_bits(ox.host(), want_x));
+  EXPECT_TRUE(same_bits(oy.host(), want_y));
+}
+
+// A block with an Inf or a NaN on one rank: NaN in the whole block on every rank (the plain sum
+// is non-finite there); the other blocks as the host ring gives them for the same input without
+// it.
+TEST_F(DeviceBuffers, StreamOrderedNonFiniteBlocksAreNaNOnEveryRank) {
+  REQUIRE_STREAM_PATH();
+  const int rank = rank_of(MPI_COMM_WORLD);
+  const std::size_t n = 3 * kBlock + 77;
+  for (const float bad :
+       {std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+        std::numeric_limits<float>::quiet_NaN(), 3e38f}) {
+    SCOPED_TRACE(bad);
+    const ccoll::Options o = stream_options("maxnorm:bits=8", nullptr);
+    std::vector<float> x = input(n, rank, 8);
+    const std::vector<float> want = host_allreduce(x, o, host_comm_);  // without the bad value
+    if (rank == size_of(MPI_COMM_WORLD) - 1) x[kBlock + 5] = bad;
+    DeviceVec dx(x);
+    DeviceVec out(n);
+    ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+    ccoll::testing::device_synchronize();
+    const std::vector<float> got = out.host();
+    std::size_t nan = 0;
+    for (std::size_t i = kBlock; i < 2 * kBlock; ++i) nan += std::isnan(got[i]) ? 1 : 0;
+    EXPECT_EQ(nan, kBlock);
+    for (const std::size_t i : {std::size_t{0}, kBlock - 1, 2 * kBlock, n - 1}) {
+      EXPECT_EQ(got[i], want[i]) << i;
+    }
+    EXPECT_EQ(0,
+              std::memcmp(got.data() + 2 * kBlock, want.data() + 2 * kBlock, 4 * (n - 2 * kBlock)));
+  }
+}
+
+// A corrupt payload (one rank receives bytes out of range) is raised by the next call on the
+// communicator, on every rank, and the communicator works again after it.
+TEST_F(DeviceBuffers, StreamOrderedCorruptPayloadIsRaisedByTheNextCallOnEveryRank) {
+  REQUIRE_STREAM_PATH();
+  if (!emulated()) GTEST_SKIP() << "corrupts what the emulated device's collectives receive";
+  const int rank = rank_of(MPI_COMM_WORLD);
+  const std::size_t n = kBlock + 99;
+  const ccoll::Options o = stream_options("maxnorm:bits=4", nullptr);
+  const std::vector<float> x = input(n, rank, 9);
+  DeviceVec dx(x);
+  DeviceVec out(n);
+  host_allreduce(x, o, host_comm_);  // keeps host_comm_'s call numbers level with dev_comm_'s
+  if (rank == 0) ccoll::testing::corrupt_next_stream_receive(64);
+  ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+  ccoll::testing::device_synchronize();
+  try {  // refused at the agreement: it takes no call number
+    ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+    ADD_FAILURE() << "the corrupt payload was not raised";
+  } catch (const ccoll::Error& e) {
+    EXPECT_EQ(e.code(), ccoll::Status::kCorruptData);
+    EXPECT_NE(std::string(e.what()).find("corrupt"), std::string::npos) << e.what();
+  }
+  ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+  ccoll::testing::device_synchronize();
+  EXPECT_TRUE(same_bits(out.host(), host_allreduce(x, o, host_comm_)));
+}
+
+// Without the option, or with a codec the stream-ordered path does not run, the call waits for
+// the device as before (its result is there when it returns); a rank asking for it alone is
+// an error on every rank.
+TEST_F(DeviceBuffers, StreamOrderedOnlyWhereItRuns) {
+  REQUIRE_STREAM_PATH();
+  const int rank = rank_of(MPI_COMM_WORLD);
+  const std::size_t n = 4099;
+  const std::vector<float> x = input(n, rank, 10);
+  for (const char* codec : {"maxnorm:bits=4", "qsgd:bits=4", "maxnorm:bits=4,ef=1",
+                            "maxnorm:bits=2/6", "maxnorm:bits=4,sum=requant"}) {
+    for (const bool ask : {false, true}) {
+      SCOPED_TRACE(std::string(codec) + (ask ? " asked" : ""));
+      if (ask && std::string(codec) == "maxnorm:bits=4") continue;
+      ccoll::Stats stats;
+      ccoll::Options o = stream_options(codec, &stats);
+      o.stream_ordered = ask;
+      o.key = 5;
+      DeviceVec dx(x);
+      DeviceVec out(n);
+      const std::size_t syncs = ccoll::testing::emulated_host_syncs();
+      ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+      EXPECT_FALSE(stats.stream_ordered);
+      if (emulated()) {
+        EXPECT_GT(ccoll::testing::emulated_host_syncs(), syncs) << "the call did not wait";
+      }
+    }
+  }
+  ccoll::Options o = stream_options("maxnorm:bits=4", nullptr);
+  o.stream_ordered = rank == 0;
+  DeviceVec dx(x);
+  DeviceVec out(n);
+  try {
+    ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+    ADD_FAILURE() << "a rank alone asking for stream order was accepted";
+  } catch (const ccoll::Error& e) {
+    EXPECT_EQ(e.code(), ccoll::Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("stream-ordered"), std::string::npos) << e.what();
+  }
+}
+
+#if defined(CCOLL_TEST_CUDA_GRAPH)
+// The stream-ordered call captured in a CUDA graph on the caller's stream and replayed: each
+// replay gives the result of the call it captured (its call number, so its random draws, are
+// the captured call's). A first call outside the capture makes the workspace and NCCL's
+// communicator, which a capture cannot.
+TEST_F(DeviceBuffers, StreamOrderedAllreduceReplaysFromACudaGraph) {
+  REQUIRE_STREAM_PATH();
+  if (emulated()) GTEST_SKIP() << "a CUDA graph needs a CUDA device";
+  const int rank = rank_of(MPI_COMM_WORLD);
+  const std::size_t n = kBlock + 4101;
+  const std::vector<float> x = input(n, rank, 12);
+  cudaStream_t s = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking), cudaSuccess);
+  ccoll::Stats stats;
+  ccoll::Options o = stream_options("maxnorm:bits=8", &stats);
+  o.cuda_stream = s;
+  DeviceVec dx(x);
+  DeviceVec out(n);
+  ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+  ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+  EXPECT_TRUE(stats.stream_ordered);
+  EXPECT_TRUE(same_bits(out.host(), host_allreduce(x, o, host_comm_)));
+  cudaGraph_t graph = nullptr;
+  ASSERT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+  ASSERT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  const std::vector<float> want = host_allreduce(x, o, host_comm_);  // the captured call's
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 2; ++replay) {
+    ASSERT_EQ(cudaMemsetAsync(out.data(), 0, 4 * n, s), cudaSuccess);
+    ASSERT_EQ(cudaGraphLaunch(exec, s), cudaSuccess);
+    ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
+    EXPECT_TRUE(same_bits(out.host(), want)) << "replay " << replay;
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  cudaStreamDestroy(s);
+}
+#endif
+
+}  // namespace
+}  // namespace mpi_device
