@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The Python package on a GPU machine, from the repository root:
-#   bench/gpu/python_smoke.sh [BUNDLE_DIR [ARGS...]]    (default gpu-check; ARGS go to the
-#                                                        smoke test, e.g. --device cpu)
+#   bench/gpu/python_smoke.sh [BUNDLE_DIR [--script FILE] [ARGS...]]
+#     (default gpu-check; ARGS go to the smoke test, e.g. --device cpu, or to FILE, a Python
+#     program run in its place with the same module: bench/gpu/run_gpu_bench.sh's DDP step)
 # Builds the package's compiled module (python/src/module.cc) there, against that machine's
 # Python, pybind11 and torch, and the bundle's libccoll and headers (bench/gpu/
 # prepare_gpu_check.sh puts them in BUNDLE_DIR/lib and BUNDLE_DIR/py), then runs
@@ -11,6 +12,11 @@ set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bundle=${1:-gpu-check}
 shift || true
+script=bench/gpu/python_smoke.py
+if [ "${1:-}" = "--script" ]; then
+  script=$2
+  shift 2
+fi
 py=$(command -v python3) || { echo "python_smoke: no python3"; exit 77; }
 cxx=$(command -v g++ || command -v c++ || command -v clang++) ||
   { echo "python_smoke: no C++ compiler"; exit 77; }
@@ -55,8 +61,8 @@ export PYTHONPATH=$work PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1
 if command -v mpiexec >/dev/null; then
   export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-  mpiexec -n 2 -x PYTHONPATH -x PYTHONUNBUFFERED "$py" bench/gpu/python_smoke.py "$@"
+  mpiexec -n 2 -x PYTHONPATH -x PYTHONUNBUFFERED "$py" "$script" "$@"
 else
   echo "mpiexec is not installed: 1 rank"
-  "$py" bench/gpu/python_smoke.py "$@"
+  "$py" "$script" "$@"
 fi
