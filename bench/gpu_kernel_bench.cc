@@ -8,7 +8,12 @@
 // works where no GPU is, not a measurement.
 //
 // Sizes are uncompressed fp32 bytes. Throughput = uncompressed bytes / kernel time; the ratio
-// column is that over the memcpy's bytes / time. Two parts: the maxnorm and cast kernels alone
+// column is that over the memcpy's bytes / time. The kernel table also counts traffic: the
+// bytes a kernel reads and writes in device memory per second (a copy reads and writes every
+// byte; an 8-bit scan + encode reads the input twice and writes a quarter of it), and that over
+// the copy's traffic rate, which is how close a kernel comes to the memory's bandwidth. The
+// "scan + encode" rows time the scale pass and the encode together, as a call runs them. Two
+// parts: the maxnorm and cast kernels alone
 // (CUDA events around one launch), then every codec with device kernels through its device
 // codec with payloads in device memory (encode and decode-accumulate of the whole tensor as a
 // collective calls them, host steps and synchronization included, timed on the host), after its
@@ -216,7 +221,9 @@ int main(int argc, char** argv) {
   gpu::MaxnormKernels& mx = b->kernels<gpu::MaxnormKernels>();
   gpu::CastKernels& cast = b->kernels<gpu::CastKernels>();
   for (const std::size_t bytes : sizes) {
-    std::printf("| kernel | size | GB/s | vs D2D memcpy |\n|---|---|---|---|\n");
+    std::printf(
+        "| kernel | size | GB/s | vs D2D memcpy | traffic GB/s | vs D2D traffic |\n"
+        "|---|---|---|---|---|---|\n");
     const std::size_t n = bytes / 4;
     std::vector<float> host(n);
     std::mt19937 gen(1);
@@ -239,14 +246,18 @@ int main(int argc, char** argv) {
       cuda_ok(cudaMemcpyAsync(y, x, bytes, cudaMemcpyDeviceToDevice, nullptr), "memcpy");
     });
     const double copy_gbs = static_cast<double>(bytes) / copy_s * 1e-9;
-    auto row = [&](const std::string& name, double s) {
+    const double copy_traffic = 2 * copy_gbs;  // a copy reads and writes every byte
+    // `traffic`: the bytes the kernel reads and writes in device memory, as a multiple of the
+    // fp32 tensor's (a copy: 2; an 8-bit encode with its scan: 2.25)
+    auto row = [&](const std::string& name, double s, double traffic) {
       const double gbs = static_cast<double>(bytes) / s * 1e-9;
-      std::printf("| %s | %zu MiB | %.1f | %.2f |\n", name.c_str(), bytes >> 20, gbs,
-                  gbs / copy_gbs);
+      std::printf("| %s | %zu MiB | %.1f | %.2f | %.1f | %.2f |\n", name.c_str(), bytes >> 20, gbs,
+                  gbs / copy_gbs, gbs * traffic, gbs * traffic / copy_traffic);
     };
-    std::printf("| D2D cudaMemcpy | %zu MiB | %.1f | 1.00 |\n", bytes >> 20, copy_gbs);
+    std::printf("| D2D cudaMemcpy | %zu MiB | %.1f | 1.00 | %.1f | 1.00 |\n", bytes >> 20, copy_gbs,
+                copy_traffic);
     row("block_abs_max (scale pass)",
-        time_it(reps, [&] { mx.block_abs_max(x, n, gpu::Input::kFloat32, maxima); }));
+        time_it(reps, [&] { mx.block_abs_max(x, n, gpu::Input::kFloat32, maxima); }), 1.0);
     for (const unsigned bits : {8u, 4u, 2u}) {
       gpu::MaxnormEncodeArgs e;
       e.count = n;
@@ -254,8 +265,16 @@ int main(int argc, char** argv) {
       e.levels = (1u << (bits - 1)) - 1;
       e.width = bits;
       e.seed = 3;
+      const double code = bits / 32.0;  // code bytes per fp32 byte
       row("maxnorm:bits=" + std::to_string(bits) + " encode",
-          time_it(reps, [&] { mx.encode(x, e, codes); }));
+          time_it(reps, [&] { mx.encode(x, e, codes); }), 1.0 + code);
+      row("maxnorm:bits=" + std::to_string(bits) + " scan + encode",
+          time_it(reps,
+                  [&] {
+                    mx.block_abs_max(x, n, gpu::Input::kFloat32, maxima);
+                    mx.encode(x, e, codes);
+                  }),
+          2.0 + code);
       mx.encode(x, e, codes);
       mx.encode(x, e, codes2);
       gpu::MaxnormDecodeArgs dec;
@@ -268,7 +287,7 @@ int main(int argc, char** argv) {
       dec.bias = e.levels;
       dec.limit = 2 * e.levels;
       row("maxnorm:bits=" + std::to_string(bits) + " decode-accumulate",
-          time_it(reps, [&] { mx.decode(dec, y, true, flag); }));
+          time_it(reps, [&] { mx.decode(dec, y, true, flag); }), 2.0 + code);
       gpu::MaxnormAddArgs add;
       add.count = n;
       add.a = codes;
@@ -283,12 +302,12 @@ int main(int argc, char** argv) {
       add.shift = 0;
       auto* sum = static_cast<std::uint8_t*>(b->device_alloc(gpu::packed_size(n, bits + 1)));
       row("maxnorm:bits=" + std::to_string(bits) + " compressed add",
-          time_it(reps, [&] { mx.add(add, sum, flag); }));
+          time_it(reps, [&] { mx.add(add, sum, flag); }), (3.0 * bits + 1) / 32.0);
       b->device_free(sum);
     }
     auto* half = reinterpret_cast<std::uint16_t*>(codes);
-    row("fp16 encode", time_it(reps, [&] { cast.encode(true, x, n, half); }));
-    row("fp16 decode-accumulate", time_it(reps, [&] { cast.decode(true, half, n, y, true); }));
+    row("fp16 encode", time_it(reps, [&] { cast.encode(true, x, n, half); }), 1.5);
+    row("fp16 decode-accumulate", time_it(reps, [&] { cast.decode(true, half, n, y, true); }), 2.5);
     {
       // bf16 input (the same n elements, half the bytes): the scan and the bits=8 encode read
       // it as they widen it, against a conversion kernel into fp32 first (the GB/s of these rows
@@ -301,17 +320,23 @@ int main(int argc, char** argv) {
       e.levels = 127;
       e.width = 8;
       e.seed = 3;
-      row("bf16 input: block_abs_max + bits=8 encode, fused", time_it(reps, [&] {
-            mx.block_abs_max(bf, n, gpu::Input::kBFloat16, maxima);
-            e.input = gpu::Input::kBFloat16;
-            mx.encode(bf, e, codes);
-          }));
-      row("bf16 input: widen + block_abs_max + bits=8 encode", time_it(reps, [&] {
-            cast.decode(false, bf, n, y, false);
-            mx.block_abs_max(y, n, gpu::Input::kFloat32, maxima);
-            e.input = gpu::Input::kFloat32;
-            mx.encode(y, e, codes);
-          }));
+      row("bf16 input: block_abs_max + bits=8 encode, fused",
+          time_it(reps,
+                  [&] {
+                    mx.block_abs_max(bf, n, gpu::Input::kBFloat16, maxima);
+                    e.input = gpu::Input::kBFloat16;
+                    mx.encode(bf, e, codes);
+                  }),
+          1.25);
+      row("bf16 input: widen + block_abs_max + bits=8 encode",
+          time_it(reps,
+                  [&] {
+                    cast.decode(false, bf, n, y, false);
+                    mx.block_abs_max(y, n, gpu::Input::kFloat32, maxima);
+                    e.input = gpu::Input::kFloat32;
+                    mx.encode(y, e, codes);
+                  }),
+          3.75);
     }
     b->synchronize();
     std::printf(

@@ -56,6 +56,10 @@ struct Call {
   /// let a codec that can read it do so (Codec::set_input_type) on the ring, and widen it into
   /// fp32 scratch for every other path (widen_input()).
   Half input_half = Half::kNone;
+  /// A device all-reduce on 16-bit buffers: the caller's 16-bit recvbuf, where a stream-ordered
+  /// call writes its output itself, rounded on the stream (recvbuf is then fp32 scratch it does
+  /// not use); null otherwise.
+  void* half_out = nullptr;
   /// A call ccoll makes inside another (the hierarchical schedule's steps): CCOLL_ALGO does
   /// not apply to it.
   bool nested = false;

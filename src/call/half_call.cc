@@ -126,9 +126,11 @@ void run_half_on_device(const HalfCall& hc, gpu::Backend& device) {
   hc.c32.input_half = hc.h;
   if (!hand_over_half(hc.call)) widen_input(hc.c32, hc.in_n, &device);
   hc.c32.recvbuf = out;
+  if (hc.call.allreduce()) hc.c32.half_out = hc.call.recvbuf;
   hc.run(hc.c32, hc.stats);
   hc.stats.input_bytes = hc.in_n * 2;
-  if (hc.out_n == 0) return;
+  // a stream-ordered call wrote the 16-bit output itself, on the stream
+  if (hc.out_n == 0 || hc.stats.stream_ordered) return;
   device.set_stream(hc.call.options.cuda_stream);  // the fp32 call leaves the default stream set
   device.kernels<gpu::CastKernels>().encode(fp16, out, hc.out_n,
                                             static_cast<std::uint16_t*>(hc.call.recvbuf));

@@ -367,14 +367,18 @@ void record_levels(LevelChoice& l, int candidate, Clock::time_point t0) {
 // Local checks, collected rather than thrown so that every rank takes part in the agreement;
 // then the data path, the plan and the codec's scan.
 // Whether this rank's call runs stream-ordered (stream_allreduce.hpp): asked for, an
-// all-reduce of float32 device buffers on the current device whose codec the stream-ordered
-// all-reduce runs, under CCOLL_TRANSPORT=nccl, with the ring.
+// all-reduce of float32 or 16-bit device buffers on the current device whose codec the
+// stream-ordered all-reduce runs, under CCOLL_TRANSPORT=nccl, with the ring.
 bool runs_stream_ordered(Flow& f) {
   const Call& call = f.call;
   const Placement& pl = f.pl;
+  // 16-bit buffers: the fp32 call on the caller's 16-bit input, writing its 16-bit output
+  const bool half_ok = call.half == Half::kNone
+                           ? call.input_half == Half::kNone
+                           : call.input_half == call.half && call.half_out != nullptr;
   return call.options.stream_ordered && pl.kernels() && pl.staged_recv == nullptr &&
-         call.allreduce() && call.half == Half::kNone && call.input_half == Half::kNone &&
-         f.c.dtype == codec::DType::kFloat32 && pl.transport()->kind == TransportKind::kNccl &&
+         call.allreduce() && half_ok && f.c.dtype == codec::DType::kFloat32 &&
+         pl.transport()->kind == TransportKind::kNccl &&
          (f.c.algorithm == coll::Algorithm::kAuto || f.c.algorithm == coll::Algorithm::kRing) &&
          stream_codec(f.c.spec, f.stream_bits, f.stream_nearest);
 }
@@ -390,9 +394,14 @@ void run_stream(Flow& f) {
     coll = f.ctx.device_transport(TransportKind::kNccl).stream_collectives();
   }
   coll->set_stream(f.call.options.cuda_stream);
-  const auto* in = static_cast<const float*>(f.call.input(f.es(), f.rank()));
+  const void* in = f.call.input(f.es(), f.rank());
+  const Half h = f.call.input_half;
   StreamAllreduce a{in,
+                    h == Half::kNone      ? gpu::Input::kFloat32
+                    : h == Half::kFloat16 ? gpu::Input::kFloat16
+                                          : gpu::Input::kBFloat16,
                     static_cast<float*>(f.call.recvbuf),
+                    static_cast<std::uint16_t*>(f.call.half_out),
                     f.call.count,
                     f.rank(),
                     f.p(),
@@ -418,6 +427,8 @@ void local_stage(Flow& f) {
   // the hierarchical schedule's cross-node call makes its own plan; the stream-ordered
   // all-reduce needs none (its scan and scales are on the device)
   if (f.compress && !f.stream && c.algorithm != coll::Algorithm::kHierarchical) prepare_plan(f);
+  // the stream-ordered all-reduce's kernels read 16-bit input themselves
+  if (f.stream) f.prep.reads_half = call.input_half != Half::kNone;
   // 16-bit input that no codec reads is widened before any later stage reads it
   if (!f.prep.reads_half) widen_input(call, c.in_total, input_device(pl));
   f.stats.states_evicted = f.prep.evicted;
@@ -563,9 +574,9 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
     ~InputTypeScope() {
       if (codec != nullptr) codec->set_input_type(codec::InputType::kNative);
     }
-  } input_scope{!f.prep.reads_half ? nullptr
-                : pl.kernels()     ? f.prep.plan->device_codec.get()
-                                   : f.prep.plan->codec.get()};
+  } input_scope{!f.prep.reads_half || f.prep.plan == nullptr ? nullptr
+                : pl.kernels()                               ? f.prep.plan->device_codec.get()
+                                                             : f.prep.plan->codec.get()};
   StageError failed;
   agree_stage(f, failed);
   if (call.count == 0) {

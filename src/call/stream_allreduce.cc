@@ -8,6 +8,7 @@
 #include <string>
 
 #include "bitpack.hpp"
+#include "cast_device.hpp"
 #include "element_device.hpp"
 #include "maxnorm_device.hpp"
 #include "mpi_stream.hpp"
@@ -17,7 +18,7 @@ namespace ccoll::call {
 namespace {
 
 // Workspace slots of StreamState.
-enum Slot : int { kMaxima = 0, kOwnCodes, kSend, kRecv, kSums, kFlags };
+enum Slot : int { kMaxima = 0, kOwnCodes, kSend, kRecv, kSums, kFlags, kOut32 };
 
 // The ring's chunks: chunk c is elements [offset(c), offset(c) + count(c)); every chunk but the
 // last starts at a multiple of 8, so its codes start on a byte of the whole encode's codes.
@@ -167,7 +168,7 @@ Ring ring_of(const StreamAllreduce& a, StreamState& state) {
 // The agreed scales (the maxima's maximum over the ranks: bit patterns, an integer max), then
 // this rank's codes of the whole tensor.
 void scan_and_encode(Ring& g, StreamCollectives& coll) {
-  g.mx.block_abs_max(g.a.in, g.a.count, gpu::Input::kFloat32, g.maxima);
+  g.mx.block_abs_max(g.a.in, g.a.count, g.a.input, g.maxima);
   coll.allreduce_max(g.maxima, g.nb);
   gpu::MaxnormEncodeArgs e;
   e.count = g.a.count;
@@ -179,6 +180,7 @@ void scan_and_encode(Ring& g, StreamCollectives& coll) {
   e.stream = static_cast<std::uint32_t>(g.r());
   e.nearest = g.a.nearest;
   e.scale_limit = g.limit;
+  e.input = g.a.input;
   g.mx.encode(g.a.in, e, g.own);
 }
 
@@ -228,8 +230,8 @@ void allgather(Ring& g, StreamCollectives& coll) {
   }
 }
 
-// Every chunk's full sum decoded into the output.
-void decode(Ring& g) {
+// Every chunk's full sum decoded into `out`.
+void decode(Ring& g, float* out) {
   const int p = g.p();
   for (int c = 0; c < p; ++c) {
     if (g.ch.count(c) == 0) continue;
@@ -244,7 +246,7 @@ void decode(Ring& g) {
     d.bias = static_cast<std::int64_t>(p) * g.s;
     d.limit = 2 * static_cast<std::uint32_t>(p) * g.s;
     d.scale_limit = g.limit;
-    g.mx.decode(d, g.a.out + g.ch.offset(c), false, g.flags + 1);
+    g.mx.decode(d, out + g.ch.offset(c), false, g.flags + 1);
   }
 }
 
@@ -260,8 +262,13 @@ void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCo
   scan_and_encode(g, coll);
   reduce_scatter(g, coll);
   allgather(g, coll);
-  decode(g);
-  if (a.average) el.divide(a.out, a.count, false, a.ranks);
+  // 16-bit output: the fp32 result in workspace, rounded once into the caller's buffer
+  float* out = a.out16 != nullptr ? static_cast<float*>(state.space(kOut32, 4 * a.count)) : a.out;
+  decode(g, out);
+  if (a.average) el.divide(out, a.count, false, a.ranks);
+  if (a.out16 != nullptr) {
+    b.kernels<gpu::CastKernels>().encode(a.input == gpu::Input::kFloat16, out, a.count, a.out16);
+  }
   // a lane out of range anywhere: the error word, which the next call reads
   el.flag_above(g.flags, 0, state.error_word());
   el.flag_above(g.flags + 1, 2 * static_cast<std::uint32_t>(a.ranks) * g.s, state.error_word());

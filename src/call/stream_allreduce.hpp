@@ -29,6 +29,7 @@
 
 #include "backend.hpp"
 #include "ccoll/ccoll.hpp"
+#include "maxnorm_device.hpp"
 #include "spec.hpp"
 #include "transports.hpp"
 
@@ -84,12 +85,16 @@ class StreamState {
   std::unique_ptr<StreamCollectives> emulated_;
 };
 
-/// One stream-ordered all-reduce: `count` fp32 elements of device memory at `in` (may equal
-/// `out`) summed (or averaged) into `out` over the `ranks` ranks of `coll`, with maxnorm of
-/// `bits` bits, the call's seed and number.
+/// One stream-ordered all-reduce: `count` elements of device memory at `in` (fp32, or 16-bit
+/// values the kernels widen as they read them: `input`) summed (or averaged) over the `ranks`
+/// ranks of `coll` into `out` (fp32), or with `out16` set into `out16` (the input's 16-bit type,
+/// rounded once to nearest even; `in` may be `out16` or `out`), with maxnorm of `bits` bits, the
+/// call's seed and number.
 struct StreamAllreduce {
-  const float* in;
+  const void* in;
+  gpu::Input input;
   float* out;
+  std::uint16_t* out16;
   std::size_t count;
   int rank;
   int ranks;
