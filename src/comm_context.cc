@@ -100,6 +100,7 @@ DeviceTransport& CommContext::device_transport(TransportKind kind) {
 }
 
 void CommContext::reset_state(std::uint64_t key) {
+  if (stream_ != nullptr) stream_->reset(key);  // stream-ordered ef=1 residuals
   for (Plan& q : plans_) {
     if (q.key.tensor_key != 0 && (key == 0 || q.key.tensor_key == key)) {
       q.codec->reset_state();

@@ -13,7 +13,8 @@
 #   allreduce_2ranks_256M.md  the same at 256 MiB
 #   allreduce_4ranks.md the same with 4 ranks at 16 and 64 MiB
 #   ddp_step.md         DDP training steps on the GPU (backend nccl): plain, torch's
-#                       bf16_compress_hook, ccoll's hook; step time and loss
+#                       bf16_compress_hook, ccoll's hook (also stream-ordered); step time and
+#                       loss
 # Ranks sharing the GPU get their own NCCL_HOSTID each, so NCCL joins them through its socket
 # transport on loopback: a network-bound link like one between nodes, the same for NCCL and
 # ccoll. Exit status: 0 when every step ran, 1 otherwise, 77 without a GPU.
@@ -103,7 +104,8 @@ fi
 
 step "DDP step on the GPU" ddp_step.md 120 bench/gpu/python_smoke.sh "$bundle" \
   --script bench/python/ddp_step_bench.py --device cuda --backend nccl --torch-hook bf16 \
-  --codec maxnorm:bits=8,ef=1 --codec maxnorm:bits=4,ef=1 --iters 10 --warmup 3
+  --codec maxnorm:bits=8,ef=1 --codec maxnorm:bits=4,ef=1 --stream-ordered --iters 10 \
+  --warmup 3
 
 {
   echo "# GPU benchmark"

@@ -4,13 +4,14 @@ backward pass hides.
 
 usage: mpiexec -n P python3 bench/python/ddp_step_bench.py [--codec SPEC ...] [--width W]
            [--batch B] [--iters N] [--warmup K] [--threads T] [--device cpu|cuda]
-           [--backend gloo|nccl] [--torch-hook fp16|bf16 ...]
+           [--backend gloo|nccl] [--torch-hook fp16|bf16 ...] [--stream-ordered]
 
 --device cuda puts the model and batches on the GPU (every rank on GPU 0, or local rank mod
 the GPU count; ranks sharing a GPU get their own NCCL_HOSTID so NCCL joins them by sockets) and
 times each step until the GPU is done; --backend is DDP's process group (default gloo on cpu,
 nccl on cuda); --torch-hook adds torch's fp16_compress_hook or bf16_compress_hook as a mode
-(bf16 needs CUDA and NCCL).
+(bf16 needs CUDA and NCCL); --stream-ordered adds each codec again with the hook's
+stream_ordered=True (on CUDA under CCOLL_TRANSPORT=nccl: calls queued on the stream, no wait).
 
 The model: an MLP 1024-W-W-1024-10 (W=4096: 25.2M parameters, 101 MB of fp32 gradients) on
 random batches (the step time does not depend on the data), SGD. Per mode, on every rank:
@@ -115,6 +116,7 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     ap.add_argument("--backend", choices=["gloo", "nccl"])
     ap.add_argument("--torch-hook", action="append", choices=["fp16", "bf16"], default=[])
+    ap.add_argument("--stream-ordered", action="store_true")
     args = ap.parse_args()
     if "bf16" in args.torch_hook and (args.device != "cuda" or args.backend == "gloo"):
         ap.error("--torch-hook bf16: torch's bf16_compress_hook needs --device cuda and nccl")
@@ -133,8 +135,9 @@ def main():
     g = torch.Generator().manual_seed(rank)
     x = torch.randn(args.batch, 1024, generator=g).to(dev)
     y = torch.randint(0, 10, (args.batch,), generator=g).to(dev)
-    modes = (["plain"] + [f"torch:{h}_compress_hook" for h in args.torch_hook] +
-             (args.codec or ["maxnorm:bits=8,ef=1", "maxnorm:bits=4,ef=1"]))
+    codecs = args.codec or ["maxnorm:bits=8,ef=1", "maxnorm:bits=4,ef=1"]
+    modes = (["plain"] + [f"torch:{h}_compress_hook" for h in args.torch_hook] + codecs +
+             ([c + " stream-ordered" for c in codecs] if args.stream_ordered else []))
     nparams = sum(p.numel() for p in make_model(args.width).parameters())
     if rank == 0:
         where = (f"{dev} ({torch.cuda.get_device_name(dev)})" if dev.type == "cuda" else "cpu")
@@ -142,7 +145,7 @@ def main():
               f"{nparams / 1e6:.1f}M parameters, {4 * nparams / 1e6:.0f} MB of gradients; batch "
               f"{args.batch}/rank, {args.iters} steps after {args.warmup}, {args.threads} torch "
               f"thread(s)/rank, torch {torch.__version__}, ccoll {ccoll.__version__}")
-        print(f"{'mode':26} {'step s':>8} {'compute s':>9} {'comm s':>8} {'hidden':>7} "
+        print(f"{'mode':34} {'step s':>8} {'compute s':>9} {'comm s':>8} {'hidden':>7} "
               f"{'MB sent/step':>12} {'speed-up':>8} {'loss':>8}")
     base = None
     for mode in modes:
@@ -152,7 +155,8 @@ def main():
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
             model.register_comm_hook(None, getattr(default_hooks, mode[len("torch:"):]))
         elif mode != "plain":
-            state = ct.register_comm_hook(model, codec=mode)
+            so = mode.endswith(" stream-ordered")
+            state = ct.register_comm_hook(model, codec=mode.split(" ")[0], stream_ordered=so)
         opt = torch.optim.SGD(model.parameters(), lr=1e-3)
         timed_steps(model, opt, x, y, args.warmup)
         sent0 = state.wire_bytes_sent if state else 0
@@ -172,7 +176,7 @@ def main():
         if rank == 0:
             mb = "-" if state is None else f"{sent / 1e6:.1f}"
             shown = "-" if hidden is None else f"{hidden:.0%}"
-            print(f"{mode:26} {step:8.3f} {compute:9.3f} {alone:8.3f} {shown:>7} {mb:>12} "
+            print(f"{mode:34} {step:8.3f} {compute:9.3f} {alone:8.3f} {shown:>7} {mb:>12} "
                   f"{base / step:8.2f} {loss:8.4f}", flush=True)
         del model, opt
     dist.destroy_process_group()

@@ -101,6 +101,8 @@ class Stats:
     algorithm: str = ""  #: schedule used ("ring", "tree", "sra", "pairwise", "local", ...)
     transport: str = ""  #: how data moved ("host", "staged", "host-copy", "nccl", ...)
     states_evicted: int = 0  #: other tensors' codec state freed by this call
+    #: queued on the tensor's CUDA stream without waiting (``stream_ordered=True`` where it runs)
+    stream_ordered: bool = False
 
 
 _last = threading.local()
@@ -292,11 +294,13 @@ class Handle:
 
 
 def _collective(kind: str, x, out, codec, average, key, seed, comm, algorithm, lr,
-                blocking: bool):
+                blocking: bool, stream_ordered: bool = False):
     handle = _comm_handle(comm)
     kind_id = _KINDS[kind]
     try:
         scalars = _scalars(codec, algorithm, key, seed, average, lr)
+        if not isinstance(stream_ordered, bool):
+            raise InvalidArgumentError(f"stream_ordered: {stream_ordered!r} (valid: True or False)")
         inp = _buffer(x, "x", writable=out is None and kind == "allreduce")
         size = None
         if kind != "allreduce":
@@ -337,7 +341,7 @@ def _collective(kind: str, x, out, codec, average, key, seed, comm, algorithm, l
         raise e from None
     count = need if kind == "reduce_scatter" else inp.count
     call = _core.start(kind_id, send, res.ptr, count, inp.dtype, handle, *scalars,
-                       inp.stream, blocking)
+                       inp.stream, blocking, stream_ordered)
     result = res.obj
     h = Handle(call, result, (x, result))
     if blocking:
@@ -348,7 +352,8 @@ def _collective(kind: str, x, out, codec, average, key, seed, comm, algorithm, l
 
 def allreduce(x, codec: Optional[str] = None, average: bool = False,
               key: Union[None, int, str] = None, seed: int = 0, comm=None,
-              algorithm: str = "auto", *, out=None, lr: float = 0.0):
+              algorithm: str = "auto", *, out=None, lr: float = 0.0,
+              stream_ordered: bool = False):
     """Sums (``average=True``: averages) `x` over the ranks of `comm`, compressing what travels
     with `codec`, and returns the result: `x` itself (in place) or `out` when given.
 
@@ -357,9 +362,15 @@ def allreduce(x, codec: Optional[str] = None, average: bool = False,
     identity for stateful codecs (``ef=1``, temporal, dq): an int or a str, one per tensor (None
     derives it from the buffer, right only if the buffer always holds the same tensor). seed:
     of stochastic codecs, equal on every rank. algorithm: one of ``ALGORITHMS``. lr: learning-
-    rate hint for dq. Every rank ends bit-identical."""
+    rate hint for dq. Every rank ends bit-identical.
+
+    stream_ordered: for a CUDA tensor, where the call can run so (``maxnorm`` of one scale and
+    exact sums, also with ``ef=1``, under ``CCOLL_TRANSPORT=nccl``), queue it on the tensor's
+    current CUDA stream and return without waiting, as torch's NCCL collectives do: the result
+    is there when that stream reaches it (``last_stats().stream_ordered`` says whether it ran
+    so; otherwise the call returned with the result there). Equal on every rank."""
     return _collective("allreduce", x, out, codec, average, key, seed, comm, algorithm, lr,
-                       True)._output
+                       True, stream_ordered)._output
 
 
 def allgather(x, codec: Optional[str] = None, key: Union[None, int, str] = None, seed: int = 0,

@@ -62,7 +62,11 @@ class CcollHookState:
     comm: the mpi4py communicator ccoll uses; it must hold the same processes, in the same rank
     order, as DDP's process group. names: parameter -> name, for the keys (register_comm_hook
     fills it from the model); parameters without a name get one from their order in the first
-    bucket that holds them, which is the same on every rank.
+    bucket that holds them, which is the same on every rank. stream_ordered: CUDA buckets are
+    averaged by blocking calls queued on the current stream without waiting (see
+    ``ccoll.allreduce``), and the hook returns a future that is complete in stream order, as
+    torch's NCCL hooks do; where a call cannot run so (host tensors, another codec or transport)
+    it waits, which is also correct.
 
     Counters (this rank, since creation): ``calls``, ``input_bytes`` (gradient bytes averaged),
     ``wire_bytes_sent`` (compressed and exact payload bytes ccoll sent), ``exact_elements`` and
@@ -70,7 +74,8 @@ class CcollHookState:
 
     def __init__(self, codec: str = "maxnorm:bits=8,ef=1", min_numel: int = 1024,
                  exact_1d: bool = True, comm=None, algorithm: str = "auto", seed: int = 0,
-                 names: Optional[Dict[torch.nn.Parameter, str]] = None):
+                 names: Optional[Dict[torch.nn.Parameter, str]] = None,
+                 stream_ordered: bool = False):
         if not isinstance(codec, str):
             raise TypeError(f"codec: a {type(codec).__name__} (valid: a ccoll codec spec string)")
         ccoll.describe_codec(codec)  # raises ccoll.InvalidArgumentError naming the problem
@@ -78,7 +83,10 @@ class CcollHookState:
             raise ValueError(f"min_numel: {min_numel!r} (valid: an int >= 0)")
         if algorithm not in ccoll.ALGORITHMS:
             raise ValueError(f"algorithm: {algorithm!r} (valid: {', '.join(ccoll.ALGORITHMS)})")
+        if not isinstance(stream_ordered, bool):
+            raise ValueError(f"stream_ordered: {stream_ordered!r} (valid: True or False)")
         self.codec = codec
+        self.stream_ordered = stream_ordered
         self.min_numel = min_numel
         self.exact_1d = exact_1d
         self.comm = comm
@@ -181,6 +189,8 @@ def ccoll_hook(state: "CcollHookState",
     if off != buffer.numel():
         raise RuntimeError(f"ccoll_hook: the bucket's parameters hold {off} elements but its "
                            f"buffer {buffer.numel()}")
+    if state.stream_ordered and buffer.is_cuda:
+        return _stream_ordered_hook(state, buffer, exact_segments, compressed)
     handles = []
     exact = None
     if exact_segments:
@@ -204,10 +214,41 @@ def ccoll_hook(state: "CcollHookState",
     return fut
 
 
+def _stream_ordered_hook(state, buffer, exact_segments, compressed):
+    """ccoll_hook's CUDA buckets with ``stream_ordered``: blocking calls on the current stream
+    (the compressed ones return without waiting), and a future already complete in stream
+    order."""
+    calls = []
+    if exact_segments:
+        flat = torch.cat([buffer[o:o + n] for o, n in exact_segments])
+        ccoll.allreduce(flat, codec="none", average=True, comm=state.comm,
+                        algorithm=state.algorithm)
+        calls.append(ccoll.last_stats())
+        at = 0
+        for o, n in exact_segments:
+            buffer[o:o + n].copy_(flat[at:at + n])
+            at += n
+        state.exact_elements += flat.numel()
+    for o, n, key in compressed:
+        ccoll.allreduce(buffer[o:o + n], codec=state.codec, average=True, key=key,
+                        seed=state.seed, comm=state.comm, algorithm=state.algorithm,
+                        stream_ordered=True)
+        calls.append(ccoll.last_stats())
+        state.compressed_elements += n
+    with state._lock:
+        for s in calls:
+            state.calls += 1
+            state.input_bytes += s.input_bytes
+            state.wire_bytes_sent += s.wire_bytes_sent
+    fut = torch.futures.Future(devices=[buffer.device])
+    fut.set_result(buffer)  # marks the current stream's work as what the result waits for
+    return fut
+
+
 def register_comm_hook(ddp_model: torch.nn.parallel.DistributedDataParallel,
                        codec: str = "maxnorm:bits=8,ef=1", min_numel: int = 1024,
                        exact_1d: bool = True, comm=None, algorithm: str = "auto",
-                       seed: int = 0) -> CcollHookState:
+                       seed: int = 0, stream_ordered: bool = False) -> CcollHookState:
     """Registers :func:`ccoll_hook` on `ddp_model` with a new :class:`CcollHookState` whose
     parameter keys are the model's parameter names; returns the state (its counters say how
     many bytes went out). `comm` (mpi4py, default ``MPI.COMM_WORLD``) must hold the same
@@ -225,6 +266,7 @@ def register_comm_hook(ddp_model: torch.nn.parallel.DistributedDataParallel,
                          f"{group_size} (valid: a communicator of the same processes)")
     names = {p: n for n, p in ddp_model.module.named_parameters()}
     state = CcollHookState(codec=codec, min_numel=min_numel, exact_1d=exact_1d, comm=comm,
-                           algorithm=algorithm, seed=seed, names=names)
+                           algorithm=algorithm, seed=seed, names=names,
+                           stream_ordered=stream_ordered)
     ddp_model.register_comm_hook(state, ccoll_hook)
     return state

@@ -64,6 +64,7 @@ py::dict stats_dict(const ccoll::Stats& s) {
   d["algorithm"] = s.algorithm;
   d["transport"] = s.transport;
   d["states_evicted"] = s.states_evicted;
+  d["stream_ordered"] = s.stream_ordered;
   return d;
 }
 
@@ -116,6 +117,7 @@ struct CallArgs {
   bool average;
   double lr;
   std::uintptr_t stream;
+  bool stream_ordered;
 };
 
 std::unique_ptr<Call> start(const CallArgs& a, bool blocking) {
@@ -131,6 +133,7 @@ std::unique_ptr<Call> start(const CallArgs& a, bool blocking) {
   o.lr = a.lr;
   o.stats = call->stats_slot();
   o.cuda_stream = reinterpret_cast<void*>(a.stream);
+  o.stream_ordered = a.stream_ordered;
   const void* send = a.send == 0 ? MPI_IN_PLACE : reinterpret_cast<const void*>(a.send);
   void* recv = reinterpret_cast<void*>(a.recv);
   const auto kind = static_cast<Kind>(a.kind);
@@ -219,14 +222,15 @@ PYBIND11_MODULE(_core, m) {
       [](int kind, std::uintptr_t send, std::uintptr_t recv, std::size_t count,
          const std::string& dtype, std::int64_t comm, const std::string& codec,
          const std::string& algorithm, std::uint64_t key, std::uint64_t seed, bool average,
-         double lr, std::uintptr_t stream, bool blocking) {
+         double lr, std::uintptr_t stream, bool blocking, bool stream_ordered) {
         return start(CallArgs{kind, send, recv, count, dtype, comm, codec, algorithm, key, seed,
-                              average, lr, stream},
+                              average, lr, stream, stream_ordered},
                      blocking);
       },
       py::arg("kind"), py::arg("send"), py::arg("recv"), py::arg("count"), py::arg("dtype"),
       py::arg("comm"), py::arg("codec"), py::arg("algorithm"), py::arg("key"), py::arg("seed"),
-      py::arg("average"), py::arg("lr"), py::arg("stream"), py::arg("blocking"));
+      py::arg("average"), py::arg("lr"), py::arg("stream"), py::arg("blocking"),
+      py::arg("stream_ordered") = false);
   m.def("reject", &reject, py::arg("kind"), py::arg("comm"));
 
   m.def(

@@ -222,6 +222,19 @@ def test_errors_name_the_argument_on_every_rank():
     assert ccoll.allreduce(y).tolist() == [SIZE] * 4
 
 
+def test_stream_ordered_on_host_arrays_waits_as_before():
+    # stream_ordered concerns CUDA tensors: host arrays run as without it, with the same result
+    # (nearest rounding: the two calls' numbers, which key stochastic draws, do not matter)
+    x = data(RANK, 4099)
+    codec = "maxnorm:bits=8,round=nearest"
+    plain = ccoll.allreduce(x.copy(), codec=codec)
+    asked = ccoll.allreduce(x.copy(), codec=codec, stream_ordered=True)
+    assert ccoll.last_stats().stream_ordered is False
+    np.testing.assert_array_equal(plain, asked)
+    with pytest.raises(ccoll.InvalidArgumentError, match=r"stream_ordered: 1 \(valid: True"):
+        ccoll.allreduce(x.copy(), stream_ordered=1)
+
+
 def test_subcommunicator():
     sub = COMM.Split(RANK % 2, RANK)
     x = np.ones(10, dtype=np.float32)

@@ -79,6 +79,20 @@ def test_lossy_codecs_keep_every_rank_identical(codec):
         assert float((a - b).abs().max()) < 0.1
 
 
+def test_stream_ordered_hook_on_cpu_trains_as_without_it():
+    # stream_ordered concerns CUDA buckets: on CPU the hook runs as without it, bit for bit
+    runs = []
+    for so in (False, True):
+        ccoll.reset_state()  # the residuals of the parameters' keys start at zero in both
+        model = DDP(make_net(), bucket_cap_mb=0.02)
+        state = ct.register_comm_hook(model, codec="maxnorm:bits=4,ef=1", min_numel=1000,
+                                      stream_ordered=so)
+        runs.append(train(model, 4))
+        assert state.stream_ordered is so and state.calls > 0
+        state.shutdown()
+    assert digest(runs[0]) == digest(runs[1])
+
+
 def test_small_and_one_dimensional_parameters_are_exact():
     net = make_net()
     model = DDP(net)
@@ -190,6 +204,8 @@ def test_bad_arguments():
         ct.CcollHookState(min_numel=-1)
     with pytest.raises(ValueError, match=r"algorithm: 'x' \(valid: auto"):
         ct.CcollHookState(algorithm="x")
+    with pytest.raises(ValueError, match=r"stream_ordered: 'yes' \(valid: True or False\)"):
+        ct.CcollHookState(stream_ordered="yes")
     with pytest.raises(TypeError, match="ddp_model: a Sequential"):
         ct.register_comm_hook(make_net())
     if SIZE > 1:

@@ -69,10 +69,9 @@ struct Flow {
   Agreed agreed;
   std::uint64_t call_no = 0;
   bool compress = false;  // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
-  // the call runs stream-ordered (stream_allreduce.hpp), with maxnorm of these bits
+  // the call runs stream-ordered (stream_allreduce.hpp), with this codec
   bool stream = false;
-  unsigned stream_bits = 0;
-  bool stream_nearest = false;
+  StreamCodec stream_codec;
 
   int p() const { return ctx.size(); }
   int rank() const { return ctx.rank(); }
@@ -380,7 +379,7 @@ bool runs_stream_ordered(Flow& f) {
          call.allreduce() && half_ok && f.c.dtype == codec::DType::kFloat32 &&
          pl.transport()->kind == TransportKind::kNccl &&
          (f.c.algorithm == coll::Algorithm::kAuto || f.c.algorithm == coll::Algorithm::kRing) &&
-         stream_codec(f.c.spec, f.stream_bits, f.stream_nearest);
+         stream_codec(f.c.spec, f.stream_codec);
 }
 
 // The stream-ordered all-reduce, after the agreement: queued on the caller's stream, not
@@ -405,14 +404,16 @@ void run_stream(Flow& f) {
                     f.call.count,
                     f.rank(),
                     f.p(),
-                    f.stream_bits,
-                    f.stream_nearest,
+                    f.stream_codec,
+                    f.stream_codec.ef
+                        ? st.residual(tensor_key_of(f.call, f.pl), f.call.count, f.c.spec.canonical)
+                        : nullptr,
                     f.call.options.average,
                     f.call.options.seed,
                     f.call_no,
                     f.call.options.cuda_stream};
   run_stream_allreduce(a, st, *coll, f.stats);
-  f.stats.bits = f.stream_bits;
+  f.stats.bits = f.stream_codec.bits;
 }
 
 void local_stage(Flow& f) {

@@ -18,7 +18,7 @@ namespace ccoll::call {
 namespace {
 
 // Workspace slots of StreamState.
-enum Slot : int { kMaxima = 0, kOwnCodes, kSend, kRecv, kSums, kFlags, kOut32 };
+enum Slot : int { kMaxima = 0, kOwnCodes, kSend, kRecv, kSums, kFlags, kOut32, kFeedback };
 
 // The ring's chunks: chunk c is elements [offset(c), offset(c) + count(c)); every chunk but the
 // last starts at a multiple of 8, so its codes start on a byte of the whole encode's codes.
@@ -52,8 +52,8 @@ int mod(int a, int p) { return ((a % p) + p) % p; }
 
 }  // namespace
 
-bool stream_codec(const CodecSpec& spec, unsigned& bits, bool& nearest) {
-  if (spec.name != "maxnorm" || spec.ef) return false;
+bool stream_codec(const CodecSpec& spec, StreamCodec& out) {
+  if (spec.name != "maxnorm") return false;
   std::string b;
   std::string sum;
   std::string round;
@@ -63,8 +63,9 @@ bool stream_codec(const CodecSpec& spec, unsigned& bits, bool& nearest) {
     if (k == "round") round = v;
   }
   if (b.empty() || b.find('/') != std::string::npos || sum == "requant") return false;
-  bits = static_cast<unsigned>(std::stoul(b));
-  nearest = round == "nearest";
+  out.bits = static_cast<unsigned>(std::stoul(b));
+  out.nearest = round == "nearest";
+  out.ef = spec.ef;
   return true;
 }
 
@@ -76,6 +77,27 @@ StreamState::StreamState(gpu::Backend& b) : b_(b) {
 StreamState::~StreamState() {
   for (Space& s : spaces_) b_.device_free(s.p);
   for (void* p : retired_) b_.device_free(p);
+  for (auto& [key, r] : residuals_) b_.device_free(r.p);
+}
+
+float* StreamState::residual(std::uint64_t key, std::size_t count, const std::string& spec) {
+  Residual& r = residuals_[{key, count, spec}];
+  if (r.p == nullptr) {  // a new tensor: zeros
+    r.p = static_cast<float*>(b_.device_alloc(4 * (count == 0 ? 1 : count)));
+    r.count = count;
+    b_.memset_zero(r.p, 4 * count);
+  }
+  return r.p;
+}
+
+void StreamState::reset(std::uint64_t key) {
+  // on the calling thread's stream, after the last call and before the next (which waits for
+  // this stream's work when it runs on another)
+  const gpu::Backend::Event e = order_after_previous(nullptr);
+  for (auto& [k, r] : residuals_) {
+    if (key == 0 || std::get<0>(k) == key) b_.memset_zero(r.p, 4 * r.count);
+  }
+  b_.record(e);
 }
 
 void* StreamState::space(int slot, std::size_t bytes) {
@@ -136,15 +158,15 @@ struct Ring {
   int r() const { return a.rank; }
   // bits per lane of a sum of j contributions
   unsigned width(int j) const {
-    return j == 1 ? a.bits : codec::bits_for(2ull * static_cast<std::uint64_t>(j) * s);
+    return j == 1 ? a.codec.bits : codec::bits_for(2ull * static_cast<std::uint64_t>(j) * s);
   }
-  const std::uint8_t* own_codes(int c) const { return own + ch.offset(c) / 8 * a.bits; }
+  const std::uint8_t* own_codes(int c) const { return own + ch.offset(c) / 8 * a.codec.bits; }
   std::uint8_t* sum_of(int c) const { return sums + static_cast<std::size_t>(c) * stride; }
 };
 
 Ring ring_of(const StreamAllreduce& a, StreamState& state) {
   gpu::Backend& b = state.backend();
-  const std::uint32_t s = (1u << (a.bits - 1)) - 1;
+  const std::uint32_t s = (1u << (a.codec.bits - 1)) - 1;
   Ring g{a,       b.kernels<gpu::MaxnormKernels>(),
          s,       chunks_of(a.count, a.ranks),
          0,       0,
@@ -156,7 +178,8 @@ Ring ring_of(const StreamAllreduce& a, StreamState& state) {
   g.stride = gpu::packed_size(g.ch.base, g.width(a.ranks));
   g.limit = float_at_most(codec::maxnorm_fallback_limit(a.ranks));
   g.maxima = static_cast<std::uint32_t*>(state.space(kMaxima, 4 * g.nb));
-  g.own = static_cast<std::uint8_t*>(state.space(kOwnCodes, gpu::packed_size(a.count, a.bits)));
+  g.own =
+      static_cast<std::uint8_t*>(state.space(kOwnCodes, gpu::packed_size(a.count, a.codec.bits)));
   g.send = static_cast<std::uint8_t*>(state.space(kSend, g.stride));
   g.recv = static_cast<std::uint8_t*>(state.space(kRecv, g.stride));
   g.sums =
@@ -167,21 +190,48 @@ Ring ring_of(const StreamAllreduce& a, StreamState& state) {
 
 // The agreed scales (the maxima's maximum over the ranks: bit patterns, an integer max), then
 // this rank's codes of the whole tensor.
-void scan_and_encode(Ring& g, StreamCollectives& coll) {
-  g.mx.block_abs_max(g.a.in, g.a.count, g.a.input, g.maxima);
+void scan_and_encode(Ring& g, StreamCollectives& coll, const void* in, gpu::Input input) {
+  g.mx.block_abs_max(in, g.a.count, input, g.maxima);
   coll.allreduce_max(g.maxima, g.nb);
   gpu::MaxnormEncodeArgs e;
   e.count = g.a.count;
   e.scales = reinterpret_cast<const float*>(g.maxima);
   e.levels = g.s;
-  e.width = g.a.bits;
+  e.width = g.a.codec.bits;
   e.seed = g.a.seed;
   e.call = g.a.call_no;
   e.stream = static_cast<std::uint32_t>(g.r());
-  e.nearest = g.a.nearest;
+  e.nearest = g.a.codec.nearest;
   e.scale_limit = g.limit;
-  e.input = g.a.input;
-  g.mx.encode(g.a.in, e, g.own);
+  e.input = input;
+  g.mx.encode(in, e, g.own);
+}
+
+// ef=1: p = x + e (16-bit x widened in the same kernel) into `p`, which the call then scans
+// and encodes.
+void add_residual(const StreamAllreduce& a, gpu::ElementKernels& el, float* p) {
+  if (a.input == gpu::Input::kFloat32) {
+    el.add(p, static_cast<const float*>(a.in), a.residual, a.count, false);
+  } else {
+    el.widen_add(p, static_cast<const std::uint16_t*>(a.in), a.input == gpu::Input::kBFloat16,
+                 a.residual, a.count);
+  }
+}
+
+// ef=1: e = p - decode(this rank's codes of p), the one-contribution decode into `d`.
+void update_residual(Ring& g, gpu::ElementKernels& el, const float* p, float* d) {
+  gpu::MaxnormDecodeArgs dec;
+  dec.count = g.a.count;
+  dec.scales = reinterpret_cast<const float*>(g.maxima);
+  dec.codes = g.own;
+  dec.code_bytes = gpu::packed_size(g.a.count, g.a.codec.bits);
+  dec.width = g.a.codec.bits;
+  dec.levels = g.s;
+  dec.bias = g.s;
+  dec.limit = 2 * g.s;
+  dec.scale_limit = g.limit;
+  g.mx.decode(dec, d, false, g.flags + 1);
+  el.add(g.a.residual, p, d, g.a.count, true);
 }
 
 // Step k sends the partial sum of chunk r - k (k + 1 contributions) and receives that of chunk
@@ -202,8 +252,8 @@ void reduce_scatter(Ring& g, StreamCollectives& coll) {
     gpu::MaxnormAddArgs add;
     add.count = g.ch.count(cr);
     add.a = g.own_codes(cr);
-    add.a_bytes = gpu::packed_size(g.ch.count(cr), g.a.bits);
-    add.a_width = g.a.bits;
+    add.a_bytes = gpu::packed_size(g.ch.count(cr), g.a.codec.bits);
+    add.a_width = g.a.codec.bits;
     add.a_limit = 2 * g.s;
     add.b = g.recv;
     add.b_bytes = in_bytes;
@@ -259,7 +309,14 @@ void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCo
   const gpu::Backend::Event done = state.order_after_previous(a.stream);
   Ring g = ring_of(a, state);
   b.memset_zero(g.flags, 8);
-  scan_and_encode(g, coll);
+  if (a.residual != nullptr) {  // ef=1: p = x + e is what is scanned and encoded
+    auto* p = static_cast<float*>(state.space(kFeedback, 8 * a.count));
+    add_residual(a, el, p);
+    scan_and_encode(g, coll, p, gpu::Input::kFloat32);
+    update_residual(g, el, p, p + a.count);
+  } else {
+    scan_and_encode(g, coll, a.in, a.input);
+  }
   reduce_scatter(g, coll);
   allgather(g, coll);
   // 16-bit output: the fp32 result in workspace, rounded once into the caller's buffer

@@ -11,6 +11,9 @@
 // an element depend only on the seed, the call, the rank, the element and its block's scale,
 // and the sums are exact, so the result equals the host ring's bit for bit.
 //
+// ef=1: p = x + e (this rank's residual) is what is scanned and encoded, and e becomes
+// p - decode(p's codes), as the blocking paths' error feedback does.
+//
 // Non-finite input: a block whose agreed maximum is beyond maxnorm's limit for the rank count
 // (an Inf or NaN on any rank, or a value whose sum over the ranks could overflow) encodes as
 // zeros and decodes to NaN in all its 65,536 elements on every rank, so that a trainer's
@@ -24,7 +27,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <map>
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "backend.hpp"
@@ -35,9 +41,16 @@
 
 namespace ccoll::call {
 
+/// The codec of a stream-ordered all-reduce.
+struct StreamCodec {
+  unsigned bits = 0;
+  bool nearest = false;  ///< round=nearest
+  bool ef = false;       ///< ef=1: this rank's residual is added before and updated after
+};
+
 /// True when `spec` is a codec the stream-ordered all-reduce runs: maxnorm with one scale and
-/// exact sums, without ef=1 (`bits` and `nearest` then set).
-bool stream_codec(const CodecSpec& spec, unsigned& bits, bool& nearest);
+/// exact sums, also with ef=1 (`out` then says which).
+bool stream_codec(const CodecSpec& spec, StreamCodec& out);
 
 /// A communicator's state for stream-ordered calls: device workspace (grown, never shrunk), the
 /// error word, the event that orders a call's workspace after the previous call's, and on the
@@ -65,6 +78,12 @@ class StreamState {
   /// The emulated device's stream collectives (MPI over `comm` as host functions), made on
   /// first use; null on a real device.
   StreamCollectives* emulated_collectives(MPI_Comm comm);
+  /// ef=1: the residual of tensor `key` of `count` elements under codec `spec` (canonical), as
+  /// the plan cache keys a blocking call's state: `count` floats of device memory, zeroed on
+  /// the stream when made. Kept until the state is freed; reset() zeroes it.
+  float* residual(std::uint64_t key, std::size_t count, const std::string& spec);
+  /// Zeroes the residual of tensor `key` (0: of every tensor) on the calling thread's stream.
+  void reset(std::uint64_t key);
 
   static constexpr int kSlots = 8;
 
@@ -83,6 +102,11 @@ class StreamState {
   bool recorded_ = false;
   void* last_stream_ = nullptr;
   std::unique_ptr<StreamCollectives> emulated_;
+  struct Residual {
+    float* p = nullptr;
+    std::size_t count = 0;
+  };
+  std::map<std::tuple<std::uint64_t, std::size_t, std::string>, Residual> residuals_;
 };
 
 /// One stream-ordered all-reduce: `count` elements of device memory at `in` (fp32, or 16-bit
@@ -98,8 +122,8 @@ struct StreamAllreduce {
   std::size_t count;
   int rank;
   int ranks;
-  unsigned bits;
-  bool nearest;
+  StreamCodec codec;
+  float* residual;  ///< ef=1: this rank's residual of the tensor (count floats); else null
   bool average;
   std::uint64_t seed;
   std::uint64_t call_no;

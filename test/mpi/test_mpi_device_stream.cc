@@ -93,6 +93,42 @@ TEST_F(DeviceBuffers, StreamOrderedAllreduceEqualsTheHostRingWithoutWaiting) {
   }
 }
 
+// ef=1: this rank's residual is added before the scan and updated after the encode, call after
+// call, on the stream; each call equals the host ring's with the same history (per tensor key
+// and size, as the blocking calls keep state), and reset_state starts it over on both.
+TEST_F(DeviceBuffers, StreamOrderedErrorFeedbackEqualsTheHostRingCallAfterCall) {
+  REQUIRE_STREAM_PATH();
+  const int rank = rank_of(MPI_COMM_WORLD);
+  for (const char* codec : {"maxnorm:bits=4,ef=1", "maxnorm:bits=2,ef=1,round=stochastic"}) {
+    for (const std::size_t n : {kBlock + 4099, std::size_t{29}}) {
+      for (int call = 0; call < 4; ++call) {
+        SCOPED_TRACE(std::string(codec) + " n=" + std::to_string(n) + " call " +
+                     std::to_string(call));
+        if (call == 2) {  // a restart: both start from zero residuals again
+          ccoll::reset_state(host_comm_, 77);
+          ccoll::reset_state(dev_comm_, 77);
+        }
+        const std::vector<float> x = input(n, rank, 20 + static_cast<unsigned>(call));
+        ccoll::Stats stats;
+        ccoll::Options o = stream_options(codec, &stats);
+        o.key = 77;
+        o.average = call == 1;
+        const std::vector<float> want = host_allreduce(x, o, host_comm_);
+        DeviceVec dx(x);
+        DeviceVec out(n);
+        const std::size_t syncs = ccoll::testing::emulated_host_syncs();
+        ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+        if (emulated()) {
+          EXPECT_EQ(ccoll::testing::emulated_host_syncs(), syncs);
+        }
+        EXPECT_TRUE(stats.stream_ordered);
+        ccoll::testing::device_synchronize();
+        EXPECT_TRUE(same_bits(out.host(), want));
+      }
+    }
+  }
+}
+
 // 16-bit device buffers: the kernels read the 16-bit input as they widen it and the output is
 // rounded once on the stream; the same bits as the host call on the same 16-bit buffers.
 TEST_F(DeviceBuffers, StreamOrdered16BitAllreduceEqualsTheHostRing) {
@@ -229,8 +265,8 @@ TEST_F(DeviceBuffers, StreamOrderedOnlyWhereItRuns) {
   const int rank = rank_of(MPI_COMM_WORLD);
   const std::size_t n = 4099;
   const std::vector<float> x = input(n, rank, 10);
-  for (const char* codec : {"maxnorm:bits=4", "qsgd:bits=4", "maxnorm:bits=4,ef=1",
-                            "maxnorm:bits=2/6", "maxnorm:bits=4,sum=requant"}) {
+  for (const char* codec : {"maxnorm:bits=4", "qsgd:bits=4", "qsgd:bits=4,ef=1", "maxnorm:bits=2/6",
+                            "maxnorm:bits=4,sum=requant"}) {
     for (const bool ask : {false, true}) {
       SCOPED_TRACE(std::string(codec) + (ask ? " asked" : ""));
       if (ask && std::string(codec) == "maxnorm:bits=4") continue;
