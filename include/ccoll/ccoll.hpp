@@ -101,7 +101,8 @@ struct Options {
   /// default stream. Ignored for host buffers.
   void* cuda_stream = nullptr;
   /// Device buffers: where the call can run stream-ordered (an all-reduce of float32 or 16-bit
-  /// device buffers with maxnorm of one scale and exact sums, also with ef=1, under
+  /// device buffers, or a reduce-scatter of float32 ones, with maxnorm of one scale and exact
+  /// sums, also with ef=1, under
   /// CCOLL_TRANSPORT=nccl, algorithm auto or ring), queue every step on cuda_stream and return
   /// without waiting, as ncclAllReduce does: the result is in recvbuf when the stream reaches
   /// the call's end. The host never waits for the device inside such a call, so it overlaps

@@ -366,8 +366,9 @@ void record_levels(LevelChoice& l, int candidate, Clock::time_point t0) {
 // Local checks, collected rather than thrown so that every rank takes part in the agreement;
 // then the data path, the plan and the codec's scan.
 // Whether this rank's call runs stream-ordered (stream_allreduce.hpp): asked for, an
-// all-reduce of float32 or 16-bit device buffers on the current device whose codec the
-// stream-ordered all-reduce runs, under CCOLL_TRANSPORT=nccl, with the ring.
+// all-reduce of float32 or 16-bit device buffers, or a reduce-scatter of float32 ones, on the
+// current device, whose codec the stream-ordered ring runs, under CCOLL_TRANSPORT=nccl, with
+// the ring.
 bool runs_stream_ordered(Flow& f) {
   const Call& call = f.call;
   const Placement& pl = f.pl;
@@ -376,8 +377,9 @@ bool runs_stream_ordered(Flow& f) {
                            ? call.input_half == Half::kNone
                            : call.input_half == call.half && call.half_out != nullptr;
   return call.options.stream_ordered && pl.kernels() && pl.staged_recv == nullptr &&
-         call.allreduce() && half_ok && f.c.dtype == codec::DType::kFloat32 &&
-         pl.transport()->kind == TransportKind::kNccl &&
+         (call.allreduce() || call.reduce_scatter()) && half_ok &&
+         f.c.dtype == codec::DType::kFloat32 &&
+         resolve_transport(f.c.transport) == TransportKind::kNccl &&
          (f.c.algorithm == coll::Algorithm::kAuto || f.c.algorithm == coll::Algorithm::kRing) &&
          stream_codec(f.c.spec, f.stream_codec);
 }
@@ -401,19 +403,23 @@ void run_stream(Flow& f) {
                                           : gpu::Input::kBFloat16,
                     static_cast<float*>(f.call.recvbuf),
                     static_cast<std::uint16_t*>(f.call.half_out),
-                    f.call.count,
+                    f.c.in_total,
                     f.rank(),
                     f.p(),
                     f.stream_codec,
                     f.stream_codec.ef
-                        ? st.residual(tensor_key_of(f.call, f.pl), f.call.count, f.c.spec.canonical)
+                        ? st.residual(tensor_key_of(f.call, f.pl), f.c.in_total, f.c.spec.canonical)
                         : nullptr,
                     f.call.options.average,
                     f.call.options.seed,
                     f.call_no,
-                    f.call.options.cuda_stream};
+                    f.call.options.cuda_stream,
+                    f.call.reduce_scatter()};
   run_stream_allreduce(a, st, *coll, f.stats);
   f.stats.bits = f.stream_codec.bits;
+  // NCCL moved the data (the reduce-scatter's placement named the staged path it would take)
+  f.stats.transport =
+      data_path_name(transport_row(TransportKind::kNccl).path_on(b.host_accessible()));
 }
 
 void local_stage(Flow& f) {

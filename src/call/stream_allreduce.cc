@@ -138,6 +138,10 @@ namespace {
 
 // One call's layout and device memory: the chunks, the lane widths, the workspace slots.
 struct Ring {
+  Ring(const StreamAllreduce& call, gpu::MaxnormKernels& kernels, std::uint32_t levels,
+       Chunks chunks)
+      : a(call), mx(kernels), s(levels), ch(chunks) {}
+
   const StreamAllreduce& a;
   gpu::MaxnormKernels& mx;
   std::uint32_t s;  // levels
@@ -146,8 +150,9 @@ struct Ring {
   std::size_t stride;  // bytes of a chunk's full sum
   float limit;         // the largest scale a block may have
   std::uint32_t* maxima;
-  std::uint8_t* own;   // this rank's codes of the whole tensor
-  std::uint8_t* send;  // the partial sum this rank sends next
+  std::uint8_t* own;  // this rank's codes of the whole tensor (reduce-scatter: chunk by chunk)
+  std::size_t own_stride = 0;  // reduce-scatter: bytes between two chunks' own codes
+  std::uint8_t* send;          // the partial sum this rank sends next
   std::uint8_t* recv;
   std::uint8_t* sums;    // the full sums of every chunk, stride apart
   std::uint32_t* flags;  // the adds' out-of-range flag, the decodes' largest lane
@@ -160,26 +165,29 @@ struct Ring {
   unsigned width(int j) const {
     return j == 1 ? a.codec.bits : codec::bits_for(2ull * static_cast<std::uint64_t>(j) * s);
   }
-  const std::uint8_t* own_codes(int c) const { return own + ch.offset(c) / 8 * a.codec.bits; }
+  // this rank's codes of chunk c: a slice of the whole encode (all-reduce chunks start at
+  // multiples of 8 elements), or the chunk's own encode (reduce-scatter blocks may not)
+  const std::uint8_t* own_codes(int c) const {
+    return a.scatter ? own + static_cast<std::size_t>(c) * own_stride
+                     : own + ch.offset(c) / 8 * a.codec.bits;
+  }
   std::uint8_t* sum_of(int c) const { return sums + static_cast<std::size_t>(c) * stride; }
 };
 
 Ring ring_of(const StreamAllreduce& a, StreamState& state) {
   gpu::Backend& b = state.backend();
   const std::uint32_t s = (1u << (a.codec.bits - 1)) - 1;
-  Ring g{a,       b.kernels<gpu::MaxnormKernels>(),
-         s,       chunks_of(a.count, a.ranks),
-         0,       0,
-         0,       nullptr,
-         nullptr, nullptr,
-         nullptr, nullptr,
-         nullptr};
+  Ring g{a, b.kernels<gpu::MaxnormKernels>(), s,
+         a.scatter ? Chunks{a.count, a.count / static_cast<std::size_t>(a.ranks)}
+                   : chunks_of(a.count, a.ranks)};
   g.nb = (a.count + gpu::kMaxnormBlock - 1) / gpu::kMaxnormBlock;
   g.stride = gpu::packed_size(g.ch.base, g.width(a.ranks));
   g.limit = float_at_most(codec::maxnorm_fallback_limit(a.ranks));
   g.maxima = static_cast<std::uint32_t*>(state.space(kMaxima, 4 * g.nb));
-  g.own =
-      static_cast<std::uint8_t*>(state.space(kOwnCodes, gpu::packed_size(a.count, a.codec.bits)));
+  g.own_stride = gpu::packed_size(g.ch.base, a.codec.bits);
+  g.own = static_cast<std::uint8_t*>(
+      state.space(kOwnCodes, a.scatter ? g.own_stride * static_cast<std::size_t>(a.ranks)
+                                       : gpu::packed_size(a.count, a.codec.bits)));
   g.send = static_cast<std::uint8_t*>(state.space(kSend, g.stride));
   g.recv = static_cast<std::uint8_t*>(state.space(kRecv, g.stride));
   g.sums =
@@ -204,7 +212,17 @@ void scan_and_encode(Ring& g, StreamCollectives& coll, const void* in, gpu::Inpu
   e.nearest = g.a.codec.nearest;
   e.scale_limit = g.limit;
   e.input = input;
-  g.mx.encode(in, e, g.own);
+  if (!g.a.scatter) {
+    g.mx.encode(in, e, g.own);
+    return;
+  }
+  const std::size_t es = input == gpu::Input::kFloat32 ? 4 : 2;
+  for (int c = 0; c < g.p(); ++c) {  // each block's codes on their own, at its offset
+    e.count = g.ch.count(c);
+    e.offset = g.ch.offset(c);
+    g.mx.encode(static_cast<const std::byte*>(in) + e.offset * es, e,
+                const_cast<std::uint8_t*>(g.own_codes(c)));
+  }
 }
 
 // ef=1: p = x + e (16-bit x widened in the same kernel) into `p`, which the call then scans
@@ -221,28 +239,35 @@ void add_residual(const StreamAllreduce& a, gpu::ElementKernels& el, float* p) {
 // ef=1: e = p - decode(this rank's codes of p), the one-contribution decode into `d`.
 void update_residual(Ring& g, gpu::ElementKernels& el, const float* p, float* d) {
   gpu::MaxnormDecodeArgs dec;
-  dec.count = g.a.count;
-  dec.scales = reinterpret_cast<const float*>(g.maxima);
-  dec.codes = g.own;
-  dec.code_bytes = gpu::packed_size(g.a.count, g.a.codec.bits);
   dec.width = g.a.codec.bits;
   dec.levels = g.s;
   dec.bias = g.s;
   dec.limit = 2 * g.s;
   dec.scale_limit = g.limit;
-  g.mx.decode(dec, d, false, g.flags + 1);
+  const int pieces = g.a.scatter ? g.p() : 1;  // the reduce-scatter's codes: block by block
+  for (int c = 0; c < pieces; ++c) {
+    dec.count = g.a.scatter ? g.ch.count(c) : g.a.count;
+    dec.offset = g.a.scatter ? g.ch.offset(c) : 0;
+    dec.scales = reinterpret_cast<const float*>(g.maxima) + dec.offset / gpu::kMaxnormBlock;
+    dec.codes = g.a.scatter ? g.own_codes(c) : g.own;
+    dec.code_bytes = gpu::packed_size(dec.count, g.a.codec.bits);
+    g.mx.decode(dec, d + dec.offset, false, g.flags + 1);
+  }
   el.add(g.a.residual, p, d, g.a.count, true);
 }
 
-// Step k sends the partial sum of chunk r - k (k + 1 contributions) and receives that of chunk
-// r - k - 1, to which this rank adds its own codes; the last step's sum, chunk r + 1's full
-// sum, goes where the all-gather keeps it.
+// Step k sends the partial sum of chunk r - k - h (k + 1 contributions) and receives that of
+// chunk r - k - 1 - h, to which this rank adds its own codes; the last step's sum, chunk
+// r + 1 - h's full sum, goes to its slot of the sums. h = 0 for the all-reduce (whose
+// all-gather then starts from chunk r + 1), 1 for the reduce-scatter (rank r ends with its
+// own block r).
 void reduce_scatter(Ring& g, StreamCollectives& coll) {
   const int p = g.p();
   const int r = g.r();
+  const int h = g.a.scatter ? 1 : 0;
   for (int k = 0; k + 1 < p; ++k) {
-    const int cs = mod(r - k, p);
-    const int cr = mod(r - k - 1, p);
+    const int cs = mod(r - k - h, p);
+    const int cr = mod(r - k - 1 - h, p);
     const std::size_t out_bytes = gpu::packed_size(g.ch.count(cs), g.width(k + 1));
     const std::size_t in_bytes = gpu::packed_size(g.ch.count(cr), g.width(k + 1));
     coll.exchange(k == 0 ? g.own_codes(cs) : g.send, out_bytes, mod(r + 1, p), g.recv, in_bytes,
@@ -260,7 +285,7 @@ void reduce_scatter(Ring& g, StreamCollectives& coll) {
     add.b_width = g.width(k + 1);
     add.b_limit = 2 * static_cast<std::uint32_t>(k + 1) * g.s;
     add.out_width = g.width(k + 2);
-    g.mx.add(add, k + 2 == p ? g.sum_of(mod(r + 1, p)) : g.send, g.flags);
+    g.mx.add(add, k + 2 == p ? g.sum_of(mod(r + 1 - h, p)) : g.send, g.flags);
   }
 }
 
@@ -280,11 +305,12 @@ void allgather(Ring& g, StreamCollectives& coll) {
   }
 }
 
-// Every chunk's full sum decoded into `out`.
+// Every chunk's full sum decoded into `out` (the reduce-scatter: this rank's block only, at
+// the start of `out`).
 void decode(Ring& g, float* out) {
   const int p = g.p();
   for (int c = 0; c < p; ++c) {
-    if (g.ch.count(c) == 0) continue;
+    if (g.ch.count(c) == 0 || (g.a.scatter && c != g.r())) continue;
     gpu::MaxnormDecodeArgs d;
     d.count = g.ch.count(c);
     d.offset = g.ch.offset(c);
@@ -296,7 +322,7 @@ void decode(Ring& g, float* out) {
     d.bias = static_cast<std::int64_t>(p) * g.s;
     d.limit = 2 * static_cast<std::uint32_t>(p) * g.s;
     d.scale_limit = g.limit;
-    g.mx.decode(d, out + g.ch.offset(c), false, g.flags + 1);
+    g.mx.decode(d, out + (g.a.scatter ? 0 : g.ch.offset(c)), false, g.flags + 1);
   }
 }
 
@@ -318,13 +344,14 @@ void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCo
     scan_and_encode(g, coll, a.in, a.input);
   }
   reduce_scatter(g, coll);
-  allgather(g, coll);
+  if (!a.scatter) allgather(g, coll);
   // 16-bit output: the fp32 result in workspace, rounded once into the caller's buffer
-  float* out = a.out16 != nullptr ? static_cast<float*>(state.space(kOut32, 4 * a.count)) : a.out;
+  const std::size_t n_out = a.scatter ? g.ch.base : a.count;
+  float* out = a.out16 != nullptr ? static_cast<float*>(state.space(kOut32, 4 * n_out)) : a.out;
   decode(g, out);
-  if (a.average) el.divide(out, a.count, false, a.ranks);
+  if (a.average) el.divide(out, n_out, false, a.ranks);
   if (a.out16 != nullptr) {
-    b.kernels<gpu::CastKernels>().encode(a.input == gpu::Input::kFloat16, out, a.count, a.out16);
+    b.kernels<gpu::CastKernels>().encode(a.input == gpu::Input::kFloat16, out, n_out, a.out16);
   }
   // a lane out of range anywhere: the error word, which the next call reads
   el.flag_above(g.flags, 0, state.error_word());

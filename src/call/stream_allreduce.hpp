@@ -128,6 +128,9 @@ struct StreamAllreduce {
   std::uint64_t seed;
   std::uint64_t call_no;
   void* stream;  ///< the caller's stream (Options::cuda_stream)
+  /// A reduce-scatter instead: `count` is the input's ranks·m elements, and rank r's block r of
+  /// m elements, summed, goes to `out` (float32 only).
+  bool scatter = false;
 };
 
 /// Queues the all-reduce on the calling thread's stream (set on the backend and on `coll`) and

@@ -129,6 +129,48 @@ TEST_F(DeviceBuffers, StreamOrderedErrorFeedbackEqualsTheHostRingCallAfterCall) 
   }
 }
 
+// The reduce-scatter runs the same ring over the ranks' blocks (any size: not multiples of 8),
+// ending with this rank's block; the same bits as the host ring's reduce-scatter, with ef=1,
+// the mean and in place.
+TEST_F(DeviceBuffers, StreamOrderedReduceScatterEqualsTheHostRing) {
+  REQUIRE_STREAM_PATH();
+  const int rank = rank_of(MPI_COMM_WORLD);
+  const auto p = static_cast<std::size_t>(size_of(MPI_COMM_WORLD));
+  for (const std::size_t m : {kBlock + 3, std::size_t{1}, std::size_t{13}}) {
+    for (const char* codec : {"maxnorm:bits=8", "maxnorm:bits=3,ef=1"}) {
+      for (const bool in_place : {false, true}) {
+        SCOPED_TRACE(std::string(codec) + " m=" + std::to_string(m) +
+                     (in_place ? " in place" : ""));
+        const std::vector<float> x = input(m * p, rank, 30);
+        ccoll::Stats stats;
+        ccoll::Options o = stream_options(codec, &stats);
+        o.key = 91;
+        o.average = in_place;
+        ccoll::Options ho = o;
+        ho.stream_ordered = false;
+        ho.stats = nullptr;
+        std::vector<float> want(m);
+        ccoll::compressed_reduce_scatter(x.data(), want.data(), m, MPI_FLOAT, MPI_SUM, host_comm_,
+                                         ho);
+        DeviceVec dx(x);
+        DeviceVec out(m);
+        const std::size_t syncs = ccoll::testing::emulated_host_syncs();
+        ccoll::compressed_reduce_scatter(in_place ? MPI_IN_PLACE : dx.data(),
+                                         in_place ? dx.data() : out.data(), m, MPI_FLOAT, MPI_SUM,
+                                         dev_comm_, o);
+        if (emulated()) {
+          EXPECT_EQ(ccoll::testing::emulated_host_syncs(), syncs);
+        }
+        EXPECT_TRUE(stats.stream_ordered);
+        ccoll::testing::device_synchronize();
+        std::vector<float> got = (in_place ? dx : out).host();
+        got.resize(m);
+        EXPECT_TRUE(same_bits(got, want));
+      }
+    }
+  }
+}
+
 // 16-bit device buffers: the kernels read the 16-bit input as they widen it and the output is
 // rounded once on the stream; the same bits as the host call on the same 16-bit buffers.
 TEST_F(DeviceBuffers, StreamOrdered16BitAllreduceEqualsTheHostRing) {
