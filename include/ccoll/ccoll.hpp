@@ -101,17 +101,16 @@ struct Options {
   /// default stream. Ignored for host buffers.
   void* cuda_stream = nullptr;
   /// Device buffers: where the call can run stream-ordered (an all-reduce of float32 or 16-bit
-  /// device buffers, or a reduce-scatter of float32 ones, with maxnorm of one scale and exact
-  /// sums, also with ef=1, under
-  /// CCOLL_TRANSPORT=nccl, algorithm auto or ring), queue every step on cuda_stream and return
-  /// without waiting, as ncclAllReduce does: the result is in recvbuf when the stream reaches
-  /// the call's end. The host never waits for the device inside such a call, so it overlaps
-  /// the caller's other work and can be captured in a CUDA graph. Elsewhere the call runs as
-  /// without it (returning once the result is there, which is also stream-ordered);
-  /// Stats::stream_ordered says which. Must be equal on all ranks. A corrupt payload is
-  /// raised (Status::kCorruptData, on every rank) by the next call on the communicator.
-  /// Blocking calls only: the non-blocking ones ignore it (their request completes when the
-  /// result is there). C++ API only for now (not in ccoll_options_t).
+  /// device buffers, or a reduce-scatter or all-gather of float32 ones, with maxnorm of one
+  /// scale and exact sums, also with ef=1, under CCOLL_TRANSPORT=nccl, algorithm auto or
+  /// ring), queue every step on cuda_stream and return without waiting, as ncclAllReduce
+  /// does: the result is in recvbuf when the stream reaches the call's end. The host never waits
+  /// for the device inside such a call, so it overlaps the caller's other work and can be captured
+  /// in a CUDA graph. Elsewhere the call runs as without it (returning once the result is there,
+  /// which is also stream-ordered); Stats::stream_ordered says which. Must be equal on all ranks. A
+  /// corrupt payload is raised (Status::kCorruptData, on every rank) by the next call on the
+  /// communicator. Blocking calls only: the non-blocking ones ignore it (their request completes
+  /// when the result is there). Not in the C API (ccoll_options_t); Python: stream_ordered=.
   bool stream_ordered = false;
 };
 

@@ -366,9 +366,9 @@ void record_levels(LevelChoice& l, int candidate, Clock::time_point t0) {
 // Local checks, collected rather than thrown so that every rank takes part in the agreement;
 // then the data path, the plan and the codec's scan.
 // Whether this rank's call runs stream-ordered (stream_allreduce.hpp): asked for, an
-// all-reduce of float32 or 16-bit device buffers, or a reduce-scatter of float32 ones, on the
-// current device, whose codec the stream-ordered ring runs, under CCOLL_TRANSPORT=nccl, with
-// the ring.
+// all-reduce of float32 or 16-bit device buffers, or a reduce-scatter or all-gather of float32
+// ones, on the current device, whose codec the stream-ordered ring runs, under
+// CCOLL_TRANSPORT=nccl, with the ring.
 bool runs_stream_ordered(Flow& f) {
   const Call& call = f.call;
   const Placement& pl = f.pl;
@@ -377,7 +377,7 @@ bool runs_stream_ordered(Flow& f) {
                            ? call.input_half == Half::kNone
                            : call.input_half == call.half && call.half_out != nullptr;
   return call.options.stream_ordered && pl.kernels() && pl.staged_recv == nullptr &&
-         (call.allreduce() || call.reduce_scatter()) && half_ok &&
+         (call.allreduce() || call.reduce_scatter() || call.kind == Kind::kAllgather) && half_ok &&
          f.c.dtype == codec::DType::kFloat32 &&
          resolve_transport(f.c.transport) == TransportKind::kNccl &&
          (f.c.algorithm == coll::Algorithm::kAuto || f.c.algorithm == coll::Algorithm::kRing) &&
@@ -414,7 +414,8 @@ void run_stream(Flow& f) {
                     f.call.options.seed,
                     f.call_no,
                     f.call.options.cuda_stream,
-                    f.call.reduce_scatter()};
+                    f.call.reduce_scatter(),
+                    f.call.kind == Kind::kAllgather};
   run_stream_allreduce(a, st, *coll, f.stats);
   f.stats.bits = f.stream_codec.bits;
   // NCCL moved the data (the reduce-scatter's placement named the staged path it would take)

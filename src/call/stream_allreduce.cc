@@ -190,8 +190,9 @@ Ring ring_of(const StreamAllreduce& a, StreamState& state) {
                                        : gpu::packed_size(a.count, a.codec.bits)));
   g.send = static_cast<std::uint8_t*>(state.space(kSend, g.stride));
   g.recv = static_cast<std::uint8_t*>(state.space(kRecv, g.stride));
-  g.sums =
-      static_cast<std::uint8_t*>(state.space(kSums, g.stride * static_cast<std::size_t>(a.ranks)));
+  g.sums = static_cast<std::uint8_t*>(
+      state.space(kSums, (a.gather ? gpu::packed_size(a.count, a.codec.bits) : g.stride) *
+                             static_cast<std::size_t>(a.ranks)));
   g.flags = static_cast<std::uint32_t*>(state.space(kFlags, 8));
   return g;
 }
@@ -326,6 +327,37 @@ void decode(Ring& g, float* out) {
   }
 }
 
+// The all-gather: each step forwards rank r - k's codes and receives rank r - k - 1's; every
+// block is decoded with the shared scales at its place in `out` (offsets within the block, as
+// the host all-gather encodes them).
+void gather_blocks(Ring& g, StreamCollectives& coll) {
+  const int p = g.p();
+  const int r = g.r();
+  const std::size_t bytes = gpu::packed_size(g.a.count, g.a.codec.bits);
+  const auto codes_of = [&](int c) -> std::uint8_t* {
+    return c == r ? g.own : g.sums + static_cast<std::size_t>(c) * bytes;
+  };
+  for (int k = 0; k + 1 < p; ++k) {
+    coll.exchange(codes_of(mod(r - k, p)), bytes, mod(r + 1, p), codes_of(mod(r - k - 1, p)), bytes,
+                  mod(r - 1, p));
+    g.sent += bytes;
+    g.received += bytes;
+  }
+  for (int c = 0; c < p; ++c) {
+    gpu::MaxnormDecodeArgs d;
+    d.count = g.a.count;
+    d.scales = reinterpret_cast<const float*>(g.maxima);
+    d.codes = codes_of(c);
+    d.code_bytes = bytes;
+    d.width = g.a.codec.bits;
+    d.levels = g.s;
+    d.bias = g.s;
+    d.limit = 2 * g.s;
+    d.scale_limit = g.limit;
+    g.mx.decode(d, g.a.out + static_cast<std::size_t>(c) * g.a.count, false, g.flags + 1);
+  }
+}
+
 }  // namespace
 
 void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCollectives& coll,
@@ -342,6 +374,17 @@ void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCo
     update_residual(g, el, p, p + a.count);
   } else {
     scan_and_encode(g, coll, a.in, a.input);
+  }
+  if (a.gather) {
+    gather_blocks(g, coll);
+    el.flag_above(g.flags + 1, 2 * g.s, state.error_word());
+    b.record(done);
+    stats.wire_bytes_sent = g.sent;
+    stats.wire_bytes_received = g.received;
+    stats.control_bytes += 4 * g.nb;  // the scales' all-reduce
+    stats.algorithm = "ring";
+    stats.stream_ordered = true;
+    return;
   }
   reduce_scatter(g, coll);
   if (!a.scatter) allgather(g, coll);

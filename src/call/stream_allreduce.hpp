@@ -131,6 +131,10 @@ struct StreamAllreduce {
   /// A reduce-scatter instead: `count` is the input's ranks·m elements, and rank r's block r of
   /// m elements, summed, goes to `out` (float32 only).
   bool scatter = false;
+  /// An all-gather instead: `count` is this rank's block, and every rank's block, encoded with
+  /// scales shared by every rank (the maximum of each block's maxima), goes to `out` at
+  /// rank·count (float32 only).
+  bool gather = false;
 };
 
 /// Queues the all-reduce on the calling thread's stream (set on the backend and on `coll`) and

@@ -2,6 +2,7 @@
 // CCOLL_TRANSPORT=nccl: on the emulated device, MPI standing in for NCCL runs as host functions
 // of the emulated queue, which runs only when the host waits for it. So a call that returned
 // with its result already there, or that waited for the device itself, shows.
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -166,6 +167,45 @@ TEST_F(DeviceBuffers, StreamOrderedReduceScatterEqualsTheHostRing) {
         std::vector<float> got = (in_place ? dx : out).host();
         got.resize(m);
         EXPECT_TRUE(same_bits(got, want));
+      }
+    }
+  }
+}
+
+// The all-gather: every rank's block encoded with the scales all ranks share and forwarded
+// around the ring; the same bits as the host ring's all-gather, with ef=1 and in place.
+TEST_F(DeviceBuffers, StreamOrderedAllgatherEqualsTheHostRing) {
+  REQUIRE_STREAM_PATH();
+  const int rank = rank_of(MPI_COMM_WORLD);
+  const auto p = static_cast<std::size_t>(size_of(MPI_COMM_WORLD));
+  for (const std::size_t m : {kBlock + 3, std::size_t{1}, std::size_t{13}}) {
+    for (const char* codec : {"maxnorm:bits=8", "maxnorm:bits=3,ef=1"}) {
+      for (const bool in_place : {false, true}) {
+        SCOPED_TRACE(std::string(codec) + " m=" + std::to_string(m) +
+                     (in_place ? " in place" : ""));
+        const std::vector<float> x = input(m, rank, 40);
+        ccoll::Stats stats;
+        ccoll::Options o = stream_options(codec, &stats);
+        o.key = 92;
+        o.algorithm = "ring";
+        ccoll::Options ho = o;
+        ho.stream_ordered = false;
+        ho.stats = nullptr;
+        std::vector<float> want(m * p);
+        ccoll::compressed_allgather(x.data(), m, want.data(), MPI_FLOAT, host_comm_, ho);
+        std::vector<float> placed(m * p, 0.0f);
+        std::copy(x.begin(), x.end(), placed.begin() + static_cast<std::ptrdiff_t>(m * rank));
+        DeviceVec dx(x);
+        DeviceVec out(placed);
+        const std::size_t syncs = ccoll::testing::emulated_host_syncs();
+        ccoll::compressed_allgather(in_place ? MPI_IN_PLACE : dx.data(), m, out.data(), MPI_FLOAT,
+                                    dev_comm_, o);
+        if (emulated()) {
+          EXPECT_EQ(ccoll::testing::emulated_host_syncs(), syncs);
+        }
+        EXPECT_TRUE(stats.stream_ordered);
+        ccoll::testing::device_synchronize();
+        EXPECT_TRUE(same_bits(out.host(), want));
       }
     }
   }
