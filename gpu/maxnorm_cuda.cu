@@ -52,8 +52,11 @@ __global__ void maxnorm_decode_kernel(MaxnormDecodeArgs a, float* out, std::uint
     const std::uint32_t v = maxnorm_decode_group<kAccumulate>(a, g, out);
     w = v > w ? v : w;
   }
-  w = __reduce_max_sync(0xFFFFFFFFu, w);
-  if ((threadIdx.x & 31) == 0 && w != 0) atomicMax(worst, w);
+  // a valid payload's lanes are at most a.limit: an atomic only where one is not
+  if (__any_sync(0xFFFFFFFFu, w > a.limit)) {
+    w = __reduce_max_sync(0xFFFFFFFFu, w);
+    if ((threadIdx.x & 31) == 0) atomicMax(worst, w);
+  }
 }
 
 // The selected indices increase, so a warp's lanes mostly share a scale block: the lanes of

@@ -229,14 +229,24 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const void* x, const MaxnormE
   const auto s = static_cast<float>(a.levels);
   std::uint64_t quad = ~std::uint64_t{0};
   codec::Philox4x32 rnd{};
+  std::uint64_t block = ~std::uint64_t{0};
+  float m = 0;
+  float coarse = 0;
   for (unsigned j = 0; j < n; ++j) {
     const std::uint64_t e = a.selected != nullptr ? a.selected[i0 + j] : a.offset + i0 + j;
     if ((e >> 2) != quad) {
       quad = e >> 2;
       rnd = codec::philox_block(a.seed, a.call, a.stream, quad);
     }
-    const float m = a.scales[e / kMaxnormBlock - a.first_block];
-    float inv = m > 0 ? s / m : 0.0f;
+    // the block's scale and s / scale, once per block of the group (its 8 elements share a
+    // block but where one straddles two): the same division, not once per element
+    const std::uint64_t blk = e / kMaxnormBlock;
+    if (blk != block) {
+      block = blk;
+      m = a.scales[blk - a.first_block];
+      coarse = m > 0 ? s / m : 0.0f;
+    }
+    float inv = coarse;
     if (a.mask != nullptr && ((a.mask[e >> 3] >> (e & 7)) & 1) != 0) {
       inv = m > 0 ? static_cast<float>(a.levels2) / m : 0.0f;  // a fine coordinate
     }
@@ -277,12 +287,20 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
   std::uint32_t worst = 0;
   std::uint32_t lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   get_group(a.codes, a.code_bytes, a.width, g, lanes, n);
+  std::uint64_t block = ~std::uint64_t{0};
+  float m = 0;
+  float coarse = 0;
   for (unsigned j = 0; j < n; ++j) {
     const std::size_t i = i0 + j;
     const std::uint64_t e = a.selected != nullptr ? a.selected[i] : a.offset + i;
-    const float m = a.scales[e / kMaxnormBlock - first];
+    const std::uint64_t blk = e / kMaxnormBlock;
+    if (blk != block) {  // the block's step, once per block of the group (see the encode)
+      block = blk;
+      m = a.scales[blk - first];
+      coarse = m / static_cast<float>(a.levels) * a.mult;
+    }
     const bool fine = a.mask != nullptr && ((a.mask[e >> 3] >> (e & 7)) & 1) != 0;
-    const float step = m / static_cast<float>(fine ? a.levels2 : a.levels) * a.mult;
+    const float step = fine ? m / static_cast<float>(a.levels2) * a.mult : coarse;
     const std::uint32_t u = lanes[j];
     worst = u > worst ? u : worst;
     float value = static_cast<float>(static_cast<std::int64_t>(u) - a.bias) * step;
@@ -353,7 +371,8 @@ class MaxnormKernels : public Kernels {
   virtual void block_abs_max(const void* x, std::size_t count, Input input, std::uint32_t* out) = 0;
   /// The codes of a maxnorm encode of x (fp32, or 16-bit: a.input).
   virtual void encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) = 0;
-  /// Largest lane seen is max-ed into *worst (device).
+  /// A lane above a.limit (a malformed payload) is max-ed into *worst (device), which a valid
+  /// payload leaves as it was.
   virtual void decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
                       std::uint32_t* worst) = 0;
   /// out[b] = max of abs_bits(x[sel[k]]) over the `nsel` selected elements in block b (randk's
