@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "backend.hpp"
 #include "half.hpp"
@@ -120,6 +121,86 @@ CCOLL_HOST_DEVICE constexpr unsigned group_size(std::size_t count, std::size_t g
   return count - 8 * g < 8 ? static_cast<unsigned>(count - 8 * g) : 8u;
 }
 
+/// One aligned store or load of a whole word where the group's bytes allow it: a group of 8
+/// lanes of w bits is w bytes, so at w = 2, 4, 8 or 16 a full group is one 2-, 4-, 8- or two
+/// 8-byte words (little-endian, the byte order the loops below write), where its address is
+/// aligned to the word. The device stores the word itself; the host copies it (no aliasing).
+template <class T>
+CCOLL_HOST_DEVICE inline bool aligned_to(const void* p) {
+  return (reinterpret_cast<std::uintptr_t>(p) & (sizeof(T) - 1)) == 0;
+}
+template <class T>
+CCOLL_HOST_DEVICE inline void store_word(std::uint8_t* p, T v) {
+#if defined(__CUDA_ARCH__)
+  *reinterpret_cast<T*>(p) = v;
+#else
+  std::memcpy(p, &v, sizeof v);
+#endif
+}
+template <class T>
+CCOLL_HOST_DEVICE inline T load_word(const std::uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return *reinterpret_cast<const T*>(p);
+#else
+  T v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+#endif
+}
+
+/// Writes a full group's lo (and hi) words as whole words; false where the width or the
+/// address does not allow it (the caller writes bytes).
+CCOLL_HOST_DEVICE inline bool put_words(std::uint8_t* at, unsigned w, std::uint64_t lo,
+                                        std::uint64_t hi) {
+  switch (w) {
+    case 2:
+      if (!aligned_to<std::uint16_t>(at)) return false;
+      store_word(at, static_cast<std::uint16_t>(lo));
+      return true;
+    case 4:
+      if (!aligned_to<std::uint32_t>(at)) return false;
+      store_word(at, static_cast<std::uint32_t>(lo));
+      return true;
+    case 8:
+      if (!aligned_to<std::uint64_t>(at)) return false;
+      store_word(at, lo);
+      return true;
+    case 16:
+      if (!aligned_to<std::uint64_t>(at)) return false;
+      store_word(at, lo);
+      store_word(at + 8, hi);
+      return true;
+    default:
+      return false;
+  }
+}
+
+/// Reads a full group as whole words (see put_words); false where it cannot.
+CCOLL_HOST_DEVICE inline bool get_words(const std::uint8_t* at, unsigned w, std::uint64_t& lo,
+                                        std::uint64_t& hi) {
+  switch (w) {
+    case 2:
+      if (!aligned_to<std::uint16_t>(at)) return false;
+      lo = load_word<std::uint16_t>(at);
+      return true;
+    case 4:
+      if (!aligned_to<std::uint32_t>(at)) return false;
+      lo = load_word<std::uint32_t>(at);
+      return true;
+    case 8:
+      if (!aligned_to<std::uint64_t>(at)) return false;
+      lo = load_word<std::uint64_t>(at);
+      return true;
+    case 16:
+      if (!aligned_to<std::uint64_t>(at)) return false;
+      lo = load_word<std::uint64_t>(at);
+      hi = load_word<std::uint64_t>(at + 8);
+      return true;
+    default:
+      return false;
+  }
+}
+
 /// Lanes wider than 16 bits (sums of many contributions: bits_for(2·j·s) reaches 17 at 8 bits
 /// and 259 ranks, and up to 32): a group of 8 is w <= 32 whole bytes in four 64-bit words.
 CCOLL_HOST_DEVICE inline void put_group_wide(std::uint8_t* out, std::size_t nbytes, unsigned w,
@@ -176,6 +257,7 @@ CCOLL_HOST_DEVICE inline void put_group(std::uint8_t* out, std::size_t nbytes, u
     }
   }
   const std::size_t first = g * w;
+  if (first + w <= nbytes && put_words(out + first, w, lo, hi)) return;
   for (unsigned k = 0; k < w && first + k < nbytes; ++k) {
     out[first + k] = static_cast<std::uint8_t>(k < 8 ? lo >> (8 * k) : hi >> (8 * (k - 8)));
   }
@@ -192,7 +274,8 @@ CCOLL_HOST_DEVICE inline void get_group(const std::uint8_t* p, std::size_t nbyte
   std::uint64_t lo = 0;
   std::uint64_t hi = 0;
   const std::size_t first = g * w;
-  for (unsigned k = 0; k < w && first + k < nbytes; ++k) {
+  const bool whole = first + w <= nbytes && get_words(p + first, w, lo, hi);
+  for (unsigned k = 0; !whole && k < w && first + k < nbytes; ++k) {
     const std::uint64_t byte = p[first + k];
     if (k < 8) {
       lo |= byte << (8 * k);
