@@ -37,6 +37,42 @@ CCOLL_HOST_DEVICE inline float load_input(const void* x, std::size_t i, Input t)
   return t == Input::kFloat16 ? codec::half_to_float(h) : codec::bf16_to_float(h);
 }
 
+/// Elements [i0, i0 + n) of input x of type t, widened (n <= 8): a full group of 8 whose address
+/// is 16-byte aligned in two 16-byte loads of fp32 or one of 16-bit values, else one by one.
+CCOLL_HOST_DEVICE inline void load_inputs(const void* x, std::size_t i0, unsigned n, Input t,
+                                          float* out) {
+  const auto* at = static_cast<const std::uint8_t*>(x) + i0 * (t == Input::kFloat32 ? 4 : 2);
+  if (n == 8 && (reinterpret_cast<std::uintptr_t>(at) & 15) == 0) {
+    if (t == Input::kFloat32) {
+#if defined(__CUDA_ARCH__)
+      const float4 a = reinterpret_cast<const float4*>(at)[0];
+      const float4 b = reinterpret_cast<const float4*>(at)[1];
+      out[0] = a.x, out[1] = a.y, out[2] = a.z, out[3] = a.w;
+      out[4] = b.x, out[5] = b.y, out[6] = b.z, out[7] = b.w;
+#else
+      std::memcpy(out, at, 32);
+#endif
+      return;
+    }
+    std::uint16_t h[8];
+#if defined(__CUDA_ARCH__)
+    const uint4 w = *reinterpret_cast<const uint4*>(at);
+    const std::uint32_t words[4] = {w.x, w.y, w.z, w.w};
+    for (unsigned k = 0; k < 4; ++k) {
+      h[2 * k] = static_cast<std::uint16_t>(words[k]);
+      h[2 * k + 1] = static_cast<std::uint16_t>(words[k] >> 16);
+    }
+#else
+    std::memcpy(h, at, 16);
+#endif
+    for (unsigned k = 0; k < 8; ++k) {
+      out[k] = t == Input::kFloat16 ? codec::half_to_float(h[k]) : codec::bf16_to_float(h[k]);
+    }
+    return;
+  }
+  for (unsigned k = 0; k < n; ++k) out[k] = load_input(x, i0 + k, t);
+}
+
 /// One maxnorm encode of `count` elements starting at tensor element `offset` (randk: of the
 /// `count` kept coordinates `selected`, tensor indices in [offset, ...), increasing).
 struct MaxnormEncodeArgs {
@@ -315,6 +351,8 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const void* x, const MaxnormE
   std::uint64_t block = ~std::uint64_t{0};
   float m = 0;
   float coarse = 0;
+  float xs[8];  // the group's input values, loaded together where they are contiguous
+  if (a.selected == nullptr) load_inputs(x, i0, n, a.input, xs);
   for (unsigned j = 0; j < n; ++j) {
     const std::uint64_t e = a.selected != nullptr ? a.selected[i0 + j] : a.offset + i0 + j;
     if ((e >> 2) != quad) {
@@ -334,9 +372,10 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const void* x, const MaxnormE
       inv = m > 0 ? static_cast<float>(a.levels2) / m : 0.0f;  // a fine coordinate
     }
     const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(rnd.v[e & 3]);
+    const float xv = a.selected == nullptr ? xs[j] : load_input(x, e - a.offset, a.input);
     v[j] = a.scale_limit > 0 && !(m <= a.scale_limit)
                ? a.levels
-               : codec::stochastic_code(load_input(x, e - a.offset, a.input), inv, u, a.levels);
+               : codec::stochastic_code(xv, inv, u, a.levels);
   }
   put_group(codes, packed_size(a.count, a.width), a.width, g, v, n);
 }
