@@ -398,6 +398,29 @@ CCOLL_HOST_DEVICE inline std::uint8_t maxnorm_mask_group(const float* x, std::si
   return static_cast<std::uint8_t>(bits);
 }
 
+/// out[k] = (kAccumulate: out[k] +) v[k] for k < n <= 8: a full group whose address is 16-byte
+/// aligned in two 16-byte loads and stores, else one by one (the same float additions).
+template <bool kAccumulate>
+CCOLL_HOST_DEVICE inline void store_outputs(float* out, const float* v, unsigned n) {
+  if (n == 8 && (reinterpret_cast<std::uintptr_t>(out) & 15) == 0) {
+#if defined(__CUDA_ARCH__)
+    auto* o = reinterpret_cast<float4*>(out);
+    float4 a = make_float4(v[0], v[1], v[2], v[3]);
+    float4 b = make_float4(v[4], v[5], v[6], v[7]);
+    if (kAccumulate) {
+      const float4 p = o[0];
+      const float4 q = o[1];
+      a = make_float4(p.x + a.x, p.y + a.y, p.z + a.z, p.w + a.w);
+      b = make_float4(q.x + b.x, q.y + b.y, q.z + b.z, q.w + b.w);
+    }
+    o[0] = a;
+    o[1] = b;
+    return;
+#endif
+  }
+  for (unsigned k = 0; k < n; ++k) out[k] = kAccumulate ? out[k] + v[k] : v[k];
+}
+
 /// Decodes (kAccumulate: adds) group g of a maxnorm payload into out; returns the largest lane
 /// seen, which the caller compares with a.limit (a malformed payload is rejected, never used).
 template <bool kAccumulate>
@@ -412,6 +435,7 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
   std::uint64_t block = ~std::uint64_t{0};
   float m = 0;
   float coarse = 0;
+  float values[8];  // contiguous outputs, stored together
   for (unsigned j = 0; j < n; ++j) {
     const std::size_t i = i0 + j;
     const std::uint64_t e = a.selected != nullptr ? a.selected[i] : a.offset + i;
@@ -427,6 +451,10 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
     worst = u > worst ? u : worst;
     float value = static_cast<float>(static_cast<std::int64_t>(u) - a.bias) * step;
     if (a.scale_limit > 0 && !(m <= a.scale_limit)) value = codec::bits_float(0x7FC00000u);
+    if (a.selected == nullptr) {
+      values[j] = value;  // stored together below
+      continue;
+    }
     const std::size_t o = e - a.offset;
     if (kAccumulate) {
       out[o] = out[o] + value;
@@ -434,6 +462,7 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
       out[o] = value;
     }
   }
+  if (a.selected == nullptr) store_outputs<kAccumulate>(out + i0, values, n);
   return worst;
 }
 
