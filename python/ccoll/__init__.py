@@ -374,20 +374,22 @@ def allreduce(x, codec: Optional[str] = None, average: bool = False,
 
 
 def allgather(x, codec: Optional[str] = None, key: Union[None, int, str] = None, seed: int = 0,
-              comm=None, algorithm: str = "auto", *, out=None):
+              comm=None, algorithm: str = "auto", *, out=None, stream_ordered: bool = False):
     """Gathers every rank's `x` (n elements) into a 1-D result of size·n elements, rank i's
-    block at i·n, compressing what travels; returns `out` (allocated when None)."""
+    block at i·n, compressing what travels; returns `out` (allocated when None).
+    stream_ordered: as for :func:`allreduce` (float32 CUDA tensors)."""
     return _collective("allgather", x, out, codec, False, key, seed, comm, algorithm, 0.0,
-                       True)._output
+                       True, stream_ordered)._output
 
 
 def reduce_scatter(x, codec: Optional[str] = None, average: bool = False,
                    key: Union[None, int, str] = None, seed: int = 0, comm=None,
-                   algorithm: str = "auto", *, out=None):
+                   algorithm: str = "auto", *, out=None, stream_ordered: bool = False):
     """MPI_Reduce_scatter_block: the sum (or mean) of every rank's `x` (size·m elements) split
-    in size blocks; rank r gets block r (m elements) in `out` (allocated when None), returned."""
+    in size blocks; rank r gets block r (m elements) in `out` (allocated when None), returned.
+    stream_ordered: as for :func:`allreduce` (float32 CUDA tensors)."""
     return _collective("reduce_scatter", x, out, codec, average, key, seed, comm, algorithm, 0.0,
-                       True)._output
+                       True, stream_ordered)._output
 
 
 def iallreduce(x, codec: Optional[str] = None, average: bool = False,

@@ -233,6 +233,12 @@ def test_stream_ordered_on_host_arrays_waits_as_before():
     np.testing.assert_array_equal(plain, asked)
     with pytest.raises(ccoll.InvalidArgumentError, match=r"stream_ordered: 1 \(valid: True"):
         ccoll.allreduce(x.copy(), stream_ordered=1)
+    m = 7
+    y = data(RANK, m * SIZE)
+    rs = ccoll.reduce_scatter(y, codec=codec, stream_ordered=True)
+    np.testing.assert_array_equal(rs, ccoll.reduce_scatter(y, codec=codec))
+    ag = ccoll.allgather(y[:m], codec=codec, stream_ordered=True)
+    np.testing.assert_array_equal(ag, ccoll.allgather(y[:m], codec=codec))
 
 
 def test_subcommunicator():
