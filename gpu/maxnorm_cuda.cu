@@ -34,6 +34,25 @@ __global__ void abs_max_kernel(const void* x, std::size_t count, std::uint32_t* 
   }
 }
 
+// p = widen(x) + e and block maxima of p in one pass (abs_max_kernel's tiles)
+template <Input kIn>
+__global__ void add_abs_max_kernel(float* p, const void* x, const float* e, std::size_t count,
+                                   std::uint32_t* out) {
+  for (std::size_t tile = blockIdx.x; tile * kScanTile < count; tile += gridDim.x) {
+    const std::size_t begin = tile * kScanTile;
+    const std::size_t end = begin + kScanTile < count ? begin + kScanTile : count;
+    std::uint32_t m = 0;
+    for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      const float v = load_input(x, i, kIn) + e[i];
+      p[i] = v;
+      const std::uint32_t b = abs_bits(v);
+      m = b > m ? b : m;
+    }
+    m = __reduce_max_sync(0xFFFFFFFFu, m);
+    if ((threadIdx.x & 31) == 0) atomicMax(out + begin / kMaxnormBlock, m);
+  }
+}
+
 // kIn: a.input as a constant, so that the encode's loads compile to one type's
 template <Input kIn>
 __global__ void maxnorm_encode_kernel(const void* x, MaxnormEncodeArgs a, std::uint8_t* codes) {
@@ -109,6 +128,18 @@ class CudaMaxnorm final : public MaxnormKernels {
       abs_max_kernel<decltype(in)::value><<<grid, kThreads, 0, current_stream()>>>(x, count, out);
     });
     check_launch("block_abs_max launch");
+  }
+  void add_abs_max(float* p, const void* x, Input input, const float* e, std::size_t count,
+                   std::uint32_t* out) override {
+    if (count == 0) return;
+    b_.memset_zero(out, sizeof(std::uint32_t) * ((count + kMaxnormBlock - 1) / kMaxnormBlock));
+    const std::size_t tiles = (count + kScanTile - 1) / kScanTile;
+    const auto grid = static_cast<unsigned>(tiles < 65535 ? tiles : 65535);
+    with_input(input, [&](auto in) {
+      add_abs_max_kernel<decltype(in)::value>
+          <<<grid, kThreads, 0, current_stream()>>>(p, x, e, count, out);
+    });
+    check_launch("add_abs_max launch");
   }
   void encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
     if (a.count == 0) return;

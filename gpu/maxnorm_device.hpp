@@ -98,6 +98,10 @@ struct MaxnormEncodeArgs {
   /// non-finite block of the stream-ordered all-reduce) encodes every element as zero (lane
   /// s). 0: no such test (the host decides a fallback before any encode).
   float scale_limit = 0;
+  /// Error feedback in the encode's pass (contiguous encodes): residual[i] = x[i] - the decode
+  /// of its code (the one-contribution decode's float operations), 0 in a block beyond
+  /// scale_limit (its residual restarts); null: none.
+  float* residual = nullptr;
 };
 
 /// One maxnorm decode (or decode-accumulate) of the codes of a validated payload (randk: count
@@ -373,9 +377,13 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const void* x, const MaxnormE
     }
     const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(rnd.v[e & 3]);
     const float xv = a.selected == nullptr ? xs[j] : load_input(x, e - a.offset, a.input);
-    v[j] = a.scale_limit > 0 && !(m <= a.scale_limit)
-               ? a.levels
-               : codec::stochastic_code(xv, inv, u, a.levels);
+    const bool beyond = a.scale_limit > 0 && !(m <= a.scale_limit);
+    v[j] = beyond ? a.levels : codec::stochastic_code(xv, inv, u, a.levels);
+    if (a.residual != nullptr) {  // e = x - decode(code), as maxnorm_decode_group decodes it
+      const float step = m / s * 1.0f;
+      const auto lane = static_cast<std::int64_t>(v[j]) - static_cast<std::int64_t>(a.levels);
+      a.residual[i0 + j] = beyond ? 0.0f : xv - static_cast<float>(lane) * step;
+    }
   }
   put_group(codes, packed_size(a.count, a.width), a.width, g, v, n);
 }
@@ -522,6 +530,11 @@ class MaxnormKernels : public Kernels {
   virtual void block_abs_max(const void* x, std::size_t count, Input input, std::uint32_t* out) = 0;
   /// The codes of a maxnorm encode of x (fp32, or 16-bit: a.input).
   virtual void encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) = 0;
+  /// Error feedback's first pass: p[i] = widen(x[i]) + e[i] (x of type `input`) and, as
+  /// block_abs_max of p, out[b] = the maximum bit pattern of block b's |p| (ceil(count /
+  /// kMaxnormBlock) words, zeroed first).
+  virtual void add_abs_max(float* p, const void* x, Input input, const float* e, std::size_t count,
+                           std::uint32_t* out) = 0;
   /// A lane above a.limit (a malformed payload) is max-ed into *worst (device), which a valid
   /// payload leaves as it was.
   virtual void decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,

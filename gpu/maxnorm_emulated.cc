@@ -26,6 +26,20 @@ class EmulatedMaxnorm final : public MaxnormKernels {
       }
     });
   }
+  void add_abs_max(float* p, const void* x, Input input, const float* e, std::size_t count,
+                   std::uint32_t* out) override {
+    emulated::require_current_device(b_, x, "add_abs_max");
+    emulated::require_current_device(b_, p, "add_abs_max");
+    emulated::launch([=] {
+      for (std::size_t b = 0; b * kMaxnormBlock < count; ++b) out[b] = 0;
+      for (std::size_t i = 0; i < count; ++i) {
+        const float v = load_input(x, i, input) + e[i];
+        p[i] = v;
+        std::uint32_t& m = out[i / kMaxnormBlock];
+        m = abs_bits(v) > m ? abs_bits(v) : m;
+      }
+    });
+  }
   void encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) override {
     emulated::require_current_device(b_, x, "maxnorm_encode");
     emulated::require_current_device(b_, codes, "maxnorm_encode");

@@ -197,11 +197,9 @@ Ring ring_of(const StreamAllreduce& a, StreamState& state) {
   return g;
 }
 
-// The agreed scales (the maxima's maximum over the ranks: bit patterns, an integer max), then
-// this rank's codes of the whole tensor.
-void scan_and_encode(Ring& g, StreamCollectives& coll, const void* in, gpu::Input input) {
-  g.mx.block_abs_max(in, g.a.count, input, g.maxima);
-  coll.allreduce_max(g.maxima, g.nb);
+// This rank's codes of the whole tensor (the reduce-scatter: block by block) with the agreed
+// scales; with `residual`, error feedback's e = x - decode(code) in the same pass.
+void encode_own(Ring& g, const void* in, gpu::Input input, float* residual) {
   gpu::MaxnormEncodeArgs e;
   e.count = g.a.count;
   e.scales = reinterpret_cast<const float*>(g.maxima);
@@ -213,6 +211,7 @@ void scan_and_encode(Ring& g, StreamCollectives& coll, const void* in, gpu::Inpu
   e.nearest = g.a.codec.nearest;
   e.scale_limit = g.limit;
   e.input = input;
+  e.residual = residual;
   if (!g.a.scatter) {
     g.mx.encode(in, e, g.own);
     return;
@@ -221,40 +220,28 @@ void scan_and_encode(Ring& g, StreamCollectives& coll, const void* in, gpu::Inpu
   for (int c = 0; c < g.p(); ++c) {  // each block's codes on their own, at its offset
     e.count = g.ch.count(c);
     e.offset = g.ch.offset(c);
+    e.residual = residual != nullptr ? residual + e.offset : nullptr;
     g.mx.encode(static_cast<const std::byte*>(in) + e.offset * es, e,
                 const_cast<std::uint8_t*>(g.own_codes(c)));
   }
 }
 
-// ef=1: p = x + e (16-bit x widened in the same kernel) into `p`, which the call then scans
-// and encodes.
-void add_residual(const StreamAllreduce& a, gpu::ElementKernels& el, float* p) {
-  if (a.input == gpu::Input::kFloat32) {
-    el.add(p, static_cast<const float*>(a.in), a.residual, a.count, false);
+// The agreed scales: the maxima's maximum over the ranks (bit patterns: an integer max). With
+// ef=1 the scan is of p = x + e, formed in the same pass into `p`, and the encode reads p and
+// writes the new residual: two passes over the data in all.
+void scan_and_encode(Ring& g, StreamCollectives& coll, float* p) {
+  const StreamAllreduce& a = g.a;
+  if (a.residual != nullptr) {
+    g.mx.add_abs_max(p, a.in, a.input, a.residual, a.count, g.maxima);
   } else {
-    el.widen_add(p, static_cast<const std::uint16_t*>(a.in), a.input == gpu::Input::kBFloat16,
-                 a.residual, a.count);
+    g.mx.block_abs_max(a.in, a.count, a.input, g.maxima);
   }
-}
-
-// ef=1: e = p - decode(this rank's codes of p), the one-contribution decode into `d`.
-void update_residual(Ring& g, gpu::ElementKernels& el, const float* p, float* d) {
-  gpu::MaxnormDecodeArgs dec;
-  dec.width = g.a.codec.bits;
-  dec.levels = g.s;
-  dec.bias = g.s;
-  dec.limit = 2 * g.s;
-  dec.scale_limit = g.limit;
-  const int pieces = g.a.scatter ? g.p() : 1;  // the reduce-scatter's codes: block by block
-  for (int c = 0; c < pieces; ++c) {
-    dec.count = g.a.scatter ? g.ch.count(c) : g.a.count;
-    dec.offset = g.a.scatter ? g.ch.offset(c) : 0;
-    dec.scales = reinterpret_cast<const float*>(g.maxima) + dec.offset / gpu::kMaxnormBlock;
-    dec.codes = g.a.scatter ? g.own_codes(c) : g.own;
-    dec.code_bytes = gpu::packed_size(dec.count, g.a.codec.bits);
-    g.mx.decode(dec, d + dec.offset, false, g.flags + 1);
+  coll.allreduce_max(g.maxima, g.nb);
+  if (a.residual != nullptr) {
+    encode_own(g, p, gpu::Input::kFloat32, a.residual);
+  } else {
+    encode_own(g, a.in, a.input, nullptr);
   }
-  el.add(g.a.residual, p, d, g.a.count, true);
 }
 
 // Step k sends the partial sum of chunk r - k - h (k + 1 contributions) and receives that of
@@ -367,14 +354,10 @@ void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCo
   const gpu::Backend::Event done = state.order_after_previous(a.stream);
   Ring g = ring_of(a, state);
   b.memset_zero(g.flags, 8);
-  if (a.residual != nullptr) {  // ef=1: p = x + e is what is scanned and encoded
-    auto* p = static_cast<float*>(state.space(kFeedback, 8 * a.count));
-    add_residual(a, el, p);
-    scan_and_encode(g, coll, p, gpu::Input::kFloat32);
-    update_residual(g, el, p, p + a.count);
-  } else {
-    scan_and_encode(g, coll, a.in, a.input);
-  }
+  // ef=1: p = x + e is what is scanned and encoded
+  scan_and_encode(
+      g, coll,
+      a.residual != nullptr ? static_cast<float*>(state.space(kFeedback, 4 * a.count)) : nullptr);
   if (a.gather) {
     gather_blocks(g, coll);
     el.flag_above(g.flags + 1, 2 * g.s, state.error_word());

@@ -228,8 +228,11 @@ TEST_F(DeviceBuffers, StreamOrdered16BitAllreduceEqualsTheHostRing) {
           std::vector<std::uint16_t> h(n);
           for (std::size_t i = 0; i < n; ++i) h[i] = bf16 ? to_bf16(x[i]) : to_half(x[i]);
           ccoll::Stats stats;
-          ccoll::Options o = stream_options("maxnorm:bits=8", &stats);
+          // the mean with ef=1 (x + e widened in the same pass): a fresh tensor key each time
+          ccoll::Options o =
+              stream_options(average ? "maxnorm:bits=8,ef=1" : "maxnorm:bits=8", &stats);
           o.average = average;
+          o.key = 1000 + n + (in_place ? 1 : 0) + (bf16 ? 2 : 0);
           ccoll::Options ho = o;
           ho.stream_ordered = false;
           ho.stats = nullptr;
@@ -309,6 +312,28 @@ TEST_F(DeviceBuffers, StreamOrderedNonFiniteBlocksAreNaNOnEveryRank) {
     }
     EXPECT_EQ(0,
               std::memcmp(got.data() + 2 * kBlock, want.data() + 2 * kBlock, 4 * (n - 2 * kBlock)));
+  }
+}
+
+// ef=1 with a non-finite block: the block is NaN in that call and its residual restarts at zero,
+// so the next call with finite input is finite everywhere (the residual is not poisoned).
+TEST_F(DeviceBuffers, StreamOrderedErrorFeedbackRecoversFromANonFiniteBlock) {
+  REQUIRE_STREAM_PATH();
+  const int rank = rank_of(MPI_COMM_WORLD);
+  const std::size_t n = 2 * kBlock + 5;
+  ccoll::Options o = stream_options("maxnorm:bits=4,ef=1", nullptr);
+  o.key = 4242;
+  DeviceVec out(n);
+  for (int call = 0; call < 3; ++call) {
+    std::vector<float> x = input(n, rank, 50 + static_cast<unsigned>(call));
+    if (call == 1 && rank == 0) x[kBlock + 1] = std::numeric_limits<float>::infinity();
+    DeviceVec dx(x);
+    ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+    ccoll::testing::device_synchronize();
+    const std::vector<float> got = out.host();
+    std::size_t non_finite = 0;
+    for (const float v : got) non_finite += std::isfinite(v) ? 0 : 1;
+    EXPECT_EQ(non_finite, call == 1 ? kBlock : 0) << "call " << call;
   }
 }
 
