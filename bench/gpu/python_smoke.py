@@ -149,6 +149,15 @@ def ddp(dev):
         check(diff <= 1e-5, f"DDP hook codec none on {dev.type}: max difference to plain DDP "
               f"{diff:.3g}")
         state.shutdown()
+        # the stream-ordered hook: blocking calls on the current stream and a future complete
+        # in stream order (codec none waits; the path and the future are what is checked)
+        model = DDP(make_net(torch.float32, dev), bucket_cap_mb=1)
+        state = ct.register_comm_hook(model, codec="none", stream_ordered=True)
+        hooked, _ = train(model, 10, torch.float32, dev)
+        diff = max(float((a - b).abs().max()) for a, b in zip(plain, hooked))
+        check(diff <= 1e-5, f"DDP hook stream_ordered codec none on {dev.type}: max difference "
+              f"to plain DDP {diff:.3g}")
+        state.shutdown()
 
         for dtype in (torch.float32, torch.bfloat16):
             name = str(dtype).replace("torch.", "")
