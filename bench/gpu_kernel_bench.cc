@@ -275,6 +275,21 @@ int main(int argc, char** argv) {
                     mx.encode(x, e, codes);
                   }),
           2.0 + code);
+      {
+        // error feedback as the stream-ordered all-reduce runs it: p = x + e with its maxima in
+        // one pass, then the encode that also writes e = p - decode(code) (y is e, codes2 p)
+        auto* p = reinterpret_cast<float*>(codes2);
+        b->memset_zero(y, bytes);  // a zero residual to start from
+        gpu::MaxnormEncodeArgs ef = e;
+        ef.residual = y;
+        row("maxnorm:bits=" + std::to_string(bits) + ",ef=1 scan + encode (fused)",
+            time_it(reps,
+                    [&] {
+                      mx.add_abs_max(p, x, gpu::Input::kFloat32, y, n, maxima);
+                      mx.encode(p, ef, codes);
+                    }),
+            5.0 + code);
+      }
       mx.encode(x, e, codes);
       mx.encode(x, e, codes2);
       gpu::MaxnormDecodeArgs dec;
