@@ -20,6 +20,7 @@
 #include "run_call.hpp"
 #include "schedules.hpp"
 #include "spec.hpp"
+#include "stream_allreduce.hpp"
 
 namespace ccoll {
 namespace {
@@ -248,6 +249,25 @@ void reset_state(MPI_Comm comm, std::uint64_t key) {
     // after the non-blocking calls still pending on comm, whose state it is
     if (ProgressQueue* q = ctx->progress_if_made()) q->quiesce();
     ctx->reset_state(key);
+  }
+}
+
+void check_stream_errors(MPI_Comm comm) {
+  detail::require_mpi("check_stream_errors");
+  if (comm == MPI_COMM_NULL) {
+    throw Error(Status::kInvalidArgument,
+                "check_stream_errors: comm is MPI_COMM_NULL (valid: "
+                "the communicator of the stream-ordered calls)");
+  }
+  CommContext& ctx = CommContext::get(comm);  // collective where it is new: every rank calls
+  call::StreamState* st = ctx.stream_state_if_made();
+  int mine = st != nullptr && call::take_stream_error(*st) ? 1 : 0;
+  int any = 0;
+  CCOLL_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, ctx.comm()));
+  if (any != 0) {
+    throw Error(Status::kCorruptData,
+                "check_stream_errors: a stream-ordered call on this communicator received a "
+                "corrupt payload (a code out of range); its result is not valid");
   }
 }
 

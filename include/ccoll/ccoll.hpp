@@ -269,6 +269,13 @@ CCOLL_API std::vector<std::string> algorithms();
 /// or ranks disagree on the state and results differ. No-op when ccoll has no state for comm.
 CCOLL_API void reset_state(MPI_Comm comm, std::uint64_t key = 0);
 
+/// Collective over `comm`: raises what the stream-ordered calls on `comm` found since the last
+/// call or check (Options::stream_ordered), as ncclCommGetAsyncError reports NCCL's. Call it on
+/// every rank after waiting for the streams of those calls; throws ccoll::Error(kCorruptData)
+/// on every rank when any rank's call received a corrupt payload (a code out of range), and
+/// clears the flag. The next call on `comm` raises the same without it.
+CCOLL_API void check_stream_errors(MPI_Comm comm);
+
 /// ccoll's version, e.g. "0.1.0".
 CCOLL_API const char* version() noexcept;
 

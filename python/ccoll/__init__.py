@@ -426,6 +426,13 @@ def reset_state(comm=None, key: Union[None, int, str] = None) -> None:
     _core.reset_state(_comm_handle(comm), key_of(key))
 
 
+def check_stream_errors(comm=None) -> None:
+    """Collective: raises ``ccoll.Error`` (status corrupt data) on every rank when a
+    stream-ordered call on `comm` received a corrupt payload since the last call or check
+    (``stream_ordered=True``; wait for those calls' streams first), and clears it."""
+    _core.check_stream_errors(_comm_handle(comm))
+
+
 def nonblocking_progress() -> bool:
     """True when non-blocking calls progress in the background (MPI_THREAD_MULTIPLE)."""
     _comm_handle(None)  # initializes MPI through mpi4py

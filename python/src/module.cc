@@ -251,6 +251,13 @@ PYBIND11_MODULE(_core, m) {
       "reset_state",
       [](std::int64_t comm, std::uint64_t key) { ccoll::reset_state(comm_of(comm), key); },
       py::arg("comm"), py::arg("key") = 0);
+  m.def(
+      "check_stream_errors",
+      [](std::int64_t comm) {
+        py::gil_scoped_release nogil;
+        ccoll::check_stream_errors(comm_of(comm));
+      },
+      py::arg("comm"));
   m.def("nonblocking_progress", &ccoll::nonblocking_progress);
   m.def("algorithms", []() {
     py::list names;

@@ -362,6 +362,18 @@ TEST_F(DeviceBuffers, StreamOrderedCorruptPayloadIsRaisedByTheNextCallOnEveryRan
   ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
   ccoll::testing::device_synchronize();
   EXPECT_TRUE(same_bits(out.host(), host_allreduce(x, o, host_comm_)));
+  // the explicit check: raised on every rank, then clear
+  ccoll::check_stream_errors(dev_comm_);  // nothing flagged since
+  if (rank == size_of(MPI_COMM_WORLD) - 1) ccoll::testing::corrupt_next_stream_receive(64);
+  ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+  ccoll::testing::device_synchronize();
+  try {
+    ccoll::check_stream_errors(dev_comm_);
+    ADD_FAILURE() << "check_stream_errors did not raise the corrupt payload";
+  } catch (const ccoll::Error& e) {
+    EXPECT_EQ(e.code(), ccoll::Status::kCorruptData);
+  }
+  ccoll::check_stream_errors(dev_comm_);  // cleared
 }
 
 // Without the option, or with a codec the stream-ordered path does not run, the call waits for
