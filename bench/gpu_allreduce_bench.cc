@@ -20,13 +20,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ccoll/ccoll.hpp"
 #include "ccoll/config.hpp"
+#include "half.hpp"  // the library's fp32 <-> bf16 conversions
 
 #if CCOLL_ENABLE_NCCL
 #include <nccl.h>
@@ -80,19 +80,6 @@ double time_calls(int iters, F&& f) {
   double worst = 0;
   MPI_Allreduce(&mine, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return worst;
-}
-
-// fp32 to bf16, round to nearest even (finite values)
-std::uint16_t to_bf16(float v) {
-  std::uint32_t u = 0;
-  std::memcpy(&u, &v, 4);
-  return static_cast<std::uint16_t>((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
-}
-float from_bf16(std::uint16_t h) {
-  const std::uint32_t u = static_cast<std::uint32_t>(h) << 16;
-  float v = 0;
-  std::memcpy(&v, &u, 4);
-  return v;
 }
 
 // max |got - exact| / max |exact|, the largest over the ranks
@@ -200,11 +187,12 @@ int main(int argc, char** argv) {
     }
     std::vector<std::uint16_t> host16(n);
     std::vector<double> exact16(n, 0.0);  // the exact sum of the bf16 values
-    for (std::size_t i = 0; i < n; ++i) host16[i] = to_bf16(host[i]);
+    for (std::size_t i = 0; i < n; ++i) host16[i] = ccoll::codec::float_to_bf16(host[i]);
     for (int r = 0; r < p; ++r) {
       std::mt19937 gen(1234u + static_cast<unsigned>(r));
       std::normal_distribution<float> d(0.0f, 1.0f);
-      for (std::size_t i = 0; i < n; ++i) exact16[i] += from_bf16(to_bf16(d(gen)));
+      for (std::size_t i = 0; i < n; ++i)
+        exact16[i] += ccoll::codec::bf16_to_float(ccoll::codec::float_to_bf16(d(gen)));
     }
     float* d_in = nullptr;
     float* d_out = nullptr;
@@ -221,7 +209,7 @@ int main(int argc, char** argv) {
       if (bf16) {
         std::vector<std::uint16_t> g16(n);
         cuda_ok(cudaMemcpy(g16.data(), d_out16, bytes / 2, cudaMemcpyDeviceToHost), "cudaMemcpy");
-        for (std::size_t i = 0; i < n; ++i) got[i] = from_bf16(g16[i]);
+        for (std::size_t i = 0; i < n; ++i) got[i] = ccoll::codec::bf16_to_float(g16[i]);
         return relative_error(got, exact16);
       }
       cuda_ok(cudaMemcpy(got.data(), d_out, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy");

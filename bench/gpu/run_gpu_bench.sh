@@ -64,17 +64,8 @@ step() {
   echo "== $name: $result"
 }
 
-find_nccl() {
-  local lib
-  lib=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 / {print $NF; exit}')
-  if [ -z "$lib" ] && command -v python3 >/dev/null; then
-    local dirs
-    dirs=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
-    # shellcheck disable=SC2086
-    [ -n "$dirs" ] && lib=$(find $dirs -name 'libnccl.so.2' 2>/dev/null | head -1)
-  fi
-  [ -n "$lib" ] && dirname "$lib"
-}
+# shellcheck source=bench/gpu/find_nccl.sh
+. bench/gpu/find_nccl.sh
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none

@@ -268,17 +268,8 @@ fi
 # two ranks on one GPU of one host; each rank gets its own NCCL_HOSTID, so NCCL takes the ranks
 # for separate hosts and moves their data over sockets on loopback: the transport's calls, not
 # its speed on NVLink or a network, are what this step checks.
-find_nccl() {
-  local lib
-  lib=$(ldconfig -p 2>/dev/null | awk '/libnccl\.so\.2 / {print $NF; exit}')
-  if [ -z "$lib" ] && command -v python3 >/dev/null; then
-    local dirs
-    dirs=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
-    # shellcheck disable=SC2086
-    [ -n "$dirs" ] && lib=$(find $dirs -name 'libnccl.so.2' 2>/dev/null | head -1)
-  fi
-  [ -n "$lib" ] && dirname "$lib"
-}
+# shellcheck source=bench/gpu/find_nccl.sh
+. bench/gpu/find_nccl.sh
 missing_nccl=""
 if [ ! -x "$bundle/nccl/bin/ccoll_mpi_device_tests" ]; then
   missing_nccl="the bundle has no NCCL programs (NCCL was not installed where it was built)"

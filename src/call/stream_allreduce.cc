@@ -345,6 +345,22 @@ void gather_blocks(Ring& g, StreamCollectives& coll) {
   }
 }
 
+// The all-reduce's and the reduce-scatter's ring, then their decode into the output: the
+// caller's fp32 buffer, or workspace rounded once into its 16-bit buffer (after the mean).
+void reduce_and_decode(Ring& g, StreamCollectives& coll, StreamState& state) {
+  const StreamAllreduce& a = g.a;
+  gpu::Backend& b = state.backend();
+  reduce_scatter(g, coll);
+  if (!a.scatter) allgather(g, coll);
+  const std::size_t n_out = a.scatter ? g.ch.base : a.count;
+  float* out = a.out16 != nullptr ? static_cast<float*>(state.space(kOut32, 4 * n_out)) : a.out;
+  decode(g, out);
+  if (a.average) b.kernels<gpu::ElementKernels>().divide(out, n_out, false, a.ranks);
+  if (a.out16 != nullptr) {
+    b.kernels<gpu::CastKernels>().encode(a.input == gpu::Input::kFloat16, out, n_out, a.out16);
+  }
+}
+
 }  // namespace
 
 void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCollectives& coll,
@@ -360,28 +376,13 @@ void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCo
       a.residual != nullptr ? static_cast<float*>(state.space(kFeedback, 4 * a.count)) : nullptr);
   if (a.gather) {
     gather_blocks(g, coll);
-    el.flag_above(g.flags + 1, 2 * g.s, state.error_word());
-    b.record(done);
-    stats.wire_bytes_sent = g.sent;
-    stats.wire_bytes_received = g.received;
-    stats.control_bytes += 4 * g.nb;  // the scales' all-reduce
-    stats.algorithm = "ring";
-    stats.stream_ordered = true;
-    return;
+  } else {
+    reduce_and_decode(g, coll, state);
   }
-  reduce_scatter(g, coll);
-  if (!a.scatter) allgather(g, coll);
-  // 16-bit output: the fp32 result in workspace, rounded once into the caller's buffer
-  const std::size_t n_out = a.scatter ? g.ch.base : a.count;
-  float* out = a.out16 != nullptr ? static_cast<float*>(state.space(kOut32, 4 * n_out)) : a.out;
-  decode(g, out);
-  if (a.average) el.divide(out, n_out, false, a.ranks);
-  if (a.out16 != nullptr) {
-    b.kernels<gpu::CastKernels>().encode(a.input == gpu::Input::kFloat16, out, n_out, a.out16);
-  }
-  // a lane out of range anywhere: the error word, which the next call reads
+  // a lane out of range anywhere: the adds flag the first word, and the decodes record in the
+  // second only a lane beyond their payload's limit; the error word, which the next call reads
   el.flag_above(g.flags, 0, state.error_word());
-  el.flag_above(g.flags + 1, 2 * static_cast<std::uint32_t>(a.ranks) * g.s, state.error_word());
+  el.flag_above(g.flags + 1, 0, state.error_word());
   b.record(done);
   stats.wire_bytes_sent = g.sent;
   stats.wire_bytes_received = g.received;

@@ -33,6 +33,17 @@ bool emulated() {
   return name != nullptr && std::string(name) == "emulated";
 }
 
+// Runs `calls` and checks that they did not make the host wait for the device (counted by the
+// emulated device; a real one only runs them).
+template <class F>
+void expect_no_host_wait(F&& calls) {
+  const std::size_t before = ccoll::testing::emulated_host_syncs();
+  calls();
+  if (emulated()) {
+    EXPECT_EQ(ccoll::testing::emulated_host_syncs(), before) << "the call waited for the device";
+  }
+}
+
 ccoll::Options stream_options(const char* codec, ccoll::Stats* stats) {
   ccoll::Options o;
   o.codec = codec;
@@ -78,12 +89,11 @@ TEST_F(DeviceBuffers, StreamOrderedAllreduceEqualsTheHostRingWithoutWaiting) {
           const std::vector<float> want = host_allreduce(x, o, host_comm_);
           DeviceVec in(x);
           DeviceVec out(n);
-          const std::size_t syncs = ccoll::testing::emulated_host_syncs();
-          ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : in.data(),
-                                      in_place ? in.data() : out.data(), n, MPI_FLOAT, MPI_SUM,
-                                      dev_comm_, o);
-          EXPECT_EQ(ccoll::testing::emulated_host_syncs(), syncs)
-              << "the call waited for the device";
+          expect_no_host_wait([&] {
+            ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : in.data(),
+                                        in_place ? in.data() : out.data(), n, MPI_FLOAT, MPI_SUM,
+                                        dev_comm_, o);
+          });
           EXPECT_TRUE(stats.stream_ordered);
           EXPECT_EQ(stats.algorithm, "ring");
           ccoll::testing::device_synchronize();
@@ -117,11 +127,9 @@ TEST_F(DeviceBuffers, StreamOrderedErrorFeedbackEqualsTheHostRingCallAfterCall) 
         const std::vector<float> want = host_allreduce(x, o, host_comm_);
         DeviceVec dx(x);
         DeviceVec out(n);
-        const std::size_t syncs = ccoll::testing::emulated_host_syncs();
-        ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
-        if (emulated()) {
-          EXPECT_EQ(ccoll::testing::emulated_host_syncs(), syncs);
-        }
+        expect_no_host_wait([&] {
+          ccoll::compressed_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+        });
         EXPECT_TRUE(stats.stream_ordered);
         ccoll::testing::device_synchronize();
         EXPECT_TRUE(same_bits(out.host(), want));
@@ -155,13 +163,11 @@ TEST_F(DeviceBuffers, StreamOrderedReduceScatterEqualsTheHostRing) {
                                          ho);
         DeviceVec dx(x);
         DeviceVec out(m);
-        const std::size_t syncs = ccoll::testing::emulated_host_syncs();
-        ccoll::compressed_reduce_scatter(in_place ? MPI_IN_PLACE : dx.data(),
-                                         in_place ? dx.data() : out.data(), m, MPI_FLOAT, MPI_SUM,
-                                         dev_comm_, o);
-        if (emulated()) {
-          EXPECT_EQ(ccoll::testing::emulated_host_syncs(), syncs);
-        }
+        expect_no_host_wait([&] {
+          ccoll::compressed_reduce_scatter(in_place ? MPI_IN_PLACE : dx.data(),
+                                           in_place ? dx.data() : out.data(), m, MPI_FLOAT, MPI_SUM,
+                                           dev_comm_, o);
+        });
         EXPECT_TRUE(stats.stream_ordered);
         ccoll::testing::device_synchronize();
         std::vector<float> got = (in_place ? dx : out).host();
@@ -197,12 +203,10 @@ TEST_F(DeviceBuffers, StreamOrderedAllgatherEqualsTheHostRing) {
         std::copy(x.begin(), x.end(), placed.begin() + static_cast<std::ptrdiff_t>(m * rank));
         DeviceVec dx(x);
         DeviceVec out(placed);
-        const std::size_t syncs = ccoll::testing::emulated_host_syncs();
-        ccoll::compressed_allgather(in_place ? MPI_IN_PLACE : dx.data(), m, out.data(), MPI_FLOAT,
-                                    dev_comm_, o);
-        if (emulated()) {
-          EXPECT_EQ(ccoll::testing::emulated_host_syncs(), syncs);
-        }
+        expect_no_host_wait([&] {
+          ccoll::compressed_allgather(in_place ? MPI_IN_PLACE : dx.data(), m, out.data(), MPI_FLOAT,
+                                      dev_comm_, o);
+        });
         EXPECT_TRUE(stats.stream_ordered);
         ccoll::testing::device_synchronize();
         EXPECT_TRUE(same_bits(out.host(), want));
@@ -241,12 +245,10 @@ TEST_F(DeviceBuffers, StreamOrdered16BitAllreduceEqualsTheHostRing) {
           void* in = ccoll::testing::device_alloc(2 * n);
           void* out = ccoll::testing::device_alloc(2 * n);
           ccoll::testing::device_copy(in, h.data(), 2 * n);
-          const std::size_t syncs = ccoll::testing::emulated_host_syncs();
-          ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : in, in_place ? in : out, n, t,
-                                      MPI_SUM, dev_comm_, o);
-          if (emulated()) {
-            EXPECT_EQ(ccoll::testing::emulated_host_syncs(), syncs);
-          }
+          expect_no_host_wait([&] {
+            ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : in, in_place ? in : out, n, t,
+                                        MPI_SUM, dev_comm_, o);
+          });
           EXPECT_TRUE(stats.stream_ordered);
           ccoll::testing::device_synchronize();
           std::vector<std::uint16_t> got(n);
@@ -275,10 +277,10 @@ TEST_F(DeviceBuffers, StreamOrderedCallsQueueBackToBack) {
   DeviceVec dy(y);
   DeviceVec ox(n);
   DeviceVec oy(n);
-  const std::size_t syncs = ccoll::testing::emulated_host_syncs();
-  ccoll::compressed_allreduce(dx.data(), ox.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
-  ccoll::compressed_allreduce(dy.data(), oy.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
-  EXPECT_EQ(ccoll::testing::emulated_host_syncs(), syncs);
+  expect_no_host_wait([&] {
+    ccoll::compressed_allreduce(dx.data(), ox.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+    ccoll::compressed_allreduce(dy.data(), oy.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, o);
+  });
   ccoll::testing::device_synchronize();
   EXPECT_TRUE(same_bits(ox.host(), want_x));
   EXPECT_TRUE(same_bits(oy.host(), want_y));
