@@ -120,7 +120,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
                             std::uint32_t contributions) const override {
     // randk: as many codes as the call's shared selection keeps there
     const std::size_t ncodes =
-        sparse_ ? (selection_.select(seed_, call_, offset, count, sel_), sel_.size()) : count;
+        sparse_ ? selection_.kept_count(seed_, call_, offset, count, sel_) : count;
     return maxnorm_prefix_bytes(maxnorm_blocks_spanned(offset, count)) +
            packed_bytes(ncodes, width(contributions));
   }
@@ -514,6 +514,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     const auto ja = static_cast<std::int64_t>(va.contributions);
     const auto jb = static_cast<std::int64_t>(vb.contributions);
     const auto jj = static_cast<std::int64_t>(j);
+    if (sparse_) selection_.select(seed_, call_, va.offset, count, sel_);
     for (std::size_t i = 0; i < va.ncodes; ++i) {
       const std::int64_t qa = static_cast<std::int64_t>(code_a(i)) - s;
       const std::int64_t qb = static_cast<std::int64_t>(code_b(i)) - s;
@@ -529,7 +530,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     return static_cast<std::size_t>(w.finish() - out);
   }
 
-  /// maxnorm_layout(): parse(), and randk's kept coordinates.
+  /// maxnorm_layout(): parse().
   MaxnormLayout layout(const std::byte* in, std::size_t bytes, std::size_t count) const {
     const View v = parse(in, bytes, count);
     MaxnormLayout l;
@@ -546,7 +547,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     l.levels2 = s2_;
     l.requant = requant_;
     l.ncodes = v.ncodes;
-    if (sparse_) l.selected = &sel_;  // parse() selected them
+    l.sparse = sparse_;
     return l;
   }
   /// randk_selection(): the call's kept coordinates in [offset, offset + count).
@@ -554,6 +555,11 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     if (!sparse_) throw Error(Status::kInternal, "randk_selection: " + spec_ + " is not randk");
     selection_.select(seed_, call_, offset, count, sel_);
     return sel_;
+  }
+  /// randk_run(): the same coordinates as a run of strata, when they form one.
+  bool run(std::uint64_t offset, std::size_t count, RandkRun& out) const {
+    if (!sparse_) throw Error(Status::kInternal, "randk_run: " + spec_ + " is not randk");
+    return selection_.run(seed_, call_, offset, count, out);
   }
 
  private:
@@ -663,8 +669,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     if (sparse_) {
       // never trust a count from the wire: derive the kept coordinates as the encoder did
       if (v.nblocks != 0 && count > (std::uint64_t{1} << 40)) corrupt("element count too large");
-      selection_.select(seed_, call_, v.offset, count, sel_);
-      v.ncodes = sel_.size();
+      v.ncodes = selection_.kept_count(seed_, call_, v.offset, count, sel_);
     } else {
       v.ncodes = count;
     }
@@ -699,6 +704,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     const std::size_t first = v.offset / kBlock;
     if (sparse_) {
       if constexpr (!kAccumulate) std::fill(out, out + count, T(0));
+      selection_.select(seed_, call_, v.offset, count, sel_);
       worst = decode_selected<T, kAccumulate>(v.codes, code_bytes, v.width, v.ncodes, sel_,
                                               v.offset, v.scales, first, kBlock, static_cast<T>(s_),
                                               mult, bias_j, out);
@@ -784,6 +790,12 @@ const std::vector<std::uint64_t>& randk_selection(const Codec& codec, std::uint6
   const auto* m = dynamic_cast<const MaxNormCodec<float>*>(&codec);
   if (m == nullptr) throw Error(Status::kInternal, "randk_selection: not a float randk codec");
   return m->selection(offset, count);
+}
+
+bool randk_run(const Codec& codec, std::uint64_t offset, std::size_t count, RandkRun& out) {
+  const auto* m = dynamic_cast<const MaxNormCodec<float>*>(&codec);
+  if (m == nullptr) throw Error(Status::kInternal, "randk_run: not a float randk codec");
+  return m->run(offset, count, out);
 }
 
 std::unique_ptr<Codec> make_maxnorm_codec(DType dtype, const MaxNormParams& params) {

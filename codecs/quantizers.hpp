@@ -14,6 +14,8 @@
 
 namespace ccoll::codec {
 
+struct RandkRun;  // randk_selection.hpp
+
 /// Base of the quantizers whose decode and decode-accumulate differ only in `=` versus `+=`:
 /// Derived provides `template <bool kAccumulate> void apply(in, bytes, count, T* out) const`.
 template <class Derived, class T>
@@ -119,9 +121,7 @@ struct MaxnormLayout {
   std::uint32_t levels2 = 0;        ///< two-scale: s2 of the fine coordinates; 0 otherwise
   bool requant = false;             ///< sum=requant: a lane stands for j times its code
   std::size_t ncodes = 0;           ///< codes in the payload (randk: the kept coordinates)
-  /// randk: the kept coordinates (tensor indices, increasing), valid until the codec's next
-  /// call; null for the dense codecs
-  const std::vector<std::uint64_t>* selected = nullptr;
+  bool sparse = false;  ///< randk: the codes are the call's kept coordinates (randk_selection())
 };
 
 /// Validates a payload of the float maxnorm `codec` (any variant, randk included: header,
@@ -171,6 +171,10 @@ double topk_ratio(const Codec& codec);
 /// is not a float randk codec.
 const std::vector<std::uint64_t>& randk_selection(const Codec& codec, std::uint64_t offset,
                                                   std::size_t count);
+/// randk: the same coordinates as a run of strata (randk_selection.hpp) that a device lists
+/// itself, one thread per coordinate; false when they do not form one (indices near 2^53), when
+/// only randk_selection() lists them. kInternal when `codec` is not a float randk codec.
+bool randk_run(const Codec& codec, std::uint64_t offset, std::size_t count, RandkRun& out);
 
 /// maxnorm:bits=B[,sum=exact|requant], maxnorm:bits=B1/B2 and randk:ratio=R[,bits=B]: shared
 /// per-block max-norm scale, stochastic (params.nearest: nearest) rounding, summable.

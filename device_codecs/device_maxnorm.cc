@@ -48,11 +48,11 @@ class DeviceMaxnorm final : public DeviceCodecBase {
       scan(data, count, 1, out, fallback);
       return;
     }
-    const auto& sel = codec::randk_selection(*target(), 0, count);
+    const Selected sel = selection(0, count);
     const std::size_t nb = scale_slots(count);
     auto* dev = static_cast<std::uint32_t*>(sel_maxima_.get(b_, 4 * (nb + 1), false));
-    b_.kernels<gpu::MaxnormKernels>().selected_abs_max(static_cast<const float*>(data),
-                                                       upload(sel, count), sel.size(), dev, nb);
+    b_.kernels<gpu::MaxnormKernels>().selected_abs_max(static_cast<const float*>(data), sel.dev,
+                                                       sel.n, dev, nb);
     std::vector<std::uint32_t> bits(nb);
     b_.copy(bits.data(), dev, 4 * nb);
     b_.synchronize();
@@ -95,7 +95,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     const std::size_t at = encode_prefix(count, ctx, out);
     const std::size_t code_bytes = gpu::packed_size(ncodes_, width_);
     std::uint8_t* codes = body_target(out, at, code_bytes);
-    queue_codes(in, count, ctx, codes);
+    queue_codes(in, ctx, codes);
     finish_body(out, at, codes, code_bytes);
     return at + code_bytes;
   }
@@ -122,7 +122,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     put_prefix(out, h, at);
     gpu::MaxnormAddArgs add;
     add.count = la.ncodes;
-    add.selected = la.selected != nullptr ? upload(*la.selected, count) : nullptr;
+    add.selected = la.sparse ? selection(la.offset, count).dev : nullptr;
     add.a = reinterpret_cast<const std::uint8_t*>(a + la.codes_at);
     add.a_bytes = la.code_bytes;
     add.a_width = la.width;
@@ -154,16 +154,31 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     throw Error(Status::kCorruptData, std::string("received ") + (sparse_ ? "randk" : "maxnorm") +
                                           " payload rejected: " + what);
   }
-  // randk: the kept coordinates on the device (valid until the next upload)
-  // (sized for the most a block of `count` elements can keep, as the CPU codec bounds it, so
-  // that the varying number of kept coordinates never reallocates after the first call)
-  const std::uint64_t* upload(const std::vector<std::uint64_t>& sel, std::size_t count) const {
+  // randk: the call's kept coordinates in [offset, offset + count) on the device (valid until
+  // the next selection), listed by a kernel from the run of strata that holds them (the host
+  // list is copied only where they form no run, indices near 2^53). The buffer is sized for
+  // the most `count` elements can keep, as the CPU codec bounds it, so that the varying number
+  // of kept coordinates never reallocates after the first call.
+  struct Selected {
+    const std::uint64_t* dev;
+    std::size_t n;
+  };
+  Selected selection(std::uint64_t offset, std::size_t count) const {
     const auto min_len = static_cast<std::size_t>(std::floor(1.0 / ratio_));
-    const std::size_t most = std::max(sel.size(), std::min(count, count / min_len + 2));
-    auto* dev = static_cast<std::uint64_t*>(sel_dev_.get(b_, 8 * (most + 1), false));
+    const std::size_t most = std::min(count, count / min_len + 2);
+    codec::RandkRun run;
+    if (codec::randk_run(*target(), offset, count, run)) {
+      auto* dev =
+          static_cast<std::uint64_t*>(sel_dev_.get(b_, 8 * (std::max(most, run.n) + 1), false));
+      b_.kernels<gpu::MaxnormKernels>().randk_select(run, dev);
+      return {dev, run.n};
+    }
+    const auto& sel = codec::randk_selection(*target(), offset, count);
+    auto* dev =
+        static_cast<std::uint64_t*>(sel_dev_.get(b_, 8 * (std::max(most, sel.size()) + 1), false));
     b_.copy(dev, sel.data(), 8 * sel.size());
     b_.synchronize();  // `sel` is the CPU codec's, which the next call overwrites
-    return dev;
+    return {dev, sel.size()};
   }
   static std::size_t prefix_bytes(std::size_t nblocks) {
     return codec::maxnorm_prefix_bytes(nblocks);
@@ -199,18 +214,18 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     codec::write_maxnorm_prefix(h, {id(), 0, param(1), count}, ctx.offset, scales_.data() + first,
                                 nb);
     if (resident_) put_prefix(out, h, at);
-    selected_ = sparse_ ? &codec::randk_selection(*target(), ctx.offset, count) : nullptr;
-    ncodes_ = selected_ != nullptr ? selected_->size() : count;
+    selected_ = {nullptr, count};
+    if (sparse_) selected_ = selection(ctx.offset, count);
+    ncodes_ = selected_.n;
     return at;
   }
   // Queues the kernel writing the codes of the encode encode_prefix() began at `codes`.
-  void queue_codes(const void* x, std::size_t count, const codec::BlockContext& ctx,
-                   std::uint8_t* codes) {
+  void queue_codes(const void* x, const codec::BlockContext& ctx, std::uint8_t* codes) {
     if (ncodes_ == 0) return;
     const std::size_t first = ctx.offset / gpu::kMaxnormBlock;
     gpu::MaxnormEncodeArgs a;
     a.count = ncodes_;
-    a.selected = selected_ != nullptr ? upload(*selected_, count) : nullptr;
+    a.selected = selected_.dev;
     a.offset = ctx.offset;
     a.scales = scales_dev_ptr_ + first;
     a.first_block = first;
@@ -232,8 +247,8 @@ class DeviceMaxnorm final : public DeviceCodecBase {
                     void* out, bool acc, std::uint32_t* flag) {
     gpu::MaxnormDecodeArgs a;
     a.count = l.ncodes;
-    if (l.selected != nullptr) {  // randk: the other coordinates decode to zero
-      a.selected = upload(*l.selected, count);
+    if (l.sparse) {  // randk: the other coordinates decode to zero
+      a.selected = selection(l.offset, count).dev;
       if (!acc) b_.memset_zero(out, 4 * count);
     }
     a.offset = l.offset;
@@ -273,7 +288,7 @@ class DeviceMaxnorm final : public DeviceCodecBase {
   std::vector<float> scales_;  // the agreed scales, as payloads carry them
   gpu::Buffer scales_dev_;
   float* scales_dev_ptr_ = nullptr;
-  const std::vector<std::uint64_t>* selected_ = nullptr;  // randk: the encode's kept ones
+  Selected selected_{nullptr, 0};  // randk: the encode's kept ones (dense: null)
   std::size_t ncodes_ = 0;
 };
 

@@ -96,6 +96,12 @@ __global__ void selected_abs_max_kernel(const float* x, const std::uint64_t* sel
   }
 }
 
+__global__ void randk_select_kernel(codec::RandkRun r, std::uint64_t* out) {
+  for (std::size_t m = global_thread(); m < r.n; m += grid_threads()) {
+    out[m] = codec::randk_kept(r.len, r.key, r.call, r.first + m);
+  }
+}
+
 __global__ void maxnorm_mask_kernel(const float* x, std::size_t count, const float* scales,
                                     std::uint32_t levels, std::uint32_t levels2,
                                     std::uint8_t* out) {
@@ -167,6 +173,11 @@ class CudaMaxnorm final : public MaxnormKernels {
     if (nsel == 0) return;
     selected_abs_max_kernel<<<grid_for(nsel), kThreads, 0, current_stream()>>>(x, sel, nsel, out);
     check_launch("selected_abs_max launch");
+  }
+  void randk_select(const codec::RandkRun& r, std::uint64_t* out) override {
+    if (r.n == 0) return;
+    randk_select_kernel<<<grid_for(r.n), kThreads, 0, current_stream()>>>(r, out);
+    check_launch("randk_select launch");
   }
   void mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
             std::uint32_t levels2, std::uint8_t* out) override {

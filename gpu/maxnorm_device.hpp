@@ -19,6 +19,7 @@
 #include "half.hpp"
 #include "maxnorm_wire.hpp"
 #include "philox.hpp"
+#include "randk_selection.hpp"
 
 namespace ccoll::gpu {
 
@@ -543,6 +544,9 @@ class MaxnormKernels : public Kernels {
   /// scale pass); out (nblocks words) is zeroed first.
   virtual void selected_abs_max(const float* x, const std::uint64_t* sel, std::size_t nsel,
                                 std::uint32_t* out, std::size_t nblocks) = 0;
+  /// randk's kept coordinates of a run of strata: out[m] = randk_kept(r.len, r.key, r.call,
+  /// r.first + m) for m < r.n (the list the host would select, without crossing from it).
+  virtual void randk_select(const codec::RandkRun& r, std::uint64_t* out) = 0;
   /// Two-scale's mask of `count` elements (one byte per 8) from the agreed scales.
   virtual void mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
                     std::uint32_t levels2, std::uint8_t* out) = 0;

@@ -68,6 +68,12 @@ class EmulatedMaxnorm final : public MaxnormKernels {
       }
     });
   }
+  void randk_select(const codec::RandkRun& r, std::uint64_t* out) override {
+    emulated::launch([=] {
+      for (std::size_t m = 0; m < r.n; ++m)
+        out[m] = codec::randk_kept(r.len, r.key, r.call, r.first + m);
+    });
+  }
   void mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
             std::uint32_t levels2, std::uint8_t* out) override {
     emulated::launch([=] {

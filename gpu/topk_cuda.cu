@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cub/block/block_scan.cuh>
 
 #include "cuda_launch.cuh"
 #include "topk_device.hpp"
@@ -15,9 +16,11 @@ namespace {
 // Warp-aggregated counts: the lanes of a warp that hit the same digit add once (the many equal
 // keys of a narrow prefix, or of zeros, would otherwise queue on one address). The loop's trip
 // count is the warp's, so that every lane takes part in each match.
-__global__ void topk_histogram_kernel(const float* x, std::size_t count, std::uint32_t prefix,
-                                      std::uint32_t mask, int shift, std::uint32_t* hist) {
+__global__ void topk_histogram_kernel(const float* x, std::size_t count, const TopkRadix* r,
+                                      int shift, std::uint32_t* hist) {
   constexpr unsigned kNoDigit = 0x10000u;
+  const std::uint32_t prefix = r->prefix;
+  const std::uint32_t mask = r->mask;
   for (std::size_t base = global_thread() - lane_id(); base < count; base += grid_threads()) {
     const std::size_t i = base + lane_id();
     unsigned digit = kNoDigit;
@@ -32,10 +35,63 @@ __global__ void topk_histogram_kernel(const float* x, std::size_t count, std::ui
   }
 }
 
+// The radix step in one block: thread t sums its kPickBins bins counted from the top, an
+// exclusive scan over the threads gives the elements above each thread's bins, and the one thread
+// whose bins hold the need-th largest walks them down as topk_pick_digit does.
+constexpr int kPickThreads = 1024;
+constexpr std::size_t kPickBins = kTopkBins / kPickThreads;
+__global__ void __launch_bounds__(kPickThreads)
+    topk_pick_digit_kernel(const std::uint32_t* hist, int shift, std::size_t kept, TopkRadix* r) {
+  using Scan = cub::BlockScan<unsigned long long, kPickThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  const std::size_t hi = kTopkBins - 1 - kPickBins * threadIdx.x;
+  const std::size_t lo = hi + 1 - kPickBins;
+  const std::uint64_t need = kept - r->above;  // read before the scan's barrier: r changes after
+  unsigned long long mine = 0;
+  for (std::size_t d = lo; d <= hi; ++d) mine += hist[d];
+  unsigned long long before = 0;
+  Scan(scan).ExclusiveSum(mine, before);
+  if (before < need && before + mine >= need) {
+    TopkRadix out = *r;
+    topk_pick_in(hist, lo, hi, before, need, shift, out);
+    *r = out;
+  }
+}
+
+// Exclusive sums over the tiles in one block, kPickThreads tiles at a time with a running carry
+// (the tiles are few: one per kTopkTile elements).
+__global__ void __launch_bounds__(kPickThreads)
+    topk_tile_offsets_kernel(const std::uint32_t* above, const std::uint32_t* equal,
+                             std::size_t tiles, std::uint64_t* above_before,
+                             std::uint64_t* equal_before) {
+  using Scan = cub::BlockScan<unsigned long long, kPickThreads>;
+  __shared__ typename Scan::TempStorage scan;
+  unsigned long long carry_a = 0;
+  unsigned long long carry_e = 0;
+  for (std::size_t base = 0; base < tiles; base += kPickThreads) {
+    const std::size_t t = base + threadIdx.x;
+    unsigned long long a = t < tiles ? above[t] : 0;
+    unsigned long long e = t < tiles ? equal[t] : 0;
+    unsigned long long total_a = 0;
+    unsigned long long total_e = 0;
+    Scan(scan).ExclusiveSum(a, a, total_a);
+    __syncthreads();  // the scan's storage is used again
+    Scan(scan).ExclusiveSum(e, e, total_e);
+    __syncthreads();
+    if (t < tiles) {
+      above_before[t] = carry_a + a;
+      equal_before[t] = carry_e + e;
+    }
+    carry_a += total_a;
+    carry_e += total_e;
+  }
+}
+
 // One warp per tile (kThreads / 32 tiles a block): the lanes count a strided share each and the
 // warp adds them.
-__global__ void topk_tile_counts_kernel(const float* x, TopkSelect s, std::uint32_t* above,
-                                        std::uint32_t* equal) {
+__global__ void topk_tile_counts_kernel(const float* x, TopkSelect sel, const TopkRadix* r,
+                                        std::uint32_t* above, std::uint32_t* equal) {
+  const TopkSelect s = topk_resolved(sel, *r);
   const std::size_t tiles = (s.count + kTopkTile - 1) / kTopkTile;
   const std::size_t warps = grid_threads() / 32;
   for (std::size_t t = global_thread() / 32; t < tiles; t += warps) {
@@ -58,10 +114,11 @@ __global__ void topk_tile_counts_kernel(const float* x, TopkSelect s, std::uint3
 }
 
 // One warp per tile, 32 elements at a time in index order (topk_device.hpp).
-__global__ void topk_tile_write_kernel(const float* x, TopkSelect s,
+__global__ void topk_tile_write_kernel(const float* x, TopkSelect sel, const TopkRadix* r,
                                        const std::uint64_t* above_before,
                                        const std::uint64_t* equal_before, std::uint8_t* idx_out,
                                        std::uint8_t* val_out) {
+  const TopkSelect s = topk_resolved(sel, *r);
   const std::size_t tiles = (s.count + kTopkTile - 1) / kTopkTile;
   const std::size_t warps = grid_threads() / 32;
   for (std::size_t t = global_thread() / 32; t < tiles; t += warps) {
@@ -96,27 +153,38 @@ class CudaTopk final : public TopkKernels {
  public:
   explicit CudaTopk(Backend& b) : b_(b) {}
 
-  void histogram(const float* x, std::size_t count, std::uint32_t prefix, std::uint32_t mask,
-                 int shift, std::uint32_t* hist) override {
-    b_.memset_zero(hist, 4 * 65536);
+  void histogram(const float* x, std::size_t count, const TopkRadix* r, int shift,
+                 std::uint32_t* hist) override {
+    b_.memset_zero(hist, 4 * kTopkBins);
     if (count == 0) return;
-    topk_histogram_kernel<<<grid_for(count), kThreads, 0, current_stream()>>>(x, count, prefix,
-                                                                              mask, shift, hist);
+    topk_histogram_kernel<<<grid_for(count), kThreads, 0, current_stream()>>>(x, count, r, shift,
+                                                                              hist);
     check_launch("topk_histogram launch");
   }
-  void tile_counts(const float* x, const TopkSelect& s, std::uint32_t* above,
+  void pick_digit(const std::uint32_t* hist, int shift, std::size_t kept, TopkRadix* r) override {
+    topk_pick_digit_kernel<<<1, kPickThreads, 0, current_stream()>>>(hist, shift, kept, r);
+    check_launch("topk_pick_digit launch");
+  }
+  void tile_counts(const float* x, const TopkSelect& s, const TopkRadix* r, std::uint32_t* above,
                    std::uint32_t* equal) override {
     if (s.count == 0) return;
     topk_tile_counts_kernel<<<grid_for(32 * ((s.count + kTopkTile - 1) / kTopkTile)), kThreads, 0,
-                              current_stream()>>>(x, s, above, equal);
+                              current_stream()>>>(x, s, r, above, equal);
     check_launch("topk_tile_counts launch");
   }
-  void tile_write(const float* x, const TopkSelect& s, const std::uint64_t* above_before,
-                  const std::uint64_t* equal_before, std::uint8_t* idx_out,
-                  std::uint8_t* val_out) override {
+  void tile_offsets(const std::uint32_t* above, const std::uint32_t* equal, std::size_t tiles,
+                    std::uint64_t* above_before, std::uint64_t* equal_before) override {
+    if (tiles == 0) return;
+    topk_tile_offsets_kernel<<<1, kPickThreads, 0, current_stream()>>>(above, equal, tiles,
+                                                                       above_before, equal_before);
+    check_launch("topk_tile_offsets launch");
+  }
+  void tile_write(const float* x, const TopkSelect& s, const TopkRadix* r,
+                  const std::uint64_t* above_before, const std::uint64_t* equal_before,
+                  std::uint8_t* idx_out, std::uint8_t* val_out) override {
     if (s.count == 0) return;
     topk_tile_write_kernel<<<grid_for(32 * ((s.count + kTopkTile - 1) / kTopkTile)), kThreads, 0,
-                             current_stream()>>>(x, s, above_before, equal_before, idx_out,
+                             current_stream()>>>(x, s, r, above_before, equal_before, idx_out,
                                                  val_out);
     check_launch("topk_tile_write launch");
   }

@@ -1,12 +1,14 @@
 // The topk family's kernel header: the per-thread bodies of topk's device kernels
 // (codecs/topk.cc), host and device, and its kernel interface (TopkKernels, at the end). The CPU's
-// exact, deterministic selection: a radix select of the k-th largest magnitude key t over
-// 16-bit digits (the histograms counted on the device, the digits picked on the host by the
-// CPU codec's own step), then every element above t and the first `need` equal to t, in index
-// order. The order is kept by tiles: each tile counts its elements above and equal to t, the
-// host turns the counts into each tile's first output position, and one warp per tile writes
-// its elements in index order, 32 at a time: each lane classifies one element of the chunk, the
-// warp's masks of above and equal lanes (__ballot_sync) give each kept element its position.
+// exact, deterministic selection, all of it on the device with no value crossing to the host: a
+// radix select of the k-th largest magnitude key t over 16-bit digits (a histogram per digit,
+// the digit picked from it by a kernel, as the CPU codec's topk_pick_digit picks it, into a
+// TopkRadix in device memory), then every element above t and the first `need` equal to t, in
+// index order. The order is kept by tiles: each tile counts its elements above and equal to t,
+// an exclusive sum over the tiles gives each tile's first output position, and one warp per
+// tile writes its elements in index order, 32 at a time: each lane classifies one element of
+// the chunk, the warp's masks of above and equal lanes (__ballot_sync) give each kept element
+// its position.
 #pragma once
 
 #include <cstddef>
@@ -32,6 +34,44 @@ struct TopkSelect {
   std::size_t kept = 0;         ///< k
   unsigned index_bytes = 4;
 };
+
+/// The radix select's state in device memory, zeroed before the first digit: the digits picked
+/// so far (prefix, under mask) and how many elements lie above the prefix's range. After the
+/// last digit the prefix is t, and kept - above elements equal to t are to be kept.
+struct TopkRadix {
+  std::uint32_t prefix;
+  std::uint32_t mask;
+  std::uint64_t above;
+};
+
+/// `s` with the threshold and the ties to keep of a finished radix select.
+CCOLL_HOST_DEVICE inline TopkSelect topk_resolved(TopkSelect s, const TopkRadix& r) {
+  s.threshold = r.prefix;
+  s.need = s.kept - r.above;
+  return s;
+}
+
+/// Bins of a digit's histogram.
+inline constexpr std::size_t kTopkBins = 65536;
+
+/// One radix step (codec::topk_pick_digit): with `above` elements above bins [lo, hi] already
+/// counted (bins above hi), walks down from bin hi to the bin holding the need-th largest; adds
+/// that digit to r at `shift` and the elements above it to r.above. False when bins [lo, hi] do
+/// not hold it.
+CCOLL_HOST_DEVICE inline bool topk_pick_in(const std::uint32_t* hist, std::size_t lo,
+                                           std::size_t hi, std::uint64_t above, std::uint64_t need,
+                                           int shift, TopkRadix& r) {
+  std::size_t d = hi;
+  while (above + hist[d] < need) {
+    above += hist[d];
+    if (d == lo) return false;
+    --d;
+  }
+  r.above += above;
+  r.prefix |= static_cast<std::uint32_t>(d) << shift;
+  r.mask |= 0xFFFFu << shift;
+  return true;
+}
 
 /// One past the last element of tile t.
 CCOLL_HOST_DEVICE inline std::size_t topk_tile_end(const TopkSelect& s, std::size_t t) {
@@ -125,17 +165,26 @@ CCOLL_HOST_DEVICE inline void topk_scatter_one(const std::uint8_t* idx_in,
 class TopkKernels : public Kernels {
  public:
   static constexpr const char* kFamily = "topk";
-  /// hist[d] (65536 words, zeroed first) = elements whose key matches `prefix` under `mask` and
-  /// has digit d at `shift`.
-  virtual void histogram(const float* x, std::size_t count, std::uint32_t prefix,
-                         std::uint32_t mask, int shift, std::uint32_t* hist) = 0;
-  /// Per tile, the elements above and equal to the threshold.
-  virtual void tile_counts(const float* x, const TopkSelect& s, std::uint32_t* above,
-                           std::uint32_t* equal) = 0;
+  /// hist[d] (kTopkBins words, zeroed first) = elements whose key matches r's prefix under its
+  /// mask and has digit d at `shift`.
+  virtual void histogram(const float* x, std::size_t count, const TopkRadix* r, int shift,
+                         std::uint32_t* hist) = 0;
+  /// The radix step on the device: the digit at `shift` of the k-th largest key (`kept`: k),
+  /// picked from `hist` into r.
+  virtual void pick_digit(const std::uint32_t* hist, int shift, std::size_t kept, TopkRadix* r) = 0;
+  /// Per tile, the elements above and equal to the threshold of the finished select r (s: its
+  /// count, kept and index width).
+  virtual void tile_counts(const float* x, const TopkSelect& s, const TopkRadix* r,
+                           std::uint32_t* above, std::uint32_t* equal) = 0;
+  /// Exclusive sums over the `tiles` tiles: each tile's first output position among the elements
+  /// above and among those equal to the threshold.
+  virtual void tile_offsets(const std::uint32_t* above, const std::uint32_t* equal,
+                            std::size_t tiles, std::uint64_t* above_before,
+                            std::uint64_t* equal_before) = 0;
   /// The kept elements' indices and values, tile by tile.
-  virtual void tile_write(const float* x, const TopkSelect& s, const std::uint64_t* above_before,
-                          const std::uint64_t* equal_before, std::uint8_t* idx_out,
-                          std::uint8_t* val_out) = 0;
+  virtual void tile_write(const float* x, const TopkSelect& s, const TopkRadix* r,
+                          const std::uint64_t* above_before, const std::uint64_t* equal_before,
+                          std::uint8_t* idx_out, std::uint8_t* val_out) = 0;
   /// out[index] = (or +=) value for the k kept elements of a validated payload.
   virtual void scatter(const std::uint8_t* idx_in, const std::uint8_t* val_in, unsigned index_bytes,
                        std::size_t k, float* out, bool accumulate) = 0;

@@ -16,28 +16,50 @@ class EmulatedTopk final : public TopkKernels {
  public:
   explicit EmulatedTopk(Backend& /*b*/) {}
 
-  void histogram(const float* x, std::size_t count, std::uint32_t prefix, std::uint32_t mask,
-                 int shift, std::uint32_t* hist) override {
+  void histogram(const float* x, std::size_t count, const TopkRadix* r, int shift,
+                 std::uint32_t* hist) override {
     emulated::launch([=] {
-      for (std::size_t d = 0; d < 65536; ++d) hist[d] = 0;
+      for (std::size_t d = 0; d < kTopkBins; ++d) hist[d] = 0;
       for (std::size_t i = 0; i < count; ++i) {
         const std::uint32_t key = topk_key(x[i]);
-        if ((key & mask) == prefix) ++hist[(key >> shift) & 0xFFFFu];
+        if ((key & r->mask) == r->prefix) ++hist[(key >> shift) & 0xFFFFu];
       }
     });
   }
-  void tile_counts(const float* x, const TopkSelect& s, std::uint32_t* above,
+  void pick_digit(const std::uint32_t* hist, int shift, std::size_t kept, TopkRadix* r) override {
+    emulated::launch([=] {
+      if (!topk_pick_in(hist, 0, kTopkBins - 1, 0, kept - r->above, shift, *r)) {
+        throw Error(Status::kInternal, "emulated topk pick_digit: fewer keys than kept");
+      }
+    });
+  }
+  void tile_counts(const float* x, const TopkSelect& sel, const TopkRadix* r, std::uint32_t* above,
                    std::uint32_t* equal) override {
     emulated::launch([=] {
+      const TopkSelect s = topk_resolved(sel, *r);
       for (std::size_t t = 0; t * kTopkTile < s.count; ++t) {
         topk_tile_count(x, s, t, above + t, equal + t);
       }
     });
   }
-  void tile_write(const float* x, const TopkSelect& s, const std::uint64_t* above_before,
-                  const std::uint64_t* equal_before, std::uint8_t* idx_out,
-                  std::uint8_t* val_out) override {
+  void tile_offsets(const std::uint32_t* above, const std::uint32_t* equal, std::size_t tiles,
+                    std::uint64_t* above_before, std::uint64_t* equal_before) override {
     emulated::launch([=] {
+      std::uint64_t a = 0;
+      std::uint64_t e = 0;
+      for (std::size_t t = 0; t < tiles; ++t) {
+        above_before[t] = a;
+        equal_before[t] = e;
+        a += above[t];
+        e += equal[t];
+      }
+    });
+  }
+  void tile_write(const float* x, const TopkSelect& sel, const TopkRadix* r,
+                  const std::uint64_t* above_before, const std::uint64_t* equal_before,
+                  std::uint8_t* idx_out, std::uint8_t* val_out) override {
+    emulated::launch([=] {
+      const TopkSelect s = topk_resolved(sel, *r);
       // the CUDA kernel's warp per tile, its 32 lanes in turn: the masks first (the ballot),
       // then each lane's write. On a GPU the writes run in any order, so every position must
       // be written exactly once: checked here, where an overlap would otherwise be overwritten

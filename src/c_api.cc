@@ -21,6 +21,7 @@ ccoll::Options to_options(const ccoll_options_t* o) {
   opt.average = o->average != 0;
   opt.lr = o->lr;
   opt.cuda_stream = o->cuda_stream;
+  opt.stream_ordered = o->stream_ordered != 0;
   return opt;
 }
 
@@ -38,6 +39,7 @@ void copy_stats(const ccoll::Stats& s, ccoll_stats_t* out) {
   out->bits = s.bits;
   out->transport = ccoll::data_path_static_name(s.transport);
   out->node_bytes = s.node_bytes;
+  out->stream_ordered = s.stream_ordered ? 1 : 0;
 }
 
 // The status of `f`, with the message kept for ccoll_last_error().
@@ -132,6 +134,11 @@ void ccoll_options_init(ccoll_options_t* options) {
   options->lr = 0;
   options->stats = nullptr;
   options->cuda_stream = nullptr;
+  options->stream_ordered = 0;
+}
+
+ccoll_status_t ccoll_check_stream_errors(MPI_Comm comm) {
+  return status_of([&] { ccoll::check_stream_errors(comm); });
 }
 
 ccoll_status_t ccoll_allreduce(const void* sendbuf, void* recvbuf, size_t count,

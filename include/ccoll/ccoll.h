@@ -50,6 +50,9 @@ typedef struct ccoll_stats {
       when the call stopped before choosing; a static string. */
   const char* transport;
   size_t node_bytes; /**< algorithm "hierarchical": bytes moved inside the node (ccoll::Stats). */
+  /** 1 when the call was queued on cuda_stream and returned without waiting for it
+      (ccoll::Stats::stream_ordered). */
+  int stream_ordered;
 } ccoll_stats_t;
 
 /** Per-call options; initialize with ccoll_options_init(). NULL strings mean the defaults. */
@@ -62,6 +65,10 @@ typedef struct ccoll_options {
   ccoll_stats_t* stats; /**< Filled when not NULL. */
   double lr;            /**< Learning-rate hint (dq); 0: none. */
   void* cuda_stream;    /**< Device buffers: the cudaStream_t to order after; NULL: default. */
+  /** Non-zero: where the call can run stream-ordered, queue it on cuda_stream and return without
+      waiting (ccoll::Options::stream_ordered); errors it finds are raised by the next call or
+      by ccoll_check_stream_errors. */
+  int stream_ordered;
 } ccoll_options_t;
 
 /** Sets every field of `options` to its default. */
@@ -114,6 +121,11 @@ CCOLL_C_API ccoll_status_t ccoll_request_test(ccoll_request_t* request, int* fla
 /** Frees a request without reporting its status: waits for its call first if it is still in
     flight (its buffers stay in use until then), and prints a failure on stderr. */
 CCOLL_C_API void ccoll_request_free(ccoll_request_t* request);
+
+/** C twin of ccoll::check_stream_errors: collective over `comm`; CCOLL_ERR_CORRUPT_DATA on
+    every rank when a stream-ordered call on `comm` received a corrupt payload since the last
+    call or check (the flag is cleared). */
+CCOLL_C_API ccoll_status_t ccoll_check_stream_errors(MPI_Comm comm);
 
 /** C twins of ccoll::float16() and ccoll::bfloat16(); MPI_DATATYPE_NULL (message in
     ccoll_last_error) before MPI_Init. */

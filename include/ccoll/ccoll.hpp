@@ -110,7 +110,7 @@ struct Options {
   /// which is also stream-ordered); Stats::stream_ordered says which. Must be equal on all ranks. A
   /// corrupt payload is raised (Status::kCorruptData, on every rank) by the next call on the
   /// communicator. Blocking calls only: the non-blocking ones ignore it (their request completes
-  /// when the result is there). Not in the C API (ccoll_options_t); Python: stream_ordered=.
+  /// when the result is there). C: ccoll_options_t::stream_ordered; Python: stream_ordered=.
   bool stream_ordered = false;
 };
 

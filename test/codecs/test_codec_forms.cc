@@ -22,6 +22,7 @@
 #include "maxnorm_wire.hpp"
 #include "philox.hpp"
 #include "quantizers.hpp"
+#include "randk_selection.hpp"
 #include "spec.hpp"
 #include "uniforms.hpp"
 #include "wire.hpp"
@@ -286,6 +287,43 @@ TEST(RandK, StratifiedSelectionSharedByEveryRankAndChunk) {
   for (std::size_t i = 0; i < n; ++i) per_offset[i % 100] += hits[i];
   const double expect = static_cast<double>(calls) * (n / 100) / 100;  // 3000 each
   for (const double h : per_offset) EXPECT_NEAR(h, expect, 6 * std::sqrt(expect));
+}
+
+// randk's run of strata (what a device lists one thread per coordinate) is exactly select()'s
+// list wherever it is offered, over ratios, element offsets and counts; near 2^53, where
+// rounding may leave a stratum empty, no run is offered and select() stays the only list.
+TEST(RandK, RunOfStrataListsExactlyTheSelection) {
+  std::vector<std::uint64_t> want;
+  std::vector<std::uint64_t> scratch;
+  std::size_t checked = 0;
+  for (const double ratio : {1.0, 0.5, 1.0 / 3.0, 0.3, 0.1, 0.0137, 0.01, 1e-4}) {
+    const Selection sel(ratio);
+    for (const std::uint64_t offset :
+         {std::uint64_t{0}, std::uint64_t{1}, std::uint64_t{7}, std::uint64_t{99},
+          std::uint64_t{1000003}, (std::uint64_t{1} << 40) + 5}) {
+      for (const std::size_t count : {0, 1, 2, 3, 17, 1000, 12345}) {
+        for (const std::uint64_t call : {0, 1, 77}) {
+          sel.select(11, call, offset, count, want);
+          RandkRun r;
+          ASSERT_TRUE(sel.run(11, call, offset, count, r)) << ratio << " " << offset;
+          std::vector<std::uint64_t> got(r.n);
+          for (std::size_t m = 0; m < r.n; ++m)
+            got[m] = randk_kept(r.len, r.key, r.call, r.first + m);
+          ASSERT_EQ(got, want) << "ratio " << ratio << " offset " << offset << " count " << count;
+          EXPECT_EQ(sel.kept_count(11, call, offset, count, scratch), want.size());
+          ++checked;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 8u * 6 * 7 * 3);
+  // a ratio just below 1 at 2^52: j·L rounds, strata may be empty; the count still matches
+  const Selection close(1.0 - 1e-12);
+  RandkRun r;
+  const std::uint64_t far = std::uint64_t{1} << 52;
+  EXPECT_FALSE(close.run(3, 1, far, 64, r));
+  close.select(3, 1, far, 64, want);
+  EXPECT_EQ(close.kept_count(3, 1, far, 64, scratch), want.size());
 }
 
 // randk on real data: kept coordinates are within one maxnorm step of the input (the scale

@@ -145,7 +145,7 @@ TEST_P(DeviceCodec, SumsDecodeTheSameAndTheAddKernelMatches) {
   gpu::MaxnormAddArgs args;
   args.count = la.ncodes;  // randk: the kept coordinates' lanes
   std::vector<std::uint64_t> sel;
-  if (la.selected != nullptr) sel = *la.selected;
+  if (la.sparse) sel = codec::randk_selection(*cpu_, la.offset, n);
   const DeviceArray dsel(*b_, sel.data(), 8 * sel.size());
   if (!sel.empty()) args.selected = dsel.as<std::uint64_t>();
   args.a = da.as<std::uint8_t>();
@@ -680,6 +680,33 @@ TEST_P(DeviceCodecResident, SameBytesSumsAndRejections) {
     EXPECT_THROW(dev_->decode(dpois.as<std::byte>(), nw, cnt, out.as<float>()), Error);
   }
 }
+
+// randk's coordinates and topk's radix select are chosen on the device: a resident encode waits
+// for the device once, at its end (on a GPU the count is not observable: emulated only).
+using DeviceSelection = DeviceCodecResident;
+TEST_P(DeviceSelection, WaitsOnlyAtTheEndOfAnEncode) {
+#if defined(CCOLL_TEST_CUDA)
+  GTEST_SKIP() << "host waits are counted by the emulated device";
+#else
+  const std::size_t n = 3 * gpu::kMaxnormBlock + 4099;
+  const std::vector<float> x = data(n, 17);
+  const DeviceArray dx(*b_, x.data(), n * 4);
+  prepare(x, dx, 2, 5);
+  const DeviceArray dp(*b_, cpu_->max_encoded_bytes(n));
+  std::vector<std::byte> want(cpu_->max_encoded_bytes(n));
+  const codec::BlockContext ctx{7, 5, 0, 0, codec::BlockContext::Role::kOwn};
+  const std::size_t syncs = gpu::emulated_host_syncs();
+  const std::size_t ng = dev_->encode(dx.as<float>(), n, ctx, dp.as<std::byte>());
+  EXPECT_EQ(gpu::emulated_host_syncs() - syncs, 1u);
+  ASSERT_EQ(ng, cpu_->encode(x.data(), n, ctx, want.data()));
+  EXPECT_EQ(0, std::memcmp(dp.read<std::byte>(ng).data(), want.data(), ng));
+#endif
+}
+
+INSTANTIATE_TEST_SUITE_P(Kernels, DeviceSelection,
+                         ::testing::Values("randk:ratio=0.1", "randk:bits=4,ratio=0.01",
+                                           "topk:ratio=0.1", "topk:ratio=0.003"),
+                         param_name);
 
 INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodecResident,
                          ::testing::Values("fp16", "bf16", "maxnorm:bits=2", "maxnorm:bits=5",

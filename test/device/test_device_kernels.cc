@@ -195,6 +195,30 @@ TEST(DeviceKernels, TopkKeepsTheFirstOfTiedMagnitudes) {
   }
 }
 
+// randk's coordinates listed on the device from a run of strata equal the host's select()
+// (the same double arithmetic for the strata, the same Philox words).
+TEST(DeviceKernels, RandkSelectListsTheHostSelection) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  std::vector<std::uint64_t> want;
+  for (const double ratio : {1.0, 0.3, 0.1, 0.0137}) {
+    const codec::Selection sel(ratio);
+    for (const std::uint64_t offset :
+         {std::uint64_t{0}, std::uint64_t{13}, std::uint64_t{1} << 41}) {
+      const std::size_t count = 300007;
+      sel.select(21, 4, offset, count, want);
+      codec::RandkRun r;
+      ASSERT_TRUE(sel.run(21, 4, offset, count, r));
+      ASSERT_EQ(r.n, want.size());
+      const DeviceArray out(*b, 8 * (r.n + 1));
+      b->kernels<gpu::MaxnormKernels>().randk_select(r, out.as<std::uint64_t>());
+      EXPECT_EQ(out.read<std::uint64_t>(r.n), want) << "ratio " << ratio << " offset " << offset;
+    }
+  }
+}
+
 // temporal's output step and its state checksum (what the agreement compares across ranks).
 TEST(DeviceKernels, TemporalFinishMatchesCpu) {
   const char* why = "";

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 
+#include "ccoll/ccoll.h"
 #include "mpi_device_support.hpp"
 
 #if defined(CCOLL_TEST_CUDA_GRAPH)
@@ -376,6 +377,53 @@ TEST_F(DeviceBuffers, StreamOrderedCorruptPayloadIsRaisedByTheNextCallOnEveryRan
     EXPECT_EQ(e.code(), ccoll::Status::kCorruptData);
   }
   ccoll::check_stream_errors(dev_comm_);  // cleared
+}
+
+// The C API: ccoll_options_t::stream_ordered queues the call without waiting (as the C++ option
+// does, the same bits), ccoll_stats_t::stream_ordered reports it, and ccoll_check_stream_errors
+// returns a corrupt payload's status on every rank, then success once cleared.
+TEST_F(DeviceBuffers, StreamOrderedThroughTheCApi) {
+  REQUIRE_STREAM_PATH();
+  const int rank = rank_of(MPI_COMM_WORLD);
+  const std::size_t n = kBlock + 4099;
+  const std::vector<float> x = input(n, rank, 31);
+  const std::vector<float> want =
+      host_allreduce(x, stream_options("maxnorm:bits=8", nullptr), host_comm_);
+  DeviceVec dx(x);
+  DeviceVec out(n);
+  ccoll_stats_t stats;
+  ccoll_options_t o;
+  ccoll_options_init(&o);
+  EXPECT_EQ(o.stream_ordered, 0);
+  o.codec = "maxnorm:bits=8";
+  o.seed = 41;
+  o.stats = &stats;
+  o.stream_ordered = 1;
+  expect_no_host_wait([&] {
+    ASSERT_EQ(CCOLL_SUCCESS,
+              ccoll_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, &o))
+        << ccoll_last_error();
+  });
+  EXPECT_EQ(stats.stream_ordered, 1);
+  ccoll::testing::device_synchronize();
+  EXPECT_TRUE(same_bits(out.host(), want));
+  EXPECT_EQ(CCOLL_SUCCESS, ccoll_check_stream_errors(dev_comm_));
+  o.stream_ordered = 0;  // the same call, waiting: the same bits, not stream-ordered
+  host_allreduce(x, stream_options("maxnorm:bits=8", nullptr), host_comm_);  // call numbers
+  ASSERT_EQ(CCOLL_SUCCESS,
+            ccoll_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, &o));
+  EXPECT_EQ(stats.stream_ordered, 0);
+  if (!emulated()) return;  // the corruption below is the emulated device's
+  o.stream_ordered = 1;
+  host_allreduce(x, stream_options("maxnorm:bits=8", nullptr), host_comm_);
+  if (rank == 0) ccoll::testing::corrupt_next_stream_receive(64);
+  ASSERT_EQ(CCOLL_SUCCESS,
+            ccoll_allreduce(dx.data(), out.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, &o));
+  ccoll::testing::device_synchronize();
+  EXPECT_EQ(CCOLL_ERR_CORRUPT_DATA, ccoll_check_stream_errors(dev_comm_));
+  EXPECT_NE(std::string(ccoll_last_error()).find("corrupt"), std::string::npos)
+      << ccoll_last_error();
+  EXPECT_EQ(CCOLL_SUCCESS, ccoll_check_stream_errors(dev_comm_));
 }
 
 // Without the option, or with a codec the stream-ordered path does not run, the call waits for
