@@ -75,6 +75,9 @@ class Backend {
 
   /// The stream of this thread's compute queue (a cudaStream_t; null: the default stream).
   virtual void set_stream(void* stream) = 0;
+  /// True while that stream is being captured into a CUDA graph (cudaStreamIsCapturing), when
+  /// nothing may wait for it; the emulated queue never is.
+  virtual bool capturing() = 0;
 
   /// The queue this thread's next calls go on.
   enum class Queue { kCompute, kCopy };

@@ -111,6 +111,11 @@ class CudaBackend final : public Backend {
   }
   void host_free(void* p) noexcept override { cudaFreeHost(p); }
   void set_stream(void* stream) override { tls().compute = static_cast<cudaStream_t>(stream); }
+  bool capturing() override {
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    check(cudaStreamIsCapturing(tls().compute, &status), "cudaStreamIsCapturing");
+    return status != cudaStreamCaptureStatusNone;
+  }
   void use_queue(Queue q) override {
     Tls& t = tls();
     if (q == Queue::kCopy) {

@@ -184,6 +184,7 @@ class EmulatedBackend final : public Backend {
     std::free(p);
   }
   void set_stream(void*) override {}
+  bool capturing() override { return false; }
   void use_queue(Queue q) override { queues().current = q == Queue::kCopy ? 1 : 0; }
   Event event_create() override {
     ++g_allocations;

@@ -15,6 +15,7 @@
 #include "config.hpp"
 #include "hierarchical.hpp"
 #include "mpi_check.hpp"
+#include "mpi_stream.hpp"
 #include "spec.hpp"
 #include "stream_allreduce.hpp"
 
@@ -207,6 +208,12 @@ call::StreamState& CommContext::stream_state(gpu::Backend& b) {
     stream_ = std::make_unique<call::StreamState>(b);
   }
   return *stream_;
+}
+
+StreamCollectives* CommContext::emulated_stream_collectives(gpu::Backend& b) {
+  if (!b.host_accessible()) return nullptr;
+  if (emulated_stream_ == nullptr) emulated_stream_ = make_mpi_stream_collectives(dup_, b);
+  return emulated_stream_.get();
 }
 
 ProgressQueue& CommContext::progress() {

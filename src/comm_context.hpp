@@ -216,6 +216,9 @@ class CommContext {
   call::StreamState& stream_state(gpu::Backend& b);
   /// That state if it was made, else null.
   call::StreamState* stream_state_if_made() { return stream_.get(); }
+  /// The emulated device's stream collectives (MPI over this communicator as host functions of
+  /// its queue), made on first use; null on a real device.
+  StreamCollectives* emulated_stream_collectives(gpu::Backend& b);
 
   /// Pinned host buffers of the device-buffer paths: a copy of the input and of the output.
   gpu::Buffer& stage_send() { return stage_send_; }
@@ -248,6 +251,8 @@ class CommContext {
   gpu::Buffer stage_send_;
   gpu::Buffer stage_recv_;
   std::unique_ptr<Topology> topology_;
+  // before stream_: destroyed after it, whose end may run queued host functions that use it
+  std::unique_ptr<StreamCollectives> emulated_stream_;
   std::unique_ptr<call::StreamState> stream_;
   // last: destroyed first, after running its queued calls, which use everything above
   std::unique_ptr<ProgressQueue> progress_;

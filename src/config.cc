@@ -187,6 +187,13 @@ int env_emulated_eager() {
   return v == "compute" ? 0 : v == "copy" ? 1 : -1;
 }
 
+bool env_nccl_intercept(std::string& error) {
+  const std::string v = getenv_str("CCOLL_NCCL_INTERCEPT");
+  if (v == "0") return false;
+  if (!v.empty() && v != "1") error = "CCOLL_NCCL_INTERCEPT: '" + v + "' (valid: 0, 1)";
+  return true;
+}
+
 const PreloadConfig& preload_config() {
   static const PreloadConfig c = read_preload();
   return c;

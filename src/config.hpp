@@ -93,6 +93,10 @@ struct PreloadConfig {
 };
 const PreloadConfig& preload_config();
 
+/// CCOLL_NCCL_INTERCEPT (the NCCL interposer's switch): false when "0"; true when unset or "1";
+/// otherwise true with `error` naming the variable and its valid values.
+bool env_nccl_intercept(std::string& error);
+
 /// True when CCOLL_DEBUG enables `level` (a malformed CCOLL_DEBUG enables WARN).
 bool log_enabled(LogLevel level);
 

@@ -10,7 +10,8 @@
 # (the shared libraries they need that a bare GPU machine lacks: Highway, and libccoll for the
 # MPI programs), found through the binaries' rpath $ORIGIN/../lib, py/ (the headers the Python
 # smoke test compiles the package's module with there), nccl/ (where NCCL is installed here:
-# the MPI device programs built with the NCCL transport), and MANIFEST (commit,
+# the MPI device programs built with the NCCL transport, and the NCCL interposer
+# libccoll_nccl.so), and MANIFEST (commit,
 # toolkit, architectures, and the newest C and C++ runtime versions the binaries need). The
 # CUDA runtime is linked statically, so the GPU machine needs only the NVIDIA driver, a C
 # library and a C++ runtime at least as new as MANIFEST's "needs" line.
@@ -74,13 +75,15 @@ if [ "$nccl" = 1 ]; then
     -DCCOLL_CUDA_ARCHITECTURES="$arch" -DCCOLL_CUDART_STATIC=ON -DCCOLL_ENABLE_NCCL=ON \
     -DCMAKE_BUILD_WITH_INSTALL_RPATH=ON '-DCMAKE_INSTALL_RPATH=$ORIGIN/../lib' \
     -DCMAKE_EXE_LINKER_FLAGS= -DCMAKE_SHARED_LINKER_FLAGS=
-  cmake --build "$build-nccl" -j "$jobs" --target ccoll_mpi_device_tests ccoll_gpu_allreduce
+  cmake --build "$build-nccl" -j "$jobs" --target ccoll_mpi_device_tests ccoll_gpu_allreduce \
+    ccoll_nccl
   mkdir -p "$bundle/nccl/bin" "$bundle/nccl/lib"
   cp "$build-nccl/test/ccoll_mpi_device_tests" "$build-nccl/bench/ccoll_gpu_allreduce" \
     "$bundle/nccl/bin/"
   cp -L "$build-nccl/src/libccoll.so" \
     "$bundle/nccl/lib/$(objdump -p "$build-nccl/src/libccoll.so" | awk '/SONAME/ {print $2}')"
-  cp -L "$build-nccl/test/libccoll_testing.so" "$bundle/lib/libhwy.so.1" "$bundle/nccl/lib/"
+  cp -L "$build-nccl/test/libccoll_testing.so" "$bundle/lib/libhwy.so.1" \
+    "$build-nccl/src/libccoll_nccl.so" "$bundle/nccl/lib/"
   strip --strip-debug "$bundle"/nccl/bin/* "$bundle"/nccl/lib/*
   if ldd "$bundle"/nccl/bin/* | grep -F "not found" | grep -v libnccl; then
     echo "prepare_gpu_check: an NCCL program needs a library the bundle lacks" >&2

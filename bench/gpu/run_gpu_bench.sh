@@ -4,7 +4,7 @@
 #   bench/gpu/run_gpu_bench.sh OUT_DIR [BUNDLE_DIR]
 # BUNDLE_DIR (default gpu-check) is what bench/gpu/prepare_gpu_check.sh built, with its nccl/
 # programs; the machine needs mpiexec and a libnccl.so.2 (the system's or PyTorch's), and for
-# the DDP step a Python with torch (CUDA), mpi4py and pybind11 and a C++ compiler. Under five
+# the DDP step a Python with torch (CUDA), mpi4py and pybind11 and a C++ compiler. Under seven
 # minutes. OUT_DIR receives:
 #   summary.md          each step's result and time, the GPU, the commit; read this first
 #   kernels.md          kernel and codec throughput next to a device-to-device copy (64 MiB)
@@ -15,6 +15,9 @@
 #   ddp_step.md         DDP training steps on the GPU (backend nccl): plain, torch's
 #                       bf16_compress_hook, ccoll's hook (also stream-ordered); step time and
 #                       loss
+#   nccl_interposer.md  an unmodified DDP and FSDP2 script, 2 ranks: plain, under
+#                       libccoll_nccl.so without a codec (parameters bit-identical) and with
+#                       maxnorm:bits=8 (loss within 1%, ranks identical); step times
 # Ranks sharing the GPU get their own NCCL_HOSTID each, so NCCL joins them through its socket
 # transport on loopback: a network-bound link like one between nodes, the same for NCCL and
 # ccoll. Exit status: 0 when every step ran, 1 otherwise, 77 without a GPU.
@@ -98,6 +101,8 @@ step "DDP step on the GPU" ddp_step.md 120 bench/gpu/python_smoke.sh "$bundle" \
   --codec maxnorm:bits=8,ef=1 --codec maxnorm:bits=4,ef=1 --stream-ordered --iters 10 \
   --warmup 3
 
+step "unmodified DDP and FSDP under libccoll_nccl" nccl_interposer.md 200 \
+  bench/gpu/nccl_interposer_gpu.sh "$bundle" 30
 {
   echo "# GPU benchmark"
   echo

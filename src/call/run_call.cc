@@ -390,7 +390,7 @@ void run_stream(Flow& f) {
   gpu::Backend& b = *f.pl.device;
   StreamState& st = f.ctx.stream_state(b);
   // the emulated device: MPI as host functions of its queue; a real one: NCCL's transport
-  StreamCollectives* coll = st.emulated_collectives(f.ctx.comm());
+  StreamCollectives* coll = f.ctx.emulated_stream_collectives(b);
   if (coll == nullptr) {
     coll = f.ctx.device_transport(TransportKind::kNccl).stream_collectives();
   }

@@ -11,7 +11,6 @@
 #include "cast_device.hpp"
 #include "element_device.hpp"
 #include "maxnorm_device.hpp"
-#include "mpi_stream.hpp"
 #include "quantizers.hpp"
 
 namespace ccoll::call {
@@ -119,12 +118,6 @@ gpu::Backend::Event StreamState::order_after_previous(void* stream) {
   return e;
 }
 
-StreamCollectives* StreamState::emulated_collectives(MPI_Comm comm) {
-  if (!b_.host_accessible()) return nullptr;
-  if (emulated_ == nullptr) emulated_ = make_mpi_stream_collectives(comm, b_);
-  return emulated_.get();
-}
-
 bool take_stream_error(StreamState& state) {
   // the kernels write the word asynchronously: what they have written so far is read, and a
   // later flag is seen by a later call (as ncclCommGetAsyncError reports NCCL's)
@@ -132,6 +125,11 @@ bool take_stream_error(StreamState& state) {
   const bool set = *w != 0;
   if (set) *w = 0;
   return set;
+}
+
+bool stream_error_seen(StreamState& state) {
+  const volatile std::uint32_t* w = state.error_word();
+  return *w != 0;
 }
 
 namespace {
@@ -183,7 +181,7 @@ Ring ring_of(const StreamAllreduce& a, StreamState& state) {
   g.nb = (a.count + gpu::kMaxnormBlock - 1) / gpu::kMaxnormBlock;
   g.stride = gpu::packed_size(g.ch.base, g.width(a.ranks));
   g.limit = float_at_most(codec::maxnorm_fallback_limit(a.ranks));
-  g.maxima = static_cast<std::uint32_t*>(state.space(kMaxima, 4 * g.nb));
+  g.maxima = static_cast<std::uint32_t*>(state.space(kMaxima, 4 * (g.nb + 1)));
   g.own_stride = gpu::packed_size(g.ch.base, a.codec.bits);
   g.own = static_cast<std::uint8_t*>(
       state.space(kOwnCodes, a.scatter ? g.own_stride * static_cast<std::size_t>(a.ranks)
@@ -228,15 +226,23 @@ void encode_own(Ring& g, const void* in, gpu::Input input, float* residual) {
 
 // The agreed scales: the maxima's maximum over the ranks (bit patterns: an integer max). With
 // ef=1 the scan is of p = x + e, formed in the same pass into `p`, and the encode reads p and
-// writes the new residual: two passes over the data in all.
-void scan_and_encode(Ring& g, StreamCollectives& coll, float* p) {
+// writes the new residual: two passes over the data in all. One more word rides along: this
+// rank's error word as the stream finds it, so that a corrupt payload any rank flagged before
+// sets every rank's word (for callers that report it from the word alone, as the NCCL
+// interposer's ncclCommGetAsyncError does).
+void scan_and_encode(Ring& g, StreamCollectives& coll, gpu::Backend& b, float* p,
+                     std::uint32_t* error_word) {
   const StreamAllreduce& a = g.a;
   if (a.residual != nullptr) {
     g.mx.add_abs_max(p, a.in, a.input, a.residual, a.count, g.maxima);
   } else {
     g.mx.block_abs_max(a.in, a.count, a.input, g.maxima);
   }
-  coll.allreduce_max(g.maxima, g.nb);
+  auto& el = b.kernels<gpu::ElementKernels>();
+  b.memset_zero(g.maxima + g.nb, 4);
+  el.flag_above(error_word, 0, g.maxima + g.nb);
+  coll.allreduce_max(g.maxima, g.nb + 1);
+  el.flag_above(g.maxima + g.nb, 0, error_word);
   if (a.residual != nullptr) {
     encode_own(g, p, gpu::Input::kFloat32, a.residual);
   } else {
@@ -372,8 +378,9 @@ void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCo
   b.memset_zero(g.flags, 8);
   // ef=1: p = x + e is what is scanned and encoded
   scan_and_encode(
-      g, coll,
-      a.residual != nullptr ? static_cast<float*>(state.space(kFeedback, 4 * a.count)) : nullptr);
+      g, coll, b,
+      a.residual != nullptr ? static_cast<float*>(state.space(kFeedback, 4 * a.count)) : nullptr,
+      state.error_word());
   if (a.gather) {
     gather_blocks(g, coll);
   } else {
@@ -386,7 +393,7 @@ void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCo
   b.record(done);
   stats.wire_bytes_sent = g.sent;
   stats.wire_bytes_received = g.received;
-  stats.control_bytes += 4 * g.nb;  // the scales' all-reduce
+  stats.control_bytes += 4 * (g.nb + 1);  // the scales' all-reduce and the error word
   stats.algorithm = "ring";
   stats.stream_ordered = true;
 }

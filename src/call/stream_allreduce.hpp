@@ -37,7 +37,7 @@
 #include "ccoll/ccoll.hpp"
 #include "maxnorm_device.hpp"
 #include "spec.hpp"
-#include "transports.hpp"
+#include "stream_collectives.hpp"
 
 namespace ccoll::call {
 
@@ -53,8 +53,8 @@ struct StreamCodec {
 bool stream_codec(const CodecSpec& spec, StreamCodec& out);
 
 /// A communicator's state for stream-ordered calls: device workspace (grown, never shrunk), the
-/// error word, the event that orders a call's workspace after the previous call's, and on the
-/// emulated device the stream collectives MPI stands in for.
+/// error word, the event that orders a call's workspace after the previous call's, and the
+/// residuals of ef=1.
 class StreamState {
  public:
   explicit StreamState(gpu::Backend& b);
@@ -75,9 +75,6 @@ class StreamState {
   /// ordered already, which also keeps a CUDA graph capture free of outside events); returns
   /// the event to record at this call's end.
   gpu::Backend::Event order_after_previous(void* stream);
-  /// The emulated device's stream collectives (MPI over `comm` as host functions), made on
-  /// first use; null on a real device.
-  StreamCollectives* emulated_collectives(MPI_Comm comm);
   /// ef=1: the residual of tensor `key` of `count` elements under codec `spec` (canonical), as
   /// the plan cache keys a blocking call's state: `count` floats of device memory, zeroed on
   /// the stream when made. Kept until the state is freed; reset() zeroes it.
@@ -101,7 +98,6 @@ class StreamState {
   gpu::EventPool events_;
   bool recorded_ = false;
   void* last_stream_ = nullptr;
-  std::unique_ptr<StreamCollectives> emulated_;
   struct Residual {
     float* p = nullptr;
     std::size_t count = 0;
@@ -145,5 +141,9 @@ void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCo
 /// Reads the error word without waiting and clears it: true when a stream-ordered call flagged
 /// a corrupt lane since the last read.
 bool take_stream_error(StreamState& state);
+
+/// The same read, leaving the word set: for a caller whose error stays (the NCCL interposer's
+/// communicator), so that the next call's agreed scales carry it to every rank.
+bool stream_error_seen(StreamState& state);
 
 }  // namespace ccoll::call

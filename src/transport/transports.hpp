@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "data_path.hpp"
+#include "stream_collectives.hpp"
 #include "transport.hpp"
 
 namespace ccoll {
@@ -25,25 +26,6 @@ struct EnvConfig;
 
 /// CCOLL_TRANSPORT's values, in the table's order.
 enum class TransportKind { kAuto, kStaged, kMpi, kNccl };
-
-/// Collectives queued on the calling thread's device stream, never waited for by the host: what
-/// the stream-ordered all-reduce (src/call/stream_allreduce.hpp) moves its data with. NCCL's
-/// transport is one (ncclAllReduce, ncclSend/ncclRecv on the caller's stream); on the emulated
-/// device MPI stands in (mpi_stream.cc: MPI calls queued as host functions of the emulated
-/// queue, run when the queue runs).
-class StreamCollectives {
- public:
-  virtual ~StreamCollectives() = default;
-  /// The stream the next operations are queued on (a cudaStream_t; null: the default stream).
-  virtual void set_stream(void* stream) = 0;
-  /// data[i] = max over the ranks of data[i], in place (device memory), queued.
-  virtual void allreduce_max(std::uint32_t* data, std::size_t count) = 0;
-  /// Sends `send_bytes` from `send` to rank `to` and receives exactly `recv_bytes` into `recv`
-  /// from rank `from` (device memory), as one group, queued. Every rank calls it in the same
-  /// order.
-  virtual void exchange(const void* send, std::size_t send_bytes, int to, void* recv,
-                        std::size_t recv_bytes, int from) = 0;
-};
 
 /// A transport with a communicator of its own (NCCL): what the call layer asks of it beyond
 /// coll::Transport. Hierarchical's node steps go through it when the node's payloads do.
