@@ -10,15 +10,18 @@ Three lines in an existing DDP script (launched with ``mpirun``)::
 
 For each bucket DDP hands over, the hook averages parameters with fewer than ``min_numel``
 elements and every 1-D parameter (biases, norms) exactly, and each other parameter through ccoll
-with the codec, keyed by the parameter's name so that ``ef=1`` residuals follow the parameter
-when DDP rebuilds its buckets. The calls are ccoll's non-blocking ones: the hook returns a
-``torch.futures.Future`` at once and the backward pass goes on while gradients travel over MPI.
+with its codec (one for the model, or a per-layer policy: parameter-name patterns to codecs,
+``"none"`` keeping a layer exact), keyed by the parameter's name so that ``ef=1`` residuals
+follow the parameter when DDP rebuilds its buckets. The calls are ccoll's non-blocking ones:
+the hook returns a ``torch.futures.Future`` at once and the backward pass goes on while
+gradients travel over MPI.
 """
+import fnmatch
 import os
 import queue
 import socket
 import threading
-from typing import Dict, List, Optional
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.distributed as dist
@@ -57,8 +60,14 @@ class CcollHookState:
     """What the hook needs between calls: the codec and its options, each parameter's key, and
     a thread that completes the hook's futures in the order the calls were started.
 
-    codec: a ccoll codec spec (``ccoll.describe_codec`` checks it). min_numel: parameters with
-    fewer elements are averaged exactly, as are all 1-D parameters unless ``exact_1d=False``.
+    codec: a ccoll codec spec for every parameter (``ccoll.describe_codec`` checks it), or a
+    per-layer policy: a mapping (or a list of pairs) from parameter-name patterns (``fnmatch``:
+    ``*``, ``?``, ``[...]``) to codec specs, the first pattern that matches a parameter's name
+    deciding and ``"none"`` keeping it exact, e.g. ``{"embed.*": "none", "*.weight":
+    "maxnorm:bits=4,ef=1", "*": "maxnorm:bits=8,ef=1"}`` (a parameter no pattern matches is
+    exact); or a function ``(name, param) -> spec``. min_numel: parameters with fewer elements
+    are averaged exactly, as are all 1-D parameters unless ``exact_1d=False``, whatever the
+    policy says (``min_numel=0, exact_1d=False`` leave it to the policy).
     comm: the mpi4py communicator ccoll uses; it must hold the same processes, in the same rank
     order, as DDP's process group. names: parameter -> name, for the keys (register_comm_hook
     fills it from the model); parameters without a name get one from their order in the first
@@ -76,9 +85,7 @@ class CcollHookState:
                  exact_1d: bool = True, comm=None, algorithm: str = "auto", seed: int = 0,
                  names: Optional[Dict[torch.nn.Parameter, str]] = None,
                  stream_ordered: bool = False):
-        if not isinstance(codec, str):
-            raise TypeError(f"codec: a {type(codec).__name__} (valid: a ccoll codec spec string)")
-        ccoll.describe_codec(codec)  # raises ccoll.InvalidArgumentError naming the problem
+        self._rules = _policy_rules(codec)
         if isinstance(min_numel, bool) or not isinstance(min_numel, int) or min_numel < 0:
             raise ValueError(f"min_numel: {min_numel!r} (valid: an int >= 0)")
         if algorithm not in ccoll.ALGORITHMS:
@@ -99,6 +106,7 @@ class CcollHookState:
         for p in (names or {}):
             self._params[id(p)] = p
         self._anon = 0
+        self._codec_of: Dict[int, Optional[str]] = {}
         self._queue: "queue.Queue" = queue.Queue()
         self._thread: Optional[threading.Thread] = None
         self._lock = threading.Lock()
@@ -119,11 +127,27 @@ class CcollHookState:
             self._params[id(param)] = param
         return "ddp:" + name
 
+    def name_of(self, param: torch.Tensor) -> str:
+        """`param`'s name: the model's name for it, else ``unnamed.<n>`` (see key_of)."""
+        return self.key_of(param)[len("ddp:"):]
+
+    def codec_of(self, param: torch.Tensor) -> Optional[str]:
+        """The codec spec `param`'s gradient goes through; None when it is averaged exactly (too
+        small, 1-D, or ``"none"`` by the policy)."""
+        pid = id(param)
+        if pid in self._codec_of:
+            return self._codec_of[pid]
+        spec = None
+        if param.numel() >= self.min_numel and not (self.exact_1d and param.dim() <= 1):
+            spec = _policy_codec(self._rules, self.name_of(param), param)
+            if spec is not None and ccoll.describe_codec(spec)["canonical"] == "none":
+                spec = None
+        self._codec_of[pid] = spec
+        return spec
+
     def compressed(self, param: torch.Tensor) -> bool:
-        """Whether `param`'s gradient goes through the codec (else it is averaged exactly)."""
-        if param.numel() < self.min_numel:
-            return False
-        return not (self.exact_1d and param.dim() <= 1)
+        """Whether `param`'s gradient goes through a codec (else it is averaged exactly)."""
+        return self.codec_of(param) is not None
 
     # ---- completion thread ---------------------------------------------------------------------
     def _ensure_thread(self):
@@ -181,8 +205,9 @@ def ccoll_hook(state: "CcollHookState",
     off = 0
     for p in bucket.parameters():
         n = p.numel()
-        if state.compressed(p):
-            compressed.append((off, n, state.key_of(p)))
+        spec = state.codec_of(p)
+        if spec is not None:
+            compressed.append((off, n, state.key_of(p), spec))
         else:
             exact_segments.append((off, n))
         off += n
@@ -202,8 +227,8 @@ def ccoll_hook(state: "CcollHookState",
         handles.append(ccoll.iallreduce(flat, codec="none", average=True, comm=state.comm,
                                         algorithm=state.algorithm))
         state.exact_elements += flat.numel()
-    for o, n, key in compressed:
-        handles.append(ccoll.iallreduce(buffer[o:o + n], codec=state.codec, average=True,
+    for o, n, key, spec in compressed:
+        handles.append(ccoll.iallreduce(buffer[o:o + n], codec=spec, average=True,
                                         key=key, seed=state.seed, comm=state.comm,
                                         algorithm=state.algorithm))
         state.compressed_elements += n
@@ -229,8 +254,8 @@ def _stream_ordered_hook(state, buffer, exact_segments, compressed):
             buffer[o:o + n].copy_(flat[at:at + n])
             at += n
         state.exact_elements += flat.numel()
-    for o, n, key in compressed:
-        ccoll.allreduce(buffer[o:o + n], codec=state.codec, average=True, key=key,
+    for o, n, key, spec in compressed:
+        ccoll.allreduce(buffer[o:o + n], codec=spec, average=True, key=key,
                         seed=state.seed, comm=state.comm, algorithm=state.algorithm,
                         stream_ordered=True)
         calls.append(ccoll.last_stats())
@@ -245,12 +270,65 @@ def _stream_ordered_hook(state, buffer, exact_segments, compressed):
     return fut
 
 
+Policy = Union[str, Mapping[str, str], Sequence[Tuple[str, str]],
+               Callable[[str, torch.nn.Parameter], str]]
+
+
+def _policy_rules(codec):
+    """The codec argument as a spec string, a list of (pattern, spec) pairs or a function; every
+    spec checked (ccoll.InvalidArgumentError names the bad part)."""
+    valid = ("valid: a codec spec string, a mapping or list of (name pattern, spec) pairs, or a "
+             "function (name, param) -> spec")
+    if isinstance(codec, str):
+        ccoll.describe_codec(codec)
+        return codec
+    if callable(codec):
+        return codec
+    if isinstance(codec, Mapping):
+        pairs = list(codec.items())
+    elif isinstance(codec, (list, tuple)):
+        pairs = list(codec)
+    else:
+        raise TypeError(f"codec: a {type(codec).__name__} ({valid})")
+    rules = []
+    for item in pairs:
+        if not (isinstance(item, (list, tuple)) and len(item) == 2 and
+                isinstance(item[0], str) and isinstance(item[1], str)):
+            raise TypeError(f"codec: policy entry {item!r} ({valid})")
+        try:
+            ccoll.describe_codec(item[1])
+        except ccoll.Error as e:
+            raise type(e)(f"codec: pattern {item[0]!r}: {e.message}", e.status, e.code) from None
+        rules.append((item[0], item[1]))
+    return rules
+
+
+def _policy_codec(rules, name: str, param) -> Optional[str]:
+    """The spec the policy gives parameter `name` (None: no pattern matches)."""
+    if isinstance(rules, str):
+        return rules
+    if callable(rules):
+        spec = rules(name, param)
+        if spec is None:
+            return None
+        if not isinstance(spec, str):
+            raise TypeError(f"codec: the policy function returned a {type(spec).__name__} for "
+                            f"{name!r} (valid: a codec spec string or None)")
+        ccoll.describe_codec(spec)
+        return spec
+    for pattern, spec in rules:
+        if fnmatch.fnmatchcase(name, pattern):
+            return spec
+    return None
+
+
 def register_comm_hook(ddp_model: torch.nn.parallel.DistributedDataParallel,
-                       codec: str = "maxnorm:bits=8,ef=1", min_numel: int = 1024,
+                       codec: Policy = "maxnorm:bits=8,ef=1", min_numel: int = 1024,
                        exact_1d: bool = True, comm=None, algorithm: str = "auto",
                        seed: int = 0, stream_ordered: bool = False) -> CcollHookState:
     """Registers :func:`ccoll_hook` on `ddp_model` with a new :class:`CcollHookState` whose
-    parameter keys are the model's parameter names; returns the state (its counters say how
+    parameter keys are the model's parameter names (`codec`: one spec, or a per-layer policy
+    over those names, as CcollHookState takes it); returns the state (its counters say how
     many bytes went out). `comm` (mpi4py, default ``MPI.COMM_WORLD``) must hold the same
     processes in the same order as the model's process group."""
     if not isinstance(ddp_model, torch.nn.parallel.DistributedDataParallel):

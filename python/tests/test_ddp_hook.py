@@ -213,3 +213,120 @@ def test_bad_arguments():
         with pytest.raises(ValueError, match="comm: .* ranks, but the model's process group"):
             ct.register_comm_hook(DDP(make_net()), comm=sub)
         sub.Free()
+
+
+def own_and_mean_grads(net, step=0):
+    """This rank's gradients of a fresh copy of `net`'s network on batch `step`, and their mean
+    over the ranks (float64)."""
+    local = make_net()
+    x, y = batch(step)
+    torch.nn.functional.cross_entropy(local(x), y).backward()
+    grads = [p.grad.double() for p in local.parameters()]
+    every = COMM.allgather([g.numpy() for g in grads])
+    return [sum(torch.from_numpy(r[k]) for r in every) / SIZE for k in range(len(grads))]
+
+
+def test_per_layer_policy_picks_each_parameters_codec_by_name():
+    net = make_net()
+    model = DDP(net)
+    # names: 0.weight (8192), 0.bias, 2.weight (1280), 2.bias, 4.weight (40), 4.bias
+    policy = {"0.*": "none", "2.weight": "maxnorm:bits=2", "*.weight": "maxnorm:bits=8"}
+    state = ct.register_comm_hook(model, codec=policy, min_numel=0)
+    assert [state.codec_of(p) for p in net.parameters()] == [
+        None, None, "maxnorm:bits=2", None, "maxnorm:bits=8", None]
+    x, y = batch(0)
+    torch.nn.functional.cross_entropy(model(x), y).backward()
+    mean = own_and_mean_grads(net)
+    err = {n: float((p.grad.double() - m).abs().max()) / max(1e-12, float(m.abs().max()))
+           for (n, p), m in zip(net.named_parameters(), mean)}
+    for n in ("0.weight", "0.bias", "2.bias", "4.bias"):
+        assert err[n] <= 1e-6, (n, err[n])
+    if SIZE > 1:
+        assert err["2.weight"] > 1e-3  # 2 bits: visibly lossy
+        assert 0 < err["4.weight"] < err["2.weight"]  # 8 bits: lossy, far less so
+    # a list of pairs is the same policy; the first matching pattern decides
+    pairs = ct.CcollHookState(codec=[("*.bias", "maxnorm:bits=4"), ("*", "none")], min_numel=0,
+                              exact_1d=False, names={p: n for n, p in net.named_parameters()})
+    assert [pairs.codec_of(p) for p in net.parameters()] == [
+        None, "maxnorm:bits=4", None, "maxnorm:bits=4", None, "maxnorm:bits=4"]
+    # a function of (name, param); the size rules still apply around it
+    fn = ct.CcollHookState(codec=lambda name, p: "maxnorm:bits=4" if p.numel() > 5000 else None,
+                           names={p: n for n, p in net.named_parameters()})
+    assert [fn.codec_of(p) for p in net.parameters()] == [
+        "maxnorm:bits=4", None, None, None, None, None]
+
+
+def test_bad_policies_name_the_problem():
+    with pytest.raises(ccoll.InvalidArgumentError, match="codec: pattern '\\*.weight': .*'nope'"):
+        ct.CcollHookState(codec={"*.weight": "nope"})
+    with pytest.raises(TypeError, match="codec: a int"):
+        ct.CcollHookState(codec=5)
+    with pytest.raises(TypeError, match="codec: policy entry"):
+        ct.CcollHookState(codec=[("*", 8)])
+    bad = ct.CcollHookState(codec=lambda name, p: 4, names={})
+    with pytest.raises(TypeError, match="the policy function returned a int"):
+        bad.codec_of(torch.nn.Parameter(torch.zeros(64, 64)))
+
+
+@pytest.mark.parametrize("codec", ["none", "maxnorm:bits=8,ef=1"])
+def test_no_sync_accumulation_equals_one_large_batch(codec):
+    # 3 micro-batches under no_sync (the hook fires on the last one only, once per bucket) give
+    # the gradient of their union: the same step as one large batch, within the codec's bound;
+    # error feedback sees one call per step, its residual carried to the next step, not doubled
+    def run(accumulate):
+        ccoll.reset_state()
+        model = DDP(make_net())  # one bucket, as both runs lay it out alike
+        state = ct.register_comm_hook(model, codec=codec, min_numel=1000)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        for step in range(4):
+            xs, ys = zip(*(batch(10 * step + k) for k in range(3)))
+            opt.zero_grad()
+            if accumulate:
+                for k in range(3):  # no_sync covers the forward pass too, as DDP requires
+                    if k < 2:
+                        with model.no_sync():
+                            (torch.nn.functional.cross_entropy(model(xs[k]), ys[k]) / 3).backward()
+                    else:
+                        (torch.nn.functional.cross_entropy(model(xs[k]), ys[k]) / 3).backward()
+            else:
+                torch.nn.functional.cross_entropy(model(torch.cat(xs)), torch.cat(ys)).backward()
+            opt.step()
+        state.shutdown()
+        return [p.detach().clone() for p in model.parameters()], state
+
+    acc, sa = run(True)
+    big, sb = run(False)
+    # one hook call per step, not per micro-batch: an exact call, and one per compressed weight
+    assert sa.calls == sb.calls == 4 * (1 if codec == "none" else 3)
+    assert sa.compressed_elements == sb.compressed_elements
+    assert len(set(COMM.allgather(digest(acc)))) == 1
+    for a, b in zip(acc, big):
+        tol = 1e-5 if codec == "none" else 2e-3
+        assert float((a - b).abs().max()) <= tol
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_16bit_buckets_are_summed_in_fp32(dtype):
+    # a bucket of 16-bit gradients (a bf16 or AMP model): the exact parameters' mean is the
+    # fp32 sum of every rank's values divided by the ranks, rounded once to the 16-bit type;
+    # the compressed ones are within maxnorm's bound of it
+    g = torch.Generator().manual_seed(RANK)
+    big = torch.nn.Parameter(torch.zeros(4096, dtype=dtype).reshape(64, 64))
+    small = torch.nn.Parameter(torch.zeros(100, dtype=dtype))
+    grads = [torch.randn(64, 64, generator=g).to(dtype) * (1 + RANK),
+             torch.randn(100, generator=g).to(dtype) * 1000]
+    state = ct.CcollHookState(codec="maxnorm:bits=8", min_numel=1000,
+                              names={big: "big", small: "small"})
+    bucket = FakeBucket(0, [big, small], grads)
+    out = ct.ccoll_hook(state, bucket).wait()
+    assert out.dtype == dtype
+    every = COMM.allgather([t.float().numpy() for t in grads])
+    mean = [sum(torch.from_numpy(r[k]) for r in every) / SIZE for k in range(2)]
+    exact = out[4096:]
+    assert torch.equal(exact, mean[1].to(dtype))  # fp32 sum, one rounding
+    lossy = out[:4096].float()
+    scale = max(float(torch.from_numpy(r[0]).abs().max()) for r in every)
+    bound = scale / 127 + float(mean[0].abs().max()) * (2 ** -8 if dtype == torch.bfloat16
+                                                        else 2 ** -11)
+    assert float((lossy - mean[0].reshape(-1)).abs().max()) <= bound * 1.0001
+    state.shutdown()
