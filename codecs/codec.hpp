@@ -11,6 +11,9 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "ccoll/error.hpp"
 
 namespace ccoll::codec {
 
@@ -256,6 +259,19 @@ class Codec {
   /// Forgets state kept between calls (error-feedback residuals, temporal predictions);
   /// stateless codecs: no-op.
   virtual void reset_state() {}
+
+  /// Appends the state reset_state() clears to `out` (state_io.hpp's form, host memory; a
+  /// device codec copies its state out and waits), which load_state() of a codec of the same
+  /// spec and element type reads back; stateless codecs append nothing.
+  virtual void save_state(std::vector<std::byte>& out) const { (void)out; }
+  /// Restores save_state()'s bytes; throws ccoll::Error(kInvalidArgument) naming what is wrong
+  /// when they are not such state (the codec's state is then as before, or reset).
+  virtual void load_state(const std::byte* in, std::size_t bytes) {
+    (void)in;
+    if (bytes != 0) {
+      throw Error(Status::kInvalidArgument, "load_state: " + spec() + " keeps no state");
+    }
+  }
 
   /// A fingerprint of the state that shapes the output (temporal: the previous output; dq: its
   /// reference norm), 0 when fresh. The API compares it across ranks and restarts everyone's

@@ -26,6 +26,7 @@
 #include "forwarding.hpp"
 #include "maxnorm_wire.hpp"
 #include "quantizers.hpp"
+#include "state_io.hpp"
 #include "width_family.hpp"
 
 namespace ccoll::codec {
@@ -61,6 +62,23 @@ class DqCodec final : public ForwardingCodec {
   void reset_state() override {
     t_ = 0;
     lr0_ = 0;
+  }
+  void save_state(std::vector<std::byte>& out) const override {
+    StateWriter w(out);
+    w.u64(kStateDq);
+    w.u64(t_);
+    std::uint64_t b = 0;
+    std::memcpy(&b, &lr0_, sizeof b);
+    w.u64(b);
+  }
+  void load_state(const std::byte* in, std::size_t bytes) override {
+    StateReader r(in, bytes, spec_);
+    r.tag(kStateDq);
+    const std::uint64_t t = r.u64();
+    const std::uint64_t b = r.u64();
+    r.done();
+    t_ = t;
+    std::memcpy(&lr0_, &b, sizeof b);
   }
   // the state the ranks must share: the call index and the first call's learning rate
   std::uint64_t state_fingerprint() const override {

@@ -7,6 +7,7 @@
 
 #include "forwarding.hpp"
 #include "half_batch.hpp"
+#include "state_io.hpp"
 
 namespace ccoll::codec {
 namespace {
@@ -29,6 +30,27 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     std::fill(own_.begin(), own_.end(), T(0));
     std::fill(hop_.begin(), hop_.end(), T(0));
     inner_->reset_state();
+  }
+  // this rank's residuals (own contributions and ring hops), then the inner codec's state
+  void save_state(std::vector<std::byte>& out) const override {
+    StateWriter w(out);
+    w.u64(kStateErrorFeedback);
+    w.array(own_);
+    w.array(hop_);
+    std::vector<std::byte> inner;
+    inner_->save_state(inner);
+    w.bytes(inner);
+  }
+  void load_state(const std::byte* in, std::size_t bytes) override {
+    StateReader r(in, bytes, spec_);
+    r.tag(kStateErrorFeedback);
+    std::vector<T> own = r.array<T>();
+    std::vector<T> hop = r.array<T>();
+    const std::vector<std::byte> inner = r.bytes();
+    r.done();
+    inner_->load_state(inner.data(), inner.size());
+    own_ = std::move(own);
+    hop_ = std::move(hop);
   }
   // 16-bit input: x + e is formed in fp32 anyway, so the input widens in that same pass (the
   // inner codec reads fp32 as always)

@@ -41,6 +41,10 @@ class ForwardingCodec : public Codec {
   // reduce_encode, encode_many and decode_many are not forwarded: Codec's default calls this
   // wrapper's decode_accumulate and encode, which is what a wrapper that changes either needs
   void reset_state() override { target_->reset_state(); }
+  void save_state(std::vector<std::byte>& out) const override { target_->save_state(out); }
+  void load_state(const std::byte* in, std::size_t bytes) override {
+    target_->load_state(in, bytes);
+  }
   unsigned bits_used() const override { return target_->bits_used(); }
   std::uint64_t state_fingerprint() const override { return target_->state_fingerprint(); }
   void uncompressed_call() override { target_->uncompressed_call(); }

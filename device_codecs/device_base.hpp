@@ -22,6 +22,7 @@
 #include "forwarding.hpp"
 #include "maxnorm_device.hpp"
 #include "quantizers.hpp"
+#include "state_io.hpp"
 #include "wire.hpp"
 
 namespace ccoll::device_codecs {
@@ -407,6 +408,21 @@ class DeviceFloats {
   }
   void zero() {
     b_.memset_zero(p_, 4 * n_);
+    b_.synchronize();
+  }
+  /// A host copy (save_state), waited for.
+  std::vector<float> host() const {
+    std::vector<float> v(n_);
+    if (n_ != 0) b_.copy(v.data(), p_, 4 * n_);
+    b_.synchronize();
+    return v;
+  }
+  /// Holds exactly `v` (load_state), waited for.
+  void assign(const std::vector<float>& v) {
+    clear();
+    if (v.empty()) return;
+    grow(v.size());
+    b_.copy(p_, v.data(), 4 * v.size());
     b_.synchronize();
   }
   void clear() {

@@ -54,6 +54,8 @@ class DeviceDq final : public DeviceCodec {
   }
   unsigned bits_used() const override { return cpu_.bits_used(); }
   void reset_state() override { cpu_.reset_state(); }
+  void save_state(std::vector<std::byte>& out) const override { cpu_.save_state(out); }
+  void load_state(const std::byte* in, std::size_t bytes) override { cpu_.load_state(in, bytes); }
   std::uint64_t state_fingerprint() const override { return cpu_.state_fingerprint(); }
   // the sum pass is dq's own (the chosen width's maxnorm has none)
   std::size_t sum_slots() const override { return cpu_.sum_slots(); }

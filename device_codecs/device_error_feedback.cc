@@ -58,6 +58,27 @@ class DeviceErrorFeedback final : public DeviceCodec {
     hop_.zero();
     inner_->reset_state();
   }
+  // the CPU wrapper's form (codec::ErrorFeedbackCodec<float>): either loads the other's state
+  void save_state(std::vector<std::byte>& out) const override {
+    codec::StateWriter w(out);
+    w.u64(codec::kStateErrorFeedback);
+    w.array(own_.host());
+    w.array(hop_.host());
+    std::vector<std::byte> inner;
+    inner_->save_state(inner);
+    w.bytes(inner);
+  }
+  void load_state(const std::byte* in, std::size_t bytes) override {
+    codec::StateReader r(in, bytes, spec_);
+    r.tag(codec::kStateErrorFeedback);
+    const std::vector<float> own = r.array<float>();
+    const std::vector<float> hop = r.array<float>();
+    const std::vector<std::byte> inner = r.bytes();
+    r.done();
+    inner_->load_state(inner.data(), inner.size());
+    own_.assign(own);
+    hop_.assign(hop);
+  }
   // The scales cover what is really encoded: x + e_own (once the residual exists).
   void local_scales(const void* data, std::size_t count, double* out) const override {
     inner_->local_scales(with_residual(data, count), count, out);

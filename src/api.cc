@@ -252,6 +252,35 @@ void reset_state(MPI_Comm comm, std::uint64_t key) {
   }
 }
 
+std::vector<std::uint8_t> save_state(MPI_Comm comm, std::uint64_t key) {
+  detail::require_mpi("save_state");
+  std::vector<std::byte> s;
+  if (CommContext* ctx = CommContext::find(comm)) {
+    if (ProgressQueue* q = ctx->progress_if_made()) q->quiesce();  // their state too
+    s = ctx->save_state(key);
+  } else {
+    s = CommContext::no_state();
+  }
+  std::vector<std::uint8_t> out(s.size());
+  if (!s.empty()) std::memcpy(out.data(), s.data(), s.size());
+  return out;
+}
+
+void load_state(MPI_Comm comm, const void* data, std::size_t bytes) {
+  detail::require_mpi("load_state");
+  if (comm == MPI_COMM_NULL) {
+    throw Error(Status::kInvalidArgument,
+                "load_state: comm is MPI_COMM_NULL (valid: the communicator the state was "
+                "saved on, or one of the same ranks)");
+  }
+  if (data == nullptr && bytes != 0) {
+    throw Error(Status::kInvalidArgument, "load_state: data is null with bytes > 0");
+  }
+  CommContext& ctx = CommContext::get(comm);
+  if (ProgressQueue* q = ctx.progress_if_made()) q->quiesce();
+  ctx.load_state(static_cast<const std::byte*>(data), bytes);
+}
+
 void check_stream_errors(MPI_Comm comm) {
   detail::require_mpi("check_stream_errors");
   if (comm == MPI_COMM_NULL) {

@@ -6,6 +6,7 @@
 // (ncclCommDestroy) needs.
 #include "comm_context.hpp"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -17,6 +18,7 @@
 #include "mpi_check.hpp"
 #include "mpi_stream.hpp"
 #include "spec.hpp"
+#include "state_io.hpp"
 #include "stream_allreduce.hpp"
 
 namespace ccoll {
@@ -206,8 +208,140 @@ const Topology& CommContext::topology() {
 call::StreamState& CommContext::stream_state(gpu::Backend& b) {
   if (stream_ == nullptr || &stream_->backend() != &b) {
     stream_ = std::make_unique<call::StreamState>(b);
+    for (const auto& r : loaded_residuals_) stream_->load_residual(r);
+    loaded_residuals_.clear();
   }
   return *stream_;
+}
+
+namespace {
+
+constexpr std::uint64_t kStateMagic = 0x31747365636F6363ull;  // "ccoestt1": ccoll's state, v1
+enum : std::uint64_t { kPlanEntry = 1, kStreamEntry = 2, kTensorCallsEntry = 3 };
+
+}  // namespace
+
+std::vector<std::byte> CommContext::no_state() {
+  std::vector<std::byte> out;
+  codec::StateWriter w(out);
+  w.u64(kStateMagic);
+  w.u64(0);  // calls
+  w.u64(0);  // entries
+  return out;
+}
+
+std::vector<std::byte> CommContext::save_state(std::uint64_t key) {
+  if (CommContext* cross = topology_ != nullptr ? find(topology_->cross) : nullptr) {
+    for (const Plan& q : cross->plans_) {
+      if (q.key.tensor_key != 0) {
+        throw Error(Status::kUnsupported,
+                    "save_state: algorithm=hierarchical keeps codec state on its cross-node "
+                    "communicator, which save_state does not save yet");
+      }
+    }
+  }
+  std::vector<std::byte> out;
+  codec::StateWriter w(out);
+  std::vector<std::pair<const Plan*, std::vector<std::byte>>> plans;
+  for (const Plan& q : plans_) {
+    if (q.key.tensor_key == 0 || (key != 0 && q.key.tensor_key != key)) continue;
+    std::vector<std::byte> s;
+    (q.device_codec != nullptr ? *q.device_codec : *q.codec).save_state(s);
+    plans.emplace_back(&q, std::move(s));
+  }
+  std::vector<call::StreamState::SavedResidual> residuals;
+  if (stream_ != nullptr) residuals = stream_->save_residuals(key);
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> counts;  // named tensors' calls
+  for (const auto& [k, n] : tensor_calls_) {
+    if (key == 0 || k == key) counts.emplace_back(k, n);
+  }
+  std::sort(counts.begin(), counts.end());
+  w.u64(kStateMagic);
+  w.u64(calls_);  // the calls so far: the stochastic rounding's counter
+  w.u64(plans.size() + residuals.size() + counts.size());
+  for (const auto& [q, s] : plans) {
+    w.u64(kPlanEntry);
+    w.u64(static_cast<std::uint64_t>(q->key.kind));
+    w.u64(q->key.count);
+    w.u64(static_cast<std::uint64_t>(q->key.dtype));
+    w.text(q->key.codec);
+    w.u64(q->key.tensor_key);
+    w.bytes(s);
+  }
+  for (const auto& r : residuals) {
+    w.u64(kStreamEntry);
+    w.u64(r.key);
+    w.u64(r.count);
+    w.text(r.spec);
+    w.array(r.values);
+  }
+  for (const auto& [k, c] : counts) {
+    w.u64(kTensorCallsEntry);
+    w.u64(k);
+    w.u64(c);
+  }
+  return out;
+}
+
+void CommContext::load_state(const std::byte* data, std::size_t bytes) {
+  codec::StateReader r(data, bytes, "data");
+  if (r.u64() != kStateMagic) r.bad("not the bytes of ccoll's save_state");
+  const std::uint64_t calls = r.u64();
+  const std::uint64_t n = r.u64();
+  std::vector<std::pair<PlanKey, std::vector<std::byte>>> plans;
+  std::vector<call::StreamState::SavedResidual> residuals;
+  std::vector<std::pair<std::uint64_t, std::uint64_t>> counts;
+  for (std::uint64_t i = 0; i < n; ++i) {
+    const std::uint64_t type = r.u64();
+    if (type == kPlanEntry) {
+      PlanKey k;
+      k.kind = static_cast<int>(r.u64());
+      k.count = static_cast<std::size_t>(r.u64());
+      const std::uint64_t dtype = r.u64();
+      if (k.kind < 0 || k.kind > 2 || dtype < 1 || dtype > 2) r.bad("a malformed plan entry");
+      k.dtype = static_cast<codec::DType>(dtype);
+      k.codec = r.text();
+      k.tensor_key = r.u64();
+      plans.emplace_back(std::move(k), r.bytes());
+    } else if (type == kStreamEntry) {
+      call::StreamState::SavedResidual s;
+      s.key = r.u64();
+      s.count = static_cast<std::size_t>(r.u64());
+      s.spec = r.text();
+      s.values = r.array<float>();
+      if (s.values.size() != s.count) r.bad("a malformed stream-ordered residual");
+      residuals.push_back(std::move(s));
+    } else if (type == kTensorCallsEntry) {
+      const std::uint64_t k = r.u64();
+      counts.emplace_back(k, r.u64());
+    } else {
+      r.bad("an entry of unknown type " + std::to_string(type));
+    }
+  }
+  r.done();
+  if (calls != 0) calls_ = calls;  // the resumed calls draw what the uninterrupted ones would
+  for (const auto& [k, c] : counts) tensor_calls_[k] = c;
+  for (auto& [k, s] : plans) {
+    const auto found = index_.find(k);
+    if (found == index_.end()) {
+      loaded_plans_[k] = std::move(s);
+      continue;
+    }
+    Plan& q = *found->second;
+    q.codec->load_state(s.data(), s.size());
+    if (q.device_codec != nullptr) {
+      q.device_codec->load_state(s.data(), s.size());
+    } else {
+      q.loaded_state = std::move(s);
+    }
+  }
+  for (auto& s : residuals) {
+    if (stream_ != nullptr) {
+      stream_->load_residual(s);
+    } else {
+      loaded_residuals_.push_back(std::move(s));
+    }
+  }
 }
 
 StreamCollectives* CommContext::emulated_stream_collectives(gpu::Backend& b) {
@@ -284,6 +418,11 @@ Plan& CommContext::plan(const PlanKey& key, const CodecSpec& spec) {
   Plan p;
   p.key = key;
   p.codec = make_codec(spec, key.dtype);
+  if (auto loaded = loaded_plans_.find(key); loaded != loaded_plans_.end()) {
+    p.codec->load_state(loaded->second.data(), loaded->second.size());
+    p.loaded_state = std::move(loaded->second);  // and the device codec's, once made
+    loaded_plans_.erase(loaded);
+  }
   if (key.tensor_key != 0)
     p.state_bytes = state_bytes(spec, key.count, codec::dtype_size(key.dtype));
   state_bytes_ += p.state_bytes;

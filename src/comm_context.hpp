@@ -16,6 +16,7 @@
 
 #include "backend.hpp"
 #include "call/node_steps.hpp"
+#include "call/stream_allreduce.hpp"
 #include "codec.hpp"
 #include "collectives.hpp"
 #include "progress.hpp"
@@ -57,6 +58,14 @@ struct Plan {
   std::unique_ptr<codec::Codec> device_codec;
   bool device_resident = false;  ///< device_codec's payloads live in device memory
   std::size_t state_bytes = 0;   ///< state_bytes() of its spec and count (stateful plans)
+  /// load_state()'s bytes for a device codec not made yet (applied when it is: take_loaded())
+  std::vector<std::byte> loaded_state;
+  /// Gives a device codec just made the state load_state() gave the plan, if any.
+  void take_loaded(codec::Codec& device) {
+    if (loaded_state.empty()) return;
+    device.load_state(loaded_state.data(), loaded_state.size());
+    loaded_state.clear();
+  }
 };
 
 /// codec=auto's choice for one size class (kind, element size, floor(log2 bytes)): the
@@ -158,6 +167,14 @@ class CommContext {
   static CommContext* find(MPI_Comm user);
   /// reset_state() of the stateful plans of tensor `key` (0: all of them).
   void reset_state(std::uint64_t key);
+  /// save_state(): this communicator's codec state of tensor `key` (0: every tensor), waited
+  /// for; kUnsupported where algorithm=hierarchical keeps state on its cross-node communicator.
+  std::vector<std::byte> save_state(std::uint64_t key);
+  /// save_state()'s bytes of a communicator without state.
+  static std::vector<std::byte> no_state();
+  /// load_state(): restores save_state()'s bytes, at once into plans that exist and when they
+  /// are made into the others; kInvalidArgument (nothing loaded) when they are not such bytes.
+  void load_state(const std::byte* data, std::size_t bytes);
 
   MPI_Comm comm() const { return dup_; }
   MPI_Comm user() const { return user_; }
@@ -177,6 +194,8 @@ class CommContext {
   void drop_device_transport(TransportKind kind) { own_.erase(kind); }
   /// Counts every collective call on this communicator; equal on all ranks.
   std::uint64_t next_call() { return calls_++; }
+  /// The calls so far of the tensor the caller named `key` (Options::key), counted up.
+  std::uint64_t next_tensor_call(std::uint64_t key) { return tensor_calls_[key]++; }
   /// Finds (one hash lookup) or creates the plan for `key`, whose codec `spec` describes
   /// (key.codec is spec.canonical). Beyond kMaxStatelessPlans the least recently used
   /// stateless plan is freed (it only holds workspace). Plans of stateful codecs (ef=1) hold a
@@ -240,7 +259,8 @@ class CommContext {
   std::unique_ptr<MpiTransport> transport_;
   std::map<TransportKind, std::unique_ptr<DeviceTransport>> own_;
   std::uint64_t calls_ = 0;
-  std::list<Plan> plans_;  // most recently used first
+  std::unordered_map<std::uint64_t, std::uint64_t> tensor_calls_;  // next_tensor_call()
+  std::list<Plan> plans_;                                          // most recently used first
   std::unordered_map<PlanKey, std::list<Plan>::iterator, PlanKeyHash> index_;  // into plans_
   std::size_t stateful_ = 0;     // plans of plans_ with a tensor key
   std::size_t stateless_ = 0;    // the others
@@ -251,6 +271,9 @@ class CommContext {
   gpu::Buffer stage_send_;
   gpu::Buffer stage_recv_;
   std::unique_ptr<Topology> topology_;
+  // load_state()'s bytes of plans and stream-ordered residuals not made yet
+  std::unordered_map<PlanKey, std::vector<std::byte>, PlanKeyHash> loaded_plans_;
+  std::vector<call::StreamState::SavedResidual> loaded_residuals_;
   // before stream_: destroyed after it, whose end may run queued host functions that use it
   std::unique_ptr<StreamCollectives> emulated_stream_;
   std::unique_ptr<call::StreamState> stream_;

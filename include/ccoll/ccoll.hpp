@@ -86,7 +86,11 @@ struct Options {
   /// buffer) would share one state, and one tensor reduced into different buffers would split
   /// its state. A state whose history differs across ranks is detected and restarted. At most
   /// 4,096 keys and CCOLL_STATE_MAX_BYTES of state are kept per communicator (the least recently
-  /// used is dropped with a warning: Stats::states_evicted).
+  /// used is dropped with a warning: Stats::states_evicted). A named tensor (key != 0) also
+  /// draws its stochastic rounding from its own count of calls and a seed of its own, so its
+  /// results do not depend on the other calls on the communicator (a job resumed from
+  /// save_state() gives what the first run gave); it must be equal on all ranks (else every
+  /// rank raises kInvalidArgument).
   std::uint64_t key = 0;
   /// Seed of the shared random stream of stochastic codecs; must be equal on all ranks.
   std::uint64_t seed = 0;
@@ -268,6 +272,25 @@ CCOLL_API std::vector<std::string> algorithms();
 /// first call did. Local (no communication): call it on every rank between the same two calls,
 /// or ranks disagree on the state and results differ. No-op when ccoll has no state for comm.
 CCOLL_API void reset_state(MPI_Comm comm, std::uint64_t key = 0);
+
+/// This rank's state of the stateful codecs (ef=1 residuals, temporal's predictions, dq's
+/// reference) for tensor `key` on `comm` (0: every tensor), of blocking and stream-ordered
+/// calls, as bytes that load_state() restores: a checkpoint of it. Each rank saves its own
+/// (residuals differ between ranks). Waits for the calls in flight on `comm` and for the
+/// device. Local (no communication); empty of entries when ccoll has no state for `comm`.
+/// Throws ccoll::Error(kUnsupported) where algorithm=hierarchical keeps state for `comm` on its
+/// cross-node communicator (not saved yet).
+CCOLL_API std::vector<std::uint8_t> save_state(MPI_Comm comm, std::uint64_t key = 0);
+
+/// Restores what save_state() returned on this rank, on a communicator of the same ranks (a
+/// restarted job's): the state of tensors with a plan now at once, of the others when their
+/// next call makes one (the same collective, count, datatype, codec and key as when saved),
+/// and the communicator's count of calls (what stochastic rounding draws with), so that the
+/// calls that follow give what they gave in the run that saved it.
+/// Call it on every rank with that rank's bytes before the calls that continue from it (the
+/// first use of `comm` sets ccoll up on it: collective then). Throws ccoll::Error
+/// (kInvalidArgument, naming what is wrong; nothing loaded) when `data` is not save_state()'s.
+CCOLL_API void load_state(MPI_Comm comm, const void* data, std::size_t bytes);
 
 /// Collective over `comm`: raises what the stream-ordered calls on `comm` found since the last
 /// call or check (Options::stream_ordered), as ncclCommGetAsyncError reports NCCL's. Call it on

@@ -29,7 +29,8 @@ from . import _core
 __all__ = [
     "Error", "InvalidArgumentError", "UnsupportedError", "CorruptDataError", "Stats", "Handle",
     "allreduce", "allgather", "reduce_scatter", "iallreduce", "iallgather", "ireduce_scatter",
-    "last_stats", "describe_codec", "reset_state", "nonblocking_progress", "key_of",
+    "last_stats", "describe_codec", "reset_state", "save_state", "load_state",
+    "nonblocking_progress", "key_of",
     "__version__", "cuda_enabled",
 ]
 
@@ -424,6 +425,26 @@ def reset_state(comm=None, key: Union[None, int, str] = None) -> None:
     """Restarts the state stateful codecs keep for tensor `key` on `comm` (None: every tensor).
     Local: call it on every rank between the same two calls."""
     _core.reset_state(_comm_handle(comm), key_of(key))
+
+
+def save_state(comm=None, key: Union[None, int, str] = None) -> bytes:
+    """This rank's state of the stateful codecs (ef=1 residuals, temporal's predictions, dq's
+    reference) on `comm` for tensor `key` (None: every tensor), and the communicator's call
+    count, as bytes for a checkpoint; :func:`load_state` restores them. Each rank saves its own.
+    Local; waits for the calls in flight on `comm`."""
+    return _core.save_state(_comm_handle(comm), key_of(key))
+
+
+def load_state(data: bytes, comm=None) -> None:
+    """Restores what :func:`save_state` returned on this rank (a resumed job: call it on every
+    rank with that rank's bytes before the calls that continue): the state of tensors with a
+    plan now at once, of the others at their next call; the calls that follow give what they
+    gave in the run that saved it. Raises ``ccoll.InvalidArgumentError`` (nothing loaded) when
+    `data` is not such bytes."""
+    if not isinstance(data, (bytes, bytearray)):
+        raise InvalidArgumentError(
+            f"data: a {type(data).__name__} (valid: the bytes ccoll.save_state returned)")
+    _core.load_state(_comm_handle(comm), bytes(data))
 
 
 def check_stream_errors(comm=None) -> None:

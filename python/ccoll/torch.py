@@ -79,13 +79,19 @@ class CcollHookState:
 
     Counters (this rank, since creation): ``calls``, ``input_bytes`` (gradient bytes averaged),
     ``wire_bytes_sent`` (compressed and exact payload bytes ccoll sent), ``exact_elements`` and
-    ``compressed_elements`` per step summed."""
+    ``compressed_elements`` per step summed.
+
+    Checkpoints: ``state_dict()`` holds this rank's codec state (ef=1 residuals and the like) by
+    parameter name, and the counters; ``load_state_dict()`` restores it into a new state (a
+    resumed job), which then continues as the saved run would have. Pickling keeps the same
+    (and the options; the communicator is not kept: MPI's world, or set ``state.comm``)."""
 
     def __init__(self, codec: str = "maxnorm:bits=8,ef=1", min_numel: int = 1024,
                  exact_1d: bool = True, comm=None, algorithm: str = "auto", seed: int = 0,
                  names: Optional[Dict[torch.nn.Parameter, str]] = None,
                  stream_ordered: bool = False):
         self._rules = _policy_rules(codec)
+        self._policy_input = codec
         if isinstance(min_numel, bool) or not isinstance(min_numel, int) or min_numel < 0:
             raise ValueError(f"min_numel: {min_numel!r} (valid: an int >= 0)")
         if algorithm not in ccoll.ALGORITHMS:
@@ -148,6 +154,74 @@ class CcollHookState:
     def compressed(self, param: torch.Tensor) -> bool:
         """Whether `param`'s gradient goes through a codec (else it is averaged exactly)."""
         return self.codec_of(param) is not None
+
+    # ---- checkpoints -------------------------------------------------------------------------------
+    _FORMAT = "ccoll.torch.CcollHookState/1"
+    _COUNTERS = ("calls", "input_bytes", "wire_bytes_sent", "exact_elements",
+                 "compressed_elements")
+
+    def bind_names(self, names: Dict[torch.nn.Parameter, str]) -> None:
+        """Names the parameters (register_comm_hook does it from the model), for a state made
+        without ``names`` (an unpickled one)."""
+        for p, n in names.items():
+            self._names[id(p)] = n
+            self._params[id(p)] = p
+        self._codec_of.clear()
+
+    def state_dict(self) -> dict:
+        """This rank's hook state for a checkpoint: the codec state of every parameter whose
+        codec keeps state (by name; ``ccoll.save_state`` of its key, after the calls in flight)
+        and the counters. Each rank saves its own (residuals differ between ranks)."""
+        self.wait()
+        state = {}
+        for pid, name in sorted(self._names.items(), key=lambda kv: kv[1]):
+            spec = self._codec_of.get(pid)
+            if spec is not None and ccoll.describe_codec(spec)["stateful"]:
+                state[name] = ccoll.save_state(self.comm, "ddp:" + name)
+        return {"format": self._FORMAT, "state": state,
+                "counters": {c: getattr(self, c) for c in self._COUNTERS}}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Restores :meth:`state_dict`'s dict (this rank's), before the first step that
+        continues from it, on every rank. Raises ValueError naming a parameter the saved state
+        has and this model does not (when names are known)."""
+        if not isinstance(state_dict, dict) or state_dict.get("format") != self._FORMAT:
+            raise ValueError(f"state_dict: not a {self._FORMAT} state (valid: what "
+                             "CcollHookState.state_dict() returned)")
+        known = set(self._names.values())
+        unknown = sorted(n for n in state_dict["state"] if known and n not in known)
+        if unknown:
+            raise ValueError(f"state_dict: parameters {unknown} are not this model's (valid: "
+                             "the names of the model the state was saved from)")
+        for blob in state_dict["state"].values():
+            ccoll.load_state(blob, self.comm)
+        for c in self._COUNTERS:
+            setattr(self, c, int(state_dict["counters"].get(c, 0)))
+
+    def __getstate__(self):
+        codec = self._policy_input
+        if callable(codec):
+            raise TypeError("a CcollHookState whose codec is a function does not pickle (valid: "
+                            "a spec or a policy mapping; or save state_dict() instead)")
+        return {"codec": codec, "min_numel": self.min_numel, "exact_1d": self.exact_1d,
+                "algorithm": self.algorithm, "seed": self.seed,
+                "stream_ordered": self.stream_ordered, "state_dict": self.state_dict()}
+
+    def __setstate__(self, d):
+        self.__init__(codec=d["codec"], min_numel=d["min_numel"], exact_1d=d["exact_1d"],
+                      algorithm=d["algorithm"], seed=d["seed"],
+                      stream_ordered=d["stream_ordered"])
+        self.load_state_dict(d["state_dict"])
+
+    def wait(self) -> None:
+        """Waits until every future the hook returned so far is complete."""
+        done = threading.Event()
+        if self._thread is None or not self._thread.is_alive():
+            return
+        fut = torch.futures.Future()
+        fut.add_done_callback(lambda _: done.set())
+        self._queue.put(([], None, None, fut))
+        done.wait()
 
     # ---- completion thread ---------------------------------------------------------------------
     def _ensure_thread(self):
@@ -325,12 +399,15 @@ def _policy_codec(rules, name: str, param) -> Optional[str]:
 def register_comm_hook(ddp_model: torch.nn.parallel.DistributedDataParallel,
                        codec: Policy = "maxnorm:bits=8,ef=1", min_numel: int = 1024,
                        exact_1d: bool = True, comm=None, algorithm: str = "auto",
-                       seed: int = 0, stream_ordered: bool = False) -> CcollHookState:
+                       seed: int = 0, stream_ordered: bool = False,
+                       state: Optional[CcollHookState] = None) -> CcollHookState:
     """Registers :func:`ccoll_hook` on `ddp_model` with a new :class:`CcollHookState` whose
     parameter keys are the model's parameter names (`codec`: one spec, or a per-layer policy
     over those names, as CcollHookState takes it); returns the state (its counters say how
     many bytes went out). `comm` (mpi4py, default ``MPI.COMM_WORLD``) must hold the same
-    processes in the same order as the model's process group."""
+    processes in the same order as the model's process group. `state`: register this state
+    (say one loaded from a checkpoint or unpickled) instead of a new one, its own options kept,
+    its parameters named from the model."""
     if not isinstance(ddp_model, torch.nn.parallel.DistributedDataParallel):
         raise TypeError(f"ddp_model: a {type(ddp_model).__name__} (valid: a "
                         "torch.nn.parallel.DistributedDataParallel)")
@@ -343,6 +420,12 @@ def register_comm_hook(ddp_model: torch.nn.parallel.DistributedDataParallel,
         raise ValueError(f"comm: {mpi_comm.Get_size()} ranks, but the model's process group has "
                          f"{group_size} (valid: a communicator of the same processes)")
     names = {p: n for n, p in ddp_model.module.named_parameters()}
+    if state is not None:
+        if not isinstance(state, CcollHookState):
+            raise TypeError(f"state: a {type(state).__name__} (valid: a CcollHookState)")
+        state.bind_names(names)
+        ddp_model.register_comm_hook(state, ccoll_hook)
+        return state
     state = CcollHookState(codec=codec, min_numel=min_numel, exact_1d=exact_1d, comm=comm,
                            algorithm=algorithm, seed=seed, names=names,
                            stream_ordered=stream_ordered)

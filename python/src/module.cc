@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "ccoll/ccoll.hpp"
 
@@ -251,6 +252,25 @@ PYBIND11_MODULE(_core, m) {
       "reset_state",
       [](std::int64_t comm, std::uint64_t key) { ccoll::reset_state(comm_of(comm), key); },
       py::arg("comm"), py::arg("key") = 0);
+  m.def(
+      "save_state",
+      [](std::int64_t comm, std::uint64_t key) {
+        std::vector<std::uint8_t> s;
+        {
+          py::gil_scoped_release nogil;
+          s = ccoll::save_state(comm_of(comm), key);
+        }
+        return py::bytes(reinterpret_cast<const char*>(s.data()), s.size());
+      },
+      py::arg("comm"), py::arg("key") = 0);
+  m.def(
+      "load_state",
+      [](std::int64_t comm, const py::bytes& data) {
+        const std::string s = data;  // a copy: the bytes object stays the caller's
+        py::gil_scoped_release nogil;
+        ccoll::load_state(comm_of(comm), s.data(), s.size());
+      },
+      py::arg("comm"), py::arg("data"));
   m.def(
       "check_stream_errors",
       [](std::int64_t comm) {

@@ -330,3 +330,74 @@ def test_16bit_buckets_are_summed_in_fp32(dtype):
                                                         else 2 ** -11)
     assert float((lossy - mean[0].reshape(-1)).abs().max()) <= bound * 1.0001
     state.shutdown()
+
+
+@pytest.mark.parametrize("codec", ["maxnorm:bits=4,ef=1",
+                                   {"0.*": "temporal:bits=4", "*": "qsgd:bits=4,ef=1"}])
+def test_checkpoint_resume_is_bit_identical(codec):
+    # a job that saves after 3 steps (model, optimizer and hook state), restarts (new model,
+    # optimizer, hook state and communicator: nothing of the first run's ccoll state left) and
+    # loads, ends bit for bit where the uninterrupted job does; without the hook state it does not
+    def step_range(model, opt, start, stop):
+        for step in range(start, stop):
+            x, y = batch(step)
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            opt.step()
+
+    def job(comm):
+        model = DDP(make_net(), bucket_cap_mb=0.02)
+        state = ct.register_comm_hook(model, codec=codec, min_numel=1000, comm=comm)
+        return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9), state
+
+    whole, opt, st = job(COMM.Dup())
+    step_range(whole, opt, 0, 6)
+    st.shutdown()
+    want = digest([p.detach() for p in whole.parameters()])
+
+    first, opt, st = job(COMM.Dup())
+    step_range(first, opt, 0, 3)
+    saved = {"model": first.state_dict(), "opt": opt.state_dict(), "hook": st.state_dict()}
+    st.shutdown()
+    assert saved["hook"]["state"] and saved["hook"]["counters"]["calls"] > 0
+
+    for with_hook_state in (True, False):
+        resumed, opt, st = job(COMM.Dup())
+        resumed.load_state_dict(saved["model"])
+        opt.load_state_dict(saved["opt"])
+        if with_hook_state:
+            st.load_state_dict(saved["hook"])
+            assert st.calls == saved["hook"]["counters"]["calls"]
+        step_range(resumed, opt, 3, 6)
+        st.shutdown()
+        got = digest([p.detach() for p in resumed.parameters()])
+        if with_hook_state:
+            assert got == want
+        elif SIZE > 1:
+            assert got != want  # the residuals (and predictions) were lost
+
+
+def test_hook_state_pickles_and_refuses_foreign_state():
+    import pickle
+
+    model = DDP(make_net())
+    state = ct.register_comm_hook(model, codec="maxnorm:bits=4,ef=1", min_numel=1000)
+    train(model, 2)
+    back = pickle.loads(pickle.dumps(state))
+    assert back.codec == state.codec and back.calls == state.calls
+    assert back.min_numel == 1000 and back._thread is None
+    again = ct.register_comm_hook(DDP(make_net()), state=back)
+    assert again is back and back.key_of(next(iter(again._params.values()))).startswith("ddp:")
+    with pytest.raises(ValueError, match="not a ccoll.torch.CcollHookState/1 state"):
+        back.load_state_dict({"format": "x"})
+    named = ct.CcollHookState(codec="maxnorm:bits=4,ef=1",
+                              names={torch.nn.Parameter(torch.zeros(1)): "other"})
+    with pytest.raises(ValueError, match=r"parameters \['0.weight', '2.weight'\] are not"):
+        named.load_state_dict(state.state_dict())
+    with pytest.raises(TypeError, match="whose codec is a function does not pickle"):
+        pickle.dumps(ct.CcollHookState(codec=lambda n, p: None))
+    with pytest.raises(ccoll.InvalidArgumentError, match="data: a str"):
+        ccoll.load_state("junk")
+    with pytest.raises(ccoll.InvalidArgumentError, match="load_state: data: not the bytes"):
+        ccoll.load_state(b"\0" * 24)
+    state.shutdown()

@@ -31,7 +31,8 @@ enum Slot : int {
   kOwnTransport,  // pair: the transport every rank takes or none (NCCL) carrying the payloads
   kStream = kOwnTransport + 2,  // pair: the call runs stream-ordered
   kAsyncError = kStream + 2,    // MAX: a stream-ordered call flagged a corrupt lane
-  kSlots,
+  kKey,                         // pair: Options::key (the tensor's draws depend on it)
+  kSlots = kKey + 2,
 };
 
 constexpr std::uint64_t kLow53 = (1ull << 53) - 1;
@@ -83,6 +84,7 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   put_pair(v, kOwnTransport, m.every_rank_transport);
   put_pair(v, kStream, m.stream ? 1 : 0);
   v[kAsyncError] = m.async_error ? 1 : 0;
+  put_pair(v, kKey, static_cast<double>(m.key & kLow53));
   CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, kSlots, MPI_DOUBLE, MPI_MAX, comm));
 
   if (v[kErrArg] != kArgNone) {
@@ -104,6 +106,7 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   });
   check_pair(v, kAvg, fn, "average", show_number);
   check_pair(v, kSeed, fn, "seed", show_number);
+  check_pair(v, kKey, fn, "key", show_number);
   check_pair(v, kMinBytes, fn, "CCOLL_MIN_BYTES", show_number);
   check_pair(v, kLr, fn, "lr", show_number);
   const auto own = static_cast<TransportKind>(static_cast<int>(v[kOwnTransport]));

@@ -30,6 +30,7 @@ struct Proposal {
   coll::Algorithm algorithm = coll::Algorithm::kAuto;
   bool average = false;
   std::uint64_t seed = 0;
+  std::uint64_t key = 0;  ///< Options::key of a named tensor (run_call.cc), 0 otherwise
   std::size_t min_bytes = 0;
   double lr = 0;
   std::uint64_t state_fingerprint = 0;  ///< the plan's output-shaping state, 0 without a plan

@@ -25,6 +25,10 @@ namespace {
 
 // The tensor a stateful codec's state belongs to: Options::key, or the caller's receive buffer
 // and count.
+// A call whose tensor the caller named (Options::key), not a nested step of another call (whose
+// keys may derive from this rank's buffer addresses).
+bool named_tensor(const Call& call) { return call.options.key != 0 && !call.nested; }
+
 std::uint64_t tensor_key_of(const Call& call, const Placement& pl) {
   return call.options.key != 0
              ? call.options.key
@@ -68,7 +72,8 @@ struct Flow {
   Prepared prep;
   Agreed agreed;
   std::uint64_t call_no = 0;
-  bool compress = false;  // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
+  std::uint64_t seed = 0;  // the seed the codec draws with (draw_key())
+  bool compress = false;   // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
   // the call runs stream-ordered (stream_allreduce.hpp), with this codec
   bool stream = false;
   StreamCodec stream_codec;
@@ -143,6 +148,7 @@ void prepare_plan(Flow& f) {
     if (pl.kernels() && (plan->device_codec == nullptr || plan->device_resident != pl.resident())) {
       plan->device_codec = make_device_codec(c.spec, *plan->codec, *pl.device, pl.resident());
       plan->device_resident = pl.resident();
+      plan->take_loaded(*plan->device_codec);
       log(LogLevel::kInfo, ctx.rank(),
           std::string(call.fn) + ": " + c.spec.canonical + " on device buffers runs on the " +
               pl.device->name() + " device; payloads " +
@@ -214,7 +220,7 @@ class ScheduleSetup {
     const std::size_t es = f.es();
     cx.segment_elems = f.c.env.segment_bytes / es;
     cx.input_elem_bytes = f.call.input_half != Half::kNone ? 2 : 0;
-    cx.seed = f.call.options.seed;
+    cx.seed = f.seed;
     cx.call = f.call_no;
     // the lock-step ring, also where MPI stands in for a lock-step transport (emulated device)
     cx.exact_lengths = f.agreed.exact_lengths;
@@ -411,7 +417,7 @@ void run_stream(Flow& f) {
                         ? st.residual(tensor_key_of(f.call, f.pl), f.c.in_total, f.c.spec.canonical)
                         : nullptr,
                     f.call.options.average,
-                    f.call.options.seed,
+                    f.seed,
                     f.call_no,
                     f.call.options.cuda_stream,
                     f.call.reduce_scatter(),
@@ -458,6 +464,7 @@ Proposal proposal_of(Flow& f) {
   mine.algorithm = f.c.algorithm;
   mine.average = call.options.average;
   mine.seed = call.options.seed;
+  mine.key = named_tensor(call) ? call.options.key : 0;
   mine.min_bytes = f.c.env.min_bytes;
   mine.lr = call.options.lr;
   mine.state_fingerprint =
@@ -499,7 +506,17 @@ void agree_stage(Flow& f, StageError& failed) {
     fall_back_to_host_copy(f.call, f.pl, f.ctx, f.es(), failed.code, failed.message);
   }
   f.stats.transport = data_path_name(f.pl.path);
-  f.call_no = f.ctx.next_call();
+  // A tensor the caller names (Options::key, agreed) draws from its own count of calls and a
+  // seed of its own, so that its draws do not depend on the other calls on the communicator:
+  // a job resumed from save_state, or whose other calls differ (DDP's first buckets), draws
+  // what the first run drew. Other calls draw from the communicator's count.
+  if (named_tensor(f.call)) {
+    f.call_no = f.ctx.next_tensor_call(f.call.options.key);
+    f.seed = f.call.options.seed ^ (f.call.options.key * 0x9E3779B97F4A7C15ull);
+  } else {
+    f.call_no = f.ctx.next_call();
+    f.seed = f.call.options.seed;
+  }
   f.stats.input_bytes = f.c.in_total * f.es();
   f.stats.codec = f.c.spec.canonical;
 }
@@ -536,7 +553,7 @@ void run_flat(Flow& f) {
   MpiExchange exchange(f.ctx.comm());
   SetupCall setup;
   setup.lr = f.call.options.lr;
-  setup.seed = f.call.options.seed;
+  setup.seed = f.seed;
   setup.call = f.call_no;
   // scales scanned before a restart covered the old state (ef: x + e), not what is encoded now
   setup.scanned = f.prep.scanned && !f.agreed.state_differs;

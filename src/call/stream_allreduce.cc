@@ -99,6 +99,31 @@ void StreamState::reset(std::uint64_t key) {
   b_.record(e);
 }
 
+std::vector<StreamState::SavedResidual> StreamState::save_residuals(std::uint64_t key) {
+  std::vector<SavedResidual> out;
+  b_.set_stream(last_stream_);  // the stream the last call's residual updates were queued on
+  for (const auto& [k, r] : residuals_) {
+    if (key != 0 && std::get<0>(k) != key) continue;
+    SavedResidual s{std::get<0>(k), r.count, std::get<2>(k), std::vector<float>(r.count)};
+    if (r.count != 0) b_.copy(s.values.data(), r.p, 4 * r.count);
+    out.push_back(std::move(s));
+  }
+  b_.synchronize();
+  return out;
+}
+
+void StreamState::load_residual(const SavedResidual& r) {
+  if (r.values.size() != r.count) {
+    throw Error(Status::kInvalidArgument, "load_state: a stream-ordered residual of " +
+                                              std::to_string(r.count) + " elements holds " +
+                                              std::to_string(r.values.size()));
+  }
+  b_.set_stream(last_stream_);  // a new residual's zeroing and the copy on one stream
+  float* p = residual(r.key, r.count, r.spec);
+  if (r.count != 0) b_.copy(p, r.values.data(), 4 * r.count);
+  b_.synchronize();
+}
+
 void* StreamState::space(int slot, std::size_t bytes) {
   Space& s = spaces_[slot];
   const int device = b_.current_device();

@@ -81,6 +81,18 @@ class StreamState {
   float* residual(std::uint64_t key, std::size_t count, const std::string& spec);
   /// Zeroes the residual of tensor `key` (0: of every tensor) on the calling thread's stream.
   void reset(std::uint64_t key);
+  /// A residual's identity and values (save_state / load_state).
+  struct SavedResidual {
+    std::uint64_t key = 0;
+    std::size_t count = 0;
+    std::string spec;
+    std::vector<float> values;
+  };
+  /// Host copies of the residuals of tensor `key` (0: every tensor), after the last call's
+  /// stream has reached its end (waited for).
+  std::vector<SavedResidual> save_residuals(std::uint64_t key);
+  /// Sets a residual to `r.values` (made if new), waited for.
+  void load_residual(const SavedResidual& r);
 
   static constexpr int kSlots = 8;
 

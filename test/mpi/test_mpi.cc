@@ -403,8 +403,9 @@ TEST(MpiAllreduce, TemporalAndDqState) {
     std::vector<double> xd(x.begin(), x.end());
     MPI_Allreduce(xd.data(), exact.data(), static_cast<int>(n), MPI_DOUBLE, MPI_SUM,
                   MPI_COMM_WORLD);
+    // the same key on both: a named tensor draws from its own count of calls
     const auto yt = call(a, "temporal:bits=4", 7, x);
-    const auto ym = call(b, "maxnorm:bits=4", 0, x);
+    const auto ym = call(b, "maxnorm:bits=4", 7, x);
     if (t == 0) {
       EXPECT_EQ(yt, ym);  // zero state: the same payloads, the same output
     }
@@ -420,24 +421,42 @@ TEST(MpiAllreduce, TemporalAndDqState) {
   // reset_state(comm, key): the next call is a first call again
   ccoll::reset_state(a, 7);
   const auto x = input_at(20, n);
-  EXPECT_EQ(call(a, "temporal:bits=4", 7, x), call(b, "maxnorm:bits=4", 0, x));
+  EXPECT_EQ(call(a, "temporal:bits=4", 7, x), call(b, "maxnorm:bits=4", 7, x));
   // state is per key: key 7 has state again, key 9 starts fresh
   call(a, "temporal:bits=4", 7, x);
-  call(b, "maxnorm:bits=4", 0, x);
-  EXPECT_EQ(call(a, "temporal:bits=4", 9, x), call(b, "maxnorm:bits=4", 0, x));
+  call(b, "maxnorm:bits=4", 7, x);
+  EXPECT_EQ(call(a, "temporal:bits=4", 9, x), call(b, "maxnorm:bits=4", 9, x));
   // a changed count under the same key restarts too
   const auto x2 = input_at(21, n - 100);
-  EXPECT_EQ(call(a, "temporal:bits=4", 7, x2), call(b, "maxnorm:bits=4", 0, x2));
+  EXPECT_EQ(call(a, "temporal:bits=4", 7, x2), call(b, "maxnorm:bits=4", 7, x2));
   // reset_state(comm) without a key: every tensor
   call(a, "temporal:bits=4", 9, x);
-  call(b, "maxnorm:bits=4", 0, x);
+  call(b, "maxnorm:bits=4", 9, x);
   ccoll::reset_state(a);
-  EXPECT_EQ(call(a, "temporal:bits=4", 9, x), call(b, "maxnorm:bits=4", 0, x));
-  // a tensor whose state history differs between ranks (rank 0 named it differently last
-  // call, as reused buffer addresses can with derived keys) is restarted on every rank
-  call(a, "temporal:bits=4", r == 0 ? 50 : 60, x);
-  call(b, "maxnorm:bits=4", 0, x);
-  EXPECT_EQ(call(a, "temporal:bits=4", 60, x), call(b, "maxnorm:bits=4", 0, x));
+  EXPECT_EQ(call(a, "temporal:bits=4", 9, x), call(b, "maxnorm:bits=4", 9, x));
+  // a tensor whose state history differs between ranks (keys derived from receive buffers:
+  // rank 0 reduced into another buffer last call) is restarted on every rank
+  {
+    std::vector<float> b1(n);
+    std::vector<float> b2(n);
+    std::vector<float> yb(n);
+    auto into = [&](MPI_Comm c, const char* codec, std::vector<float>& y) {
+      ccoll::Options opt;
+      opt.codec = codec;
+      opt.seed = 5;
+      ccoll::compressed_allreduce(x.data(), y.data(), n, MPI_FLOAT, MPI_SUM, c, opt);
+      return y;
+    };
+    into(a, "temporal:bits=4", r == 0 ? b1 : b2);
+    into(b, "maxnorm:bits=4", yb);
+    EXPECT_EQ(into(a, "temporal:bits=4", b2), into(b, "maxnorm:bits=4", yb));
+  }
+  // a named tensor must have the same name on every rank (its draws depend on it)
+  if (p > 1) {
+    const std::string key_msg = expect_error_everywhere(
+        [&] { call(a, "temporal:bits=4", r == 0 ? 50 : 60, x); }, ccoll::Status::kInvalidArgument);
+    EXPECT_NE(key_msg.find("key differs across ranks"), std::string::npos) << key_msg;
+  }
   // temporal has no all-gather form: refused on every rank
   std::vector<float> g(n * static_cast<std::size_t>(p));
   const std::string msg = expect_error_everywhere(
@@ -599,4 +618,92 @@ int main(int argc, char** argv) {
   if (failed != 0) std::fprintf(stderr, "rank %d: tests FAILED\n", world_rank());
   MPI_Finalize();
   return any;
+}
+
+// A checkpoint of the codec state: a run that saves after k calls, is torn down (a fresh
+// communicator: a restarted job's) and loads, continues bit for bit as the uninterrupted run,
+// for every stateful codec (ef=1 residuals, temporal's predictions, dq's reference), several
+// tensors, stochastic rounding included; without the load it does not.
+TEST(MpiState, SaveAndLoadResumeBitForBit) {
+  const int r = world_rank();
+  const std::size_t n = 70001;
+  auto input_at = [&](int t, std::size_t key) {
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      x[i] = std::sin(0.001f * static_cast<float>(i * (key + 1)) + 0.3f * static_cast<float>(t)) *
+             (1.0f + 0.1f * static_cast<float>(r));
+    }
+    return x;
+  };
+  auto call = [&](MPI_Comm c, const char* codec, std::uint64_t key, const std::vector<float>& x) {
+    std::vector<float> y(x.size());
+    ccoll::Options o;
+    o.codec = codec;
+    o.key = key;
+    o.seed = 5;
+    o.lr = 0.1;
+    ccoll::compressed_allreduce(x.data(), y.data(), x.size(), MPI_FLOAT, MPI_SUM, c, o);
+    return y;
+  };
+  const char* codecs[] = {"maxnorm:bits=4,ef=1", "temporal:bits=4", "dq:min=2,max=8",
+                          "qsgd:bits=4,ef=1"};
+  auto steps = [&](MPI_Comm c, int from, int to) {
+    std::vector<std::vector<float>> out;
+    for (int t = from; t < to; ++t) {
+      for (std::size_t k = 0; k < 4; ++k) out.push_back(call(c, codecs[k], 11 + k, input_at(t, k)));
+      call(c, "maxnorm:bits=4", 0, input_at(t, 9));  // a stateless call between
+    }
+    return out;
+  };
+  MPI_Comm a = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &a);
+  steps(a, 0, 3);
+  const std::vector<std::uint8_t> saved = ccoll::save_state(a);
+  const auto want = steps(a, 3, 6);
+  MPI_Comm_free(&a);
+
+  // resumed: a new communicator, the state loaded before its first call
+  MPI_Comm b = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &b);
+  ccoll::load_state(b, saved.data(), saved.size());
+  EXPECT_EQ(steps(b, 3, 6), want);
+  // and loaded into plans that exist: the same again
+  ccoll::load_state(b, saved.data(), saved.size());
+  EXPECT_EQ(steps(b, 3, 6), want);
+  // one tensor's state saved alone restores that tensor (and the call count)
+  ccoll::load_state(b, saved.data(), saved.size());
+  const std::vector<std::uint8_t> one = ccoll::save_state(b, 11);
+  if (world_size() > 1) {
+    EXPECT_LT(one.size(), saved.size());  // (one rank keeps no state: its calls run locally)
+  }
+  ccoll::reset_state(b);
+  ccoll::load_state(b, one.data(), one.size());
+  EXPECT_EQ(call(b, codecs[0], 11, input_at(3, 0)), want[0]);
+  MPI_Comm_free(&b);
+
+  // without the state: different results (the residuals and predictions are lost)
+  MPI_Comm c = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &c);
+  if (world_size() > 1) {
+    EXPECT_NE(steps(c, 3, 6), want);
+  }
+  // malformed bytes are refused, naming the problem, and load nothing
+  std::vector<std::uint8_t> bad = saved;
+  bad.resize(bad.size() - 3);
+  try {
+    ccoll::load_state(c, bad.data(), bad.size());
+    ADD_FAILURE() << "a truncated state was loaded";
+  } catch (const ccoll::Error& e) {
+    EXPECT_EQ(e.code(), ccoll::Status::kInvalidArgument);
+    EXPECT_NE(std::string(e.what()).find("truncated"), std::string::npos) << e.what();
+  }
+  const std::uint8_t junk[16] = {1, 2, 3};
+  EXPECT_THROW(ccoll::load_state(c, junk, sizeof junk), ccoll::Error);
+  MPI_Comm_free(&c);
+  // a communicator ccoll never saw has no state: bytes that load as nothing
+  MPI_Comm d = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &d);
+  const std::vector<std::uint8_t> none = ccoll::save_state(d);
+  ccoll::load_state(d, none.data(), none.size());
+  MPI_Comm_free(&d);
 }
