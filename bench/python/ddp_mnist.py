@@ -3,13 +3,18 @@ codec with ccoll's communication hook; prints each run's test accuracy, the grad
 rank put on the wire (plain DDP: the bytes it handed to gloo) and the time per step.
 
 usage: mpiexec -n P python3 bench/python/ddp_mnist.py [--data DIR] [--codec SPEC ...]
+           [--torch-hook fp16|bf16|powersgd:R ...] [--model mlp|resnet18]
            [--epochs N] [--batch B] [--lr LR] [--seed S] [--check]
 
 --data DIR: IDX files t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz] (MNIST, or
 Fashion-MNIST, which has the same format); the first 8,000 images train (each rank its share),
 the last 2,000 test. Default: $CCOLL_MNIST_DIR, else Debian's dataset-fashion-mnist
-(/usr/share/datasets/fashion-mnist). The model: a 784-256-10 MLP, SGD with momentum 0.9
-(lr 0.02: at 0.05 the Fashion-MNIST runs differ by up to 1.6 points between seeds).
+(/usr/share/datasets/fashion-mnist). The model: a 784-256-10 MLP, or (--model resnet18)
+torchvision's ResNet-18 for 28x28 grey images (a 3x3 first convolution of stride 1, no max
+pool), SGD with momentum 0.9 (lr 0.02: at 0.05 the Fashion-MNIST runs differ by up to 1.6
+points between seeds). --torch-hook adds runs with PyTorch's own DDP hooks: fp16_compress_hook,
+bf16_compress_hook, or PowerSGD of rank R with error feedback (a hook that fails on the
+installed torch is reported as failed, with its error).
 --check: plain DDP against the hook with maxnorm:bits=8,ef=1; exit 1 unless the hook's
 accuracy is within 1 point of plain DDP's and every rank's parameters are bit-identical (exit
 77 when torch or the data is missing).
@@ -51,18 +56,54 @@ def load(directory):
     return x[:8000], y[:8000], x[8000:], y[8000:]
 
 
+def make_model(torch, name):
+    if name == "mlp":
+        return torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(),
+                                   torch.nn.Linear(256, 10))
+    from torchvision.models import resnet18
+
+    net = resnet18(num_classes=10)
+    net.conv1 = torch.nn.Conv2d(1, 64, kernel_size=3, stride=1, padding=1, bias=False)
+    net.maxpool = torch.nn.Identity()
+    return torch.nn.Sequential(torch.nn.Unflatten(1, (1, 28, 28)), net)
+
+
+def register_torch_hook(torch, model, name):
+    """One of PyTorch's own DDP hooks; returns the fraction of plain bytes it sends (None:
+    not known)."""
+    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+    if name == "fp16":
+        model.register_comm_hook(None, default_hooks.fp16_compress_hook)
+        return 0.5
+    if name == "bf16":
+        model.register_comm_hook(None, default_hooks.bf16_compress_hook)
+        return 0.5
+    if name.startswith("powersgd:"):
+        state = powerSGD_hook.PowerSGDState(
+            process_group=None, matrix_approximation_rank=int(name.split(":")[1]),
+            start_powerSGD_iter=2, use_error_feedback=True, warm_start=True)
+        model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        return None
+    raise ValueError(f"--torch-hook: {name!r} (valid: fp16, bf16, powersgd:R)")
+
+
 def run(torch, dist, args, data, codec, comm):
-    """Trains the MLP from a fixed start; returns (test accuracy %, bytes sent, s/step, digest)."""
+    """Trains the model from a fixed start; returns (test accuracy %, bytes sent, s/step,
+    digest). `codec`: "plain", a ccoll codec spec, or "torch:<hook>"."""
     import ccoll.torch as ct
     from torch.nn.parallel import DistributedDataParallel as DDP
 
     rank, size = comm.Get_rank(), comm.Get_size()
     xtr, ytr, xte, yte = (torch.from_numpy(a) for a in data)
     torch.manual_seed(args.seed)
-    net = torch.nn.Sequential(torch.nn.Linear(784, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    net = make_model(torch, args.model)
     model = DDP(net)
     state = None
-    if codec != "plain":
+    fraction = 1.0
+    if codec.startswith("torch:"):
+        fraction = register_torch_hook(torch, model, codec[len("torch:"):])
+    elif codec != "plain":
         state = ct.register_comm_hook(model, codec=codec)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     mine = torch.arange(rank, xtr.shape[0], size)
@@ -77,13 +118,16 @@ def run(torch, dist, args, data, codec, comm):
             opt.step()
             steps += 1
     seconds = (time.perf_counter() - t0) / max(steps, 1)
+    net.eval()
     with torch.no_grad():
         acc = float((net(xte).argmax(1) == yte).float().mean()) * 100
     h = hashlib.sha256()
     for p in net.parameters():
         h.update(p.detach().numpy().tobytes())
-    # plain DDP: the gradient bytes each step hands to gloo (what it sends depends on gloo)
-    sent = state.wire_bytes_sent if state else steps * 4 * sum(p.numel() for p in net.parameters())
+    # plain DDP: the gradient bytes each step hands to gloo (what it sends depends on gloo);
+    # torch's hooks: that times what they keep (None where not known)
+    plain = steps * 4 * sum(p.numel() for p in net.parameters())
+    sent = state.wire_bytes_sent if state else (plain * fraction if fraction else None)
     if state:
         state.shutdown()
     return acc, sent, seconds, h.hexdigest()
@@ -94,6 +138,9 @@ def main():
     ap.add_argument("--data", default=os.environ.get("CCOLL_MNIST_DIR",
                                                      "/usr/share/datasets/fashion-mnist"))
     ap.add_argument("--codec", action="append", help="a ccoll codec spec (repeatable)")
+    ap.add_argument("--torch-hook", action="append", default=[],
+                    help="one of PyTorch's DDP hooks: fp16, bf16, powersgd:R (repeatable)")
+    ap.add_argument("--model", choices=("mlp", "resnet18"), default="mlp")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.02)
@@ -119,19 +166,28 @@ def main():
     import ccoll.torch as ct
 
     ct.init_process_group("gloo")
-    codecs = ["plain"] + (args.codec or ["maxnorm:bits=8,ef=1"])
+    codecs = ["plain"] + (args.codec or ([] if args.torch_hook else ["maxnorm:bits=8,ef=1"]))
+    codecs[1:1] = ["torch:" + h for h in args.torch_hook]
     if rank == 0:
-        print(f"# {comm.Get_size()} ranks, {args.data}, {args.epochs} epochs, batch {args.batch}"
-              f"/rank, lr {args.lr}, seed {args.seed}, torch {torch.__version__}")
+        print(f"# {comm.Get_size()} ranks, {args.data}, model {args.model}, {args.epochs} "
+              f"epochs, batch {args.batch}/rank, lr {args.lr}, seed {args.seed}, torch "
+              f"{torch.__version__}")
         print(f"{'codec':28} {'test acc %':>10} {'grad MB/rank':>12} {'ms/step':>8}")
     results = {}
     identical = True
     for codec in codecs:
-        acc, sent, sec, digest = run(torch, dist, args, data, codec, comm)
+        try:
+            acc, sent, sec, digest = run(torch, dist, args, data, codec, comm)
+        except Exception as e:  # a torch hook that fails on this torch: say how
+            if rank == 0:
+                print(f"{codec:28} failed: {type(e).__name__}: {str(e).splitlines()[0]}",
+                      flush=True)
+            continue
         identical &= len(set(comm.allgather(digest))) == 1
         results[codec] = acc
         if rank == 0:
-            print(f"{codec:28} {acc:10.2f} {sent / 1e6:12.2f} {sec * 1e3:8.2f}", flush=True)
+            mb = f"{sent / 1e6:12.2f}" if sent is not None else f"{'-':>12}"
+            print(f"{codec:28} {acc:10.2f} {mb} {sec * 1e3:8.2f}", flush=True)
     dist.destroy_process_group()
     if args.check:
         gap = results["plain"] - results[codecs[1]]
