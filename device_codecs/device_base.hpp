@@ -77,6 +77,20 @@ class QueueGuard {
   int exceptions_;
 };
 
+// A device codec whose encode can also write error feedback's residual in its one pass over the
+// input: what ef=1 (device_error_feedback.cc) asks of its inner codec instead of a decode and a
+// subtraction after the encode.
+class FusedFeedback {
+ public:
+  virtual ~FusedFeedback() = default;
+  /// encode() of `in` (fp32 device memory) that also sets residual[i] = in[i] - the decode of
+  /// element i's code (the same bits as decoding the payload and subtracting) and its length in
+  /// `bytes`; false, nothing done, where this codec's form has no fused encode.
+  virtual bool encode_and_residual(const float* in, std::size_t count,
+                                   const codec::BlockContext& ctx, std::byte* out, float* residual,
+                                   std::size_t& bytes) = 0;
+};
+
 // What both device codecs share: the CPU codec they forward to, the backend, and the device
 // scratch (codes of one payload, a flag word) they reuse call after call.
 class DeviceCodecBase : public DeviceCodec {

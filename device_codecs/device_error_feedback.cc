@@ -96,6 +96,12 @@ class DeviceErrorFeedback final : public DeviceCodec {
     auto* d = static_cast<float*>(decoded_.get(b_, 4 * count, false));
     float* r = e.data() + ctx.offset;
     plus_residual(p, in, r, count, ctx.role);
+    // the inner encode writes the new residual in its own pass where it can (maxnorm of one
+    // scale): two passes over the data instead of four
+    if (auto* fused = dynamic_cast<FusedFeedback*>(inner_.get())) {
+      std::size_t bytes = 0;
+      if (fused->encode_and_residual(p, count, ctx, out, r, bytes)) return bytes;
+    }
     const std::size_t n = inner_->encode(p, count, ctx, out);
     inner_->decode(out, n, count, d);
     b_.kernels<gpu::ElementKernels>().add(r, p, d, count, true);

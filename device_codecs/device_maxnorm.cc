@@ -7,7 +7,7 @@
 namespace ccoll::device_codecs {
 namespace {
 
-class DeviceMaxnorm final : public DeviceCodecBase {
+class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
  public:
   DeviceMaxnorm(codec::Codec& cpu, gpu::Backend& b, bool resident, const codec::MaxNormParams& p)
       : DeviceCodecBase(cpu, b, resident),
@@ -98,6 +98,19 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     queue_codes(in, ctx, codes);
     finish_body(out, at, codes, code_bytes);
     return at + code_bytes;
+  }
+  // one scale, exact sums: the encode kernel writes the residual in its pass (the stream-ordered
+  // all-reduce's, checked against the host's error feedback bit for bit)
+  bool encode_and_residual(const float* in, std::size_t count, const codec::BlockContext& ctx,
+                           std::byte* out, float* residual, std::size_t& bytes) override {
+    if (sparse_ || levels2_ != 0 || requant_) return false;
+    const std::size_t at = encode_prefix(count, ctx, out);
+    const std::size_t code_bytes = gpu::packed_size(ncodes_, width_);
+    std::uint8_t* codes = body_target(out, at, code_bytes);
+    queue_codes(in, ctx, codes, residual);
+    finish_body(out, at, codes, code_bytes);
+    bytes = at + code_bytes;
+    return true;
   }
   // Staged payloads are host memory: the CPU codec adds them. Device-resident payloads are
   // validated on the host (headers and scales, as the CPU add does) and added by the kernel.
@@ -220,7 +233,9 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     return at;
   }
   // Queues the kernel writing the codes of the encode encode_prefix() began at `codes`.
-  void queue_codes(const void* x, const codec::BlockContext& ctx, std::uint8_t* codes) {
+  // (with `residual`: x is fp32 and residual[i] = x[i] - the decode of its code)
+  void queue_codes(const void* x, const codec::BlockContext& ctx, std::uint8_t* codes,
+                   float* residual = nullptr) {
     if (ncodes_ == 0) return;
     const std::size_t first = ctx.offset / gpu::kMaxnormBlock;
     gpu::MaxnormEncodeArgs a;
@@ -238,7 +253,10 @@ class DeviceMaxnorm final : public DeviceCodecBase {
     a.mask = levels2_ != 0 ? mask_dev_ptr_ : nullptr;
     a.nearest = nearest_;
     // 16-bit input is the call's own: partial sums (hops) are fp32
-    a.input = ctx.role == codec::BlockContext::Role::kOwn ? input_ : gpu::Input::kFloat32;
+    a.input = ctx.role == codec::BlockContext::Role::kOwn && residual == nullptr
+                  ? input_
+                  : gpu::Input::kFloat32;
+    a.residual = residual;
     b_.kernels<gpu::MaxnormKernels>().encode(x, a, codes);
   }
   // Queues the decode of a validated payload whose scales and codes are at `dev` (device);
