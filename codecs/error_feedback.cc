@@ -33,21 +33,15 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
   }
   // this rank's residuals (own contributions and ring hops), then the inner codec's state
   void save_state(std::vector<std::byte>& out) const override {
-    StateWriter w(out);
-    w.u64(kStateErrorFeedback);
-    w.array(own_);
-    w.array(hop_);
     std::vector<std::byte> inner;
     inner_->save_state(inner);
-    w.bytes(inner);
+    save_feedback(out, own_, hop_, inner);
   }
   void load_state(const std::byte* in, std::size_t bytes) override {
-    StateReader r(in, bytes, spec_);
-    r.tag(kStateErrorFeedback);
-    std::vector<T> own = r.array<T>();
-    std::vector<T> hop = r.array<T>();
-    const std::vector<std::byte> inner = r.bytes();
-    r.done();
+    std::vector<T> own;
+    std::vector<T> hop;
+    std::vector<std::byte> inner;
+    load_feedback(in, bytes, spec_, own, hop, inner);
     inner_->load_state(inner.data(), inner.size());
     own_ = std::move(own);
     hop_ = std::move(hop);

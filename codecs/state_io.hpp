@@ -108,6 +108,33 @@ class StateReader {
   std::string who_;
 };
 
+/// save_state's form of error feedback's state: this rank's residuals of its own encodes and
+/// of its re-encodes of partial sums (host vectors of T), then the inner codec's state.
+template <class T>
+void save_feedback(std::vector<std::byte>& out, const std::vector<T>& own,
+                   const std::vector<T>& hop, const std::vector<std::byte>& inner) {
+  StateWriter w(out);
+  w.u64(kStateErrorFeedback);
+  w.array(own);
+  w.array(hop);
+  w.bytes(inner);
+}
+
+/// Reads save_feedback's form into `own`, `hop` and `inner` (left as they were when refused).
+template <class T>
+void load_feedback(const std::byte* in, std::size_t bytes, const std::string& who,
+                   std::vector<T>& own, std::vector<T>& hop, std::vector<std::byte>& inner) {
+  StateReader r(in, bytes, who);
+  r.tag(kStateErrorFeedback);
+  std::vector<T> o = r.array<T>();
+  std::vector<T> h = r.array<T>();
+  std::vector<std::byte> i = r.bytes();
+  r.done();
+  own = std::move(o);
+  hop = std::move(h);
+  inner = std::move(i);
+}
+
 /// save_state's form of a temporal state whose four arrays `get` copies into host vectors of T
 /// (host: as they are; device: copied out).
 template <class T, class Get>

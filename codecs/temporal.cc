@@ -61,14 +61,12 @@ class TemporalCodec final : public ForwardingCodec {
   void reset_state() override { state_.clear(); }
   std::uint64_t state_fingerprint() const override { return state_.fingerprint; }
   void save_state(std::vector<std::byte>& out) const override {
-    save_temporal<T>(out, state_.fingerprint, [&](int k) -> const std::vector<T>& {
-      return k == 0 ? state_.xh : k == 1 ? state_.y : k == 2 ? state_.xp : state_.e;
-    });
+    save_temporal<T>(out, state_.fingerprint,
+                     [&](int k) -> const std::vector<T>& { return state_.array(k); });
   }
   void load_state(const std::byte* in, std::size_t bytes) override {
-    load_temporal<T>(in, bytes, spec_, state_.fingerprint, [&](int k, std::vector<T> v) {
-      (k == 0 ? state_.xh : k == 1 ? state_.y : k == 2 ? state_.xp : state_.e) = std::move(v);
-    });
+    load_temporal<T>(in, bytes, spec_, state_.fingerprint,
+                     [&](int k, std::vector<T> v) { state_.array(k) = std::move(v); });
   }
   void uncompressed_call() override { reset_state(); }
 

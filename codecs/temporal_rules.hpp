@@ -54,6 +54,9 @@ struct TemporalState {
     e.clear();
     fingerprint = 0;
   }
+  /// The arrays in save_state's order: xh, y, xp, e.
+  Floats& array(int k) { return k == 0 ? xh : k == 1 ? y : k == 2 ? xp : e; }
+  const Floats& array(int k) const { return k == 0 ? xh : k == 1 ? y : k == 2 ? xp : e; }
   Floats xh;
   Floats y;
   Floats xp;

@@ -60,21 +60,15 @@ class DeviceErrorFeedback final : public DeviceCodec {
   }
   // the CPU wrapper's form (codec::ErrorFeedbackCodec<float>): either loads the other's state
   void save_state(std::vector<std::byte>& out) const override {
-    codec::StateWriter w(out);
-    w.u64(codec::kStateErrorFeedback);
-    w.array(own_.host());
-    w.array(hop_.host());
     std::vector<std::byte> inner;
     inner_->save_state(inner);
-    w.bytes(inner);
+    codec::save_feedback(out, own_.host(), hop_.host(), inner);
   }
   void load_state(const std::byte* in, std::size_t bytes) override {
-    codec::StateReader r(in, bytes, spec_);
-    r.tag(codec::kStateErrorFeedback);
-    const std::vector<float> own = r.array<float>();
-    const std::vector<float> hop = r.array<float>();
-    const std::vector<std::byte> inner = r.bytes();
-    r.done();
+    std::vector<float> own;
+    std::vector<float> hop;
+    std::vector<std::byte> inner;
+    codec::load_feedback(in, bytes, spec_, own, hop, inner);
     inner_->load_state(inner.data(), inner.size());
     own_.assign(own);
     hop_.assign(hop);
@@ -93,7 +87,6 @@ class DeviceErrorFeedback final : public DeviceCodec {
     DeviceFloats& e = ctx.role == codec::BlockContext::Role::kOwn ? own_ : hop_;
     e.grow(ctx.offset + count);
     auto* p = static_cast<float*>(sum_.get(b_, 4 * count, false));
-    auto* d = static_cast<float*>(decoded_.get(b_, 4 * count, false));
     float* r = e.data() + ctx.offset;
     plus_residual(p, in, r, count, ctx.role);
     // the inner encode writes the new residual in its own pass where it can (maxnorm of one
@@ -103,6 +96,7 @@ class DeviceErrorFeedback final : public DeviceCodec {
       if (fused->encode_and_residual(p, count, ctx, out, r, bytes)) return bytes;
     }
     const std::size_t n = inner_->encode(p, count, ctx, out);
+    auto* d = static_cast<float*>(decoded_.get(b_, 4 * count, false));
     inner_->decode(out, n, count, d);
     b_.kernels<gpu::ElementKernels>().add(r, p, d, count, true);
     b_.synchronize();

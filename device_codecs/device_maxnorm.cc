@@ -92,24 +92,14 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
 
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
                      std::byte* out) override {
-    const std::size_t at = encode_prefix(count, ctx, out);
-    const std::size_t code_bytes = gpu::packed_size(ncodes_, width_);
-    std::uint8_t* codes = body_target(out, at, code_bytes);
-    queue_codes(in, ctx, codes);
-    finish_body(out, at, codes, code_bytes);
-    return at + code_bytes;
+    return encode_with(in, count, ctx, out, nullptr);
   }
   // one scale, exact sums: the encode kernel writes the residual in its pass (the stream-ordered
   // all-reduce's, checked against the host's error feedback bit for bit)
   bool encode_and_residual(const float* in, std::size_t count, const codec::BlockContext& ctx,
                            std::byte* out, float* residual, std::size_t& bytes) override {
     if (sparse_ || levels2_ != 0 || requant_) return false;
-    const std::size_t at = encode_prefix(count, ctx, out);
-    const std::size_t code_bytes = gpu::packed_size(ncodes_, width_);
-    std::uint8_t* codes = body_target(out, at, code_bytes);
-    queue_codes(in, ctx, codes, residual);
-    finish_body(out, at, codes, code_bytes);
-    bytes = at + code_bytes;
+    bytes = encode_with(in, count, ctx, out, residual);
     return true;
   }
   // Staged payloads are host memory: the CPU codec adds them. Device-resident payloads are
@@ -167,6 +157,16 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
     throw Error(Status::kCorruptData, std::string("received ") + (sparse_ ? "randk" : "maxnorm") +
                                           " payload rejected: " + what);
   }
+  // encode(), and with `residual` the residual of error feedback in the same kernel
+  std::size_t encode_with(const void* in, std::size_t count, const codec::BlockContext& ctx,
+                          std::byte* out, float* residual) {
+    const std::size_t at = encode_prefix(count, ctx, out);
+    const std::size_t code_bytes = gpu::packed_size(ncodes_, width_);
+    std::uint8_t* codes = body_target(out, at, code_bytes);
+    queue_codes(in, ctx, codes, residual);
+    finish_body(out, at, codes, code_bytes);
+    return at + code_bytes;
+  }
   // randk: the call's kept coordinates in [offset, offset + count) on the device (valid until
   // the next selection), listed by a kernel from the run of strata that holds them (the host
   // list is copied only where they form no run, indices near 2^53). The buffer is sized for
@@ -180,18 +180,18 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
     const auto min_len = static_cast<std::size_t>(std::floor(1.0 / ratio_));
     const std::size_t most = std::min(count, count / min_len + 2);
     codec::RandkRun run;
-    if (codec::randk_run(*target(), offset, count, run)) {
-      auto* dev =
-          static_cast<std::uint64_t*>(sel_dev_.get(b_, 8 * (std::max(most, run.n) + 1), false));
+    const bool on_device = codec::randk_run(*target(), offset, count, run);
+    const std::vector<std::uint64_t>* sel =
+        on_device ? nullptr : &codec::randk_selection(*target(), offset, count);
+    const std::size_t n = on_device ? run.n : sel->size();
+    auto* dev = static_cast<std::uint64_t*>(sel_dev_.get(b_, 8 * (std::max(most, n) + 1), false));
+    if (on_device) {
       b_.kernels<gpu::MaxnormKernels>().randk_select(run, dev);
-      return {dev, run.n};
+    } else {
+      b_.copy(dev, sel->data(), 8 * n);
+      b_.synchronize();  // `sel` is the CPU codec's, which the next call overwrites
     }
-    const auto& sel = codec::randk_selection(*target(), offset, count);
-    auto* dev =
-        static_cast<std::uint64_t*>(sel_dev_.get(b_, 8 * (std::max(most, sel.size()) + 1), false));
-    b_.copy(dev, sel.data(), 8 * sel.size());
-    b_.synchronize();  // `sel` is the CPU codec's, which the next call overwrites
-    return {dev, sel.size()};
+    return {dev, n};
   }
   static std::size_t prefix_bytes(std::size_t nblocks) {
     return codec::maxnorm_prefix_bytes(nblocks);
@@ -235,7 +235,7 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
   // Queues the kernel writing the codes of the encode encode_prefix() began at `codes`.
   // (with `residual`: x is fp32 and residual[i] = x[i] - the decode of its code)
   void queue_codes(const void* x, const codec::BlockContext& ctx, std::uint8_t* codes,
-                   float* residual = nullptr) {
+                   float* residual) {
     if (ncodes_ == 0) return;
     const std::size_t first = ctx.offset / gpu::kMaxnormBlock;
     gpu::MaxnormEncodeArgs a;

@@ -48,15 +48,12 @@ class DeviceTemporal final : public DeviceCodec {
   std::uint64_t state_fingerprint() const override { return state_.fingerprint; }
   // the CPU codec's form (codecs/temporal.cc): either loads the other's state
   void save_state(std::vector<std::byte>& out) const override {
-    codec::save_temporal<float>(out, state_.fingerprint, [&](int k) {
-      return (k == 0 ? state_.xh : k == 1 ? state_.y : k == 2 ? state_.xp : state_.e).host();
-    });
+    codec::save_temporal<float>(out, state_.fingerprint,
+                                [&](int k) { return state_.array(k).host(); });
   }
   void load_state(const std::byte* in, std::size_t bytes) override {
-    codec::load_temporal<float>(
-        in, bytes, spec(), state_.fingerprint, [&](int k, std::vector<float> v) {
-          (k == 0 ? state_.xh : k == 1 ? state_.y : k == 2 ? state_.xp : state_.e).assign(v);
-        });
+    codec::load_temporal<float>(in, bytes, spec(), state_.fingerprint,
+                                [&](int k, std::vector<float> v) { state_.array(k).assign(v); });
   }
   void uncompressed_call() override { reset_state(); }
   // The shared scales cover what is coded: the residual (zero state where none exists yet).

@@ -252,18 +252,12 @@ void reset_state(MPI_Comm comm, std::uint64_t key) {
   }
 }
 
-std::vector<std::uint8_t> save_state(MPI_Comm comm, std::uint64_t key) {
+std::vector<std::byte> save_state(MPI_Comm comm, std::uint64_t key) {
   detail::require_mpi("save_state");
-  std::vector<std::byte> s;
-  if (CommContext* ctx = CommContext::find(comm)) {
-    if (ProgressQueue* q = ctx->progress_if_made()) q->quiesce();  // their state too
-    s = ctx->save_state(key);
-  } else {
-    s = CommContext::no_state();
-  }
-  std::vector<std::uint8_t> out(s.size());
-  if (!s.empty()) std::memcpy(out.data(), s.data(), s.size());
-  return out;
+  CommContext* ctx = CommContext::find(comm);
+  if (ctx == nullptr) return CommContext::no_state();
+  if (ProgressQueue* q = ctx->progress_if_made()) q->quiesce();  // their state too
+  return ctx->save_state(key);
 }
 
 void load_state(MPI_Comm comm, const void* data, std::size_t bytes) {

@@ -280,7 +280,7 @@ CCOLL_API void reset_state(MPI_Comm comm, std::uint64_t key = 0);
 /// device. Local (no communication); empty of entries when ccoll has no state for `comm`.
 /// Throws ccoll::Error(kUnsupported) where algorithm=hierarchical keeps state for `comm` on its
 /// cross-node communicator (not saved yet).
-CCOLL_API std::vector<std::uint8_t> save_state(MPI_Comm comm, std::uint64_t key = 0);
+CCOLL_API std::vector<std::byte> save_state(MPI_Comm comm, std::uint64_t key = 0);
 
 /// Restores what save_state() returned on this rank, on a communicator of the same ranks (a
 /// restarted job's): the state of tensors with a plan now at once, of the others when their

@@ -91,7 +91,6 @@ class CcollHookState:
                  names: Optional[Dict[torch.nn.Parameter, str]] = None,
                  stream_ordered: bool = False):
         self._rules = _policy_rules(codec)
-        self._policy_input = codec
         if isinstance(min_numel, bool) or not isinstance(min_numel, int) or min_numel < 0:
             raise ValueError(f"min_numel: {min_numel!r} (valid: an int >= 0)")
         if algorithm not in ccoll.ALGORITHMS:
@@ -199,7 +198,7 @@ class CcollHookState:
             setattr(self, c, int(state_dict["counters"].get(c, 0)))
 
     def __getstate__(self):
-        codec = self._policy_input
+        codec = self.codec
         if callable(codec):
             raise TypeError("a CcollHookState whose codec is a function does not pickle (valid: "
                             "a spec or a policy mapping; or save state_dict() instead)")
@@ -215,9 +214,9 @@ class CcollHookState:
 
     def wait(self) -> None:
         """Waits until every future the hook returned so far is complete."""
-        done = threading.Event()
         if self._thread is None or not self._thread.is_alive():
             return
+        done = threading.Event()
         fut = torch.futures.Future()
         fut.add_done_callback(lambda _: done.set())
         self._queue.put(([], None, None, fut))

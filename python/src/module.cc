@@ -255,7 +255,7 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "save_state",
       [](std::int64_t comm, std::uint64_t key) {
-        std::vector<std::uint8_t> s;
+        std::vector<std::byte> s;
         {
           py::gil_scoped_release nogil;
           s = ccoll::save_state(comm_of(comm), key);
@@ -266,9 +266,12 @@ PYBIND11_MODULE(_core, m) {
   m.def(
       "load_state",
       [](std::int64_t comm, const py::bytes& data) {
-        const std::string s = data;  // a copy: the bytes object stays the caller's
+        // the bytes object's own buffer: the caller holds it for the call
+        char* p = nullptr;
+        Py_ssize_t n = 0;
+        if (PyBytes_AsStringAndSize(data.ptr(), &p, &n) != 0) throw py::error_already_set();
         py::gil_scoped_release nogil;
-        ccoll::load_state(comm_of(comm), s.data(), s.size());
+        ccoll::load_state(comm_of(comm), p, static_cast<std::size_t>(n));
       },
       py::arg("comm"), py::arg("data"));
   m.def(

@@ -23,12 +23,12 @@
 namespace ccoll::call {
 namespace {
 
-// The tensor a stateful codec's state belongs to: Options::key, or the caller's receive buffer
-// and count.
 // A call whose tensor the caller named (Options::key), not a nested step of another call (whose
 // keys may derive from this rank's buffer addresses).
 bool named_tensor(const Call& call) { return call.options.key != 0 && !call.nested; }
 
+// The tensor a stateful codec's state belongs to: Options::key, or the caller's receive buffer
+// and count.
 std::uint64_t tensor_key_of(const Call& call, const Placement& pl) {
   return call.options.key != 0
              ? call.options.key
@@ -72,7 +72,7 @@ struct Flow {
   Prepared prep;
   Agreed agreed;
   std::uint64_t call_no = 0;
-  std::uint64_t seed = 0;  // the seed the codec draws with (draw_key())
+  std::uint64_t seed = 0;  // the seed the codec draws with (agree_stage)
   bool compress = false;   // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
   // the call runs stream-ordered (stream_allreduce.hpp), with this codec
   bool stream = false;

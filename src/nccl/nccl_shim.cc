@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -135,11 +136,6 @@ struct Config {
   std::uint64_t fingerprint = 0;
 };
 
-std::uint64_t fnv(std::uint64_t h, const std::string& s) {
-  for (const char c : s) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001B3ull;
-  return h;
-}
-
 Config read_config() {
   Config c;
   c.intercept = env_nccl_intercept(c.error);
@@ -163,7 +159,7 @@ Config read_config() {
   key += "|" + std::to_string(p.min_bytes) + "|" + std::to_string(p.allreduce) +
          std::to_string(p.reduce_scatter) + std::to_string(p.allgather) +
          std::to_string(p.state_by_buffer);
-  c.fingerprint = fnv(0xCBF29CE484222325ull, key);
+  c.fingerprint = std::hash<std::string>{}(key);  // as the calls' agreement fingerprints specs
   return c;
 }
 
@@ -367,7 +363,7 @@ ncclResult_t try_compress(Kind kind, const void* in, void* out, std::size_t coun
                                                   : gpu::Input::kBFloat16,
                             half ? nullptr : static_cast<float*>(out),
                             half ? static_cast<std::uint16_t*>(out) : nullptr,
-                            kind == Kind::kAllreduce ? count : elements,
+                            kind == Kind::kReduceScatter ? elements : count,
                             s.rank,
                             s.ranks,
                             c.codec,
@@ -380,7 +376,6 @@ ncclResult_t try_compress(Kind kind, const void* in, void* out, std::size_t coun
                             stream,
                             kind == Kind::kReduceScatter,
                             kind == Kind::kAllgather};
-    if (kind == Kind::kAllgather) a.count = count;
     Stats stats;
     call::run_stream_allreduce(a, *s.stream, *s.coll, stats);
     if (log_enabled(LogLevel::kInfo)) {

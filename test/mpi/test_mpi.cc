@@ -658,7 +658,7 @@ TEST(MpiState, SaveAndLoadResumeBitForBit) {
   MPI_Comm a = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &a);
   steps(a, 0, 3);
-  const std::vector<std::uint8_t> saved = ccoll::save_state(a);
+  const std::vector<std::byte> saved = ccoll::save_state(a);
   const auto want = steps(a, 3, 6);
   MPI_Comm_free(&a);
 
@@ -672,7 +672,7 @@ TEST(MpiState, SaveAndLoadResumeBitForBit) {
   EXPECT_EQ(steps(b, 3, 6), want);
   // one tensor's state saved alone restores that tensor (and the call count)
   ccoll::load_state(b, saved.data(), saved.size());
-  const std::vector<std::uint8_t> one = ccoll::save_state(b, 11);
+  const std::vector<std::byte> one = ccoll::save_state(b, 11);
   if (world_size() > 1) {
     EXPECT_LT(one.size(), saved.size());  // (one rank keeps no state: its calls run locally)
   }
@@ -688,7 +688,7 @@ TEST(MpiState, SaveAndLoadResumeBitForBit) {
     EXPECT_NE(steps(c, 3, 6), want);
   }
   // malformed bytes are refused, naming the problem, and load nothing
-  std::vector<std::uint8_t> bad = saved;
+  std::vector<std::byte> bad = saved;
   bad.resize(bad.size() - 3);
   try {
     ccoll::load_state(c, bad.data(), bad.size());
@@ -703,7 +703,7 @@ TEST(MpiState, SaveAndLoadResumeBitForBit) {
   // a communicator ccoll never saw has no state: bytes that load as nothing
   MPI_Comm d = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &d);
-  const std::vector<std::uint8_t> none = ccoll::save_state(d);
+  const std::vector<std::byte> none = ccoll::save_state(d);
   ccoll::load_state(d, none.data(), none.size());
   MPI_Comm_free(&d);
 }

@@ -348,7 +348,7 @@ TEST_F(DeviceBuffers, SavedStateResumesBitForBit) {
     MPI_Comm a = MPI_COMM_NULL;
     MPI_Comm_dup(MPI_COMM_WORLD, &a);
     run(a, codec, 0, 2, true);
-    const std::vector<std::uint8_t> saved = ccoll::save_state(a);
+    const std::vector<std::byte> saved = ccoll::save_state(a);
     const auto want = run(a, codec, 2, 4, true);
     MPI_Comm_free(&a);
     MPI_Comm b = MPI_COMM_NULL;
