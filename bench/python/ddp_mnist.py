@@ -4,7 +4,7 @@ rank put on the wire (plain DDP: the bytes it handed to gloo) and the time per s
 
 usage: mpiexec -n P python3 bench/python/ddp_mnist.py [--data DIR] [--codec SPEC ...]
            [--torch-hook fp16|bf16|powersgd:R ...] [--model mlp|resnet18]
-           [--epochs N] [--batch B] [--lr LR] [--seed S] [--check]
+           [--wrap ddp|fsdp2|fsdp1] [--epochs N] [--batch B] [--lr LR] [--seed S] [--check]
 
 --data DIR: IDX files t10k-images-idx3-ubyte[.gz] and t10k-labels-idx1-ubyte[.gz] (MNIST, or
 Fashion-MNIST, which has the same format); the first 8,000 images train (each rank its share),
@@ -14,7 +14,11 @@ torchvision's ResNet-18 for 28x28 grey images (a 3x3 first convolution of stride
 pool), SGD with momentum 0.9 (lr 0.02: at 0.05 the Fashion-MNIST runs differ by up to 1.6
 points between seeds). --torch-hook adds runs with PyTorch's own DDP hooks: fp16_compress_hook,
 bf16_compress_hook, or PowerSGD of rank R with error feedback (a hook that fails on the
-installed torch is reported as failed, with its error).
+installed torch is reported as failed, with its error). --wrap fsdp2|fsdp1: the same runs under
+FSDP instead of DDP (torch >= 2.4): each Linear layer (MLP) or residual block (ResNet-18) and the
+whole model are FSDP units, ccoll reduces gradients through ccoll.fsdp; "grad MB/rank" is then
+what FSDP's reduce-scatters handed to gloo or ccoll's wire bytes (FSDP's parameter all-gathers
+are not counted and not compressed).
 --check: plain DDP against the hook with maxnorm:bits=8,ef=1; exit 1 unless the hook's
 accuracy is within 1 point of plain DDP's and every rank's parameters are bit-identical (exit
 77 when torch or the data is missing).
@@ -88,6 +92,27 @@ def register_torch_hook(torch, model, name):
     raise ValueError(f"--torch-hook: {name!r} (valid: fp16, bf16, powersgd:R)")
 
 
+def shard(torch, net, how, model):
+    """`net` under FSDP2 (fully_shard, in place) or FSDP1 (a wrapper): each Linear layer or
+    residual block a unit, and the root."""
+    from torch.distributed.fsdp import FullyShardedDataParallel, fully_shard
+
+    kinds = {torch.nn.Linear}
+    if model == "resnet18":
+        from torchvision.models.resnet import BasicBlock
+
+        kinds = {BasicBlock}
+    if how == "fsdp1":
+        from torch.distributed.fsdp.wrap import ModuleWrapPolicy
+
+        return FullyShardedDataParallel(net, auto_wrap_policy=ModuleWrapPolicy(kinds),
+                                        device_id=torch.device("cpu"), use_orig_params=True)
+    for m in [m for m in net.modules() if type(m) in kinds]:
+        fully_shard(m)
+    fully_shard(net)
+    return net
+
+
 def run(torch, dist, args, data, codec, comm):
     """Trains the model from a fixed start; returns (test accuracy %, bytes sent, s/step,
     digest). `codec`: "plain", a ccoll codec spec, or "torch:<hook>"."""
@@ -98,11 +123,18 @@ def run(torch, dist, args, data, codec, comm):
     xtr, ytr, xte, yte = (torch.from_numpy(a) for a in data)
     torch.manual_seed(args.seed)
     net = make_model(torch, args.model)
-    model = DDP(net)
+    numel = sum(p.numel() for p in net.parameters())
+    model = DDP(net) if args.wrap == "ddp" else shard(torch, net, args.wrap, args.model)
     state = None
     fraction = 1.0
     if codec.startswith("torch:"):
+        if args.wrap != "ddp":
+            raise ValueError(f"{codec} is a DDP hook (valid with --wrap ddp)")
         fraction = register_torch_hook(torch, model, codec[len("torch:"):])
+    elif codec != "plain" and args.wrap != "ddp":
+        import ccoll.fsdp as cf
+
+        state = cf.register(model, codec=codec)
     elif codec != "plain":
         state = ct.register_comm_hook(model, codec=codec)
     opt = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
@@ -118,17 +150,24 @@ def run(torch, dist, args, data, codec, comm):
             opt.step()
             steps += 1
     seconds = (time.perf_counter() - t0) / max(steps, 1)
-    net.eval()
+    model.eval()
     with torch.no_grad():
-        acc = float((net(xte).argmax(1) == yte).float().mean()) * 100
+        acc = float(((net if args.wrap == "ddp" else model)(xte).argmax(1) == yte)
+                    .float().mean()) * 100
     h = hashlib.sha256()
-    for p in net.parameters():
-        h.update(p.detach().numpy().tobytes())
+    if args.wrap == "fsdp1":
+        with model.summon_full_params(model):  # (a numpy view would pin the storage)
+            for p in net.parameters():
+                h.update(p.detach().clone().numpy().tobytes())
+    else:
+        for p in net.parameters():
+            p = p.full_tensor() if hasattr(p, "full_tensor") else p
+            h.update(p.detach().numpy().tobytes())
     # plain DDP: the gradient bytes each step hands to gloo (what it sends depends on gloo);
     # torch's hooks: that times what they keep (None where not known)
-    plain = steps * 4 * sum(p.numel() for p in net.parameters())
+    plain = steps * 4 * numel
     sent = state.wire_bytes_sent if state else (plain * fraction if fraction else None)
-    if state:
+    if state and hasattr(state, "shutdown"):
         state.shutdown()
     return acc, sent, seconds, h.hexdigest()
 
@@ -141,6 +180,7 @@ def main():
     ap.add_argument("--torch-hook", action="append", default=[],
                     help="one of PyTorch's DDP hooks: fp16, bf16, powersgd:R (repeatable)")
     ap.add_argument("--model", choices=("mlp", "resnet18"), default="mlp")
+    ap.add_argument("--wrap", choices=("ddp", "fsdp2", "fsdp1"), default="ddp")
     ap.add_argument("--epochs", type=int, default=3)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.02)
@@ -169,8 +209,8 @@ def main():
     codecs = ["plain"] + (args.codec or ([] if args.torch_hook else ["maxnorm:bits=8,ef=1"]))
     codecs[1:1] = ["torch:" + h for h in args.torch_hook]
     if rank == 0:
-        print(f"# {comm.Get_size()} ranks, {args.data}, model {args.model}, {args.epochs} "
-              f"epochs, batch {args.batch}/rank, lr {args.lr}, seed {args.seed}, torch "
+        print(f"# {comm.Get_size()} ranks, {args.wrap}, {args.data}, model {args.model}, "
+              f"{args.epochs} epochs, batch {args.batch}/rank, lr {args.lr}, seed {args.seed}, torch "
               f"{torch.__version__}")
         print(f"{'codec':28} {'test acc %':>10} {'grad MB/rank':>12} {'ms/step':>8}")
     results = {}

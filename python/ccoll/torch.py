@@ -91,12 +91,7 @@ class CcollHookState:
                  names: Optional[Dict[torch.nn.Parameter, str]] = None,
                  stream_ordered: bool = False):
         self._rules = _policy_rules(codec)
-        if isinstance(min_numel, bool) or not isinstance(min_numel, int) or min_numel < 0:
-            raise ValueError(f"min_numel: {min_numel!r} (valid: an int >= 0)")
-        if algorithm not in ccoll.ALGORITHMS:
-            raise ValueError(f"algorithm: {algorithm!r} (valid: {', '.join(ccoll.ALGORITHMS)})")
-        if not isinstance(stream_ordered, bool):
-            raise ValueError(f"stream_ordered: {stream_ordered!r} (valid: True or False)")
+        _check_options(min_numel, algorithm, stream_ordered)
         self.codec = codec
         self.stream_ordered = stream_ordered
         self.min_numel = min_numel
@@ -341,6 +336,16 @@ def _stream_ordered_hook(state, buffer, exact_segments, compressed):
     fut = torch.futures.Future(devices=[buffer.device])
     fut.set_result(buffer)  # marks the current stream's work as what the result waits for
     return fut
+
+
+def _check_options(min_numel, algorithm, stream_ordered) -> None:
+    """ValueError naming the first of the hooks' common options that is invalid."""
+    if isinstance(min_numel, bool) or not isinstance(min_numel, int) or min_numel < 0:
+        raise ValueError(f"min_numel: {min_numel!r} (valid: an int >= 0)")
+    if algorithm not in ccoll.ALGORITHMS:
+        raise ValueError(f"algorithm: {algorithm!r} (valid: {', '.join(ccoll.ALGORITHMS)})")
+    if not isinstance(stream_ordered, bool):
+        raise ValueError(f"stream_ordered: {stream_ordered!r} (valid: True or False)")
 
 
 Policy = Union[str, Mapping[str, str], Sequence[Tuple[str, str]],

@@ -17,11 +17,7 @@ COMM = MPI.COMM_WORLD
 RANK, SIZE = COMM.Get_rank(), COMM.Get_size()
 
 
-@pytest.fixture(scope="module", autouse=True)
-def process_group():
-    ct.init_process_group("gloo")
-    yield
-    dist.destroy_process_group()
+pytestmark = pytest.mark.usefixtures("gloo_group")
 
 
 def make_net(seed=0):

@@ -2,7 +2,8 @@
 # with_torch.sh — runs the Python tests and the DDP accuracy check against another torch release
 # than the system's: a virtual environment (with the system's mpi4py, NumPy and pytest) gets
 # torch VERSION from PyPI (a large download: the CUDA builds bring their libraries), and the
-# module of the CMake build in ./build is tested in it at 2 and 4 ranks. Not part of CI.
+# module of the CMake build in ./build is tested in it at 2 and 4 ranks, FSDP included (torch
+# >= 2.4). Not part of CI.
 #   python/tests/with_torch.sh VERSION [VENV_DIR]   e.g. python/tests/with_torch.sh 2.11.0
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -19,6 +20,6 @@ export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechan
   'torch', torch.__version__, 'numpy', numpy.__version__, 'mpi4py', mpi4py.__version__)"
 for n in 2 4; do
   mpiexec -n "$n" env PYTHONPATH=build/python "$VENV/bin/python" -m pytest -q -p no:cacheprovider \
-    python/tests/test_bindings.py python/tests/test_ddp_hook.py
+    python/tests/test_bindings.py python/tests/test_ddp_hook.py python/tests/test_fsdp.py
 done
 mpiexec -n 2 env PYTHONPATH=build/python "$VENV/bin/python" bench/python/ddp_mnist.py --check
