@@ -257,7 +257,10 @@ int main(int argc, char** argv) {
     std::printf("| D2D cudaMemcpy | %zu MiB | %.1f | 1.00 | %.1f | 1.00 |\n", bytes >> 20, copy_gbs,
                 copy_traffic);
     row("block_abs_max (scale pass)",
-        time_it(reps, [&] { mx.block_abs_max(x, n, gpu::Input::kFloat32, maxima); }), 1.0);
+        time_it(
+            reps,
+            [&] { mx.block_abs_max(x, n, gpu::Input::kFloat32, gpu::kMaxnormBlockShift, maxima); }),
+        1.0);
     for (const unsigned bits : {8u, 4u, 2u}) {
       gpu::MaxnormEncodeArgs e;
       e.count = n;
@@ -271,7 +274,7 @@ int main(int argc, char** argv) {
       row("maxnorm:bits=" + std::to_string(bits) + " scan + encode",
           time_it(reps,
                   [&] {
-                    mx.block_abs_max(x, n, gpu::Input::kFloat32, maxima);
+                    mx.block_abs_max(x, n, gpu::Input::kFloat32, gpu::kMaxnormBlockShift, maxima);
                     mx.encode(x, e, codes);
                   }),
           2.0 + code);
@@ -285,7 +288,8 @@ int main(int argc, char** argv) {
         row("maxnorm:bits=" + std::to_string(bits) + ",ef=1 scan + encode (fused)",
             time_it(reps,
                     [&] {
-                      mx.add_abs_max(p, x, gpu::Input::kFloat32, y, n, maxima);
+                      mx.add_abs_max(p, x, gpu::Input::kFloat32, y, n, gpu::kMaxnormBlockShift,
+                                     maxima);
                       mx.encode(p, ef, codes);
                     }),
             5.0 + code);
@@ -338,7 +342,7 @@ int main(int argc, char** argv) {
       row("bf16 input: block_abs_max + bits=8 encode, fused",
           time_it(reps,
                   [&] {
-                    mx.block_abs_max(bf, n, gpu::Input::kBFloat16, maxima);
+                    mx.block_abs_max(bf, n, gpu::Input::kBFloat16, gpu::kMaxnormBlockShift, maxima);
                     e.input = gpu::Input::kBFloat16;
                     mx.encode(bf, e, codes);
                   }),
@@ -347,7 +351,7 @@ int main(int argc, char** argv) {
           time_it(reps,
                   [&] {
                     cast.decode(false, bf, n, y, false);
-                    mx.block_abs_max(y, n, gpu::Input::kFloat32, maxima);
+                    mx.block_abs_max(y, n, gpu::Input::kFloat32, gpu::kMaxnormBlockShift, maxima);
                     e.input = gpu::Input::kFloat32;
                     mx.encode(y, e, codes);
                   }),

@@ -334,6 +334,9 @@ class Codec {
     (void)count;
     return 0;
   }
+  /// Elements per scale slot (scale_slots(count) = ceil(count / scale_block())); 0 when the
+  /// codec's scales are not blocks of the tensor.
+  virtual std::size_t scale_block() const { return 0; }
   /// Writes this rank's scale_slots(count) values for `count` elements at `data`.
   virtual void local_scales(const void* data, std::size_t count, double* out) const {
     (void)data;

@@ -61,6 +61,7 @@ class ForwardingCodec : public Codec {
   void begin_call(int ranks) override { target_->begin_call(ranks); }
   void set_call(std::uint64_t seed, std::uint64_t call) override { target_->set_call(seed, call); }
   std::size_t scale_slots(std::size_t count) const override { return target_->scale_slots(count); }
+  std::size_t scale_block() const override { return target_->scale_block(); }
   void local_scales(const void* data, std::size_t count, double* out) const override {
     target_->local_scales(data, count, out);
   }

@@ -1,6 +1,6 @@
 // The maxnorm family — all-reduce-compatible shared-scale quantization (docs/design/5-codecs.md).
 //
-// Scale: M_b = max over ranks of max|x| in block b (kBlock elements of the tensor), agreed in a
+// Scale: M_b = max over ranks of max|x| in block b (block= elements of the tensor), agreed in a
 // small MAX all-reduce before the data moves. Levels s = 2^(B-1) - 1 per sign; q = sgn(x)·
 // (floor(r) + Bernoulli(r - floor(r))), r = |x|·s/M_b, with Philox uniforms keyed by (seed,
 // call, stream, element): unbiased, error below M_b/s per contribution. round=nearest (the
@@ -20,8 +20,9 @@
 // - randk:ratio=R: only the coordinates of a shared stratified draw (randk_selection.hpp) are
 //   coded; the others decode to zero.
 //
-// Payload: header (param = B | B2 << 4 | j << 8 | requant << 31) · u64 element offset · f32
-// scale of every block the payload touches · packed codes (one per kept coordinate).
+// Payload: header (param = B | B2 << 4 | j << 8 | log2(65536 / block) << 27 | requant << 31) ·
+// u64 element offset · f32 scale of every block the payload touches · packed codes (one per
+// kept coordinate).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -45,26 +46,14 @@
 namespace ccoll::codec {
 namespace {
 
-constexpr std::size_t kBlock = kMaxnormBlock;
 // Relative margins of the overflow rules: the encoder's fallback is stricter than the decoder's
 // check by more than the scale's upward rounding (2^-23), and the decoder's covers the float
 // rounding of step and product.
 constexpr double kFallbackMargin = 1e-5;
 constexpr double kDecodeMargin = 1e-6;
-constexpr std::uint32_t kMaxContributions = (1u << 23) - 1;
+constexpr std::uint32_t kMaxContributions = (1u << 19) - 1;
+constexpr unsigned kBlockShift = 27;  // the block field: 4 bits below the requant flag
 constexpr std::uint32_t kRequantFlag = 1u << 31;
-
-std::string spec_of(const MaxNormParams& p) {
-  if (p.ratio > 0) {
-    return "randk:bits=" + std::to_string(p.bits) + ",ratio=" + format_real(p.ratio) +
-           (p.nearest ? ",round=nearest" : "");
-  }
-  std::string s = "maxnorm:bits=" + std::to_string(p.bits);
-  if (p.fine_bits != 0) s += "/" + std::to_string(p.fine_bits);
-  if (p.nearest) s += ",round=nearest";
-  if (p.requant) s += ",sum=requant";
-  return s;
-}
 
 struct View {
   std::uint32_t contributions = 0;
@@ -89,8 +78,9 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
         nearest_(p.nearest),
         s_((1u << (p.bits - 1)) - 1),
         s2_(p.fine_bits != 0 ? (1u << (p.fine_bits - 1)) - 1 : 0),
+        block_(checked_maxnorm_block(p.block)),
         selection_(p.ratio > 0 ? p.ratio : 1.0),
-        spec_(spec_of(p)) {}
+        spec_(maxnorm_spec(p)) {}
 
   const std::string& spec() const override { return spec_; }
   Capabilities capabilities() const override {
@@ -113,15 +103,15 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     call_ = call;
   }
   std::size_t max_encoded_bytes(std::size_t count) const override {
-    // a payload of `count` elements spans at most count / kBlock + 2 blocks
-    return maxnorm_prefix_bytes(count / kBlock + 2) + packed_bytes(max_codes(count), width(ranks_));
+    // a payload of `count` elements spans at most count / block + 2 blocks
+    return maxnorm_prefix_bytes(count / block_ + 2) + packed_bytes(max_codes(count), width(ranks_));
   }
   std::size_t payload_bytes(std::size_t count, std::uint64_t offset,
                             std::uint32_t contributions) const override {
     // randk: as many codes as the call's shared selection keeps there
     const std::size_t ncodes =
         sparse_ ? selection_.kept_count(seed_, call_, offset, count, sel_) : count;
-    return maxnorm_prefix_bytes(maxnorm_blocks_spanned(offset, count)) +
+    return maxnorm_prefix_bytes(maxnorm_blocks_spanned(offset, count, block_)) +
            packed_bytes(ncodes, width(contributions));
   }
   // A sum of j contributions decodes to at most j·M (M: the float scale, rounded up): input
@@ -148,32 +138,33 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     return true;
   }
   std::size_t scale_slots(std::size_t count) const override {
-    return (count + kBlock - 1) / kBlock;
+    return (count + block_ - 1) / block_;
   }
+  std::size_t scale_block() const override { return block_; }
   void local_scales(const void* data, std::size_t count, double* out) const override {
     const T* x = static_cast<const T*>(data);
     if (sparse_) {  // the scale only has to cover the coordinates that are sent
       std::fill(out, out + scale_slots(count), 0.0);
       selection_.select(seed_, call_, 0, count, sel_);
       for (const std::uint64_t i : sel_) {
-        out[i / kBlock] = std::max(out[i / kBlock], static_cast<double>(std::fabs(x[i])));
+        out[i / block_] = std::max(out[i / block_], static_cast<double>(std::fabs(x[i])));
       }
       return;
     }
     if (in_ != InputType::kNative) {
       const auto* h = static_cast<const std::uint16_t*>(data);
-      for (std::size_t b = 0; b * kBlock < count; ++b) {
-        const std::size_t end = std::min(count, (b + 1) * kBlock);
-        out[b] = abs_max_16(h + b * kBlock, end - b * kBlock, in_ == InputType::kBFloat16, true);
+      for (std::size_t b = 0; b * block_ < count; ++b) {
+        const std::size_t end = std::min(count, (b + 1) * block_);
+        out[b] = abs_max_16(h + b * block_, end - b * block_, in_ == InputType::kBFloat16, true);
       }
       return;
     }
-    for (std::size_t b = 0; b * kBlock < count; ++b) {
-      const std::size_t end = std::min(count, (b + 1) * kBlock);
-      T m = abs_max(x + b * kBlock, end - b * kBlock);
+    for (std::size_t b = 0; b * block_ < count; ++b) {
+      const std::size_t end = std::min(count, (b + 1) * block_);
+      T m = abs_max(x + b * block_, end - b * block_);
       if (std::isnan(m)) {  // the largest non-NaN magnitude, as before (the scan falls back)
         m = 0;
-        for (std::size_t i = b * kBlock; i < end; ++i) m = std::max(m, std::fabs(x[i]));
+        for (std::size_t i = b * block_; i < end; ++i) m = std::max(m, std::fabs(x[i]));
       }
       out[b] = static_cast<double>(m);
     }
@@ -227,7 +218,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     std::fill(out, out + mask_bytes(count), std::uint8_t{0});
     const auto s1 = static_cast<T>(s_);
     for (std::size_t i = 0; i < count; ++i) {
-      const float m = scales_[i / kBlock];
+      const float m = scales_[i / block_];
       const T inv2 = m > 0 ? static_cast<T>(s2_) / static_cast<T>(m) : T(0);
       const T r = std::fabs(x[i]) * inv2;
       out[i >> 3] |= static_cast<std::uint8_t>((r <= s1 ? 1u : 0u) << (i & 7));
@@ -244,8 +235,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       throw Error(Status::kInternal, "maxnorm: encode outside the agreed mask");
     }
     std::byte* p = begin_payload(out, count, ctx, 1);
-    const std::size_t first = ctx.offset / kBlock;
-    const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count);
+    const std::size_t first = ctx.offset / block_;
+    const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count, block_);
     if (sparse_) return static_cast<std::size_t>(encode_sparse(x, count, ctx, p) - out);
     // 16-bit input (own contributions): each run of elements is widened into a tile first,
     // which stays in the L1 cache
@@ -260,7 +251,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       const float m = scales_[first + b];
       const T inv = m > 0 ? s / static_cast<T>(m) : T(0);
       const T inv2 = m > 0 ? static_cast<T>(s2_) / static_cast<T>(m) : T(0);
-      const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * kBlock - ctx.offset);
+      const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * block_ - ctx.offset);
       while (i < end) {
         const std::uint64_t e = ctx.offset + i;
         // the run's elements: x + i, or (16-bit input) up to a tile of them widened
@@ -340,8 +331,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     }
     const T* x = static_cast<const T*>(in);
     std::byte* p = begin_payload(out, count, ctx, contributions);
-    const std::size_t first = ctx.offset / kBlock;
-    const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count);
+    const std::size_t first = ctx.offset / block_;
+    const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count, block_);
     const auto levels = static_cast<std::uint32_t>(bias(contributions));
     const auto s = static_cast<T>(s_);
     // every lane first, then one pack (groups of 8 lanes whole bytes)
@@ -351,7 +342,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     for (std::size_t b = 0; b < nb; ++b) {
       const float m = scales_[first + b];
       const T inv = m > 0 ? s / static_cast<T>(m) : T(0);
-      const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * kBlock - ctx.offset);
+      const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * block_ - ctx.offset);
       while (i < end) {
         const std::uint64_t e = ctx.offset + i;
 #if CCOLL_HAVE_HWY
@@ -395,7 +386,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
         return Codec::kNotFused;
       }
       std::byte* codes = begin_payload(out, count, ctx, j);
-      const std::size_t first = ctx.offset / kBlock;
+      const std::size_t first = ctx.offset / block_;
       const auto levels = static_cast<std::uint32_t>(bias(j));
       const auto lane_bias = static_cast<std::int32_t>(levels);
       const unsigned w = width(j);
@@ -407,8 +398,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       for (std::size_t i0 = 0; i0 < count; i0 += kBatch) {
         const std::size_t n = std::min(kBatch, count - i0);
         for (std::size_t k0 = 0; k0 < n;) {  // the batch's runs within one scale block
-          const std::size_t b = (ctx.offset + i0 + k0) / kBlock - first;
-          const std::size_t run = std::min(n - k0, (first + b + 1) * kBlock - ctx.offset - i0 - k0);
+          const std::size_t b = (ctx.offset + i0 + k0) / block_ - first;
+          const std::size_t run = std::min(n - k0, (first + b + 1) * block_ - ctx.offset - i0 - k0);
           const float m = scales_[first + b];
           const float inv = m > 0 ? static_cast<float>(s_) / m : 0.0f;
           const float step = m / static_cast<float>(s_);
@@ -507,26 +498,15 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       return static_cast<std::size_t>(p - out);
     }
     BitWriter w(p, width(j));
-    // requant: lane c stands for c·j·M/s; round (c_a·j_a + c_b·j_b)/j stochastically to an
-    // integer, unbiased: floor(t/j) + Bernoulli((t mod j)/j) for t = |c_a·j_a + c_b·j_b|
     UniformStream us(ctx.seed ^ kRequantKeyMix, ctx.call, ctx.stream);
-    const std::int64_t s = s_;
-    const auto ja = static_cast<std::int64_t>(va.contributions);
-    const auto jb = static_cast<std::int64_t>(vb.contributions);
-    const auto jj = static_cast<std::int64_t>(j);
     if (sparse_) selection_.select(seed_, call_, va.offset, count, sel_);
-    for (std::size_t i = 0; i < va.ncodes; ++i) {
-      const std::int64_t qa = static_cast<std::int64_t>(code_a(i)) - s;
-      const std::int64_t qb = static_cast<std::int64_t>(code_b(i)) - s;
-      if (qa < -s || qa > s || qb < -s || qb > s) corrupt("code out of range");
-      const std::int64_t t = qa * ja + qb * jb;
-      const std::int64_t mag = t < 0 ? -t : t;
-      const std::uint64_t element = sparse_ ? sel_[i] : va.offset + i;
-      const double u = static_cast<double>(us.at(element));
-      const std::int64_t q =
-          mag / jj + (u * static_cast<double>(jj) < static_cast<double>(mag % jj) ? 1 : 0);
-      w.put(static_cast<std::uint32_t>((t < 0 ? -q : q) + s));
-    }
+    const bool ok = requant_sum(
+        va.ncodes, s_, va.contributions, vb.contributions, code_a, code_b,
+        [&](std::size_t i) {
+          return static_cast<double>(us.at(sparse_ ? sel_[i] : va.offset + i));
+        },
+        w);
+    if (!ok) corrupt("code out of range");
     return static_cast<std::size_t>(w.finish() - out);
   }
 
@@ -572,7 +552,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   wire::CodecId id() const { return sparse_ ? wire::CodecId::kRandk : wire::CodecId::kMaxnorm; }
   std::uint32_t bits_param() const { return bits_ | (fine_bits_ << 4); }
   std::uint32_t param(std::uint32_t contributions) const {
-    return bits_param() | (contributions << 8) | (requant_ ? kRequantFlag : 0u);
+    return bits_param() | (contributions << 8) | (maxnorm_block_code(block_) << kBlockShift) |
+           (requant_ ? kRequantFlag : 0u);
   }
   // Lane offset of a payload of j contributions: codes are stored as code + bias >= 0.
   std::int64_t bias(std::uint32_t contributions) const {
@@ -588,9 +569,9 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
                    BlockMax&& block_max) const {
     const double limit = fallback_limit(ranks);
     fallback = false;
-    for (std::size_t b = 0; b * kBlock < count; ++b) {
-      const std::size_t at = b * kBlock;
-      const double m = block_max(at, std::min(count, at + kBlock) - at);
+    for (std::size_t b = 0; b * block_ < count; ++b) {
+      const std::size_t at = b * block_;
+      const double m = block_max(at, std::min(count, at + block_) - at);
       fallback |= !(m <= limit);  // NaN compares false
       scales[b] = m;
     }
@@ -599,8 +580,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   // `contributions`, once the agreed scales are checked to cover them; where its codes start.
   std::byte* begin_payload(std::byte* out, std::size_t count, const BlockContext& ctx,
                            std::uint32_t contributions) const {
-    const std::size_t first = ctx.offset / kBlock;
-    const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count);
+    const std::size_t first = ctx.offset / block_;
+    const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count, block_);
     if (count != 0 && first + nb > scales_.size()) {
       throw Error(Status::kInternal, "maxnorm: encode outside the agreed scales");
     }
@@ -631,8 +612,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     std::size_t block = ~std::size_t{0};
     T inv = 0;
     for (const std::uint64_t idx : sel_) {
-      if (idx / kBlock != block) {
-        block = idx / kBlock;
+      if (idx / block_ != block) {
+        block = idx / block_;
         const float m = scales_[block];
         inv = m > 0 ? static_cast<T>(s_) / static_cast<T>(m) : T(0);
       }
@@ -655,6 +636,10 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
               std::to_string(bits_param()));
     }
     if (((h.param & kRequantFlag) != 0) != requant_) corrupt("summation mode differs");
+    if (((h.param >> kBlockShift) & 0xF) != maxnorm_block_code(block_)) {
+      corrupt("block field " + std::to_string((h.param >> kBlockShift) & 0xF) + ", expected " +
+              std::to_string(maxnorm_block_code(block_)));
+    }
     v.contributions = (h.param >> 8) & kMaxContributions;
     if (v.contributions == 0 || v.contributions > ranks_) {
       corrupt("contribution count " + std::to_string(v.contributions));
@@ -665,7 +650,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     if (fine_bits_ != 0 && count != 0 && v.offset + count > mask_.size() * 8) {
       corrupt("elements outside the agreed two-scale mask");
     }
-    v.nblocks = maxnorm_blocks_spanned(v.offset, count);
+    v.nblocks = maxnorm_blocks_spanned(v.offset, count, block_);
     if (sparse_) {
       // never trust a count from the wire: derive the kept coordinates as the encoder did
       if (v.nblocks != 0 && count > (std::uint64_t{1} << 40)) corrupt("element count too large");
@@ -701,12 +686,12 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     const T mult = requant_ ? static_cast<T>(v.contributions) : T(1);
     const auto limit = static_cast<std::uint32_t>(2 * bias_j);
     std::uint32_t worst = 0;  // checked once after the loop: no branch per element
-    const std::size_t first = v.offset / kBlock;
+    const std::size_t first = v.offset / block_;
     if (sparse_) {
       if constexpr (!kAccumulate) std::fill(out, out + count, T(0));
       selection_.select(seed_, call_, v.offset, count, sel_);
       worst = decode_selected<T, kAccumulate>(v.codes, code_bytes, v.width, v.ncodes, sel_,
-                                              v.offset, v.scales, first, kBlock, static_cast<T>(s_),
+                                              v.offset, v.scales, first, block_, static_cast<T>(s_),
                                               mult, bias_j, out);
       if (worst > limit) corrupt("code out of range");
       return;
@@ -716,7 +701,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       const T m = static_cast<T>(load_f32(v.scales, b));
       const T step = m / static_cast<T>(s_) * mult;
       const T step2 = fine_bits_ != 0 ? m / static_cast<T>(s2_) * mult : step;
-      const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * kBlock - v.offset);
+      const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * block_ - v.offset);
 #if CCOLL_HAVE_HWY
       if constexpr (std::is_same_v<T, float>) {
         if (fine_bits_ == 0 && v.width == 8) {  // byte lanes: one vector pass
@@ -759,6 +744,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   bool nearest_;
   std::uint32_t s_;
   std::uint32_t s2_;
+  std::size_t block_;  // elements per scale
   Selection selection_;
   std::string spec_;
   std::uint32_t ranks_ = 1;

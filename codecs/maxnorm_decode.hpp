@@ -20,6 +20,32 @@ namespace ccoll::codec {
 /// Lanes unpacked per batch by the decode and the compressed-domain add (a multiple of 8).
 inline constexpr std::size_t kLaneBatch = 2048;
 
+/// sum=requant's compressed-domain add of n lanes: lane c of a sum of j contributions stands for
+/// c·j·M/s, so the sum of a (ja contributions) and b (jb) is rounded to an integer stochastically
+/// and unbiased, floor(t/j) + Bernoulli((t mod j)/j) for t = |c_a·ja + c_b·jb| and j = ja + jb,
+/// with uniform(i) the draw of lane i; each code put to `w` with bias s. False (stopping at
+/// once) when a code of a or b is out of [-s, s].
+template <class CodeA, class CodeB, class Uniform>
+bool requant_sum(std::size_t n, std::uint32_t levels, std::uint32_t ja_, std::uint32_t jb_,
+                 CodeA code_a, CodeB code_b, Uniform uniform, BitWriter& w) {
+  const auto s = static_cast<std::int64_t>(levels);
+  const auto ja = static_cast<std::int64_t>(ja_);
+  const auto jb = static_cast<std::int64_t>(jb_);
+  const std::int64_t jj = ja + jb;
+  for (std::size_t i = 0; i < n; ++i) {
+    const std::int64_t qa = static_cast<std::int64_t>(code_a(i)) - s;
+    const std::int64_t qb = static_cast<std::int64_t>(code_b(i)) - s;
+    if (qa < -s || qa > s || qb < -s || qb > s) return false;
+    const std::int64_t t = qa * ja + qb * jb;
+    const std::int64_t mag = t < 0 ? -t : t;
+    const double u = uniform(i);
+    const std::int64_t q =
+        mag / jj + (u * static_cast<double>(jj) < static_cast<double>(mag % jj) ? 1 : 0);
+    w.put(static_cast<std::uint32_t>((t < 0 ? -q : q) + s));
+  }
+  return true;
+}
+
 /// Float i of a little-endian array of floats.
 inline float load_f32(const std::byte* p, std::size_t i) {
   float f;

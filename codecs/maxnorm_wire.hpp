@@ -4,8 +4,9 @@
 //   [16-byte header (wire.hpp)][u64 element offset][f32 scale of every block the payload spans]
 //   [packed codes: one lane per element (randk: per kept coordinate), little-endian bit order]
 //
-// A block is kMaxnormBlock elements of the tensor (aligned to the tensor, not to the payload),
-// each with one shared scale agreed by the scale round.
+// A block is `block` elements of the tensor (aligned to the tensor, not to the payload), each
+// with one shared scale agreed by the scale round: a power of two from kMaxnormMinBlock to
+// kMaxnormBlock (the codec's block= parameter; the header's parameter word carries it).
 #pragma once
 
 #include <cstddef>
@@ -16,12 +17,23 @@
 
 namespace ccoll::codec {
 
-/// Elements per maxnorm scale block.
+/// Elements per maxnorm scale block: the largest block (and the device kernels' only one).
 inline constexpr std::size_t kMaxnormBlock = 65536;
+/// The smallest block= a maxnorm codec takes.
+inline constexpr std::size_t kMaxnormMinBlock = 256;
 
-/// Blocks that the `count` elements from tensor element `offset` touch.
-inline std::size_t maxnorm_blocks_spanned(std::uint64_t offset, std::size_t count) {
-  return count == 0 ? 0 : (offset + count - 1) / kMaxnormBlock - offset / kMaxnormBlock + 1;
+/// Blocks of `block` elements that the `count` elements from tensor element `offset` touch.
+inline std::size_t maxnorm_blocks_spanned(std::uint64_t offset, std::size_t count,
+                                          std::size_t block) {
+  return count == 0 ? 0 : (offset + count - 1) / block - offset / block + 1;
+}
+
+/// The header's 4-bit block field: log2(kMaxnormBlock / block), 0 for the largest block (the
+/// payloads of before the field existed).
+inline std::uint32_t maxnorm_block_code(std::size_t block) {
+  std::uint32_t code = 0;
+  while ((kMaxnormBlock >> code) > block) ++code;
+  return code;
 }
 
 /// Bytes before the codes of a payload spanning `nblocks` blocks.

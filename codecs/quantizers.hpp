@@ -79,12 +79,19 @@ inline std::string format_real(double x) {
 
 /// Parameters of the maxnorm family (docs/design/5-codecs.md).
 struct MaxNormParams {
-  unsigned bits = 8;       ///< B: 2^(B-1) - 1 levels per sign (the coarse ones when two-scale)
-  unsigned fine_bits = 0;  ///< B2 of bits=B1/B2 (two-scale); 0: single scale
-  bool requant = false;    ///< sum=requant: re-quantize partial sums to B bits at every hop
-  double ratio = 0;        ///< randk: keep one coordinate per 1/ratio (stratified); 0: all
-  bool nearest = false;    ///< round=nearest: encodes round to the nearer level
+  unsigned bits = 8;          ///< B: 2^(B-1) - 1 levels per sign (the coarse ones when two-scale)
+  unsigned fine_bits = 0;     ///< B2 of bits=B1/B2 (two-scale); 0: single scale
+  bool requant = false;       ///< sum=requant: re-quantize partial sums to B bits at every hop
+  double ratio = 0;           ///< randk: keep one coordinate per 1/ratio (stratified); 0: all
+  bool nearest = false;       ///< round=nearest: encodes round to the nearer level
+  std::size_t block = 65536;  ///< elements per scale (block=; a power of two, 256..65536)
 };
+
+/// The canonical spec of a maxnorm or randk codec of `p` (parameters in name order, defaults
+/// left out).
+std::string maxnorm_spec(const MaxNormParams& p);
+/// `block` when it is a power of two from 256 to 65536; else throws kInvalidArgument.
+std::size_t checked_maxnorm_block(std::size_t block);
 
 /// Largest |x| whose sum over `ranks` contributions stays a finite float: the fallback limit of
 /// the codecs whose ring adds partial sums in the element type.

@@ -345,16 +345,16 @@ class DeviceCodecBase : public DeviceCodec {
     block_maxima(data, count);
     return target()->needs_fallback(maxima_.data(), maxima_.size(), ranks);
   }
-  /// Block maxima (kMaxnormBlock elements each) of `count` device elements (of type input_)
+  /// Block maxima (1 << block_shift_ elements each) of `count` device elements (of type input_)
   /// into maxima_.
   void block_maxima(const void* data, std::size_t count) const {
     std::vector<float>& out = maxima_;
-    const std::size_t nb = (count + gpu::kMaxnormBlock - 1) / gpu::kMaxnormBlock;
+    const std::size_t nb = gpu::blocks_of(count, block_shift_);
     out.resize(nb);
     if (nb == 0) return;
     auto* dev = static_cast<std::uint32_t*>(maxima_dev_.get(b_, 4 * nb, false));
     auto* host = static_cast<std::uint32_t*>(maxima_host_.get(b_, 4 * nb, true));
-    b_.kernels<gpu::MaxnormKernels>().block_abs_max(data, count, input_, dev);
+    b_.kernels<gpu::MaxnormKernels>().block_abs_max(data, count, input_, block_shift_, dev);
     b_.copy(host, dev, 4 * nb);
     b_.synchronize();
     for (std::size_t k = 0; k < nb; ++k) std::memcpy(&out[k], &host[k], 4);
@@ -365,6 +365,9 @@ class DeviceCodecBase : public DeviceCodec {
   // the element type of the call's input where the codec reads 16-bit input itself (the scan
   // and the own contributions' encodes; set_input_type)
   gpu::Input input_ = gpu::Input::kFloat32;
+  // the scale block of block_maxima(): maxnorm's block=, the default for the others (whose
+  // maxima only feed the fallback test)
+  unsigned block_shift_ = gpu::kMaxnormBlockShift;
   gpu::Buffer batch_;  // encode_many/decode_many: every job's device room
   gpu::EventPool events_;
   // block maxima of the last scan: workspace of the const fallback test, not codec state

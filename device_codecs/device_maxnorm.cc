@@ -18,7 +18,9 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
         requant_(p.requant),
         sparse_(p.ratio > 0),
         ratio_(p.ratio),
-        nearest_(p.nearest) {}
+        nearest_(p.nearest) {
+    block_shift_ = gpu::block_shift_of(p.block);
+  }
 
   bool host_writes_body() const override { return true; }  // encode_prefix's offset, scales
   // 16-bit input: the scan and the own contributions' encode kernels widen it as they read it,
@@ -52,7 +54,7 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
     const std::size_t nb = scale_slots(count);
     auto* dev = static_cast<std::uint32_t*>(sel_maxima_.get(b_, 4 * (nb + 1), false));
     b_.kernels<gpu::MaxnormKernels>().selected_abs_max(static_cast<const float*>(data), sel.dev,
-                                                       sel.n, dev, nb);
+                                                       sel.n, block_shift_, dev, nb);
     std::vector<std::uint32_t> bits(nb);
     b_.copy(bits.data(), dev, 4 * nb);
     b_.synchronize();
@@ -71,7 +73,7 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
     const std::size_t nbytes = mask_bytes(count);
     auto* dev = static_cast<std::uint8_t*>(mask_scratch_.get(b_, nbytes, false));
     b_.kernels<gpu::MaxnormKernels>().mask(static_cast<const float*>(data), count, scales_dev_ptr_,
-                                           levels_, levels2_, dev);
+                                           levels_, levels2_, block_shift_, dev);
     b_.copy(out, dev, nbytes);
     b_.synchronize();
   }
@@ -196,10 +198,10 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
   static std::size_t prefix_bytes(std::size_t nblocks) {
     return codec::maxnorm_prefix_bytes(nblocks);
   }
-  // a payload of `count` elements carries at most count / kMaxnormBlock + 2 scales (as the CPU
-  // codec's max_encoded_bytes)
-  static std::size_t max_prefix(std::size_t count) {
-    return prefix_bytes(count / gpu::kMaxnormBlock + 2);
+  // a payload of `count` elements carries at most count / block + 2 scales (as the CPU codec's
+  // max_encoded_bytes)
+  std::size_t max_prefix(std::size_t count) const {
+    return prefix_bytes((count >> block_shift_) + 2);
   }
 
   void apply(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
@@ -217,8 +219,9 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
   // The payload's header, element offset and scales (staged: into `out`; resident: put there);
   // returns their length and leaves the encode's code count in ncodes_ (randk: the kept ones).
   std::size_t encode_prefix(std::size_t count, const codec::BlockContext& ctx, std::byte* out) {
-    const std::size_t first = ctx.offset / gpu::kMaxnormBlock;
-    const std::size_t nb = codec::maxnorm_blocks_spanned(ctx.offset, count);
+    const std::size_t first = ctx.offset >> block_shift_;
+    const std::size_t nb =
+        codec::maxnorm_blocks_spanned(ctx.offset, count, std::size_t{1} << block_shift_);
     if (count != 0 && first + nb > scales_.size()) {
       throw Error(Status::kInternal, "maxnorm (device): encode outside the agreed scales");
     }
@@ -237,13 +240,14 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
   void queue_codes(const void* x, const codec::BlockContext& ctx, std::uint8_t* codes,
                    float* residual) {
     if (ncodes_ == 0) return;
-    const std::size_t first = ctx.offset / gpu::kMaxnormBlock;
+    const std::size_t first = ctx.offset >> block_shift_;
     gpu::MaxnormEncodeArgs a;
     a.count = ncodes_;
     a.selected = selected_.dev;
     a.offset = ctx.offset;
     a.scales = scales_dev_ptr_ + first;
     a.first_block = first;
+    a.block_shift = block_shift_;
     a.levels = levels_;
     a.width = width_;
     a.seed = ctx.seed;
@@ -270,6 +274,7 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
       if (!acc) b_.memset_zero(out, 4 * count);
     }
     a.offset = l.offset;
+    a.block_shift = block_shift_;
     a.scales = reinterpret_cast<const float*>(dev);
     a.codes = dev + (l.codes_at - l.scales_at);
     a.code_bytes = l.code_bytes;
@@ -286,7 +291,9 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
   wire::CodecId id() const { return sparse_ ? wire::CodecId::kRandk : wire::CodecId::kMaxnorm; }
   // the header's parameter for j contributions, as the CPU codec writes it
   std::uint32_t param(std::uint32_t j) const {
-    return bits_param_ | (j << 8) | (requant_ ? 1u << 31 : 0u);
+    return bits_param_ | (j << 8) |
+           (codec::maxnorm_block_code(std::size_t{1} << block_shift_) << 27) |
+           (requant_ ? 1u << 31 : 0u);
   }
 
   std::uint32_t bits_param_;  // B | B2 << 4

@@ -13,34 +13,40 @@
 namespace ccoll::gpu::cuda {
 namespace {
 
-// elements one thread block scans in block_abs_max: divides kMaxnormBlock, so a thread block
-// never straddles two scale blocks
+// elements one thread block scans in block_abs_max, at most: the tile is the scale block where
+// that is smaller (scan_tile), so that a thread block never straddles two scale blocks
 constexpr std::size_t kScanTile = 4096;
 static_assert(kMaxnormBlock % kScanTile == 0, "scan tiles must not straddle scale blocks");
 
+std::size_t scan_tile(unsigned block_shift) {
+  const std::size_t block = std::size_t{1} << block_shift;
+  return block < kScanTile ? block : kScanTile;
+}
+
 // kIn: the input's element type, fixed per instantiation so that the load is one instruction
 template <Input kIn>
-__global__ void abs_max_kernel(const void* x, std::size_t count, std::uint32_t* out) {
-  for (std::size_t tile = blockIdx.x; tile * kScanTile < count; tile += gridDim.x) {
-    const std::size_t begin = tile * kScanTile;
-    const std::size_t end = begin + kScanTile < count ? begin + kScanTile : count;
+__global__ void abs_max_kernel(const void* x, std::size_t count, std::size_t tile_n,
+                               unsigned block_shift, std::uint32_t* out) {
+  for (std::size_t tile = blockIdx.x; tile * tile_n < count; tile += gridDim.x) {
+    const std::size_t begin = tile * tile_n;
+    const std::size_t end = begin + tile_n < count ? begin + tile_n : count;
     std::uint32_t m = 0;
     for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
       const std::uint32_t v = abs_bits(load_input(x, i, kIn));
       m = v > m ? v : m;
     }
     m = __reduce_max_sync(0xFFFFFFFFu, m);
-    if ((threadIdx.x & 31) == 0) atomicMax(out + begin / kMaxnormBlock, m);
+    if ((threadIdx.x & 31) == 0) atomicMax(out + (begin >> block_shift), m);
   }
 }
 
 // p = widen(x) + e and block maxima of p in one pass (abs_max_kernel's tiles)
 template <Input kIn>
 __global__ void add_abs_max_kernel(float* p, const void* x, const float* e, std::size_t count,
-                                   std::uint32_t* out) {
-  for (std::size_t tile = blockIdx.x; tile * kScanTile < count; tile += gridDim.x) {
-    const std::size_t begin = tile * kScanTile;
-    const std::size_t end = begin + kScanTile < count ? begin + kScanTile : count;
+                                   std::size_t tile_n, unsigned block_shift, std::uint32_t* out) {
+  for (std::size_t tile = blockIdx.x; tile * tile_n < count; tile += gridDim.x) {
+    const std::size_t begin = tile * tile_n;
+    const std::size_t end = begin + tile_n < count ? begin + tile_n : count;
     std::uint32_t m = 0;
     for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
       const float v = load_input(x, i, kIn) + e[i];
@@ -49,7 +55,7 @@ __global__ void add_abs_max_kernel(float* p, const void* x, const float* e, std:
       m = b > m ? b : m;
     }
     m = __reduce_max_sync(0xFFFFFFFFu, m);
-    if ((threadIdx.x & 31) == 0) atomicMax(out + begin / kMaxnormBlock, m);
+    if ((threadIdx.x & 31) == 0) atomicMax(out + (begin >> block_shift), m);
   }
 }
 
@@ -82,11 +88,11 @@ __global__ void maxnorm_decode_kernel(MaxnormDecodeArgs a, float* out, std::uint
 // one block take their maximum first and one of them updates it (max: any order). The loop's
 // trip count is the warp's, so that every lane takes part in each match.
 __global__ void selected_abs_max_kernel(const float* x, const std::uint64_t* sel, std::size_t nsel,
-                                        std::uint32_t* out) {
+                                        unsigned block_shift, std::uint32_t* out) {
   constexpr unsigned long long kNone = ~0ull;
   for (std::size_t base = global_thread() - lane_id(); base < nsel; base += grid_threads()) {
     const std::size_t k = base + lane_id();
-    const unsigned long long block = k < nsel ? sel[k] / kMaxnormBlock : kNone;
+    const unsigned long long block = k < nsel ? sel[k] >> block_shift : kNone;
     const std::uint32_t v = k < nsel ? abs_bits(x[sel[k]]) : 0u;
     const unsigned peers = __match_any_sync(0xFFFFFFFFu, block);
     const std::uint32_t m = __reduce_max_sync(peers, v);
@@ -104,10 +110,10 @@ __global__ void randk_select_kernel(codec::RandkRun r, std::uint64_t* out) {
 
 __global__ void maxnorm_mask_kernel(const float* x, std::size_t count, const float* scales,
                                     std::uint32_t levels, std::uint32_t levels2,
-                                    std::uint8_t* out) {
+                                    unsigned block_shift, std::uint8_t* out) {
   const std::size_t groups = group_count(count);
   for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
-    out[g] = maxnorm_mask_group(x, count, scales, levels, levels2, g);
+    out[g] = maxnorm_mask_group(x, count, scales, levels, levels2, block_shift, g);
   }
 }
 
@@ -125,25 +131,29 @@ class CudaMaxnorm final : public MaxnormKernels {
  public:
   explicit CudaMaxnorm(Backend& b) : b_(b) {}
 
-  void block_abs_max(const void* x, std::size_t count, Input input, std::uint32_t* out) override {
+  void block_abs_max(const void* x, std::size_t count, Input input, unsigned block_shift,
+                     std::uint32_t* out) override {
     if (count == 0) return;
-    b_.memset_zero(out, sizeof(std::uint32_t) * ((count + kMaxnormBlock - 1) / kMaxnormBlock));
-    const std::size_t tiles = (count + kScanTile - 1) / kScanTile;
+    b_.memset_zero(out, sizeof(std::uint32_t) * blocks_of(count, block_shift));
+    const std::size_t tile_n = scan_tile(block_shift);
+    const std::size_t tiles = (count + tile_n - 1) / tile_n;
     const auto grid = static_cast<unsigned>(tiles < 65535 ? tiles : 65535);
     with_input(input, [&](auto in) {
-      abs_max_kernel<decltype(in)::value><<<grid, kThreads, 0, current_stream()>>>(x, count, out);
+      abs_max_kernel<decltype(in)::value>
+          <<<grid, kThreads, 0, current_stream()>>>(x, count, tile_n, block_shift, out);
     });
     check_launch("block_abs_max launch");
   }
   void add_abs_max(float* p, const void* x, Input input, const float* e, std::size_t count,
-                   std::uint32_t* out) override {
+                   unsigned block_shift, std::uint32_t* out) override {
     if (count == 0) return;
-    b_.memset_zero(out, sizeof(std::uint32_t) * ((count + kMaxnormBlock - 1) / kMaxnormBlock));
-    const std::size_t tiles = (count + kScanTile - 1) / kScanTile;
+    b_.memset_zero(out, sizeof(std::uint32_t) * blocks_of(count, block_shift));
+    const std::size_t tile_n = scan_tile(block_shift);
+    const std::size_t tiles = (count + tile_n - 1) / tile_n;
     const auto grid = static_cast<unsigned>(tiles < 65535 ? tiles : 65535);
     with_input(input, [&](auto in) {
       add_abs_max_kernel<decltype(in)::value>
-          <<<grid, kThreads, 0, current_stream()>>>(p, x, e, count, out);
+          <<<grid, kThreads, 0, current_stream()>>>(p, x, e, count, tile_n, block_shift, out);
     });
     check_launch("add_abs_max launch");
   }
@@ -168,10 +178,11 @@ class CudaMaxnorm final : public MaxnormKernels {
     check_launch("maxnorm_decode launch");
   }
   void selected_abs_max(const float* x, const std::uint64_t* sel, std::size_t nsel,
-                        std::uint32_t* out, std::size_t nblocks) override {
+                        unsigned block_shift, std::uint32_t* out, std::size_t nblocks) override {
     b_.memset_zero(out, 4 * nblocks);
     if (nsel == 0) return;
-    selected_abs_max_kernel<<<grid_for(nsel), kThreads, 0, current_stream()>>>(x, sel, nsel, out);
+    selected_abs_max_kernel<<<grid_for(nsel), kThreads, 0, current_stream()>>>(x, sel, nsel,
+                                                                               block_shift, out);
     check_launch("selected_abs_max launch");
   }
   void randk_select(const codec::RandkRun& r, std::uint64_t* out) override {
@@ -180,10 +191,10 @@ class CudaMaxnorm final : public MaxnormKernels {
     check_launch("randk_select launch");
   }
   void mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
-            std::uint32_t levels2, std::uint8_t* out) override {
+            std::uint32_t levels2, unsigned block_shift, std::uint8_t* out) override {
     if (count == 0) return;
     maxnorm_mask_kernel<<<grid_for(group_count(count)), kThreads, 0, current_stream()>>>(
-        x, count, scales, levels, levels2, out);
+        x, count, scales, levels, levels2, block_shift, out);
     check_launch("maxnorm_mask launch");
   }
   void add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) override {

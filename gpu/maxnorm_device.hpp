@@ -23,8 +23,22 @@
 
 namespace ccoll::gpu {
 
-/// Elements per maxnorm scale block (codecs/maxnorm_wire.hpp: the payload layout).
+/// Elements per maxnorm scale block by default (codecs/maxnorm_wire.hpp: the payload layout);
+/// a codec's block= is 1 << block_shift elements, a power of two from 256 to this.
 inline constexpr std::size_t kMaxnormBlock = codec::kMaxnormBlock;
+inline constexpr unsigned kMaxnormBlockShift = 16;
+static_assert(std::size_t{1} << kMaxnormBlockShift == kMaxnormBlock, "block shift");
+
+/// log2 of a block size (a power of two).
+inline unsigned block_shift_of(std::size_t block) {
+  unsigned s = 0;
+  while ((std::size_t{1} << s) < block) ++s;
+  return s;
+}
+/// Blocks of 1 << block_shift elements that `count` elements fill (the last one partly).
+inline std::size_t blocks_of(std::size_t count, unsigned block_shift) {
+  return (count + (std::size_t{1} << block_shift) - 1) >> block_shift;
+}
 
 /// The element type of a kernel's input: fp32, or 16-bit floats the kernel widens exactly as it
 /// reads them (the values of codec::InputType), so that a call on 16-bit buffers needs no
@@ -83,8 +97,9 @@ struct MaxnormEncodeArgs {
   /// Scale of tensor block `first_block + k` at scales[k] (floats rounded up as set_scales does).
   const float* scales = nullptr;
   std::uint64_t first_block = 0;
-  std::uint32_t levels = 0;  ///< s = 2^(B-1) - 1
-  unsigned width = 0;        ///< B: bits per code
+  unsigned block_shift = kMaxnormBlockShift;  ///< elements per scale: 1 << block_shift
+  std::uint32_t levels = 0;                   ///< s = 2^(B-1) - 1
+  unsigned width = 0;                         ///< B: bits per code
   std::uint64_t seed = 0;
   std::uint64_t call = 0;
   std::uint32_t stream = 0;
@@ -111,7 +126,8 @@ struct MaxnormDecodeArgs {
   std::size_t count = 0;
   const std::uint64_t* selected = nullptr;
   std::uint64_t offset = 0;
-  const float* scales = nullptr;  ///< scale of the payload's k-th block at scales[k]
+  const float* scales = nullptr;              ///< scale of the payload's k-th block at scales[k]
+  unsigned block_shift = kMaxnormBlockShift;  ///< elements per scale: 1 << block_shift
   const std::uint8_t* codes = nullptr;
   std::size_t code_bytes = 0;
   unsigned width = 0;
@@ -366,7 +382,7 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const void* x, const MaxnormE
     }
     // the block's scale and s / scale, once per block of the group (its 8 elements share a
     // block but where one straddles two): the same division, not once per element
-    const std::uint64_t blk = e / kMaxnormBlock;
+    const std::uint64_t blk = e >> a.block_shift;
     if (blk != block) {
       block = blk;
       m = a.scales[blk - a.first_block];
@@ -393,13 +409,14 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const void* x, const MaxnormE
 /// |x|·s2/M <= s1 (computed as the CPU's local_mask computes it); scales of the tensor's blocks.
 CCOLL_HOST_DEVICE inline std::uint8_t maxnorm_mask_group(const float* x, std::size_t count,
                                                          const float* scales, std::uint32_t levels,
-                                                         std::uint32_t levels2, std::size_t g) {
+                                                         std::uint32_t levels2,
+                                                         unsigned block_shift, std::size_t g) {
   const std::size_t i0 = 8 * g;
   const unsigned n = group_size(count, g);
   unsigned bits = 0;
   for (unsigned j = 0; j < n; ++j) {
     const std::size_t i = i0 + j;
-    const float m = scales[i / kMaxnormBlock];
+    const float m = scales[i >> block_shift];
     const float inv2 = m > 0 ? static_cast<float>(levels2) / m : 0.0f;
     const float r = codec::bits_float(codec::float_bits(x[i]) & 0x7FFFFFFFu) * inv2;  // |x|·inv2
     bits |= (r <= static_cast<float>(levels) ? 1u : 0u) << j;
@@ -437,7 +454,7 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
                                                             std::size_t g, float* out) {
   const std::size_t i0 = 8 * g;
   const unsigned n = group_size(a.count, g);
-  const std::uint64_t first = a.offset / kMaxnormBlock;
+  const std::uint64_t first = a.offset >> a.block_shift;
   std::uint32_t worst = 0;
   std::uint32_t lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   get_group(a.codes, a.code_bytes, a.width, g, lanes, n);
@@ -448,7 +465,7 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
   for (unsigned j = 0; j < n; ++j) {
     const std::size_t i = i0 + j;
     const std::uint64_t e = a.selected != nullptr ? a.selected[i] : a.offset + i;
-    const std::uint64_t blk = e / kMaxnormBlock;
+    const std::uint64_t blk = e >> a.block_shift;
     if (blk != block) {  // the block's step, once per block of the group (see the encode)
       block = blk;
       m = a.scales[blk - first];
@@ -525,17 +542,18 @@ CCOLL_HOST_DEVICE inline unsigned maxnorm_add_group(const MaxnormAddArgs& a, std
 class MaxnormKernels : public Kernels {
  public:
   static constexpr const char* kFamily = "maxnorm";
-  /// out[b] = max over block b of the sign-cleared bit patterns of x (kMaxnormBlock elements per
-  /// block) as fp32 values (16-bit input: of the widened values, which order as their
-  /// patterns); out must hold ceil(count / kMaxnormBlock) words.
-  virtual void block_abs_max(const void* x, std::size_t count, Input input, std::uint32_t* out) = 0;
+  /// out[b] = max over block b of the sign-cleared bit patterns of x (1 << block_shift elements
+  /// per block) as fp32 values (16-bit input: of the widened values, which order as their
+  /// patterns); out must hold ceil(count / block) words.
+  virtual void block_abs_max(const void* x, std::size_t count, Input input, unsigned block_shift,
+                             std::uint32_t* out) = 0;
   /// The codes of a maxnorm encode of x (fp32, or 16-bit: a.input).
   virtual void encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) = 0;
   /// Error feedback's first pass: p[i] = widen(x[i]) + e[i] (x of type `input`) and, as
   /// block_abs_max of p, out[b] = the maximum bit pattern of block b's |p| (ceil(count /
-  /// kMaxnormBlock) words, zeroed first).
+  /// block) words, zeroed first).
   virtual void add_abs_max(float* p, const void* x, Input input, const float* e, std::size_t count,
-                           std::uint32_t* out) = 0;
+                           unsigned block_shift, std::uint32_t* out) = 0;
   /// A lane above a.limit (a malformed payload) is max-ed into *worst (device), which a valid
   /// payload leaves as it was.
   virtual void decode(const MaxnormDecodeArgs& a, float* out, bool accumulate,
@@ -543,13 +561,13 @@ class MaxnormKernels : public Kernels {
   /// out[b] = max of abs_bits(x[sel[k]]) over the `nsel` selected elements in block b (randk's
   /// scale pass); out (nblocks words) is zeroed first.
   virtual void selected_abs_max(const float* x, const std::uint64_t* sel, std::size_t nsel,
-                                std::uint32_t* out, std::size_t nblocks) = 0;
+                                unsigned block_shift, std::uint32_t* out, std::size_t nblocks) = 0;
   /// randk's kept coordinates of a run of strata: out[m] = randk_kept(r.len, r.key, r.call,
   /// r.first + m) for m < r.n (the list the host would select, without crossing from it).
   virtual void randk_select(const codec::RandkRun& r, std::uint64_t* out) = 0;
   /// Two-scale's mask of `count` elements (one byte per 8) from the agreed scales.
   virtual void mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
-                    std::uint32_t levels2, std::uint8_t* out) = 0;
+                    std::uint32_t levels2, unsigned block_shift, std::uint8_t* out) = 0;
   /// The lane-wise sum of two payloads' codes (maxnorm_add_group); non-zero is or-ed into *bad
   /// (device) when a lane is out of range.
   virtual void add(const MaxnormAddArgs& a, std::uint8_t* out, std::uint32_t* bad) = 0;

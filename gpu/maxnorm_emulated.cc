@@ -14,28 +14,29 @@ class EmulatedMaxnorm final : public MaxnormKernels {
  public:
   explicit EmulatedMaxnorm(Backend& b) : b_(b) {}
 
-  void block_abs_max(const void* x, std::size_t count, Input input, std::uint32_t* out) override {
+  void block_abs_max(const void* x, std::size_t count, Input input, unsigned block_shift,
+                     std::uint32_t* out) override {
     emulated::require_current_device(b_, x, "block_abs_max");
     emulated::require_current_device(b_, out, "block_abs_max");
     emulated::launch([=] {
-      for (std::size_t b = 0; b * kMaxnormBlock < count; ++b) out[b] = 0;
+      for (std::size_t b = 0; (b << block_shift) < count; ++b) out[b] = 0;
       for (std::size_t i = 0; i < count; ++i) {
-        std::uint32_t& m = out[i / kMaxnormBlock];
+        std::uint32_t& m = out[i >> block_shift];
         const std::uint32_t v = abs_bits(load_input(x, i, input));
         m = v > m ? v : m;
       }
     });
   }
   void add_abs_max(float* p, const void* x, Input input, const float* e, std::size_t count,
-                   std::uint32_t* out) override {
+                   unsigned block_shift, std::uint32_t* out) override {
     emulated::require_current_device(b_, x, "add_abs_max");
     emulated::require_current_device(b_, p, "add_abs_max");
     emulated::launch([=] {
-      for (std::size_t b = 0; b * kMaxnormBlock < count; ++b) out[b] = 0;
+      for (std::size_t b = 0; (b << block_shift) < count; ++b) out[b] = 0;
       for (std::size_t i = 0; i < count; ++i) {
         const float v = load_input(x, i, input) + e[i];
         p[i] = v;
-        std::uint32_t& m = out[i / kMaxnormBlock];
+        std::uint32_t& m = out[i >> block_shift];
         m = abs_bits(v) > m ? abs_bits(v) : m;
       }
     });
@@ -58,11 +59,11 @@ class EmulatedMaxnorm final : public MaxnormKernels {
     });
   }
   void selected_abs_max(const float* x, const std::uint64_t* sel, std::size_t nsel,
-                        std::uint32_t* out, std::size_t nblocks) override {
+                        unsigned block_shift, std::uint32_t* out, std::size_t nblocks) override {
     emulated::launch([=] {
       for (std::size_t b = 0; b < nblocks; ++b) out[b] = 0;
       for (std::size_t k = 0; k < nsel; ++k) {
-        std::uint32_t& m = out[sel[k] / kMaxnormBlock];
+        std::uint32_t& m = out[sel[k] >> block_shift];
         const std::uint32_t v = abs_bits(x[sel[k]]);
         m = v > m ? v : m;
       }
@@ -75,10 +76,10 @@ class EmulatedMaxnorm final : public MaxnormKernels {
     });
   }
   void mask(const float* x, std::size_t count, const float* scales, std::uint32_t levels,
-            std::uint32_t levels2, std::uint8_t* out) override {
+            std::uint32_t levels2, unsigned block_shift, std::uint8_t* out) override {
     emulated::launch([=] {
       for (std::size_t g = 0; g < group_count(count); ++g) {
-        out[g] = maxnorm_mask_group(x, count, scales, levels, levels2, g);
+        out[g] = maxnorm_mask_group(x, count, scales, levels, levels2, block_shift, g);
       }
     });
   }

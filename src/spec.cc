@@ -12,6 +12,7 @@
 #include "ccoll/error.hpp"
 #include "device_codec.hpp"
 #include "error_feedback.hpp"
+#include "maxnorm_wire.hpp"
 #include "quantizers.hpp"
 #include "temporal_rules.hpp"
 
@@ -111,6 +112,15 @@ Param sign_scale_param() {
   return p;
 }
 
+// The maxnorm family's elements per scale: a power of two from 256 to 65536.
+Param block_param() {
+  std::vector<std::string> blocks;
+  for (std::size_t b = codec::kMaxnormMinBlock; b <= codec::kMaxnormBlock; b *= 2) {
+    blocks.push_back(std::to_string(b));
+  }
+  return choice_param("block", blocks, "65536");
+}
+
 // The default of `p` for a spec with or without ef=1.
 const char* default_of(const Param& p, bool ef) {
   return ef && p.ef_def != nullptr ? p.ef_def : p.def;
@@ -188,6 +198,7 @@ codec::MaxNormParams maxnorm_params(const CodecSpec& s) {
     m.fine_bits = static_cast<unsigned>(std::stoul(bits.substr(slash + 1)));
   m.requant = value_of(s, "sum") == "requant";
   m.nearest = nearest(s);
+  m.block = param(s, "block");
   return m;
 }
 
@@ -215,6 +226,7 @@ codec::MaxNormParams randk_params(const CodecSpec& s) {
   m.bits = param(s, "bits");
   m.ratio = real_param(s, "ratio");
   m.nearest = nearest(s);
+  m.block = param(s, "block");
   return m;
 }
 
@@ -254,7 +266,8 @@ const std::vector<Entry>& registry() {
        [](const CodecSpec&, codec::DType t) { return codec::make_bf16_codec(t); },
        device_cast(false)},
       {"maxnorm",
-       {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact"), round_param()},
+       {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact"), round_param(),
+        block_param()},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_maxnorm_codec(t, maxnorm_params(s));
        },
@@ -272,7 +285,7 @@ const std::vector<Entry>& registry() {
          }
        }},
       {"randk",
-       {ratio_param("ratio"), uint_param("bits", 2, 8, "8"), round_param()},
+       {ratio_param("ratio"), uint_param("bits", 2, 8, "8"), round_param(), block_param()},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_maxnorm_codec(t, randk_params(s));
        },

@@ -32,17 +32,8 @@ TRAIN=${CCOLL_TRAIN:-build/bench/ccoll_train}
 PY=python3
 [ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 "$PY" -c 'import matplotlib' 2>/dev/null || { echo "run.sh: python3-matplotlib is missing" >&2; exit 1; }
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
-declare -A DATA=()
-# momentum SGD's learning rate per task: 0.1 trains MNIST's MLP well; on Fashion-MNIST it is at
-# the edge of stability (uncompressed 79% against 84% at 0.02), where any codec's noise tips it
-declare -A SGD_LR=([mnist]=0.1 [fashion]=0.02)
-[ -n "${CCOLL_MNIST_DIR:-}" ] && DATA[mnist]=$CCOLL_MNIST_DIR
-FASHION=${CCOLL_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
-[ -d "$FASHION" ] && DATA[fashion]=$FASHION
-[ ${#DATA[@]} -gt 0 ] || {
-  echo "run.sh: no task: set CCOLL_MNIST_DIR or install dataset-fashion-mnist" >&2; exit 1; }
+# shellcheck source=bench/convergence/tasks.sh
+. bench/convergence/tasks.sh
 mkdir -p "$OUT/raw"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 {

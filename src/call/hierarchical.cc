@@ -176,25 +176,25 @@ void run_cross_step(const Call& call, const Topology& topo, gpu::Backend* device
   bufs.step_done(call, step);
 }
 
-// True when the call's codec encodes node sums at one rank's step (node_sums.hpp); codec=auto,
-// whose candidates are measured, encodes them as any input.
-bool encodes_node_sums(const Call& call, codec::DType dtype) {
+// The scale block of the call's codec when it encodes node sums at one rank's step
+// (node_sums.hpp), else 0; codec=auto, whose candidates are measured, encodes them as any input.
+std::size_t node_sums_block(const Call& call, codec::DType dtype) {
   const std::string& text = requested_codec(call.options);
-  if (text.rfind("auto", 0) == 0) return false;
+  if (text.rfind("auto", 0) == 0) return 0;
   try {
-    return node_sums_apply(*make_codec(parse_codec_spec(text), dtype));
+    const auto codec = make_codec(parse_codec_spec(text), dtype);
+    return node_sums_apply(*codec) ? codec->scale_block() : 0;
   } catch (const Error&) {
-    return false;  // the cross-node call's checks reject it on every rank
+    return 0;  // the cross-node call's checks reject it on every rank
   }
 }
 
-// The largest magnitude in each kMaxnormBlock-element block of x[0, n) (infinity where a block
-// holds a NaN or an infinity), appended to `out`.
+// The largest magnitude in each `block`-element block of x[0, n) (infinity where a block holds
+// a NaN or an infinity), appended to `out`.
 template <class T>
-void block_maxima(const T* x, std::size_t n, std::vector<double>& out) {
-  for (std::size_t b = 0; b < n; b += codec::kMaxnormBlock) {
-    const auto m =
-        static_cast<double>(codec::abs_max(x + b, std::min(codec::kMaxnormBlock, n - b)));
+void block_maxima(const T* x, std::size_t n, std::size_t block, std::vector<double>& out) {
+  for (std::size_t b = 0; b < n; b += block) {
+    const auto m = static_cast<double>(codec::abs_max(x + b, std::min(block, n - b)));
     out.push_back(std::isfinite(m) ? m : HUGE_VAL);
   }
 }
@@ -492,7 +492,8 @@ class AllreduceLevels {
     check_node_step(call, n_);
     const std::size_t segments = std::min(pipeline_segments(n_ * es_, topo, lc.device), n_);
     seg_.resize(segments);
-    sums_ = lc.device == nullptr && encodes_node_sums(call, lc.dtype);
+    sums_block_ = lc.device == nullptr ? node_sums_block(call, lc.dtype) : 0;
+    sums_ = sums_block_ != 0;
     for (std::size_t k = 0; k < segments; ++k) {
       const auto s = static_cast<int>(segments);
       const auto i = static_cast<int>(k);
@@ -546,9 +547,9 @@ class AllreduceLevels {
       const auto len = static_cast<std::size_t>(seg_[k].counts[i]);
       const std::size_t before = all.size();
       if (lc_.dtype == codec::DType::kFloat64) {
-        block_maxima(reinterpret_cast<const double*>(in_) + at, len, all);
+        block_maxima(reinterpret_cast<const double*>(in_) + at, len, sums_block_, all);
       } else {
-        block_maxima(reinterpret_cast<const float*>(in_) + at, len, all);
+        block_maxima(reinterpret_cast<const float*>(in_) + at, len, sums_block_, all);
       }
       if (i == l_) {
         mine_at = before;
@@ -665,6 +666,7 @@ class AllreduceLevels {
   std::size_t l_;
   std::vector<Segment> seg_;
   bool sums_ = false;
+  std::size_t sums_block_ = 0;  // the codec's elements per scale
   std::byte* data_ = nullptr;
   const std::byte* in_ = nullptr;
   double node_seconds_ = 0;

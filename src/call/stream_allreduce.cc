@@ -56,12 +56,15 @@ bool stream_codec(const CodecSpec& spec, StreamCodec& out) {
   std::string b;
   std::string sum;
   std::string round;
+  std::size_t block = gpu::kMaxnormBlock;
   for (const auto& [k, v] : spec.params) {
     if (k == "bits") b = v;
     if (k == "sum") sum = v;
     if (k == "round") round = v;
+    if (k == "block") block = std::stoul(v);
   }
   if (b.empty() || b.find('/') != std::string::npos || sum == "requant") return false;
+  out.block_shift = gpu::block_shift_of(block);
   out.bits = static_cast<unsigned>(std::stoul(b));
   out.nearest = round == "nearest";
   out.ef = spec.ef;
@@ -203,7 +206,7 @@ Ring ring_of(const StreamAllreduce& a, StreamState& state) {
   Ring g{a, b.kernels<gpu::MaxnormKernels>(), s,
          a.scatter ? Chunks{a.count, a.count / static_cast<std::size_t>(a.ranks)}
                    : chunks_of(a.count, a.ranks)};
-  g.nb = (a.count + gpu::kMaxnormBlock - 1) / gpu::kMaxnormBlock;
+  g.nb = gpu::blocks_of(a.count, a.codec.block_shift);
   g.stride = gpu::packed_size(g.ch.base, g.width(a.ranks));
   g.limit = float_at_most(codec::maxnorm_fallback_limit(a.ranks));
   g.maxima = static_cast<std::uint32_t*>(state.space(kMaxima, 4 * (g.nb + 1)));
@@ -226,6 +229,7 @@ void encode_own(Ring& g, const void* in, gpu::Input input, float* residual) {
   gpu::MaxnormEncodeArgs e;
   e.count = g.a.count;
   e.scales = reinterpret_cast<const float*>(g.maxima);
+  e.block_shift = g.a.codec.block_shift;
   e.levels = g.s;
   e.width = g.a.codec.bits;
   e.seed = g.a.seed;
@@ -259,9 +263,9 @@ void scan_and_encode(Ring& g, StreamCollectives& coll, gpu::Backend& b, float* p
                      std::uint32_t* error_word) {
   const StreamAllreduce& a = g.a;
   if (a.residual != nullptr) {
-    g.mx.add_abs_max(p, a.in, a.input, a.residual, a.count, g.maxima);
+    g.mx.add_abs_max(p, a.in, a.input, a.residual, a.count, a.codec.block_shift, g.maxima);
   } else {
-    g.mx.block_abs_max(a.in, a.count, a.input, g.maxima);
+    g.mx.block_abs_max(a.in, a.count, a.input, a.codec.block_shift, g.maxima);
   }
   auto& el = b.kernels<gpu::ElementKernels>();
   b.memset_zero(g.maxima + g.nb, 4);
@@ -333,7 +337,8 @@ void decode(Ring& g, float* out) {
     gpu::MaxnormDecodeArgs d;
     d.count = g.ch.count(c);
     d.offset = g.ch.offset(c);
-    d.scales = reinterpret_cast<const float*>(g.maxima) + g.ch.offset(c) / gpu::kMaxnormBlock;
+    d.block_shift = g.a.codec.block_shift;
+    d.scales = reinterpret_cast<const float*>(g.maxima) + (g.ch.offset(c) >> d.block_shift);
     d.codes = g.sum_of(c);
     d.code_bytes = gpu::packed_size(g.ch.count(c), g.width(p));
     d.width = g.width(p);
@@ -364,6 +369,7 @@ void gather_blocks(Ring& g, StreamCollectives& coll) {
   for (int c = 0; c < p; ++c) {
     gpu::MaxnormDecodeArgs d;
     d.count = g.a.count;
+    d.block_shift = g.a.codec.block_shift;
     d.scales = reinterpret_cast<const float*>(g.maxima);
     d.codes = codes_of(c);
     d.code_bytes = bytes;

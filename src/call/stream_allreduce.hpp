@@ -44,8 +44,9 @@ namespace ccoll::call {
 /// The codec of a stream-ordered all-reduce.
 struct StreamCodec {
   unsigned bits = 0;
-  bool nearest = false;  ///< round=nearest
-  bool ef = false;       ///< ef=1: this rank's residual is added before and updated after
+  bool nearest = false;       ///< round=nearest
+  bool ef = false;            ///< ef=1: this rank's residual is added before and updated after
+  unsigned block_shift = 16;  ///< block=: 1 << block_shift elements per scale
 };
 
 /// True when `spec` is a codec the stream-ordered all-reduce runs: maxnorm with one scale and

@@ -95,6 +95,10 @@ const std::vector<std::string> kQuantizers = {"maxnorm:bits=2",
                                               "sign:scale=rms",
                                               "qsgd:bits=4,round=nearest",
                                               "maxnorm:bits=3,round=nearest",
+                                              "maxnorm:bits=3,block=256",
+                                              "maxnorm:bits=2/6,block=1024",
+                                              "maxnorm:bits=4,block=512,sum=requant",
+                                              "randk:bits=4,block=256,ratio=0.1",
                                               "topk:ratio=0.05",
                                               "sketch:bits=2",
                                               "sketch:bits=4,clusters=8"};
@@ -479,6 +483,85 @@ TEST(BitPack, PackAlignedEqualsBitWriter) {
       EXPECT_EQ(a, b);
     }
   }
+}
+
+// block=: each block of that many elements has its own scale, so one large value costs only
+// its own block's precision: elsewhere the error stays within the block's own maximum / s.
+TEST(MaxnormBlock, ALargeValueCostsOnlyItsOwnBlock) {
+  const std::size_t n = 8192;
+  std::vector<float> x = gradient_like(n, 5);
+  x[100] = 1000.0f;  // one spike in the first 256-element block
+  for (const std::size_t block : {256u, 1024u, 65536u}) {
+    SCOPED_TRACE(block);
+    auto c = make("maxnorm:bits=3,block=" + std::to_string(block), x);
+    EXPECT_EQ(c->scale_block(), block);
+    EXPECT_EQ(c->scale_slots(n), (n + block - 1) / block);
+    std::vector<std::byte> enc(c->max_encoded_bytes(n));
+    const std::size_t bytes = c->encode(x.data(), n, {1, 2, 3, 0}, enc.data());
+    // header, offset, one f32 scale per block, 3-bit codes
+    EXPECT_EQ(bytes, wire::kHeaderBytes + 8 + 4 * c->scale_slots(n) + packed_bytes(n, 3));
+    std::vector<float> y(n);
+    c->decode(enc.data(), bytes, n, y.data());
+    for (std::size_t b0 = 0; b0 < n; b0 += block) {
+      float m = 0;
+      for (std::size_t i = b0; i < std::min(n, b0 + block); ++i) m = std::max(m, std::fabs(x[i]));
+      for (std::size_t i = b0; i < std::min(n, b0 + block); ++i) {
+        ASSERT_LE(std::fabs(y[i] - x[i]), m / 3 * (1 + 1e-6)) << i;
+      }
+    }
+    // beyond the spike's block, the small blocks keep values: not all zero
+    std::size_t nonzero = 0;
+    for (std::size_t i = 1024; i < n; ++i) nonzero += y[i] != 0.0f ? 1 : 0;
+    if (block <= 1024) {
+      EXPECT_GT(nonzero, (n - 1024) / 4);
+    } else {
+      EXPECT_LT(nonzero, (n - 1024) / 100);  // one scale of 1000: nearly everything rounds to 0
+    }
+  }
+}
+
+TEST(MaxnormBlock, SpecsAndWireCarryTheBlock) {
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,block=1024").canonical, "maxnorm:bits=4,block=1024");
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,block=65536").canonical, "maxnorm:bits=4");
+  EXPECT_EQ(parse_codec_spec("randk:ratio=0.5,block=256").canonical,
+            "randk:bits=8,block=256,ratio=0.5");
+  for (const char* bad : {"maxnorm:bits=4,block=300", "maxnorm:bits=4,block=128",
+                          "maxnorm:bits=4,block=131072", "maxnorm:bits=4,block="}) {
+    SCOPED_TRACE(bad);
+    try {
+      parse_codec_spec(bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Status::kInvalidArgument);
+      EXPECT_NE(e.message().find("block"), std::string::npos) << e.message();
+      if (std::string(bad).back() != '=') {  // (an empty value is malformed as such)
+        EXPECT_NE(e.message().find("256, 512"), std::string::npos) << e.message();
+      }
+    }
+  }
+  // a payload of another block size is refused, never decoded with the wrong scales
+  const auto x = gradient_like(4096, 6);
+  auto a = make("maxnorm:bits=4,block=256", x);
+  auto b = make("maxnorm:bits=4,block=512", x);
+  auto d = make("maxnorm:bits=4", x);
+  std::vector<std::byte> enc(a->max_encoded_bytes(x.size()));
+  const std::size_t bytes = a->encode(x.data(), x.size(), {}, enc.data());
+  std::vector<float> y(x.size());
+  for (Codec* other : {b.get(), d.get()}) {
+    try {
+      other->decode(enc.data(), bytes, x.size(), y.data());
+      ADD_FAILURE() << "decoded a block=256 payload as " << other->spec();
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Status::kCorruptData);
+      EXPECT_NE(e.message().find("block field"), std::string::npos) << e.message();
+    }
+  }
+  // a block=65536 payload keeps the field at 0: the layout of payloads without the field
+  std::vector<std::byte> enc_d(d->max_encoded_bytes(x.size()));
+  d->encode(x.data(), x.size(), {}, enc_d.data());
+  std::uint32_t param = 0;
+  std::memcpy(&param, enc_d.data() + 4, 4);
+  EXPECT_EQ((param >> 27) & 0xF, 0u);
 }
 
 TEST(BitPack, UnpackRangeEqualsPackedAt) {

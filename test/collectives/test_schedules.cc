@@ -376,7 +376,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values("maxnorm:bits=2", "maxnorm:bits=8", "maxnorm:bits=2/6",
                                          "maxnorm:bits=4,sum=requant", "randk:ratio=0.1,bits=4",
                                          "qsgd:bits=4", "terngrad", "sign", "topk:ratio=0.1",
-                                         "maxnorm:bits=3,ef=1", "qsgd:bits=2,ef=1"),
+                                         "maxnorm:bits=3,ef=1", "qsgd:bits=2,ef=1",
+                                         "maxnorm:bits=2,block=256",
+                                         "maxnorm:bits=3,block=1024,ef=1"),
                        ::testing::Values(Algorithm::kRing, Algorithm::kTree, Algorithm::kAllgather),
                        ::testing::Values(1, 2, 3, 4, 5, 8)));
 

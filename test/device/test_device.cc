@@ -489,7 +489,11 @@ INSTANTIATE_TEST_SUITE_P(
         "qsgd:bits=4,round=nearest", "qsgd:bits=2,bucket=100,ef=1", "terngrad:round=nearest",
         "terngrad,ef=1", "sign:scale=rms", "sign:bucket=3,ef=1", "randk:ratio=0.1,round=nearest",
         "terngrad:clip=0", "terngrad:bucket=100,clip=1.5", "sketch:bits=3,round=nearest",
-        "sketch:bits=2,ef=1", "dq:max=6,min=2,round=nearest"),
+        "sketch:bits=2,ef=1", "dq:max=6,min=2,round=nearest",
+        // scale blocks other than the default
+        "maxnorm:bits=3,block=256", "maxnorm:bits=8,block=4096", "maxnorm:bits=2/6,block=1024",
+        "maxnorm:bits=4,block=256,ef=1", "maxnorm:bits=3,block=512,sum=requant",
+        "randk:bits=4,block=512,ratio=0.1"),
     param_name);
 
 // 16-bit input read by the device codec itself (set_input_type): the same scales, fallback
@@ -713,7 +717,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodecResident,
                                            "maxnorm:bits=8", "qsgd:bits=4", "terngrad", "sign",
                                            "maxnorm:bits=4,ef=1", "maxnorm:bits=2/6",
                                            "maxnorm:bits=3,sum=requant", "randk:ratio=0.1",
-                                           "sketch:bits=3", "topk:ratio=0.1"),
+                                           "sketch:bits=3", "topk:ratio=0.1",
+                                           "maxnorm:bits=4,block=256"),
                          param_name);
 
 }  // namespace

@@ -394,6 +394,7 @@ void expect_whole_tensor_same_as_cpu(gpu::Backend& b, std::size_t n) {
                                           "bf16",
                                           "maxnorm:bits=8",
                                           "maxnorm:bits=3",
+                                          "maxnorm:bits=3,block=512",
                                           "maxnorm:bits=2/6",
                                           "maxnorm:bits=4,ef=1",
                                           "maxnorm:bits=4,sum=requant",

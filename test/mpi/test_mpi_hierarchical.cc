@@ -159,7 +159,7 @@ TEST(MpiHierarchical, NodeSumsRoundAtOneRanksStep) {
   for (const int k : groupings(p)) {
     if (k == 1 || p / k < 2 || p % k != 0) continue;  // nodes of several ranks, several nodes
     for (const std::size_t n : {std::size_t{200003}, std::size_t{17} << 18}) {
-      for (const char* codec : {"maxnorm:bits=4", "maxnorm:bits=8"}) {
+      for (const char* codec : {"maxnorm:bits=4", "maxnorm:bits=8", "maxnorm:bits=4,block=1024"}) {
         // the pipelined size (2 segments), which needs MPI_THREAD_MULTIPLE, once
         if (n > 200003 && (pipelined || !ccoll::nonblocking_progress() ||
                            std::string(codec) != "maxnorm:bits=4")) {

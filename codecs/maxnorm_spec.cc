@@ -1,0 +1,32 @@
+// The maxnorm family's parameters: their canonical spec and the block check.
+#include <string>
+
+#include "ccoll/error.hpp"
+#include "maxnorm_wire.hpp"
+#include "quantizers.hpp"
+
+namespace ccoll::codec {
+
+std::string maxnorm_spec(const MaxNormParams& p) {
+  const std::string block = p.block != kMaxnormBlock ? ",block=" + std::to_string(p.block) : "";
+  if (p.ratio > 0) {
+    return "randk:bits=" + std::to_string(p.bits) + block + ",ratio=" + format_real(p.ratio) +
+           (p.nearest ? ",round=nearest" : "");
+  }
+  std::string s = "maxnorm:bits=" + std::to_string(p.bits);
+  if (p.fine_bits != 0) s += "/" + std::to_string(p.fine_bits);
+  s += block;
+  if (p.nearest) s += ",round=nearest";
+  if (p.requant) s += ",sum=requant";
+  return s;
+}
+
+std::size_t checked_maxnorm_block(std::size_t block) {
+  if (block < kMaxnormMinBlock || block > kMaxnormBlock || (block & (block - 1)) != 0) {
+    throw Error(Status::kInvalidArgument, "maxnorm: block=" + std::to_string(block) +
+                                              " (valid: a power of two from 256 to 65536)");
+  }
+  return block;
+}
+
+}  // namespace ccoll::codec
