@@ -54,7 +54,7 @@ Rate measure(const std::string& spec, unsigned bits, std::size_t n, int steps, f
     c->decode(payload.data(), len, n, d.data());  // the coded values (temporal: its residual)
     std::map<long, std::size_t> freq;
     for (std::size_t i = 0; i < n; ++i) {
-      const double m = scales[i / ccoll::codec::kMaxnormBlock];
+      const double m = scales[i / c->scale_block()];
       freq[m > 0 ? std::lround(d[i] * s / m) : 0] += 1;
     }
     std::vector<float> out = d;

@@ -41,6 +41,7 @@ class DqCodec final : public ForwardingCodec {
       MaxNormParams m;
       m.bits = b;
       m.nearest = p_.nearest;
+      m.block = kMaxnormBlock;  // the budgets were set on 65536-element scales
       by_bits_.add(make_maxnorm_codec(dtype, m));
     }
     set_target(&by_bits_.widest());
@@ -112,7 +113,8 @@ class DqCodec final : public ForwardingCodec {
   // The scales are the last input the rule needs: the width is chosen here, once per call.
   void set_scales(const double* shared, std::size_t n) override {
     by_bits_.set_scales(shared, n);
-    bits_ = dq_width(p_, shared, n, count_, ranks_, energy_, lr_, t_, lr0_);
+    bits_ = dq_width(p_, shared, n, by_bits_.widest().scale_block(), count_, ranks_, energy_, lr_,
+                     t_, lr0_);
     set_target(&by_bits_.at(bits_));
     ++t_;
   }
@@ -132,14 +134,15 @@ class DqCodec final : public ForwardingCodec {
 
 }  // namespace
 
-unsigned dq_width(const DqParams& p, const double* scales, std::size_t nblocks, std::size_t count,
-                  int ranks, double energy, double lr, std::uint64_t t, double& lr0) {
+unsigned dq_width(const DqParams& p, const double* scales, std::size_t nblocks, std::size_t block,
+                  std::size_t count, int ranks, double energy, double lr, std::uint64_t t,
+                  double& lr0) {
   if (lr > 0 && !(lr0 > 0)) lr0 = lr;
   // Σ_b n_b·M_b² over the blocks the scales cover
   double weighted = 0;
   for (std::size_t b = 0; b < nblocks; ++b) {
-    const std::size_t first = b * kMaxnormBlock;
-    const std::size_t n = first >= count ? 0 : std::min(kMaxnormBlock, count - first);
+    const std::size_t first = b * block;
+    const std::size_t n = first >= count ? 0 : std::min(block, count - first);
     weighted += static_cast<double>(n) * scales[b] * scales[b];
   }
   double allowed = p.budget;

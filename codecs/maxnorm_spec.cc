@@ -8,7 +8,8 @@
 namespace ccoll::codec {
 
 std::string maxnorm_spec(const MaxNormParams& p) {
-  const std::string block = p.block != kMaxnormBlock ? ",block=" + std::to_string(p.block) : "";
+  const std::size_t def = p.ratio > 0 ? kRandkDefaultBlock : kMaxnormDefaultBlock;
+  const std::string block = p.block != def ? ",block=" + std::to_string(p.block) : "";
   if (p.ratio > 0) {
     return "randk:bits=" + std::to_string(p.bits) + block + ",ratio=" + format_real(p.ratio) +
            (p.nearest ? ",round=nearest" : "");

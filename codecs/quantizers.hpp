@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "codec.hpp"
+#include "maxnorm_wire.hpp"
 
 namespace ccoll::codec {
 
@@ -79,12 +80,12 @@ inline std::string format_real(double x) {
 
 /// Parameters of the maxnorm family (docs/design/5-codecs.md).
 struct MaxNormParams {
-  unsigned bits = 8;          ///< B: 2^(B-1) - 1 levels per sign (the coarse ones when two-scale)
-  unsigned fine_bits = 0;     ///< B2 of bits=B1/B2 (two-scale); 0: single scale
-  bool requant = false;       ///< sum=requant: re-quantize partial sums to B bits at every hop
-  double ratio = 0;           ///< randk: keep one coordinate per 1/ratio (stratified); 0: all
-  bool nearest = false;       ///< round=nearest: encodes round to the nearer level
-  std::size_t block = 65536;  ///< elements per scale (block=; a power of two, 256..65536)
+  unsigned bits = 8;       ///< B: 2^(B-1) - 1 levels per sign (the coarse ones when two-scale)
+  unsigned fine_bits = 0;  ///< B2 of bits=B1/B2 (two-scale); 0: single scale
+  bool requant = false;    ///< sum=requant: re-quantize partial sums to B bits at every hop
+  double ratio = 0;        ///< randk: keep one coordinate per 1/ratio (stratified); 0: all
+  bool nearest = false;    ///< round=nearest: encodes round to the nearer level
+  std::size_t block = kMaxnormDefaultBlock;  ///< elements per scale (block=: 256..65536)
 };
 
 /// The canonical spec of a maxnorm or randk codec of `p` (parameters in name order, defaults
@@ -226,10 +227,12 @@ struct DqParams {
 /// dq: maxnorm at a width chosen per call by DQ-SGD's rule (dq.cc).
 std::unique_ptr<Codec> make_dq_codec(DType dtype, const DqParams& p);
 /// dq's width for a call (dq.cc): the fewest bits in [min, max] whose rounding variance bound
-/// over `ranks` ranks, with the agreed `scales` of `nblocks` blocks of a `count`-element tensor,
-/// is within the call's allowance of `energy` (Σ_ranks ||x||²); `t`: the tensor's calls before
-/// this one; `lr0`: the first learning rate given (0 until one is; set here).
-unsigned dq_width(const DqParams& p, const double* scales, std::size_t nblocks, std::size_t count,
-                  int ranks, double energy, double lr, std::uint64_t t, double& lr0);
+/// over `ranks` ranks, with the agreed `scales` of `nblocks` blocks of `block` elements of a
+/// `count`-element tensor, is within the call's allowance of `energy` (Σ_ranks ||x||²); `t`: the
+/// tensor's calls before this one; `lr0`: the first learning rate given (0 until one is; set
+/// here).
+unsigned dq_width(const DqParams& p, const double* scales, std::size_t nblocks, std::size_t block,
+                  std::size_t count, int ranks, double energy, double lr, std::uint64_t t,
+                  double& lr0);
 
 }  // namespace ccoll::codec

@@ -154,6 +154,7 @@ std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double be
   MaxNormParams m;
   m.bits = bits;
   m.nearest = nearest;
+  m.block = kMaxnormBlock;  // the closed loop saturates more often in smaller blocks
   // the canonical spec: parameters in name order, beta only when not the default
   std::string spec = "temporal:";
   if (beta != 0.9) spec += "beta=" + format_real(beta) + ",";

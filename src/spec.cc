@@ -112,13 +112,13 @@ Param sign_scale_param() {
   return p;
 }
 
-// The maxnorm family's elements per scale: a power of two from 256 to 65536.
-Param block_param() {
+// The maxnorm family's elements per scale: a power of two from 256 to 65536 (`def`: a literal).
+Param block_param(const char* def) {
   std::vector<std::string> blocks;
   for (std::size_t b = codec::kMaxnormMinBlock; b <= codec::kMaxnormBlock; b *= 2) {
     blocks.push_back(std::to_string(b));
   }
-  return choice_param("block", blocks, "65536");
+  return choice_param("block", blocks, def);
 }
 
 // The default of `p` for a spec with or without ef=1.
@@ -227,6 +227,8 @@ codec::MaxNormParams randk_params(const CodecSpec& s) {
   m.ratio = real_param(s, "ratio");
   m.nearest = nearest(s);
   m.block = param(s, "block");
+  static_assert(codec::kRandkDefaultBlock == 65536 && codec::kMaxnormDefaultBlock == 1024,
+                "the registry's block= defaults");
   return m;
 }
 
@@ -267,7 +269,7 @@ const std::vector<Entry>& registry() {
        device_cast(false)},
       {"maxnorm",
        {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact"), round_param(),
-        block_param()},
+        block_param("1024")},  // codec::kMaxnormDefaultBlock
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_maxnorm_codec(t, maxnorm_params(s));
        },
@@ -285,7 +287,8 @@ const std::vector<Entry>& registry() {
          }
        }},
       {"randk",
-       {ratio_param("ratio"), uint_param("bits", 2, 8, "8"), round_param(), block_param()},
+       {ratio_param("ratio"), uint_param("bits", 2, 8, "8"), round_param(),
+        block_param("65536")},  // codec::kRandkDefaultBlock
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_maxnorm_codec(t, randk_params(s));
        },

@@ -118,11 +118,13 @@ TEST(ErrorFeedback, SpecStrings) {
   EXPECT_THROW(parse_codec_spec("fp16:ef=1,ef=1"), Error);
 }
 
-// The scale a block gets after the MAX pass, rounded up to float as set_scales() rounds it.
-float agreed_scale(const std::vector<std::vector<float>>& xs, std::size_t block) {
+// The scale block `block` (of `size` elements) gets after the MAX pass, rounded up to float as
+// set_scales() rounds it.
+float agreed_scale(const std::vector<std::vector<float>>& xs, std::size_t block,
+                   std::size_t size = kMaxnormDefaultBlock) {
   double m = 0;
   for (const auto& x : xs) {
-    for (std::size_t i = block * 65536; i < std::min(x.size(), (block + 1) * 65536); ++i) {
+    for (std::size_t i = block * size; i < std::min(x.size(), (block + 1) * size); ++i) {
       m = std::max(m, static_cast<double>(std::fabs(x[i])));
     }
   }
@@ -138,8 +140,10 @@ TEST(MaxNorm, TwoScaleUsesTheFineStepWhereEveryRankFits) {
   const std::size_t n = 70001;
   std::vector<std::vector<float>> xs;
   for (int r = 0; r < p; ++r) xs.push_back(gradient_like(n, 20 + static_cast<unsigned>(r)));
-  auto two = make_codec(parse_codec_spec("maxnorm:bits=2/6"), DType::kFloat32);
-  auto one = make_codec(parse_codec_spec("maxnorm:bits=2"), DType::kFloat32);
+  // one scale per 65536 elements, where two-scale gains most (with the default 1024-element
+  // blocks plain 2-bit errs less already, and two-scale about halves its squared error)
+  auto two = make_codec(parse_codec_spec("maxnorm:bits=2/6,block=65536"), DType::kFloat32);
+  auto one = make_codec(parse_codec_spec("maxnorm:bits=2,block=65536"), DType::kFloat32);
   two->begin_call(p);
   one->begin_call(p);
   agree(*two, xs);
@@ -148,7 +152,8 @@ TEST(MaxNorm, TwoScaleUsesTheFineStepWhereEveryRankFits) {
   EXPECT_EQ(one->mask_bytes(n), 0u);
   std::vector<std::byte> enc(two->max_encoded_bytes(n));
   const std::size_t bytes = two->encode(xs[0].data(), n, {1, 2, 0, 0}, enc.data());
-  EXPECT_EQ(bytes, wire::kHeaderBytes + 8 + 2 * 4 + (n * 2 + 7) / 8);  // still 2 bits each
+  const std::size_t B = two->scale_block();
+  EXPECT_EQ(bytes, wire::kHeaderBytes + 8 + 4 * ((n + B - 1) / B) + (n * 2 + 7) / 8);  // 2 bits
   std::vector<float> y(n);
   two->decode(enc.data(), bytes, n, y.data());
   std::vector<std::byte> enc1(one->max_encoded_bytes(n));
@@ -158,9 +163,10 @@ TEST(MaxNorm, TwoScaleUsesTheFineStepWhereEveryRankFits) {
   std::size_t fine = 0;
   double sq_two = 0;
   double sq_one = 0;
-  const float block_scale[2] = {agreed_scale(xs, 0), agreed_scale(xs, 1)};
+  std::vector<float> block_scale;
+  for (std::size_t b = 0; b * B < n; ++b) block_scale.push_back(agreed_scale(xs, b, B));
   for (std::size_t i = 0; i < n; ++i) {
-    const float m = block_scale[i / 65536];
+    const float m = block_scale[i / B];
     bool fits = true;
     for (const auto& x : xs) fits = fits && std::fabs(x[i]) * (31.0f / m) <= 1.0f;
     fine += fits;
@@ -175,7 +181,7 @@ TEST(MaxNorm, TwoScaleUsesTheFineStepWhereEveryRankFits) {
   EXPECT_LT(fine, n);
   EXPECT_LT(sq_two, 0.25 * sq_one) << "two-scale should cut the error of plain 2-bit maxnorm";
   // no agreed mask covering the payload: rejected, not decoded with a made-up mask
-  auto fresh = make_codec(parse_codec_spec("maxnorm:bits=2/6"), DType::kFloat32);
+  auto fresh = make_codec(parse_codec_spec("maxnorm:bits=2/6,block=65536"), DType::kFloat32);
   fresh->begin_call(p);
   EXPECT_THROW(fresh->decode(enc.data(), bytes, n, y.data()), Error);
 }
@@ -191,10 +197,11 @@ TEST(MaxNorm, RequantKeepsTheWidthAndIsUnbiased) {
   EXPECT_TRUE(c->capabilities().lossy_add);
   c->begin_call(p);
   agree(*c, xs);
-  const float m = agreed_scale(xs, 0);
+  float m = 0;  // the largest block scale bounds every block's step
+  for (std::size_t b = 0; b < c->scale_slots(n); ++b) m = std::max(m, agreed_scale(xs, b));
   const double step = m / 7.0;
   const std::size_t cap = c->max_encoded_bytes(n);
-  const std::size_t fixed = wire::kHeaderBytes + 8 + 4 + n * 4 / 8;
+  const std::size_t fixed = wire::kHeaderBytes + 8 + 4 * c->scale_slots(n) + n * 4 / 8;
   std::vector<std::vector<std::byte>> one(p, std::vector<std::byte>(cap));
   std::vector<std::size_t> len(p);
   std::vector<double> ref(n, 0.0);
@@ -362,7 +369,8 @@ TEST(RandK, KeptCoordinatesAreQuantizedDroppedAreZero) {
     }
   }
   EXPECT_EQ(kept, n / 20);
-  EXPECT_EQ(b, wire::kHeaderBytes + 8 + 4 + kept);  // 8-bit codes of the kept ones only
+  // the scales of every block, then 8-bit codes of the kept ones only
+  EXPECT_EQ(b, wire::kHeaderBytes + 8 + 4 * c->scale_slots(n) + kept);
 }
 
 // topk keeps exactly the k = ceil(R·n) largest magnitudes, ties broken by index, with their

@@ -146,7 +146,7 @@ TEST(MaxnormDecode, EveryValueAtEveryWidth) {
             float m = 0;
             std::memcpy(&m,
                         p.data() + l.scales_at +
-                            4 * ((offset + i) / kMaxnormBlock - offset / kMaxnormBlock),
+                            4 * ((offset + i) / c->scale_block() - offset / c->scale_block()),
                         4);
             const float step = m / static_cast<float>(l.levels);
             want[i] = static_cast<float>(static_cast<std::int64_t>(lanes[i]) - l.bias) * step;

@@ -13,6 +13,7 @@
 #include "agree.hpp"
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
+#include "maxnorm_wire.hpp"
 #include "philox.hpp"
 #include "spec.hpp"
 #include "uniforms.hpp"
@@ -268,7 +269,8 @@ TEST(MaxNorm, CompressedSumsAreExact) {
       const unsigned j = static_cast<unsigned>(r + 1);
       unsigned extra = 0;
       while ((1u << extra) < j) ++extra;
-      EXPECT_LE(acc_n, wire::kHeaderBytes + 8 + 4 * 2 + (n * (bits + extra) + 7) / 8);
+      EXPECT_LE(acc_n,
+                wire::kHeaderBytes + 8 + 4 * c->scale_slots(n) + (n * (bits + extra) + 7) / 8);
     }
     c->decode(acc.data(), acc_n, n, y.data());
     for (std::size_t i = 0; i < n; ++i) {
@@ -328,7 +330,8 @@ TEST(MaxNorm, ScanEqualsNeedsFallbackAndLocalScales) {
 TEST(MaxNorm, ScalesWhoseSumsOverflowFallBackAndAreRejected) {
   const float big = std::numeric_limits<float>::max() / 3;
   const std::vector<float> x = {1.0f, -big, 0.5f};
-  auto c = make_codec(parse_codec_spec("maxnorm:bits=4"), DType::kFloat32);
+  // (65536-element blocks: the block field of the payload below is 0)
+  auto c = make_codec(parse_codec_spec("maxnorm:bits=4,block=65536"), DType::kFloat32);
   EXPECT_FALSE(c->needs_fallback(x.data(), x.size(), 2));
   EXPECT_TRUE(c->needs_fallback(x.data(), x.size(), 3));
   EXPECT_TRUE(c->needs_fallback(x.data(), x.size(), 4));
@@ -354,40 +357,44 @@ TEST(MaxNorm, ScalesWhoseSumsOverflowFallBackAndAreRejected) {
 TEST(MaxNorm, ByteLanesMatchTheScalarReference) {
   const std::size_t n = 70011;  // two scale blocks
   const std::vector<float> x = gradient_like(n, 77);
-  auto c = make("maxnorm:bits=8", x);
-  std::vector<std::byte> out(c->max_encoded_bytes(n));
-  std::vector<float> y(n);
-  std::vector<float> acc(n);
-  const std::pair<std::size_t, std::size_t> chunks[] = {{0, n},        {1, 4099},   {2, 3}, {3, 1},
-                                                        {65533, 4478}, {70000, 11}, {5, 0}};
-  for (const auto& [off, count] : chunks) {
-    SCOPED_TRACE(::testing::Message() << "offset " << off << " count " << count);
-    const BlockContext ctx{9, 0x1234567890ull, 3, off};
-    const std::size_t bytes = c->encode(x.data() + off, count, ctx, out.data());
-    const std::size_t nb = count == 0 ? 0 : (off + count - 1) / 65536 - off / 65536 + 1;
-    ASSERT_EQ(bytes, wire::kHeaderBytes + 8 + 4 * nb + count);
-    const std::byte* scales = out.data() + wire::kHeaderBytes + 8;
-    const std::byte* codes = scales + 4 * nb;
-    UniformStream ref(9, 0x1234567890ull, 3);
-    for (std::size_t i = 0; i < count; ++i) {
-      float m;
-      std::memcpy(&m, scales + 4 * ((off + i) / 65536 - off / 65536), 4);
-      const float inv = m > 0 ? 127.0f / m : 0.0f;
-      const std::uint32_t want = stochastic_code(x[off + i], inv, ref.at(off + i), 127);
-      ASSERT_EQ(std::to_integer<std::uint32_t>(codes[i]), want) << i;
-      y[i] = static_cast<float>(static_cast<int>(want) - 127) * (m / 127.0f);
-      acc[i] = x[i] + y[i];
-    }
-    std::vector<float> got(count);
-    c->decode(out.data(), bytes, count, got.data());
-    for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], y[i]) << i;
-    std::copy(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(count), got.begin());
-    c->decode_accumulate(out.data(), bytes, count, got.data());
-    for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], acc[i]) << i;
-    if (count != 0) {  // a code above 2s is rejected by the vector path as by the scalar one
-      std::vector<std::byte> bad(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(bytes));
-      bad[bytes - 1 - (count - 1) / 2] = std::byte{255};
-      EXPECT_THROW(c->decode(bad.data(), bytes, count, got.data()), Error);
+  auto c = make("maxnorm:bits=8,block=65536", x);  // and the default block below
+  for (const std::size_t B : {std::size_t{65536}, kMaxnormDefaultBlock}) {
+    if (B != 65536) c = make("maxnorm:bits=8", x);
+    ASSERT_EQ(c->scale_block(), B);
+    std::vector<std::byte> out(c->max_encoded_bytes(n));
+    std::vector<float> y(n);
+    std::vector<float> acc(n);
+    const std::pair<std::size_t, std::size_t> chunks[] = {
+        {0, n}, {1, 4099}, {2, 3}, {3, 1}, {65533, 4478}, {70000, 11}, {5, 0}};
+    for (const auto& [off, count] : chunks) {
+      SCOPED_TRACE(::testing::Message() << "offset " << off << " count " << count);
+      const BlockContext ctx{9, 0x1234567890ull, 3, off};
+      const std::size_t bytes = c->encode(x.data() + off, count, ctx, out.data());
+      const std::size_t nb = count == 0 ? 0 : (off + count - 1) / B - off / B + 1;
+      ASSERT_EQ(bytes, wire::kHeaderBytes + 8 + 4 * nb + count);
+      const std::byte* scales = out.data() + wire::kHeaderBytes + 8;
+      const std::byte* codes = scales + 4 * nb;
+      UniformStream ref(9, 0x1234567890ull, 3);
+      for (std::size_t i = 0; i < count; ++i) {
+        float m;
+        std::memcpy(&m, scales + 4 * ((off + i) / B - off / B), 4);
+        const float inv = m > 0 ? 127.0f / m : 0.0f;
+        const std::uint32_t want = stochastic_code(x[off + i], inv, ref.at(off + i), 127);
+        ASSERT_EQ(std::to_integer<std::uint32_t>(codes[i]), want) << i;
+        y[i] = static_cast<float>(static_cast<int>(want) - 127) * (m / 127.0f);
+        acc[i] = x[i] + y[i];
+      }
+      std::vector<float> got(count);
+      c->decode(out.data(), bytes, count, got.data());
+      for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], y[i]) << i;
+      std::copy(x.begin(), x.begin() + static_cast<std::ptrdiff_t>(count), got.begin());
+      c->decode_accumulate(out.data(), bytes, count, got.data());
+      for (std::size_t i = 0; i < count; ++i) ASSERT_EQ(got[i], acc[i]) << i;
+      if (count != 0) {  // a code above 2s is rejected by the vector path as by the scalar one
+        std::vector<std::byte> bad(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(bytes));
+        bad[bytes - 1 - (count - 1) / 2] = std::byte{255};
+        EXPECT_THROW(c->decode(bad.data(), bytes, count, got.data()), Error);
+      }
     }
   }
 }
@@ -399,6 +406,7 @@ TEST(MaxNorm, PackedLanesMatchTheScalarReference) {
   const std::vector<float> x = gradient_like(n, 78);
   for (unsigned bits = 2; bits <= 7; ++bits) {
     auto c = make("maxnorm:bits=" + std::to_string(bits), x);
+    const std::size_t B = c->scale_block();
     const std::uint32_t s = (1u << (bits - 1)) - 1;
     std::vector<std::byte> out(c->max_encoded_bytes(n));
     std::vector<std::byte> want(out.size());
@@ -409,15 +417,14 @@ TEST(MaxNorm, PackedLanesMatchTheScalarReference) {
                    << "bits " << bits << " offset " << off << " count " << count);
       const BlockContext ctx{9, 0x1234567890ull, 3, off};
       const std::size_t bytes = c->encode(x.data() + off, count, ctx, out.data());
-      const std::size_t nb = (off + count - 1) / 65536 - off / 65536 + 1;
+      const std::size_t nb = (off + count - 1) / B - off / B + 1;
       const std::size_t head = wire::kHeaderBytes + 8 + 4 * nb;
       ASSERT_EQ(bytes, head + packed_bytes(count, bits));
       UniformStream ref(9, 0x1234567890ull, 3);
       BitWriter w(want.data(), bits);
       for (std::size_t i = 0; i < count; ++i) {
         float m;
-        std::memcpy(&m, out.data() + wire::kHeaderBytes + 8 + 4 * ((off + i) / 65536 - off / 65536),
-                    4);
+        std::memcpy(&m, out.data() + wire::kHeaderBytes + 8 + 4 * ((off + i) / B - off / B), 4);
         const float inv = m > 0 ? static_cast<float>(s) / m : 0.0f;
         w.put(stochastic_code(x[off + i], inv, ref.at(off + i), s));
       }
@@ -521,8 +528,8 @@ TEST(MaxnormBlock, ALargeValueCostsOnlyItsOwnBlock) {
 }
 
 TEST(MaxnormBlock, SpecsAndWireCarryTheBlock) {
-  EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,block=1024").canonical, "maxnorm:bits=4,block=1024");
-  EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,block=65536").canonical, "maxnorm:bits=4");
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,block=256").canonical, "maxnorm:bits=4,block=256");
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,block=1024").canonical, "maxnorm:bits=4");
   EXPECT_EQ(parse_codec_spec("randk:ratio=0.5,block=256").canonical,
             "randk:bits=8,block=256,ratio=0.5");
   for (const char* bad : {"maxnorm:bits=4,block=300", "maxnorm:bits=4,block=128",
@@ -543,7 +550,7 @@ TEST(MaxnormBlock, SpecsAndWireCarryTheBlock) {
   const auto x = gradient_like(4096, 6);
   auto a = make("maxnorm:bits=4,block=256", x);
   auto b = make("maxnorm:bits=4,block=512", x);
-  auto d = make("maxnorm:bits=4", x);
+  auto d = make("maxnorm:bits=4,block=65536", x);
   std::vector<std::byte> enc(a->max_encoded_bytes(x.size()));
   const std::size_t bytes = a->encode(x.data(), x.size(), {}, enc.data());
   std::vector<float> y(x.size());
@@ -556,7 +563,8 @@ TEST(MaxnormBlock, SpecsAndWireCarryTheBlock) {
       EXPECT_NE(e.message().find("block field"), std::string::npos) << e.message();
     }
   }
-  // a block=65536 payload keeps the field at 0: the layout of payloads without the field
+  // a block=65536 payload keeps the field at 0: the layout of payloads without the field (the
+  // default block, 1024, is 6)
   std::vector<std::byte> enc_d(d->max_encoded_bytes(x.size()));
   d->encode(x.data(), x.size(), {}, enc_d.data());
   std::uint32_t param = 0;

@@ -17,7 +17,7 @@
 namespace mpi_device {
 namespace {
 
-constexpr std::size_t kBlock = 65536;  // maxnorm's scale block
+constexpr std::size_t kBlock = 1024;  // maxnorm's default scale block (block=)
 
 // Skips unless the test runs under CCOLL_TRANSPORT=nccl with more than one rank.
 #define REQUIRE_STREAM_PATH()                                                                \
