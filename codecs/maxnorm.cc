@@ -219,7 +219,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     const auto s1 = static_cast<T>(s_);
     for (std::size_t i = 0; i < count; ++i) {
       const float m = scales_[i / block_];
-      const T inv2 = m > 0 ? static_cast<T>(s2_) / static_cast<T>(m) : T(0);
+      const T inv2 = maxnorm_inverse(static_cast<T>(s2_), m);
       const T r = std::fabs(x[i]) * inv2;
       out[i >> 3] |= static_cast<std::uint8_t>((r <= s1 ? 1u : 0u) << (i & 7));
     }
@@ -249,8 +249,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     std::size_t i = 0;
     for (std::size_t b = 0; b < nb; ++b) {
       const float m = scales_[first + b];
-      const T inv = m > 0 ? s / static_cast<T>(m) : T(0);
-      const T inv2 = m > 0 ? static_cast<T>(s2_) / static_cast<T>(m) : T(0);
+      const T inv = maxnorm_inverse(s, m);
+      const T inv2 = maxnorm_inverse(static_cast<T>(s2_), m);
       const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * block_ - ctx.offset);
       while (i < end) {
         const std::uint64_t e = ctx.offset + i;
@@ -341,7 +341,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     std::size_t i = 0;
     for (std::size_t b = 0; b < nb; ++b) {
       const float m = scales_[first + b];
-      const T inv = m > 0 ? s / static_cast<T>(m) : T(0);
+      const T inv = maxnorm_inverse(s, m);
       const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * block_ - ctx.offset);
       while (i < end) {
         const std::uint64_t e = ctx.offset + i;
@@ -401,7 +401,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
           const std::size_t b = (ctx.offset + i0 + k0) / block_ - first;
           const std::size_t run = std::min(n - k0, (first + b + 1) * block_ - ctx.offset - i0 - k0);
           const float m = scales_[first + b];
-          const float inv = m > 0 ? static_cast<float>(s_) / m : 0.0f;
+          const float inv = maxnorm_inverse(static_cast<float>(s_), m);
           const float step = m / static_cast<float>(s_);
           const float* x = in + i0 + k0;
           float* e = residual + i0 + k0;
@@ -615,7 +615,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       if (idx / block_ != block) {
         block = idx / block_;
         const float m = scales_[block];
-        inv = m > 0 ? static_cast<T>(s_) / static_cast<T>(m) : T(0);
+        inv = maxnorm_inverse(static_cast<T>(s_), m);
       }
       w.put(stochastic_code(x[idx - ctx.offset], inv, nearest_ ? kNearestDraw : us.at(idx), s_));
     }

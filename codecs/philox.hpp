@@ -100,4 +100,15 @@ CCOLL_HOST_DEVICE inline std::uint32_t stochastic_code(R x, R inv, float u, std:
   return static_cast<std::uint32_t>(si + q - 2 * neg * q);
 }
 
+/// The smallest maxnorm scale a block codes with: below it s / m could overflow a float, and a
+/// zero times that infinity would make a NaN code.
+inline constexpr float kMaxnormMinScale = 0x1p-100f;
+
+/// A maxnorm block's s / m for the codes of |x| <= m at s levels; 0 for a scale below
+/// kMaxnormMinScale, so that such a block (every value below 2^-100 in magnitude) codes as 0.
+template <class R>
+CCOLL_HOST_DEVICE inline R maxnorm_inverse(R s, float m) {
+  return m >= kMaxnormMinScale ? s / static_cast<R>(m) : R(0);
+}
+
 }  // namespace ccoll::codec

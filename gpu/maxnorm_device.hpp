@@ -386,11 +386,11 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const void* x, const MaxnormE
     if (blk != block) {
       block = blk;
       m = a.scales[blk - a.first_block];
-      coarse = m > 0 ? s / m : 0.0f;
+      coarse = codec::maxnorm_inverse(s, m);
     }
     float inv = coarse;
     if (a.mask != nullptr && ((a.mask[e >> 3] >> (e & 7)) & 1) != 0) {
-      inv = m > 0 ? static_cast<float>(a.levels2) / m : 0.0f;  // a fine coordinate
+      inv = codec::maxnorm_inverse(static_cast<float>(a.levels2), m);  // a fine coordinate
     }
     const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(rnd.v[e & 3]);
     const float xv = a.selected == nullptr ? xs[j] : load_input(x, e - a.offset, a.input);
@@ -417,7 +417,7 @@ CCOLL_HOST_DEVICE inline std::uint8_t maxnorm_mask_group(const float* x, std::si
   for (unsigned j = 0; j < n; ++j) {
     const std::size_t i = i0 + j;
     const float m = scales[i >> block_shift];
-    const float inv2 = m > 0 ? static_cast<float>(levels2) / m : 0.0f;
+    const float inv2 = codec::maxnorm_inverse(static_cast<float>(levels2), m);
     const float r = codec::bits_float(codec::float_bits(x[i]) & 0x7FFFFFFFu) * inv2;  // |x|·inv2
     bits |= (r <= static_cast<float>(levels) ? 1u : 0u) << j;
   }

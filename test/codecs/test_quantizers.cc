@@ -527,6 +527,33 @@ TEST(MaxnormBlock, ALargeValueCostsOnlyItsOwnBlock) {
   }
 }
 
+// A block whose largest magnitude is tiny (a denormal: zeros and an underflowed gradient, as
+// small blocks of a diverging model's gradients have) codes as zeros: s / m would overflow a
+// float and 0 · inf make a NaN code, which the decoder rejected as out of range.
+TEST(MaxnormBlock, ATinyScaleCodesAsZeros) {
+  std::vector<float> x = gradient_like(4096, 9);
+  for (std::size_t i = 0; i < 1024; ++i) x[i] = 0.0f;
+  x[7] = 1e-40f;  // a denormal
+  x[9] = -3e-39f;
+  for (const char* spec : {"maxnorm:bits=2", "maxnorm:bits=8", "maxnorm:bits=2,ef=1",
+                           "maxnorm:bits=3/7", "maxnorm:bits=4,round=nearest"}) {
+    SCOPED_TRACE(spec);
+    for (const int ranks : {1, 3}) {
+      auto c = make(spec, x, ranks);
+      std::vector<std::byte> enc(c->max_encoded_bytes(x.size()));
+      const std::size_t bytes = c->encode(x.data(), x.size(), {1, 2, 3, 0}, enc.data());
+      std::vector<float> y(x.size(), 7.0f);
+      ASSERT_NO_THROW(c->decode(enc.data(), bytes, x.size(), y.data()));
+      for (std::size_t i = 0; i < 1024; ++i) ASSERT_EQ(y[i], 0.0f) << i;
+      if (ranks == 3) {  // a sum of contributions: its lanes as well
+        std::vector<std::byte> sum(c->max_encoded_bytes(x.size()));
+        ASSERT_NO_THROW(
+            c->add_encoded(enc.data(), bytes, enc.data(), bytes, x.size(), {}, sum.data()));
+      }
+    }
+  }
+}
+
 TEST(MaxnormBlock, SpecsAndWireCarryTheBlock) {
   EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,block=256").canonical, "maxnorm:bits=4,block=256");
   EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,block=1024").canonical, "maxnorm:bits=4");
