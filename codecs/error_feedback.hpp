@@ -27,4 +27,8 @@ namespace ccoll::codec {
 /// ef=1 around `inner`; `spec` is the canonical spec of the whole (inner and ef=1).
 std::unique_ptr<Codec> make_error_feedback_codec(std::unique_ptr<Codec> inner, std::string spec);
 
+/// ef=21 (EF21, ef21.cc) around `inner`, a codec whose sums are exact (maxnorm, randk); `spec`
+/// is the canonical spec of the whole.
+std::unique_ptr<Codec> make_ef21_codec(std::unique_ptr<Codec> inner, std::string spec);
+
 }  // namespace ccoll::codec

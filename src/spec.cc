@@ -280,10 +280,11 @@ const std::vector<Entry>& registry() {
        [](const CodecSpec& s, const std::string& text) {
          // the re-quantizing add rounds between ranks, where no residual can make up for it: the
          // average of many calls would converge only as 1/sqrt(T)
-         if (s.ef && value_of(s, "sum") == "requant") {
-           bad("maxnorm:sum=requant cannot take ef=1 in '" + text +
-               "': error feedback cannot compensate the re-quantizing add (valid with ef=1: "
-               "sum=exact)");
+         if ((s.ef || s.ef21) && value_of(s, "sum") == "requant") {
+           bad("maxnorm:sum=requant cannot take ef=" + std::string(s.ef ? "1" : "21") + " in '" +
+               text +
+               "': error feedback cannot compensate the re-quantizing add (valid with error "
+               "feedback: sum=exact)");
          }
        }},
       {"randk",
@@ -450,10 +451,13 @@ CodecSpec parse_codec_spec(const std::string& text) {
       const std::string key = trim(item.substr(0, eq));
       const std::string value = trim(item.substr(eq + 1));
       if (key == "ef") {
-        if (value != "0" && value != "1") bad("ef=" + value + " (valid: 0, 1)");
+        if (value != "0" && value != "1" && value != "21") {
+          bad("ef=" + value + " in '" + s + "' (valid: 0, 1, 21)");
+        }
         if (saw_ef) bad("parameter 'ef' given twice in '" + s + "'");
         saw_ef = true;
         spec.ef = value == "1";
+        spec.ef21 = value == "21";
         if (comma == std::string::npos) break;
         pos = comma + 1;
         continue;
@@ -480,14 +484,18 @@ CodecSpec parse_codec_spec(const std::string& text) {
     const bool given = std::any_of(spec.params.begin(), spec.params.end(),
                                    [&](const auto& kv) { return kv.first == p.key; });
     if (given) continue;
-    const char* def = default_of(p, spec.ef);
+    const char* def = default_of(p, spec.ef || spec.ef21);
     if (def == nullptr) bad("codec '" + spec.name + "' needs " + p.key + "=" + p.valid);
     spec.params.emplace_back(p.key, def);
   }
   std::sort(spec.params.begin(), spec.params.end());
+  if (spec.ef21 && spec.name != "maxnorm" && spec.name != "randk") {
+    bad("ef=21 in '" + s + "': EF21 needs a codec whose sums are exact (valid: maxnorm, randk)");
+  }
   if (it->check) it->check(spec, s);
-  spec.stateful = spec.ef || (it->traits & kStateful) != 0;
-  spec.allreduce_only = (it->traits & kAllreduceOnly) != 0;
+  spec.stateful = spec.ef || spec.ef21 || (it->traits & kStateful) != 0;
+  // ef=21's output transform (codecs/ef21.cc) has no all-gather or reduce-scatter form
+  spec.allreduce_only = spec.ef21 || (it->traits & kAllreduceOnly) != 0;
   spec.summable = (it->traits & kSummable) != 0;
   spec.lossless = (it->traits & kLossless) != 0;
   spec.gather_reduce = (it->traits & kGatherReduce) != 0;
@@ -500,11 +508,12 @@ CodecSpec parse_codec_spec(const std::string& text) {
     const std::string& value = kv.second;
     const auto pit = std::find_if(it->params.begin(), it->params.end(),
                                   [&key](const Param& p) { return key == p.key; });
-    if (pit->hide_default && value == default_of(*pit, spec.ef)) continue;
+    if (pit->hide_default && value == default_of(*pit, spec.ef || spec.ef21)) continue;
     spec.canonical += sep_char + key + "=" + value;
     sep_char = ',';
   }
   if (spec.ef) spec.canonical += sep_char + std::string("ef=1");
+  if (spec.ef21) spec.canonical += sep_char + std::string("ef=21");
   return spec;
 }
 
@@ -518,6 +527,7 @@ const Entry& entry_of(const CodecSpec& spec) {
 std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dtype) {
   const Entry& e = entry_of(spec);
   auto c = e.make(spec, dtype);
+  if (spec.ef21) return codec::make_ef21_codec(std::move(c), spec.canonical);
   const bool wrap = spec.ef && (e.traits & kOwnEf) == 0;
   return wrap ? codec::make_error_feedback_codec(std::move(c), spec.canonical) : std::move(c);
 }
@@ -527,10 +537,12 @@ std::size_t state_bytes(const CodecSpec& spec, std::size_t count, std::size_t el
   std::size_t arrays = e.state_arrays;
   // ef=1: the wrapper's own and hop residuals; temporal keeps one residual itself
   if (spec.ef) arrays += (e.traits & kOwnEf) != 0 ? 1 : 2;
+  if (spec.ef21) arrays += 2;  // g and G
   return arrays * count * elem_bytes;
 }
 
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
+  if (spec.ef21) return false;  // ef=21 runs on the host codec (device buffers staged)
   return dtype == codec::DType::kFloat32 && entry_of(spec).make_device != nullptr;
 }
 

@@ -21,6 +21,8 @@ struct CodecSpec {
   std::string name;
   std::vector<std::pair<std::string, std::string>> params;  ///< Sorted by key.
   bool ef = false;  ///< The ef=1 modifier (error feedback), accepted by every codec.
+  /// The ef=21 modifier (EF21 error feedback, codecs/ef21.cc): maxnorm (exact sums) and randk.
+  bool ef21 = false;
   /// The codec keeps state between calls (ef=1, temporal, dq): its plans are keyed per tensor.
   bool stateful = false;
   /// The codec transforms all-reduce outputs and has no all-gather form (temporal).

@@ -52,7 +52,7 @@ int mod(int a, int p) { return ((a % p) + p) % p; }
 }  // namespace
 
 bool stream_codec(const CodecSpec& spec, StreamCodec& out) {
-  if (spec.name != "maxnorm") return false;
+  if (spec.name != "maxnorm" || spec.ef21) return false;
   std::string b;
   std::string sum;
   std::string round;

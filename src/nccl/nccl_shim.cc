@@ -149,7 +149,7 @@ Config read_config() {
       c.error = "CCOLL_CODEC=" + p.codec +
                 ": libccoll_nccl compresses with the stream-ordered pipeline, which runs maxnorm "
                 "of one scale with exact sums (valid: maxnorm:bits=B, B from 2 to 8, with "
-                "round=nearest or stochastic and ef=1; unset: no compression)";
+                "block=, round=nearest or stochastic and ef=1; unset: no compression)";
     } else {
       c.compress = true;
     }

@@ -5,6 +5,7 @@
 // one or a few levels per sign lets the residual random-walk (about 1/sqrt(T)); ef=1 rounds to
 // the nearest level instead (round=nearest), and these tests fail with round=stochastic.
 #include <cctype>
+#include <functional>
 
 #include "inproc_calls.hpp"
 #include "schedules_test_support.hpp"
@@ -115,7 +116,11 @@ INSTANTIATE_TEST_SUITE_P(EveryCodec, ErrorFeedbackConverges,
                                            EfCase{"sketch:bits=2,ef=1", Algorithm::kScatterReduce},
                                            EfCase{"sketch:bits=3,ef=1", Algorithm::kRing},
                                            EfCase{"dq:min=2,max=4,ef=1", Algorithm::kRing},
-                                           EfCase{"temporal:bits=4,ef=1", Algorithm::kRing}),
+                                           EfCase{"temporal:bits=4,ef=1", Algorithm::kRing},
+                                           EfCase{"maxnorm:bits=2,ef=21", Algorithm::kRing},
+                                           EfCase{"maxnorm:bits=4,ef=21", Algorithm::kTree},
+                                           EfCase{"randk:ratio=0.25,bits=4,ef=21",
+                                                  Algorithm::kRing}),
                          case_name);
 
 // What these tests guard: with unbiased stochastic rounding at 2 bits, or sign's mean scale,
@@ -166,6 +171,98 @@ TEST(ErrorFeedback, NearestRoundingIsTheDefaultUnderErrorFeedback) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("stochastic, nearest"), std::string::npos) << e.what();
   }
+}
+
+// ---- ef=21 (EF21) --------------------------------------------------------------------------
+
+// Per-call relative errors of `calls` all-reduces through the ring where rank r's input at call
+// c is inputs(r, c); ranks must stay bit-identical.
+std::vector<double> per_call_errors(const std::string& spec, int p, std::size_t n, int calls,
+                                    const std::function<std::vector<float>(int, int)>& inputs) {
+  std::vector<double> errors(static_cast<std::size_t>(calls));
+  std::vector<std::vector<float>> last(static_cast<std::size_t>(p));
+  run_inproc(p, [&](coll::Transport& t) {
+    const int r = t.rank();
+    auto codec = make_codec(parse_codec_spec(spec), DType::kFloat32);
+    InprocAllreduce allreduce(t, *codec);
+    std::vector<float> out(n);
+    for (int c = 0; c < calls; ++c) {
+      const std::vector<float> x = inputs(r, c);
+      allreduce.run(Algorithm::kRing, x.data(), out.data(), n, 5, static_cast<std::uint64_t>(c));
+      if (r == 0) {
+        std::vector<double> exact(n, 0.0);
+        for (int q = 0; q < p; ++q) {
+          const std::vector<float> xq = inputs(q, c);
+          for (std::size_t i = 0; i < n; ++i) exact[i] += xq[i];
+        }
+        errors[static_cast<std::size_t>(c)] = relative_l2(out.data(), exact.data(), n);
+      }
+    }
+    last[static_cast<std::size_t>(r)] = out;
+  });
+  for (int r = 1; r < p; ++r) EXPECT_EQ(last[static_cast<std::size_t>(r)], last[0]) << r;
+  return errors;
+}
+
+// On a fixed input each call's output itself converges to the exact sum (not only the time
+// average, as with ef=1): what is coded is the change x - g, which each call shrinks (nearest
+// rounding errs by at most half the block's largest change).
+TEST(Ef21, EachCallConvergesOnAFixedInput) {
+  const auto e = per_call_errors("maxnorm:bits=2,ef=21", 3, 3001, 30,
+                                 [](int r, int) { return gaussian(r, 3001); });
+  EXPECT_GT(e[0], 0.1);  // the first call codes x itself at 2 bits
+  EXPECT_LT(e[29], 1e-5 * e[0]) << e[0] << " -> " << e[29];
+  // plain ef=1: its outputs keep erring by the codec's step, call after call
+  const auto plain = per_call_errors("maxnorm:bits=2,ef=1", 3, 3001, 30,
+                                     [](int r, int) { return gaussian(r, 3001); });
+  EXPECT_GT(plain[29], 0.05);
+}
+
+// A slowly changing input (a random walk, as momentum-averaged gradients change): after a few
+// calls EF21 codes only the change, so its per-call error is far below the codec's own.
+TEST(Ef21, TracksASlowlyChangingInputBetterThanTheCodec) {
+  const std::size_t n = 4096;
+  auto walk = [n](int r, int c) {
+    std::vector<float> x = gaussian(r, n);
+    for (int k = 1; k <= c; ++k) {
+      const std::vector<float> step = gaussian(1000 * r + k, n);
+      for (std::size_t i = 0; i < n; ++i) x[i] += 0.02f * step[i];
+    }
+    return x;
+  };
+  const auto ef21 = per_call_errors("maxnorm:bits=2,ef=21", 4, n, 20, walk);
+  const auto plain = per_call_errors("maxnorm:bits=2", 4, n, 20, walk);
+  const auto ef1 = per_call_errors("maxnorm:bits=2,ef=1", 4, n, 20, walk);
+  double e21 = 0, e0 = 0, e1 = 0;
+  for (int c = 10; c < 20; ++c) {
+    e21 += ef21[static_cast<std::size_t>(c)];
+    e0 += plain[static_cast<std::size_t>(c)];
+    e1 += ef1[static_cast<std::size_t>(c)];
+  }
+  EXPECT_LT(e21, e0 / 5) << "ef=21 " << e21 / 10 << ", plain " << e0 / 10;
+  EXPECT_LT(e21, e1 / 5) << "ef=21 " << e21 / 10 << ", ef=1 " << e1 / 10;
+}
+
+TEST(Ef21, SpecRules) {
+  const CodecSpec s = parse_codec_spec("maxnorm:bits=2,ef=21");
+  EXPECT_EQ(s.canonical, "maxnorm:bits=2,ef=21");  // nearest rounding, as under ef=1
+  EXPECT_TRUE(s.ef21 && !s.ef && s.stateful && s.allreduce_only);
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=2,round=nearest,ef=21").canonical, s.canonical);
+  EXPECT_EQ(parse_codec_spec("randk:ratio=0.1,ef=21").canonical, "randk:bits=8,ratio=0.1,ef=21");
+  for (const char* bad : {"qsgd:bits=4,ef=21", "fp16,ef=21", "maxnorm:bits=4,sum=requant,ef=21",
+                          "maxnorm:bits=4,ef=2", "maxnorm:bits=4,ef=1,ef=21"}) {
+    SCOPED_TRACE(bad);
+    try {
+      parse_codec_spec(bad);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Status::kInvalidArgument);
+      EXPECT_NE(std::string(e.what()).find("ef"), std::string::npos) << e.what();
+    }
+  }
+  const auto c = make_codec(s, DType::kFloat32);
+  EXPECT_TRUE(c->capabilities().stateful);
+  EXPECT_FALSE(c->capabilities().unbiased);
 }
 
 }  // namespace

@@ -394,7 +394,8 @@ TEST(MpiAllreduce, TemporalAndDqState) {
     EXPECT_TRUE(identical_on_all_ranks(y.data(), y.size() * sizeof(float), MPI_COMM_WORLD));
     return y;
   };
-  // slowly varying inputs: temporal's error shrinks below maxnorm's at the same bits
+  // slowly varying inputs: temporal's error shrinks below maxnorm's at the same bits (and the
+  // same 65536-element scales, which temporal codes on)
   double err_t = 0;
   double err_m = 0;
   for (int t = 0; t < 12; ++t) {
@@ -405,7 +406,7 @@ TEST(MpiAllreduce, TemporalAndDqState) {
                   MPI_COMM_WORLD);
     // the same key on both: a named tensor draws from its own count of calls
     const auto yt = call(a, "temporal:bits=4", 7, x);
-    const auto ym = call(b, "maxnorm:bits=4", 7, x);
+    const auto ym = call(b, "maxnorm:bits=4,block=65536", 7, x);
     if (t == 0) {
       EXPECT_EQ(yt, ym);  // zero state: the same payloads, the same output
     }
@@ -421,19 +422,19 @@ TEST(MpiAllreduce, TemporalAndDqState) {
   // reset_state(comm, key): the next call is a first call again
   ccoll::reset_state(a, 7);
   const auto x = input_at(20, n);
-  EXPECT_EQ(call(a, "temporal:bits=4", 7, x), call(b, "maxnorm:bits=4", 7, x));
+  EXPECT_EQ(call(a, "temporal:bits=4", 7, x), call(b, "maxnorm:bits=4,block=65536", 7, x));
   // state is per key: key 7 has state again, key 9 starts fresh
   call(a, "temporal:bits=4", 7, x);
-  call(b, "maxnorm:bits=4", 7, x);
-  EXPECT_EQ(call(a, "temporal:bits=4", 9, x), call(b, "maxnorm:bits=4", 9, x));
+  call(b, "maxnorm:bits=4,block=65536", 7, x);
+  EXPECT_EQ(call(a, "temporal:bits=4", 9, x), call(b, "maxnorm:bits=4,block=65536", 9, x));
   // a changed count under the same key restarts too
   const auto x2 = input_at(21, n - 100);
-  EXPECT_EQ(call(a, "temporal:bits=4", 7, x2), call(b, "maxnorm:bits=4", 7, x2));
+  EXPECT_EQ(call(a, "temporal:bits=4", 7, x2), call(b, "maxnorm:bits=4,block=65536", 7, x2));
   // reset_state(comm) without a key: every tensor
   call(a, "temporal:bits=4", 9, x);
-  call(b, "maxnorm:bits=4", 9, x);
+  call(b, "maxnorm:bits=4,block=65536", 9, x);
   ccoll::reset_state(a);
-  EXPECT_EQ(call(a, "temporal:bits=4", 9, x), call(b, "maxnorm:bits=4", 9, x));
+  EXPECT_EQ(call(a, "temporal:bits=4", 9, x), call(b, "maxnorm:bits=4,block=65536", 9, x));
   // a tensor whose state history differs between ranks (keys derived from receive buffers:
   // rank 0 reduced into another buffer last call) is restarted on every rank
   {
@@ -448,8 +449,8 @@ TEST(MpiAllreduce, TemporalAndDqState) {
       return y;
     };
     into(a, "temporal:bits=4", r == 0 ? b1 : b2);
-    into(b, "maxnorm:bits=4", yb);
-    EXPECT_EQ(into(a, "temporal:bits=4", b2), into(b, "maxnorm:bits=4", yb));
+    into(b, "maxnorm:bits=4,block=65536", yb);
+    EXPECT_EQ(into(a, "temporal:bits=4", b2), into(b, "maxnorm:bits=4,block=65536", yb));
   }
   // a named tensor must have the same name on every rank (its draws depend on it)
   if (p > 1) {
@@ -646,11 +647,11 @@ TEST(MpiState, SaveAndLoadResumeBitForBit) {
     return y;
   };
   const char* codecs[] = {"maxnorm:bits=4,ef=1", "temporal:bits=4", "dq:min=2,max=8",
-                          "qsgd:bits=4,ef=1"};
+                          "qsgd:bits=4,ef=1", "maxnorm:bits=2,ef=21"};
   auto steps = [&](MPI_Comm c, int from, int to) {
     std::vector<std::vector<float>> out;
     for (int t = from; t < to; ++t) {
-      for (std::size_t k = 0; k < 4; ++k) out.push_back(call(c, codecs[k], 11 + k, input_at(t, k)));
+      for (std::size_t k = 0; k < 5; ++k) out.push_back(call(c, codecs[k], 11 + k, input_at(t, k)));
       call(c, "maxnorm:bits=4", 0, input_at(t, 9));  // a stateless call between
     }
     return out;

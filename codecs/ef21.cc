@@ -1,0 +1,120 @@
+// The `ef=21` modifier: EF21 error feedback (Richtárik, Sokolov and Fatkhullin, 2021; with
+// momentum, EF21-SGDM, Fatkhullin et al., 2023) around a codec whose sums are exact (maxnorm,
+// randk), in all-reduce form.
+//
+// Each rank keeps g, its estimate of its own input, and every rank keeps G, the estimate of the
+// all-reduce's result (bit-identical on every rank). Call t on rank i: the rank sends the
+// compressed change C(x - g) and moves its estimate by what it sent, g <- g + D(C(x - g)); the
+// all-reduce sums the codes, and the output is G <- G + D(ΣC) (the mean when averaging). By
+// linearity G = Σ_i g_i up to float rounding, and G follows the inputs as each g follows its
+// rank's: what is coded is the change of the input since the estimate, which shrinks as the
+// inputs settle, instead of the input plus a residual that momentum can amplify when it is
+// released (classic ef=1). The scales cover the coded change x - g, so no code saturates.
+//
+// State per tensor (the plan's tensor key): g and G (TemporalState's xh and y; save_state
+// writes temporal's form), and G's checksum, which the agreement compares across ranks. A
+// changed count is a new plan; reset_state() and a call that falls back to MPI restart from
+// zero (the next call codes x itself). All-reduce only: the output transform has no
+// all-gather or reduce-scatter form.
+#include <algorithm>
+#include <cstring>
+#include <type_traits>
+#include <vector>
+
+#include "error_feedback.hpp"
+#include "forwarding.hpp"
+#include "state_io.hpp"
+#include "temporal_rules.hpp"
+
+namespace ccoll::codec {
+namespace {
+
+template <class T>
+class Ef21Codec final : public ForwardingCodec {
+ public:
+  Ef21Codec(std::unique_ptr<Codec> inner, std::string spec)
+      : inner_(std::move(inner)), spec_(std::move(spec)) {
+    set_target(inner_.get());
+  }
+
+  const std::string& spec() const override { return spec_; }
+  Capabilities capabilities() const override {
+    Capabilities c = inner_->capabilities();
+    c.stateful = true;
+    c.unbiased = false;
+    return c;
+  }
+  // x - g reaches |x| + |g|, and g follows past inputs: test x with temporal's room
+  bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
+    return inner_->needs_fallback(data, count, temporal_fallback_ranks(ranks));
+  }
+
+  void reset_state() override { state_.clear(); }
+  void uncompressed_call() override { reset_state(); }
+  std::uint64_t state_fingerprint() const override { return state_.fingerprint; }
+  void save_state(std::vector<std::byte>& out) const override {
+    save_temporal<T>(out, state_.fingerprint,
+                     [&](int k) -> const std::vector<T>& { return state_.array(k); });
+  }
+  void load_state(const std::byte* in, std::size_t bytes) override {
+    load_temporal<T>(in, bytes, spec_, state_.fingerprint,
+                     [&](int k, std::vector<T> v) { state_.array(k) = std::move(v); });
+  }
+
+  // the scales of what is coded: x - g
+  void local_scales(const void* data, std::size_t count, double* out) const override {
+    const T* x = static_cast<const T*>(data);
+    scratch_.resize(count);
+    for (std::size_t i = 0; i < count; ++i) scratch_[i] = change(x[i], i);
+    inner_->local_scales(scratch_.data(), count, out);
+  }
+
+  std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
+                     std::byte* out) override {
+    if (ctx.role != BlockContext::Role::kOwn) return inner_->encode(in, count, ctx, out);
+    if (state_.xh.size() < ctx.offset + count) state_.xh.resize(ctx.offset + count, T(0));
+    const T* x = static_cast<const T*>(in);
+    r_.resize(std::max(r_.size(), count));
+    d_.resize(std::max(d_.size(), count));
+    for (std::size_t i = 0; i < count; ++i) r_[i] = change(x[i], ctx.offset + i);
+    const std::size_t n = inner_->encode(r_.data(), count, ctx, out);
+    inner_->decode(out, n, count, d_.data());  // the shared scales: a rank decodes its own code
+    T* g = state_.xh.data() + ctx.offset;
+    for (std::size_t i = 0; i < count; ++i) g[i] += d_[i];
+    return n;
+  }
+  void finish_allreduce(void* out, std::size_t count) override {
+    T* o = static_cast<T*>(out);
+    if (state_.y.size() != count) state_.y.assign(count, T(0));
+    std::uint64_t terms = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      o[i] = state_.y[i] + o[i];
+      state_.y[i] = o[i];
+      std::uint64_t b = 0;
+      std::memcpy(&b, &state_.y[i], sizeof(T));
+      terms += temporal_checksum_term(b, i);
+    }
+    state_.fingerprint = temporal_fingerprint(terms);
+  }
+
+ private:
+  T change(T x, std::size_t i) const { return x - (i < state_.xh.size() ? state_.xh[i] : T(0)); }
+
+  std::unique_ptr<Codec> inner_;
+  std::string spec_;
+  TemporalState<std::vector<T>> state_;  // xh: g, y: G
+  std::vector<T> r_;
+  std::vector<T> d_;
+  mutable std::vector<T> scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_ef21_codec(std::unique_ptr<Codec> inner, std::string spec) {
+  if (inner->dtype() == DType::kFloat64) {
+    return std::make_unique<Ef21Codec<double>>(std::move(inner), std::move(spec));
+  }
+  return std::make_unique<Ef21Codec<float>>(std::move(inner), std::move(spec));
+}
+
+}  // namespace ccoll::codec
