@@ -17,8 +17,6 @@
 // zero (the next call codes x itself). All-reduce only: the output transform has no
 // all-gather or reduce-scatter form.
 #include <algorithm>
-#include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "error_feedback.hpp"
@@ -83,18 +81,9 @@ class Ef21Codec final : public ForwardingCodec {
     for (std::size_t i = 0; i < count; ++i) g[i] += d_[i];
     return n;
   }
+  // G <- G + D(ΣC), and G's checksum
   void finish_allreduce(void* out, std::size_t count) override {
-    T* o = static_cast<T*>(out);
-    if (state_.y.size() != count) state_.y.assign(count, T(0));
-    std::uint64_t terms = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      o[i] = state_.y[i] + o[i];
-      state_.y[i] = o[i];
-      std::uint64_t b = 0;
-      std::memcpy(&b, &state_.y[i], sizeof(T));
-      terms += temporal_checksum_term(b, i);
-    }
-    state_.fingerprint = temporal_fingerprint(terms);
+    state_.fingerprint = next_output(state_.y, T(1), static_cast<T*>(out), count);
   }
 
  private:

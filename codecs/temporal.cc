@@ -21,7 +21,6 @@
 // A changed count is a new plan (fresh state); reset_state() and a call that falls back to MPI
 // restart from zero, and the first call after a restart codes x itself.
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include "forwarding.hpp"
@@ -107,20 +106,10 @@ class TemporalCodec final : public ForwardingCodec {
     }
     return n;
   }
+  // y and, in the same pass, a position-dependent checksum of its bits (the state that must
+  // match across ranks), never 0
   void finish_allreduce(void* out, std::size_t count) override {
-    T* o = static_cast<T*>(out);
-    if (state_.y.size() != count) state_.y.assign(count, T(0));
-    // y and, in the same pass, a position-dependent checksum of its bits (the state that must
-    // match across ranks), never 0
-    std::uint64_t terms = 0;
-    for (std::size_t i = 0; i < count; ++i) {
-      o[i] = beta_ * state_.y[i] + o[i];
-      state_.y[i] = o[i];
-      std::uint64_t b = 0;
-      std::memcpy(&b, &state_.y[i], sizeof(T));
-      terms += temporal_checksum_term(b, i);
-    }
-    state_.fingerprint = temporal_fingerprint(terms);
+    state_.fingerprint = next_output(state_.y, beta_, static_cast<T*>(out), count);
   }
 
  private:
