@@ -19,45 +19,30 @@
 #include <algorithm>
 #include <vector>
 
+#include "closed_loop.hpp"
 #include "error_feedback.hpp"
-#include "forwarding.hpp"
-#include "state_io.hpp"
-#include "temporal_rules.hpp"
 
 namespace ccoll::codec {
 namespace {
 
 template <class T>
-class Ef21Codec final : public ForwardingCodec {
+class Ef21Codec final : public ClosedLoopCodec<T> {
+  using Base = ClosedLoopCodec<T>;
+  using Base::inner_;
+  using Base::state_;
+
  public:
   Ef21Codec(std::unique_ptr<Codec> inner, std::string spec)
-      : inner_(std::move(inner)), spec_(std::move(spec)) {
-    set_target(inner_.get());
-  }
+      : Base(std::move(inner), std::move(spec)) {}
 
-  const std::string& spec() const override { return spec_; }
   Capabilities capabilities() const override {
     Capabilities c = inner_->capabilities();
     c.stateful = true;
     c.unbiased = false;
     return c;
   }
-  // x - g reaches |x| + |g|, and g follows past inputs: test x with temporal's room
-  bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
-    return inner_->needs_fallback(data, count, temporal_fallback_ranks(ranks));
-  }
-
-  void reset_state() override { state_.clear(); }
-  void uncompressed_call() override { reset_state(); }
-  std::uint64_t state_fingerprint() const override { return state_.fingerprint; }
-  void save_state(std::vector<std::byte>& out) const override {
-    save_temporal<T>(out, state_.fingerprint,
-                     [&](int k) -> const std::vector<T>& { return state_.array(k); });
-  }
-  void load_state(const std::byte* in, std::size_t bytes) override {
-    load_temporal<T>(in, bytes, spec_, state_.fingerprint,
-                     [&](int k, std::vector<T> v) { state_.array(k) = std::move(v); });
-  }
+  // (the fallback test leaves temporal's room: x - g reaches |x| + |g|, and g follows past
+  // inputs)
 
   // the scales of what is coded: x - g
   void local_scales(const void* data, std::size_t count, double* out) const override {
@@ -83,15 +68,13 @@ class Ef21Codec final : public ForwardingCodec {
   }
   // G <- G + D(ΣC), and G's checksum
   void finish_allreduce(void* out, std::size_t count) override {
-    state_.fingerprint = next_output(state_.y, T(1), static_cast<T*>(out), count);
+    Base::finish_output(T(1), out, count);
   }
 
  private:
   T change(T x, std::size_t i) const { return x - (i < state_.xh.size() ? state_.xh[i] : T(0)); }
 
-  std::unique_ptr<Codec> inner_;
-  std::string spec_;
-  TemporalState<std::vector<T>> state_;  // xh: g, y: G
+  // state_ holds g in xh and G in y
   std::vector<T> r_;
   std::vector<T> d_;
   mutable std::vector<T> scratch_;

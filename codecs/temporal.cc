@@ -23,51 +23,34 @@
 #include <algorithm>
 #include <vector>
 
-#include "forwarding.hpp"
+#include "closed_loop.hpp"
 #include "quantizers.hpp"
-#include "state_io.hpp"
 #include "temporal_rules.hpp"
 
 namespace ccoll::codec {
 namespace {
 
 template <class T>
-class TemporalCodec final : public ForwardingCodec {
+class TemporalCodec final : public ClosedLoopCodec<T> {
+  using Base = ClosedLoopCodec<T>;
+  using Base::inner_;
+  using Base::state_;
+
  public:
   TemporalCodec(std::unique_ptr<Codec> inner, unsigned bits, double beta, bool ef, std::string spec)
-      : inner_(std::move(inner)),
+      : Base(std::move(inner), std::move(spec)),
         bits_(bits),
         beta_(static_cast<T>(beta)),
-        ef_(ef),
-        spec_(std::move(spec)) {
-    set_target(inner_.get());
-  }
+        ef_(ef) {}
 
-  const std::string& spec() const override { return spec_; }
   Capabilities capabilities() const override {
     Capabilities c = inner_->capabilities();
     c.stateful = true;
     c.unbiased = !ef_;
     return c;
   }
-  // The input and the residual must stay in range; a residual reaches (1 + beta)·max|x| plus
-  // past coding error, so test x against a limit that leaves that room.
-  bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
-    return inner_->needs_fallback(data, count, temporal_fallback_ranks(ranks));
-  }
+  // (the fallback test leaves room for a residual of (1 + beta)·max|x| plus past coding error)
   unsigned bits_used() const override { return bits_; }
-
-  void reset_state() override { state_.clear(); }
-  std::uint64_t state_fingerprint() const override { return state_.fingerprint; }
-  void save_state(std::vector<std::byte>& out) const override {
-    save_temporal<T>(out, state_.fingerprint,
-                     [&](int k) -> const std::vector<T>& { return state_.array(k); });
-  }
-  void load_state(const std::byte* in, std::size_t bytes) override {
-    load_temporal<T>(in, bytes, spec_, state_.fingerprint,
-                     [&](int k, std::vector<T> v) { state_.array(k) = std::move(v); });
-  }
-  void uncompressed_call() override { reset_state(); }
 
   // The shared scales are those of the innovation x - beta·xp (xp: the last input), not of the
   // residual r that is coded: r also carries past coding errors (-beta·q of the closed loop,
@@ -106,10 +89,8 @@ class TemporalCodec final : public ForwardingCodec {
     }
     return n;
   }
-  // y and, in the same pass, a position-dependent checksum of its bits (the state that must
-  // match across ranks), never 0
   void finish_allreduce(void* out, std::size_t count) override {
-    state_.fingerprint = next_output(state_.y, beta_, static_cast<T*>(out), count);
+    Base::finish_output(beta_, out, count);
   }
 
  private:
@@ -125,12 +106,9 @@ class TemporalCodec final : public ForwardingCodec {
     if (ef_ && state_.e.size() < n) state_.e.resize(n, T(0));
   }
 
-  std::unique_ptr<Codec> inner_;
   unsigned bits_;
   T beta_;
   bool ef_;
-  codec::TemporalState<std::vector<T>> state_;
-  std::string spec_;
   std::vector<T> r_;
   std::vector<T> d_;
   mutable std::vector<T> scratch_;

@@ -5,7 +5,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 
 #include "half.hpp"
 
@@ -34,23 +33,6 @@ CCOLL_HOST_DEVICE inline std::uint64_t temporal_checksum_term(std::uint64_t bits
 /// The fingerprint of a state whose terms sum to `terms`.
 inline std::uint64_t temporal_fingerprint(std::uint64_t terms) {
   return (kTemporalChecksumSeed + terms) | 1;
-}
-
-/// The host codecs' output transform (temporal, ef=21): o <- beta·y + o, y <- o, element by
-/// element (y resized to `count`, zero, when it holds another count), and the checksum of the new
-/// y in the same pass; returns temporal_fingerprint() of it.
-template <class T, class Vec>
-std::uint64_t next_output(Vec& y, T beta, T* o, std::size_t count) {
-  if (y.size() != count) y.assign(count, T(0));
-  std::uint64_t terms = 0;
-  for (std::size_t i = 0; i < count; ++i) {
-    o[i] = beta * y[i] + o[i];
-    y[i] = o[i];
-    std::uint64_t b = 0;
-    std::memcpy(&b, &y[i], sizeof(T));
-    terms += temporal_checksum_term(b, i);
-  }
-  return temporal_fingerprint(terms);
 }
 
 /// The residual carries up to a few past coding errors, so the fallback test checks the input

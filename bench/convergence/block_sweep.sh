@@ -24,8 +24,6 @@ while getopts "n:t:s:o:h" opt; do
     *) exit 2 ;;
   esac
 done
-TRAIN=${CCOLL_TRAIN:-build/bench/ccoll_train}
-[ -x "$TRAIN" ] || { echo "block_sweep.sh: build first (./build.sh test)" >&2; exit 1; }
 # shellcheck source=bench/convergence/tasks.sh
 . bench/convergence/tasks.sh
 mkdir -p "$OUT/raw"
@@ -50,8 +48,6 @@ for task in "${!DATA[@]}"; do
     done
   done
 done
-PY=python3
-[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 "$PY" - "$raw" "$OUT/raw/meta.txt" > "$OUT/README.md" <<'PYEOF'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

@@ -27,8 +27,6 @@ while getopts "n:e:s:l:c:o:h" opt; do
     *) exit 2 ;;
   esac
 done
-TRAIN=${CCOLL_TRAIN:-build/bench/ccoll_train}
-[ -x "$TRAIN" ] || { echo "ef_lr_sweep.sh: build first (./build.sh test)" >&2; exit 1; }
 # shellcheck source=bench/convergence/tasks.sh
 . bench/convergence/tasks.sh
 mkdir -p "$OUT/raw"
@@ -50,8 +48,6 @@ for task in "${!DATA[@]}"; do
     done
   done
 done
-PY=python3
-[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
 "$PY" - "$raw" "$OUT/raw/meta.txt" > "$OUT/README.md" <<'PYEOF'
 import json, math, re, sys
 # a diverged run prints nan or inf, which JSON spells NaN and Infinity

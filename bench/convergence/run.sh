@@ -27,13 +27,9 @@ while getopts "n:e:s:f:o:h" opt; do
     *) exit 2 ;;
   esac
 done
-TRAIN=${CCOLL_TRAIN:-build/bench/ccoll_train}
-[ -x "$TRAIN" ] || { echo "run.sh: build first (./build.sh test)" >&2; exit 1; }
-PY=python3
-[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
-"$PY" -c 'import matplotlib' 2>/dev/null || { echo "run.sh: python3-matplotlib is missing" >&2; exit 1; }
 # shellcheck source=bench/convergence/tasks.sh
 . bench/convergence/tasks.sh
+"$PY" -c 'import matplotlib' 2>/dev/null || { echo "run.sh: python3-matplotlib is missing" >&2; exit 1; }
 mkdir -p "$OUT/raw"
 commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
 {

@@ -1,9 +1,16 @@
-# tasks.sh — sourced by the convergence scripts: the MPI environment (root, oversubscription)
-# and the tasks: DATA[task] (the IDX folder) and SGD_LR[task] (momentum SGD's learning rate).
+# tasks.sh — sourced by the convergence scripts: TRAIN (the trainer, ./build's ccoll_train or
+# CCOLL_TRAIN; exits when it is not built), PY (Debian's python3 where it is), the MPI
+# environment (root, oversubscription) and the tasks: DATA[task] (the IDX folder) and
+# SGD_LR[task] (momentum SGD's learning rate).
 # mnist: MNIST t10k from CCOLL_MNIST_DIR; fashion: Fashion-MNIST t10k from CCOLL_FASHION_DIR,
 # default /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist). Exits when neither
 # is there.
 # shellcheck shell=bash
+TRAIN=${CCOLL_TRAIN:-build/bench/ccoll_train}
+[ -x "$TRAIN" ] || { echo "$(basename "$0"): build first (./build.sh test)" >&2; exit 1; }
+PY=python3
+[ -x /usr/bin/python3 ] && PY=/usr/bin/python3
+export PY  # (read by the scripts that source this)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
 declare -A DATA=()
