@@ -493,7 +493,6 @@ class AllreduceLevels {
     const std::size_t segments = std::min(pipeline_segments(n_ * es_, topo, lc.device), n_);
     seg_.resize(segments);
     sums_block_ = lc.device == nullptr ? node_sums_block(call, lc.dtype) : 0;
-    sums_ = sums_block_ != 0;
     for (std::size_t k = 0; k < segments; ++k) {
       const auto s = static_cast<int>(segments);
       const auto i = static_cast<int>(k);
@@ -565,7 +564,7 @@ class AllreduceLevels {
   // 1. the node's exact sum of this rank's shard of segment k
   void reduce_scatter(std::size_t k) {
     const auto t0 = Clock::now();
-    if (sums_) node_maxima(k);  // before the sum overwrites this rank's shard (in place)
+    if (sums_block_ != 0) node_maxima(k);  // before the sum overwrites this rank's shard (in place)
     level_.reduce_scatter(in_ + seg_[k].offset * es_, shard(k), seg_[k].counts, seg_[k].displs,
                           lc_.dtype);
     node_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
@@ -583,7 +582,7 @@ class AllreduceLevels {
                       mine * es_,
                       mine,
                       segment_key(lc_.tensor_key, k, seg_.size()),
-                      sums_ ? &seg_[k].node : nullptr};
+                      sums_block_ != 0 ? &seg_[k].node : nullptr};
     run_cross_step(call, topo_, level_.copies_for_cross(), x, seg_[k].step, [&, out, mine] {
       if (call.options.average) level_.divide(out, mine, lc_.dtype, lc_.ctx.size());
     });
@@ -665,8 +664,8 @@ class AllreduceLevels {
   std::size_t es_;
   std::size_t l_;
   std::vector<Segment> seg_;
-  bool sums_ = false;
-  std::size_t sums_block_ = 0;  // the codec's elements per scale
+  // node sums (node_sums.hpp): the codec's elements per scale; 0: the call encodes no node sums
+  std::size_t sums_block_ = 0;
   std::byte* data_ = nullptr;
   const std::byte* in_ = nullptr;
   double node_seconds_ = 0;
