@@ -5,10 +5,13 @@
 #   bench/convergence/run.sh [-n RANKS] [-e EPOCHS] [-s "SEEDS"] [-f REGEX] [-o OUTDIR]
 # Tasks: mnist (MNIST t10k, from CCOLL_MNIST_DIR: a folder of MNIST IDX files) and fashion
 # (Fashion-MNIST t10k, from CCOLL_FASHION_DIR, default /usr/share/datasets/fashion-mnist: Debian's
-# dataset-fashion-mnist package), each that is present. Defaults: 4 ranks, 10 epochs, seeds
-# "1 2", OUTDIR bench/results/convergence. -f REGEX runs only the runs whose label matches and
-# keeps the others' results (to rerun a few rows). Needs a build in ./build (ccoll_train; set
-# CCOLL_TRAIN to run another binary) and python3 with matplotlib (python3-matplotlib).
+# dataset-fashion-mnist package), and text (a byte-level transformer trained with AdamW through
+# the DDP hook on Debian's fortunes, or CCOLL_TEXT_DIR: text_transformer.py, 400 steps whatever
+# -e says), each that is present. Defaults: 4 ranks, 10 epochs, seeds "1 2", OUTDIR
+# bench/results/convergence. -f REGEX runs only the runs whose label matches and keeps the
+# others' results (to rerun a few rows). Needs a build in ./build (ccoll_train and the Python
+# package; set CCOLL_TRAIN to run another binary), python3 with matplotlib, and for the text
+# task PyTorch and mpi4py (python3-torch, python3-mpi4py).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 RANKS=4
@@ -23,7 +26,7 @@ while getopts "n:e:s:f:o:h" opt; do
     s) SEEDS=$OPTARG ;;
     f) FILTER=$OPTARG ;;
     o) OUT=$OPTARG ;;
-    h) sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    h) sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) exit 2 ;;
   esac
 done
@@ -42,6 +45,7 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
     echo "command: bench/convergence/run.sh $*"
     echo "ranks: $RANKS, epochs: $EPOCHS, seeds: $SEEDS"
     for t in "${!DATA[@]}"; do echo "task $t: t10k of ${DATA[$t]}, SGD lr ${SGD_LR[$t]}"; done
+    [ -z "$TEXT" ] || echo "task text: $TEXT, AdamW, 400 steps"
   else
     echo "rerun: runs matching '$FILTER' at commit $commit ($(date -u +%Y-%m-%dT%H:%MZ))"
   fi
@@ -56,9 +60,18 @@ train() {  # train TASK SEED LABEL [ccoll_train options...]
     grep -vF "\"label\": \"$label\"," "$raw" > "$raw.tmp" || true
     mv "$raw.tmp" "$raw"
   fi
+  local log
+  log="$OUT/raw/$task-s$seed-$(echo "$label" | tr -c 'a-zA-Z0-9=.,\n' '_').log"
+  if [ "$task" = text ]; then  # a run that fails leaves its log and no row
+    mpiexec -n "$RANKS" -x PYTHONPATH="$PYPATH" "$PY" bench/convergence/text_transformer.py \
+      --data "$TEXT" --seed "$seed" --label "$label" --out "$raw" "$@" > "$log" 2>&1 ||
+      echo "== failed: $label (see $log)" >&2
+    return
+  fi
   mpiexec -n "$RANKS" "$TRAIN" --data "${DATA[$task]}" --epochs "$EPOCHS" --seed "$seed" \
-    --label "$label" --out "$raw" "$@" > "$OUT/raw/$task-s$seed-$(echo "$label" | tr -c 'a-zA-Z0-9=.,\n' '_').log"
+    --label "$label" --out "$raw" "$@" > "$log"
 }
+PYPATH=$(readlink -f "$(dirname "$TRAIN")/../python")
 for task in "${!DATA[@]}"; do
   for seed in $SEEDS; do
     [ -n "$FILTER" ] || : > "$OUT/raw/$task-s$seed.jsonl"
@@ -67,7 +80,8 @@ for task in "${!DATA[@]}"; do
     # scheme the all-reduce-compatible reference calls 2/6 (its bits exclude the sign). dq's
     # steps are the run's calls: 8,000 images in batches of 64 are 125 steps an epoch.
     for c in none fp16 maxnorm:bits=8 maxnorm:bits=4 maxnorm:bits=4,ef=1 maxnorm:bits=3 \
-             maxnorm:bits=3/7 maxnorm:bits=2 maxnorm:bits=2,ef=1 \
+             maxnorm:bits=3/7 maxnorm:bits=3,ef=21 maxnorm:bits=2 maxnorm:bits=2,ef=1 \
+             maxnorm:bits=2,block=65536 maxnorm:bits=2,block=65536,ef=1 \
              maxnorm:bits=2,round=stochastic,ef=1 sketch:bits=2 sketch:bits=2,zero=0,refine=0 \
              sketch:bits=3 qsgd:bits=4 qsgd:bits=4,ef=1 terngrad terngrad,ef=1 sign,ef=1 \
              randk:ratio=0.1,ef=1 dq:min=2,max=8,budget=64 \
@@ -100,4 +114,16 @@ for task in "${!DATA[@]}"; do
     done
   done
 done
+# D: the text task, AdamW on the transformer's gradients through the DDP hook
+if [ -n "$TEXT" ]; then
+  for seed in $SEEDS; do
+    [ -n "$FILTER" ] || : > "$OUT/raw/text-s$seed.jsonl"
+    for c in none fp16 maxnorm:bits=8 maxnorm:bits=4 maxnorm:bits=4,ef=1 maxnorm:bits=3 \
+             maxnorm:bits=3,ef=21 maxnorm:bits=2 maxnorm:bits=2,ef=1 \
+             maxnorm:bits=2,block=65536,ef=1 sketch:bits=2 sketch:bits=3 terngrad,ef=1 \
+             temporal:bits=3 dq:min=2,max=8,budget=64; do
+      train text "$seed" "adamw/grad/$c" --codec "$c"
+    done
+  done
+fi
 "$PY" bench/convergence/report.py "$OUT"

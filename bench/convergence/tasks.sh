@@ -3,8 +3,9 @@
 # environment (root, oversubscription) and the tasks: DATA[task] (the IDX folder) and
 # SGD_LR[task] (momentum SGD's learning rate).
 # mnist: MNIST t10k from CCOLL_MNIST_DIR; fashion: Fashion-MNIST t10k from CCOLL_FASHION_DIR,
-# default /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist). Exits when neither
-# is there.
+# default /usr/share/datasets/fashion-mnist (Debian's dataset-fashion-mnist). TEXT: the text task's
+# folder (text_transformer.py; run.sh only) from CCOLL_TEXT_DIR, default /usr/share/games/fortunes
+# (Debian's fortunes), empty when absent. Exits when there is no task.
 # shellcheck shell=bash
 TRAIN=${CCOLL_TRAIN:-build/bench/ccoll_train}
 [ -x "$TRAIN" ] || { echo "$(basename "$0"): build first (./build.sh test)" >&2; exit 1; }
@@ -21,7 +22,9 @@ declare -A SGD_LR=([mnist]=0.1 [fashion]=0.02)
 [ -n "${CCOLL_MNIST_DIR:-}" ] && DATA[mnist]=$CCOLL_MNIST_DIR
 FASHION=${CCOLL_FASHION_DIR:-/usr/share/datasets/fashion-mnist}
 [ -d "$FASHION" ] && DATA[fashion]=$FASHION
-[ ${#DATA[@]} -gt 0 ] || {
-  echo "$(basename "$0"): no task: set CCOLL_MNIST_DIR or install dataset-fashion-mnist" >&2
+TEXT=${CCOLL_TEXT_DIR:-/usr/share/games/fortunes}
+[ -d "$TEXT" ] || TEXT=
+[ ${#DATA[@]} -gt 0 ] || [ -n "$TEXT" ] || {
+  echo "$(basename "$0"): no task: set CCOLL_MNIST_DIR or install dataset-fashion-mnist or fortunes" >&2
   exit 1
 }
