@@ -18,12 +18,16 @@ SETS = [
     ("sgd/grad/", "A. Momentum SGD, gradients averaged", "sgd/grad/none"),
     ("sgd/momentum/", "B. Momentum SGD, each rank's momentum buffer averaged", "sgd/momentum/none"),
     ("adam/", "C. Adam and quantized Adam with error feedback", "adam/none"),
+    ("adamw/grad/", "D. AdamW, the gradients averaged by the DDP hook", "adamw/grad/none"),
 ]
 TASKS = {
     "mnist": "MNIST (t10k: 8,000 images train, 2,000 test)",
     "fashion": "Fashion-MNIST (t10k: 8,000 images train, 2,000 test; Debian's "
                "dataset-fashion-mnist)",
+    "text": "Text (Debian's fortunes, bytes: a 2-block transformer predicts the next byte; "
+            "accuracy = next-byte accuracy on held-out entries)",
 }
+GRAD = ("sgd/grad/", "adamw/grad/")  # the sets that average gradients, one per task
 
 
 def load(out):
@@ -56,10 +60,16 @@ def in_set(label, prefix):
     return label.startswith(prefix) or (prefix == "adam/" and label.startswith("qadam/"))
 
 
+def opt(rs, key, fmt):
+    """`fmt` of the mean of `key`, or "-" where the runs do not report it."""
+    return format(mean(rs, key), fmt) if all(key in r for r in rs) else "-"
+
+
 def table(runs, prefix, base):
-    md = ["| run | test acc. (%), mean | per seed | Δ vs uncompressed | final train loss | "
-          "bits/elem (grad) | bits/elem (weights) | wire MB | rel. error | mean codec bits |",
-          "|---|---|---|---|---|---|---|---|---|---|"]
+    md = ["| run | test acc. (%), mean | per seed | Δ vs uncompressed | test loss | "
+          "final train loss | bits/elem (grad) | bits/elem (weights) | wire MB | rel. error | "
+          "mean codec bits |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     b = runs.get(base)
     for label, rs in runs.items():
         if not in_set(label, prefix):
@@ -68,10 +78,10 @@ def table(runs, prefix, base):
         d = f"{acc - mean(b, 'final_accuracy'):+.2f}" if b else "-"
         seeds = " / ".join(f"{r['final_accuracy']:.2f}" for r in rs)
         wb = f"{mean(rs, 'weight_bits_per_element'):.2f}" if rs[0]["optimizer"] == "qadam" else "-"
-        md.append(f"| `{label}` | {acc:.2f} | {seeds} | {d} | {mean(rs, 'final_loss'):.4f} | "
-                  f"{mean(rs, 'grad_bits_per_element'):.2f} | {wb} | "
+        md.append(f"| `{label}` | {acc:.2f} | {seeds} | {d} | {opt(rs, 'final_test_loss', '.4f')} | "
+                  f"{mean(rs, 'final_loss'):.4f} | {mean(rs, 'grad_bits_per_element'):.2f} | {wb} | "
                   f"{mean(rs, 'wire_bytes') / 1e6:.1f} | {mean(rs, 'relative_error'):.3g} | "
-                  f"{mean(rs, 'mean_codec_bits'):.2f} |")
+                  f"{opt(rs, 'mean_codec_bits', '.2f')} |")
     return md + [""]
 
 
@@ -83,9 +93,10 @@ def claims(runs):
     bits = {k: mean(v, "grad_bits_per_element") for k, v in runs.items()}
     err = {k: mean(v, "relative_error") for k, v in runs.items()}
     loss = {k: mean(v, "final_loss") for k, v in runs.items()}
+    loss_t = lambda k: opt(runs[k], "final_test_loss", ".4f")  # noqa: E731
     spread = lambda k: max(r["final_accuracy"] for r in runs[k]) - min(  # noqa: E731
         r["final_accuracy"] for r in runs[k])
-    g = "sgd/grad/"
+    g = next((p for p in GRAD if p + "none" in runs), GRAD[0])
     if have(g + "none"):
         md.append(f"- Noise: uncompressed SGD's accuracy differs by {spread(g + 'none'):.2f} "
                   f"points between seeds ({len(runs[g + 'none'])} seeds).")
@@ -99,12 +110,24 @@ def claims(runs):
     if have(g + "maxnorm:bits=2", g + "maxnorm:bits=2,ef=1"):
         e, m = acc[g + "maxnorm:bits=2,ef=1"], acc[g + "maxnorm:bits=2"]
         line = (f"- `maxnorm:bits=2,ef=1` at least as accurate as `maxnorm:bits=2`: {e:.2f}% vs "
-                f"{m:.2f}%, {verdict(e >= m)}")
+                f"{m:.2f}%, {verdict(e >= m)} (test loss {loss_t(g + 'maxnorm:bits=2,ef=1')} vs "
+                f"{loss_t(g + 'maxnorm:bits=2')})")
         s = g + "maxnorm:bits=2,round=stochastic,ef=1"
         if have(s):
             line += (f" (with the stochastic rounding that ef=1 replaced: {acc[s]:.2f}%, final "
                      f"train loss {loss[s]:.4f})")
         md.append(line + ".")
+    b, w = g + "maxnorm:bits=2", g + "maxnorm:bits=2,block=65536"
+    for x, y in ((b, w), (b + ",ef=1", w + ",ef=1")):
+        if have(x, y):
+            md.append(f"- Scale blocks of 1024 elements (the default) against 65536 at 2 bits: "
+                      f"`{x[len(g):]}` {acc[x]:.2f}% (relative error {err[x]:.3g}, "
+                      f"{bits[x]:.2f} bits/elem) vs `{y[len(g):]}` {acc[y]:.2f}% ({err[y]:.3g}, "
+                      f"{bits[y]:.2f}), {verdict(acc[x] >= acc[y])} (at least as accurate).")
+    if have(g + "maxnorm:bits=3,ef=21", g + "maxnorm:bits=3"):
+        e, m = acc[g + "maxnorm:bits=3,ef=21"], acc[g + "maxnorm:bits=3"]
+        md.append(f"- EF21 at 3 bits: `maxnorm:bits=3,ef=21` {e:.2f}% vs `maxnorm:bits=3` "
+                  f"{m:.2f}%, {verdict(e >= m)} (at least as accurate).")
     if have(g + "sketch:bits=2", g + "maxnorm:bits=3"):
         a, m = acc[g + "sketch:bits=2"], acc[g + "maxnorm:bits=3"]
         line = (f"- CASQ: `sketch:bits=2` at least as accurate as `maxnorm:bits=3`: {a:.2f}% at "
@@ -144,19 +167,19 @@ def claims(runs):
         md.append(f"- `temporal` equal accuracy with fewer bits (rule: within 0.25 points with "
                   f"fewer bits/elem): `temporal:bits=3` {acc[t]:.2f}% at {bits[t]:.2f} bits vs "
                   f"`maxnorm:bits=4` {acc[m]:.2f}% at {bits[m]:.2f} bits, {verdict(ok)}.")
-    fixed = [k for k in runs if re.fullmatch(r"sgd/grad/maxnorm:bits=\d", k)]
+    fixed = [k for k in runs if re.fullmatch(re.escape(g) + r"maxnorm:bits=\d", k)]
     for dq in [k for k in runs if k.startswith(g + "dq:")]:
         matched = [k for k in fixed if acc[dq] >= acc[k] - 0.25]
         if not matched:
-            md.append(f"- `{dq[9:]}`: {acc[dq]:.2f}% is below every fixed-width run; "
+            md.append(f"- `{dq[len(g):]}`: {acc[dq]:.2f}% is below every fixed-width run; "
                       f"{verdict(False)}.")
             continue
         best = max(matched, key=lambda k: acc[k])
         md.append(f"- `{dq[9:]}` fewer total bits than the fixed-width run it matches in "
                   f"accuracy (rule: the most accurate fixed `maxnorm` run within 0.25 points of "
-                  f"it, `{best[9:]}`, {acc[best]:.2f}% at {bits[best]:.2f} bits/elem): dq "
+                  f"it, `{best[len(g):]}`, {acc[best]:.2f}% at {bits[best]:.2f} bits/elem): dq "
                   f"{acc[dq]:.2f}% at {bits[dq]:.2f} bits/elem (mean width "
-                  f"{mean(runs[dq], 'mean_codec_bits'):.2f}), {verdict(bits[dq] < bits[best])}. "
+                  f"{opt(runs[dq], 'mean_codec_bits', '.2f')}), {verdict(bits[dq] < bits[best])}. "
                   f"Width per epoch (first seed): "
                   + " ".join(f"{b:.1f}" for b in runs[dq][0].get("bits_per_epoch", [])) + ".")
     for q in [k for k in runs if k.startswith("qadam/maxnorm")]:
@@ -174,8 +197,9 @@ def claims(runs):
 
 
 def plot(runs, out, task):
-    fig, axes = plt.subplots(2, len(SETS), figsize=(6 * len(SETS), 9))
-    for col, (prefix, title, _) in enumerate(SETS):
+    sets = [s for s in SETS if any(in_set(label, s[0]) for label in runs)]
+    fig, axes = plt.subplots(2, len(sets), figsize=(6 * len(sets), 9), squeeze=False)
+    for col, (prefix, title, _) in enumerate(sets):
         for label, rs in runs.items():
             if not in_set(label, prefix):
                 continue
@@ -190,7 +214,8 @@ def plot(runs, out, task):
         axes[0][col].set_ylabel("train loss")
         axes[1][col].set_ylabel("test accuracy (%)")
         for row in (0, 1):
-            axes[row][col].set_xlabel("epoch")
+            axes[row][col].set_xlabel("epoch" if prefix != "adamw/grad/" else
+                                      "evaluation (every 40 steps)")
             axes[row][col].grid(True, alpha=0.3)
             axes[row][col].legend(fontsize=5)
     fig.tight_layout()
@@ -202,11 +227,16 @@ def main():
     out = sys.argv[1]
     tasks = load(out)
     meta = open(os.path.join(out, "raw", "meta.txt")).read().strip()
-    any_run = next(iter(next(iter(tasks.values())).values()))[0]
+    all_runs = [rs[0] for t in tasks.values() for rs in t.values()]
+    any_run = next((r for r in all_runs if r.get("model", "mlp") == "mlp"), all_runs[0])
     md = ["# Convergence of data-parallel training with each codec", "",
           "Generated by `bench/convergence/report.py` from `raw/TASK-sSEED.jsonl`, written by "
-          "`bench/convergence/run.sh` (command and machine below). Every run: the same MLP "
-          f"({any_run['params']} parameters, one hidden layer of 128), {any_run['ranks']} ranks; "
+          "`bench/convergence/run.sh` (command and machine below). Sets A-C: the same MLP "
+          f"({any_run['params']} parameters, one hidden layer of 128) on each image task; set D: "
+          "a byte-level transformer (two pre-LayerNorm blocks of width 64, 4 heads; "
+          "bench/convergence/text_transformer.py) trained with AdamW for 400 steps through "
+          "PyTorch DDP and ccoll's hook, which averages 1-D parameters (biases, LayerNorm) exactly; "
+          f"{any_run['ranks']} ranks; "
           "per seed the same initialization and data order for every codec. Accuracy is the mean "
           "over the seeds (each seed's value beside it); the claims are judged on the means. "
           "*bits/elem* = bits on the wire per element an all-reduce moves (32 = uncompressed "
