@@ -6,7 +6,8 @@
 // of a group (4 lanes) is gathered into u32 lanes by one byte shuffle (lane j's bytes from
 // W·j/8 on), shifted right by W·j mod 8 and masked; the sums are shifted left by their output
 // position mod 8 and scattered into the output group by one byte shuffle per byte of a lane
-// (lanes whose start bytes coincide, widths below 8, take separate shuffles); a decode converts
+// (lanes whose start bytes coincide, widths below 8, take separate shuffles: 2 classes of lanes
+// from width 4, 3 at width 3, 4 at width 2); a decode converts
 // the gathered lanes instead. Same bytes and values as the scalar unpack_range / pack_aligned
 // loops (tested against them at every width).
 #include <cstddef>
@@ -51,14 +52,16 @@ void unpack_tables(unsigned w, UnpackTables& t) {
 // The output's tables: per half, class c (lanes j ≡ c mod classes) and byte k of a lane, the
 // shuffle placing byte k of each of those lanes at its output byte (lanes of one class never
 // share an output byte: their bit offsets differ by 8 or more), and each lane's left shift.
+constexpr unsigned kMaxClasses = 4;  // width 2: four lanes start in each byte
+unsigned pack_classes(unsigned w) { return w >= 8 ? 1 : w >= 4 ? 2 : w == 3 ? 3 : 4; }
 struct PackTables {
-  alignas(16) uint8_t place[2][2][3][16];
+  alignas(16) uint8_t place[2][kMaxClasses][3][16];
   alignas(16) uint32_t shift[2][4];
   unsigned classes = 1;
   unsigned lane_bytes = 1;
 };
 void pack_tables(unsigned w, PackTables& t) {
-  t.classes = w >= 8 ? 1 : 2;
+  t.classes = pack_classes(w);
   std::memset(t.place, 0x80, sizeof t.place);
   t.lane_bytes = 1;
   for (unsigned h = 0; h < 2; ++h) {
@@ -129,13 +132,19 @@ struct Unpacker {
   V32 mask;
 };
 
-// f(Packer<...>) for the packer of tables `t`.
+// f(Packer<...>) for the packer of tables `t` (widths 2 and 3: lanes of at most 2 bytes).
 template <class F>
 size_t with_packer(const PackTables& t, F&& f) {
-  if (t.classes == 2) {
-    return t.lane_bytes <= 2 ? f(Packer<2, 2>(t)) : f(Packer<2, 3>(t));
+  switch (t.classes) {
+    case 4:
+      return f(Packer<4, 1>(t));  // width 2: a lane never crosses a byte
+    case 3:
+      return f(Packer<3, 2>(t));
+    case 2:
+      return t.lane_bytes <= 2 ? f(Packer<2, 2>(t)) : f(Packer<2, 3>(t));
+    default:
+      return t.lane_bytes <= 2 ? f(Packer<1, 2>(t)) : f(Packer<1, 3>(t));
   }
-  return t.lane_bytes <= 2 ? f(Packer<1, 2>(t)) : f(Packer<1, 3>(t));
 }
 
 size_t AddLaneGroups(const LaneAdd& a, size_t groups, uint32_t* worst_a, uint32_t* worst_b) {
@@ -232,7 +241,7 @@ std::size_t add_lane_groups_hwy(const LaneAdd& a, std::size_t groups, std::uint3
                                 std::uint32_t* worst_b) {
   *worst_a = 0;
   *worst_b = 0;
-  if (a.a_width < 4 || a.a_width > 16 || a.b_width < 4 || a.b_width > 16 || a.out_width < 4 ||
+  if (a.a_width < 2 || a.a_width > 16 || a.b_width < 2 || a.b_width > 16 || a.out_width < 2 ||
       a.out_width > 16) {
     return 0;
   }
@@ -241,7 +250,7 @@ std::size_t add_lane_groups_hwy(const LaneAdd& a, std::size_t groups, std::uint3
 HWY_EXPORT(PackLaneGroups);
 std::size_t pack_lane_groups_hwy(const std::uint32_t* v, std::size_t groups, unsigned width,
                                  std::uint8_t* out, std::size_t out_bytes) {
-  if (width < 4 || width > 16) return 0;
+  if (width < 2 || width > 16) return 0;
   return HWY_DYNAMIC_DISPATCH(PackLaneGroups)(v, groups, width, out, out_bytes);
 }
 HWY_EXPORT(DecodeLaneGroups);

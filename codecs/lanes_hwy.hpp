@@ -22,7 +22,7 @@ struct LaneAdd {
 };
 
 /// Adds the first whole groups of 8 lanes, up to `groups`, as far as 16-byte loads and stores
-/// stay inside the streams; returns how many it added (0 where a width is outside 4..16 or the
+/// stay inside the streams; returns how many it added (0 where a width is outside 2..16 or the
 /// CPU has no vectors): the caller adds the rest, from lane 8·returned on, whose output starts
 /// at the byte 8·returned·out_width / 8. The largest a and b lanes of those groups go to
 /// *worst_a and *worst_b (0 for none); sums of lanes beyond their range are garbage, as the
@@ -32,7 +32,7 @@ std::size_t add_lane_groups_hwy(const LaneAdd& a, std::size_t groups, std::uint3
 
 /// Packs v[0, 8·g) (each below 2^width) as `width`-bit lanes into out, for the first whole
 /// groups g of 8 up to `groups` whose 16-byte stores stay inside out's `out_bytes`; returns g
-/// (0 where width is outside 4..16 or the CPU has no vectors): the caller packs the rest from
+/// (0 where width is outside 2..16 or the CPU has no vectors): the caller packs the rest from
 /// lane 8·g on, at byte g·width. The bytes of pack_aligned (bitpack.hpp).
 std::size_t pack_lane_groups_hwy(const std::uint32_t* v, std::size_t groups, unsigned width,
                                  std::uint8_t* out, std::size_t out_bytes);
