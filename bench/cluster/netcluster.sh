@@ -9,7 +9,8 @@
 # and always tears everything down afterwards: on success, failure, Ctrl-C or TERM.
 #
 # Usage (as root):
-#   bench/cluster/netcluster.sh [-n HOSTS] [-p RANKS] [-r RATE] [-k] -- COMMAND [ARGS...]
+#   bench/cluster/netcluster.sh [-n HOSTS] [-p RANKS] [-r RATE] [-b BIND] [-B BURST] [-L LATENCY]
+#                               [-k] -- COMMAND [ARGS...]
 #     -n HOSTS  number of hosts (namespaces), 2..64 (default 4)
 #     -p RANKS  ranks per host: consecutive ranks fill a host (--map-by ppr:RANKS:node) and
 #               talk through shared memory there, each host's with a backing directory of
@@ -19,6 +20,14 @@
 #               nodes apart
 #     -r RATE   link rate per host: a tc rate such as 1gbit, 10gbit, 500mbit, or unlimited
 #               (default 1gbit)
+#     -b BIND   how Open MPI binds ranks: none (--bind-to none), core (--bind-to core: each
+#               rank pinned to a core of its host, as a cluster that binds on purpose), or
+#               default (no --bind-to: Open MPI's own choice, a core per rank in jobs of 2
+#               ranks, a socket per rank above: on a one-socket machine every core). Default:
+#               none with -p, default without
+#     -B BURST  tbf's burst per link, a tc size such as 256kb or 1mb (default: 10 ms at the
+#               rate, at least 64 KiB)
+#     -L LATENCY  tbf's queue limit as a time, such as 50ms (default 50ms)
 #     -k        keep going on a stale ccoll-* namespace set from an earlier crash: remove it
 #               first (without -k the script refuses to touch namespaces it did not create)
 #   COMMAND runs in ccoll-h0 with these in its environment:
@@ -36,16 +45,22 @@ HOSTS=4
 RANKS_PER_HOST=0
 RATE=1gbit
 CLEAN_STALE=0
+BIND=
+BURST=
+LATENCY=50ms
 PREFIX=ccoll
 SUBNET=10.77.0
-usage() { sed -n '2,33p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "netcluster: $*" >&2; exit 2; }
 
-while getopts "n:p:r:kh" opt; do
+while getopts "n:p:r:b:B:L:kh" opt; do
   case "$opt" in
     n) HOSTS=$OPTARG ;;
     p) RANKS_PER_HOST=$OPTARG ;;
     r) RATE=$OPTARG ;;
+    b) BIND=$OPTARG ;;
+    B) BURST=$OPTARG ;;
+    L) LATENCY=$OPTARG ;;
     k) CLEAN_STALE=1 ;;
     h) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
@@ -58,6 +73,13 @@ shift $((OPTIND - 1))
   die "-n $HOSTS: the host count must be 2..64"
 [[ "$RANKS_PER_HOST" =~ ^[0-9]+$ ]] && [ "$RANKS_PER_HOST" -le 64 ] ||
   die "-p $RANKS_PER_HOST: ranks per host must be 1..64"
+case "${BIND:-x}" in
+  x | none | core | default) ;;
+  *) die "-b $BIND: the binding must be none, core or default" ;;
+esac
+[ -z "$BURST" ] || [[ "$BURST" =~ ^[0-9]+(b|kb|k|mb|m)?$ ]] ||
+  die "-B $BURST: the burst must be a tc size such as 256kb or 1mb"
+[[ "$LATENCY" =~ ^[0-9]+(us|ms|s)$ ]] || die "-L $LATENCY: the latency must be a time such as 50ms"
 [[ "$RATE" = unlimited || "$RATE" =~ ^[0-9]+(bit|kbit|mbit|gbit)$ ]] ||
   die "-r $RATE: valid rates are unlimited or a number with bit, kbit, mbit or gbit (e.g. 1gbit)"
 [ "$(id -u)" -eq 0 ] || die "must run as root (network namespaces and tc need CAP_NET_ADMIN)"
@@ -84,7 +106,8 @@ trap teardown EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# tbf on a device: burst of 10 ms at the rate (at least 64 KiB), queue of up to 50 ms
+# tbf on a device: burst BURST (default 10 ms at the rate, at least 64 KiB), queue of up to
+# LATENCY
 shape() {
   local ns=$1 dev=$2
   [ "$RATE" = unlimited ] && return 0
@@ -93,7 +116,9 @@ shape() {
     m=(u=="gbit")?1e9:(u=="mbit")?1e6:(u=="kbit")?1e3:1; printf "%d", n*m}')
   local burst=$((bits / 8 / 100))
   [ "$burst" -lt 65536 ] && burst=65536
-  ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$RATE" burst "$burst" latency 50ms
+  [ -z "$BURST" ] || burst=$BURST
+  ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$RATE" burst "$burst" \
+    latency "$LATENCY"
 }
 
 ip netns add "$PREFIX-sw"
@@ -142,16 +167,21 @@ host_list=$(IFS=,; echo "${hosts[*]/%/:64}")
 map="--map-by node"
 btl="tcp,self"
 if [ "$RANKS_PER_HOST" -gt 0 ]; then
-  map="--map-by ppr:$RANKS_PER_HOST:node --bind-to none"
+  map="--map-by ppr:$RANKS_PER_HOST:node"
   btl="tcp,vader,self"
+  BIND=${BIND:-none}
 fi
+case "${BIND:-default}" in
+  none | core) map="$map --bind-to $BIND" ;;
+esac
 export CCOLL_MPIEXEC="mpiexec --allow-run-as-root --oversubscribe --host $host_list $map \
 --mca plm_rsh_agent $WORK/agent --mca pml ob1 --mca btl $btl \
 --mca btl_tcp_if_include $SUBNET.0/24 --mca oob_tcp_if_include $SUBNET.0/24 \
 --mca rtc_hwloc_vmhole none --mca mpi_yield_when_idle 1"
 export CCOLL_CLUSTER_HOSTS=$HOSTS CCOLL_CLUSTER_RATE=$RATE CCOLL_CLUSTER_IFACE=eth0 \
   CCOLL_CLUSTER_RANKS_PER_HOST=$RANKS_PER_HOST
-echo "netcluster: $HOSTS hosts on $SUBNET.0/24, links $RATE; running: $*" >&2
+export CCOLL_CLUSTER_BIND=${BIND:-default} CCOLL_CLUSTER_SHAPE="burst ${BURST:-10ms at the rate} latency $LATENCY"
+echo "netcluster: $HOSTS hosts on $SUBNET.0/24, links $RATE (tbf $CCOLL_CLUSTER_SHAPE), binding ${BIND:-default}; running: $*" >&2
 export OMPI_MCA_orte_tmpdir_base="$WORK/launcher" OMPI_MCA_btl_vader_backing_directory="$WORK/launcher" \
   PMIX_MCA_gds=hash OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   CCOLL_NETCLUSTER_HOST="$PREFIX-h0"
