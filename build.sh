@@ -40,6 +40,7 @@ install_missing() {
   /usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
   /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
   [ -d /usr/share/datasets/fashion-mnist ] || missing+=(dataset-fashion-mnist)
+  [ -d /usr/share/games/fortunes ] || missing+=(fortunes)  # the text task's text
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "build.sh: installing ${missing[*]}"
   local sudo=()

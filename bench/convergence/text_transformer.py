@@ -6,6 +6,7 @@ written as one JSON line in the format of ccoll_train (bench/convergence/report.
 usage: mpiexec -n P python3 bench/convergence/text_transformer.py --codec SPEC --label LABEL
            --out FILE.jsonl [--data DIR] [--seed S] [--steps N] [--evals E] [--lr LR]
            [--batch B] [--seq T] [--width D] [--layers L]
+       mpiexec -n P python3 bench/convergence/text_transformer.py --check
 
 --data DIR: the text, every regular file of DIR without a dot in its name, in name order, split
 into entries at lines holding only "%" (default: Debian's fortunes package,
@@ -20,6 +21,9 @@ as a cosine to a tenth. "relative_error" is ||hook's average - exact average|| /
 average|| over all buckets and steps (exact: a separate gloo all-reduce of each bucket, not
 counted in the bytes); "grad_bits_per_element" is 8 x the bytes the hook sent on all ranks /
 (2 (P-1) x parameters x steps), as ccoll_train counts them.
+--check: 30 steps through maxnorm:bits=4,ef=1, nothing written; exit 1 unless the test loss
+ends below 4 nats per byte (a model that predicts nothing scores ln 256 = 5.5; the bytes'
+frequencies alone about 3.3). Every run exits 1 when the ranks' parameters differ.
 Exit 77 when torch, mpi4py or the text is missing.
 """
 import argparse
@@ -31,6 +35,7 @@ import sys
 import time
 
 SKIP = 77
+CHECK_LOSS = 4.0  # nats per byte, --check's limit
 DEFAULT_DATA = os.environ.get("CCOLL_TEXT_DIR", "/usr/share/games/fortunes")
 
 
@@ -99,9 +104,10 @@ def measuring_hook(dist, ccoll_hook, totals):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--codec", required=True)
-    ap.add_argument("--label", required=True)
-    ap.add_argument("--out", required=True)
+    ap.add_argument("--codec")
+    ap.add_argument("--label")
+    ap.add_argument("--out")
+    ap.add_argument("--check", action="store_true")
     ap.add_argument("--data", default=DEFAULT_DATA)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--steps", type=int, default=400)
@@ -112,6 +118,10 @@ def main():
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--layers", type=int, default=2)
     args = ap.parse_args()
+    if args.check:
+        args.codec, args.steps, args.evals = "maxnorm:bits=4,ef=1", 30, 2
+    elif not (args.codec and args.label and args.out):
+        ap.error("--codec, --label and --out are required (or --check)")
     for name in ("steps", "evals", "batch", "seq", "width", "layers"):
         if getattr(args, name) < 1:
             ap.error(f"--{name}: {getattr(args, name)} (valid: a positive integer)")
@@ -205,6 +215,13 @@ def main():
     moved = 2 * (size - 1) * params * args.steps
     bits = 8 * sent / moved if size > 1 else 0.0
     rel = math.sqrt(err / ref) if ref > 0 else 0.0
+    if args.check:
+        ok = test_losses[-1] < CHECK_LOSS
+        if rank == 0:
+            print(f"text_transformer --check: test loss {test_losses[-1]:.4f} after {args.steps} "
+                  f"steps (limit {CHECK_LOSS}), ranks bit-identical: "
+                  f"{'passed' if ok else 'FAILED'}", flush=True)
+        return 0 if ok else 1
     if rank == 0:
         print(f"final: test loss {test_losses[-1]:.4f} ({test_losses[-1] / math.log(2):.3f} "
               f"bits/byte), next-byte accuracy {accuracies[-1]:.2f}%, {bits:.2f} bits/element on "
