@@ -108,12 +108,28 @@ class BitWriter {
   std::size_t put_groups(const std::uint8_t* v, std::size_t k, std::size_t n) {
     if (fill_ != 0) return k;
     for (; k + 8 <= n; k += 8) {
-      std::uint64_t g = 0;
-      for (unsigned j = 0; j < 8; ++j) g |= static_cast<std::uint64_t>(v[k + j]) << (W * j);
+      std::uint64_t g;
+      std::memcpy(&g, v + k, 8);  // little-endian: value j in byte j
+      g = pack_byte_group<W>(g);
       std::memcpy(out_, &g, W);  // little-endian: the low W bytes are the group's bits
       out_ += W;
     }
     return k;
+  }
+  // 8 values of W bits, one per byte of g, as the low 8·W bits (value j at bit W·j): neighbours
+  // merged in three rounds (pairs within 16 bits, then within 32, then 64), each keeping the
+  // low half's bits and moving the high half's down next to them.
+  template <unsigned W>
+  static std::uint64_t pack_byte_group(std::uint64_t g) {
+    if constexpr (W < 8) {
+      constexpr std::uint64_t lo1 = 0x0001000100010001ull * ((1ull << W) - 1);
+      constexpr std::uint64_t lo2 = 0x0000000100000001ull * ((1ull << (2 * W)) - 1);
+      constexpr std::uint64_t lo3 = (1ull << (4 * W)) - 1;
+      g = (g & lo1) | ((g >> (8 - W)) & (lo1 << W));
+      g = (g & lo2) | ((g >> (16 - 2 * W)) & (lo2 << (2 * W)));
+      g = (g & lo3) | ((g >> (32 - 4 * W)) & (lo3 << (4 * W)));
+    }
+    return g;
   }
 
   std::byte* out_;
