@@ -1,4 +1,4 @@
-// dq:min=Bmin,max=Bmax[,budget=E][,steps=T][,decay=R] — a bit width per call
+// dq:min=Bmin,max=Bmax[,block=65536][,budget=E][,steps=T][,decay=R] — a bit width per call
 // (docs/design/6-research-codecs.md), over the summable maxnorm at the chosen width.
 //
 // DQ-SGD chooses each step's quantization by minimizing the bits sent under a bound on the
@@ -41,7 +41,7 @@ class DqCodec final : public ForwardingCodec {
       MaxNormParams m;
       m.bits = b;
       m.nearest = p_.nearest;
-      m.block = kMaxnormBlock;  // the budgets were set on 65536-element scales
+      m.block = p_.block;  // default 65536: the budgets were set on 65536-element scales
       by_bits_.add(make_maxnorm_codec(dtype, m));
     }
     set_target(&by_bits_.widest());
@@ -163,7 +163,9 @@ unsigned dq_width(const DqParams& p, const double* scales, std::size_t nblocks, 
 
 std::unique_ptr<Codec> make_dq_codec(DType dtype, const DqParams& p) {
   // the canonical spec: parameters in name order, defaults left out
+  checked_maxnorm_block(p.block);
   std::string spec = "dq:";
+  if (p.block != kMaxnormBlock) spec += "block=" + std::to_string(p.block) + ",";
   if (p.budget != 1.0) spec += "budget=" + format_real(p.budget) + ",";
   if (p.decay != 1.0) spec += "decay=" + format_real(p.decay) + ",";
   spec += "max=" + std::to_string(p.max_bits) + ",min=" + std::to_string(p.min_bits);

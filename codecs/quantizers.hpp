@@ -214,7 +214,8 @@ std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned cl
 /// maxnorm:bits=B, stateful, all-reduce only (temporal.cc). Takes ef itself (not the generic
 /// wrapper). The prediction's coefficient is temporal_predictor(beta, bits, shrink).
 std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double beta, bool ef,
-                                           bool nearest = false, bool shrink = true);
+                                           bool nearest = false, bool shrink = true,
+                                           std::size_t block = kMaxnormBlock);
 /// Parameters of dq (dq.cc).
 struct DqParams {
   unsigned min_bits = 2;
@@ -223,6 +224,7 @@ struct DqParams {
   std::uint64_t steps = 0;  ///< T: calls planned for the tensor; 0: unknown (no discount)
   double decay = 1.0;       ///< R: per-step contraction of the error bound, in (0, 1]
   bool nearest = false;     ///< round=nearest
+  std::size_t block = kMaxnormBlock;  ///< elements per scale of the maxnorm codes
 };
 /// dq: maxnorm at a width chosen per call by DQ-SGD's rule (dq.cc).
 std::unique_ptr<Codec> make_dq_codec(DType dtype, const DqParams& p);

@@ -1,7 +1,8 @@
-// temporal:bits=B[,beta=0.9][,shrink=1][,ef=1] — momentum-difference predictive coding in
-// all-reduce form (docs/design/6-research-codecs.md), a closed-loop DPCM around the summable
-// maxnorm:bits=B. `beta` below is the predictor coefficient temporal_predictor() derives from
-// the spec's beta: shrunk by L/(L+1) for B-bit codes unless shrink=0.
+// temporal:bits=B[,beta=0.9][,block=65536][,shrink=1][,ef=1] — momentum-difference predictive
+// coding in all-reduce form (docs/design/6-research-codecs.md), a closed-loop DPCM around the
+// summable maxnorm:bits=B (scale blocks of `block` elements). `beta` below is the predictor
+// coefficient temporal_predictor() derives from the spec's beta: shrunk by L/(L+1) for B-bit
+// codes unless shrink=0.
 //
 // State per tensor (the plan's tensor key), indexed by element:
 //   xh — this rank's reconstruction of its own input (what the receivers can attribute to it),
@@ -117,15 +118,17 @@ class TemporalCodec final : public ClosedLoopCodec<T> {
 }  // namespace
 
 std::unique_ptr<Codec> make_temporal_codec(DType dtype, unsigned bits, double beta, bool ef,
-                                           bool nearest, bool shrink) {
+                                           bool nearest, bool shrink, std::size_t block) {
   MaxNormParams m;
   m.bits = bits;
   m.nearest = nearest;
-  m.block = kMaxnormBlock;  // the closed loop saturates more often in smaller blocks
+  // default 65536: the closed loop saturates more often in smaller blocks
+  m.block = checked_maxnorm_block(block);
   // the canonical spec: parameters in name order, beta only when not the default
   std::string spec = "temporal:";
   if (beta != 0.9) spec += "beta=" + format_real(beta) + ",";
   spec += "bits=" + std::to_string(bits);
+  if (block != kMaxnormBlock) spec += ",block=" + std::to_string(block);
   if (nearest != ef) spec += nearest ? ",round=nearest" : ",round=stochastic";
   if (!shrink) spec += ",shrink=0";
   if (ef) spec += ",ef=1";

@@ -47,7 +47,7 @@ std::unique_ptr<codec::Codec> make_device_topk(codec::Codec& cpu, gpu::Backend& 
 /// coefficient (codec::temporal_predictor of the spec's beta)
 std::unique_ptr<codec::Codec> make_device_temporal(codec::Codec& cpu, gpu::Backend& b,
                                                    bool resident, unsigned bits, double beta,
-                                                   bool ef, bool nearest);
+                                                   bool ef, bool nearest, std::size_t block);
 /// dq: the device maxnorm of every width from `min_bits` to `max_bits`
 std::unique_ptr<codec::Codec> make_device_dq(codec::Codec& cpu, gpu::Backend& b, bool resident,
                                              const codec::DqParams& p);

@@ -17,7 +17,7 @@ class DeviceDq final : public DeviceCodec {
       codec::MaxNormParams m;
       m.bits = bits;
       m.nearest = p.nearest;
-      m.block = codec::kMaxnormBlock;  // as the CPU codec (dq.cc)
+      m.block = p.block;  // as the CPU codec (dq.cc)
       cpu_widths_.push_back(codec::make_maxnorm_codec(codec::DType::kFloat32, m));
       widths_.add(make_device_maxnorm(*cpu_widths_.back(), b, resident, m));
     }

@@ -154,11 +154,11 @@ class DeviceTemporal final : public DeviceCodec {
 
 std::unique_ptr<codec::Codec> make_device_temporal(codec::Codec& cpu, gpu::Backend& b,
                                                    bool resident, unsigned bits, double beta,
-                                                   bool ef, bool nearest) {
+                                                   bool ef, bool nearest, std::size_t block) {
   codec::MaxNormParams m;
   m.bits = bits;
   m.nearest = nearest;
-  m.block = codec::kMaxnormBlock;  // as the CPU codec (temporal.cc)
+  m.block = block;  // as the CPU codec (temporal.cc)
   auto cpu_inner = codec::make_maxnorm_codec(cpu.dtype(), m);
   auto dev_inner = make_device_maxnorm(*cpu_inner, b, resident, m);
   return std::make_unique<DeviceTemporal>(cpu, b, resident, std::move(cpu_inner),

@@ -240,6 +240,7 @@ codec::DqParams dq_params(const CodecSpec& s) {
   p.steps = param(s, "steps");
   p.decay = real_param(s, "decay");
   p.nearest = nearest(s);
+  p.block = param(s, "block");
   return p;
 }
 
@@ -346,17 +347,19 @@ const std::vector<Entry>& registry() {
       {"temporal",
        {uint_param("bits", 2, 8),
         real_range_param("beta", 0.0, 1.0, true, "a number in [0, 1), e.g. 0.9", "0.9"),
-        round_param(), choice_param("shrink", {"1", "0"}, "1")},
+        round_param(), choice_param("shrink", {"1", "0"}, "1"),
+        block_param("65536")},  // codec::kMaxnormBlock
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_temporal_codec(t, param(s, "bits"), real_param(s, "beta"), s.ef,
-                                           nearest(s), value_of(s, "shrink") == "1");
+                                           nearest(s), value_of(s, "shrink") == "1",
+                                           param(s, "block"));
        },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_temporal(
              cpu, b, resident, param(s, "bits"),
              codec::temporal_predictor(real_param(s, "beta"), param(s, "bits"),
                                        value_of(s, "shrink") == "1"),
-             s.ef, nearest(s));
+             s.ef, nearest(s), param(s, "block"));
        },
        kOwnEf | kStateful | kAllreduceOnly | kSummable,
        nullptr,
@@ -366,7 +369,7 @@ const std::vector<Entry>& registry() {
         real_range_param("budget", 1e-9, 1e9, false, "a number in [1e-9, 1e9], e.g. 1", "1"),
         hidden_default(uint_param("steps", 0, 999999999, "0")),
         real_range_param("decay", 1e-3, 1.0, false, "a number in [0.001, 1], e.g. 0.999", "1"),
-        round_param()},
+        round_param(), block_param("65536")},  // codec::kMaxnormBlock
        [](const CodecSpec& s, codec::DType t) { return codec::make_dq_codec(t, dq_params(s)); },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_dq(cpu, b, resident, dq_params(s));

@@ -100,6 +100,7 @@ const std::vector<std::string> kQuantizers = {"maxnorm:bits=2",
                                               "maxnorm:bits=2/6,block=1024",
                                               "maxnorm:bits=4,block=512,sum=requant",
                                               "randk:bits=4,block=256,ratio=0.1",
+                                              "dq:block=1024,max=8,min=2",
                                               "topk:ratio=0.05",
                                               "sketch:bits=2",
                                               "sketch:bits=4,clusters=8"};
@@ -201,7 +202,8 @@ TEST_P(Quantizer, RejectsMalformedPayloads) {
     EXPECT_TRUE(rejects(bad, n, x.size())) << "header byte " << byte;
   }
   auto nan_scale = good;  // first scale word after the header (and maxnorm's offset)
-  const bool offset_word = GetParam().rfind("maxnorm", 0) == 0 || GetParam().rfind("randk", 0) == 0;
+  const bool offset_word = GetParam().rfind("maxnorm", 0) == 0 ||
+                           GetParam().rfind("randk", 0) == 0 || GetParam().rfind("dq", 0) == 0;
   const std::size_t at = wire::kHeaderBytes + (offset_word ? 8 : 0);
   const float nan = std::nanf("");
   std::memcpy(nan_scale.data() + at, &nan, 4);
@@ -573,6 +575,20 @@ TEST(MaxnormBlock, SpecsAndWireCarryTheBlock) {
       }
     }
   }
+  // temporal and dq take block= too (default 65536, left out of the canonical form)
+  EXPECT_EQ(parse_codec_spec("temporal:bits=3,block=1024").canonical, "temporal:bits=3,block=1024");
+  EXPECT_EQ(parse_codec_spec("temporal:bits=3,block=65536").canonical, "temporal:bits=3");
+  EXPECT_EQ(parse_codec_spec("dq:min=2,max=8,block=512").canonical, "dq:block=512,max=8,min=2");
+  EXPECT_EQ(parse_codec_spec("dq:min=2,max=8,block=65536").canonical, "dq:max=8,min=2");
+  for (const char* spec : {"temporal:bits=3,block=1024", "dq:min=2,max=8,block=512"}) {
+    SCOPED_TRACE(spec);
+    auto c = make_codec(parse_codec_spec(spec), DType::kFloat32);
+    EXPECT_EQ(c->spec(), parse_codec_spec(spec).canonical);
+    EXPECT_EQ(c->scale_block(), std::string(spec).find("512") != std::string::npos ? 512u : 1024u);
+    EXPECT_EQ(c->scale_slots(4096), 4096 / c->scale_block());
+  }
+  EXPECT_EQ(make_codec(parse_codec_spec("temporal:bits=3"), DType::kFloat32)->scale_block(),
+            65536u);
   // a payload of another block size is refused, never decoded with the wrong scales
   const auto x = gradient_like(4096, 6);
   auto a = make("maxnorm:bits=4,block=256", x);

@@ -493,7 +493,8 @@ INSTANTIATE_TEST_SUITE_P(
         // scale blocks other than the default
         "maxnorm:bits=3,block=256", "maxnorm:bits=8,block=4096", "maxnorm:bits=2/6,block=1024",
         "maxnorm:bits=4,block=256,ef=1", "maxnorm:bits=3,block=512,sum=requant",
-        "randk:bits=4,block=512,ratio=0.1"),
+        "randk:bits=4,block=512,ratio=0.1", "temporal:bits=3,block=1024",
+        "dq:block=512,max=6,min=2"),
     param_name);
 
 // 16-bit input read by the device codec itself (set_input_type): the same scales, fallback

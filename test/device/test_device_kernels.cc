@@ -405,7 +405,9 @@ void expect_whole_tensor_same_as_cpu(gpu::Backend& b, std::size_t n) {
                                           "sketch:bits=3",
                                           "topk:ratio=0.01",
                                           "temporal:bits=4",
-                                          "dq:max=6,min=2"};
+                                          "temporal:bits=3,block=1024",
+                                          "dq:max=6,min=2",
+                                          "dq:block=512,max=6,min=2"};
   struct CpuSide {
     WholeCall call;
     std::vector<std::vector<float>> decoded;  // on the windows
