@@ -44,7 +44,11 @@ commit=$(git rev-parse --short HEAD 2>/dev/null || echo unknown)
     echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(. /etc/os-release; echo "$PRETTY_NAME")"
     echo "command: bench/convergence/run.sh $*"
     echo "ranks: $RANKS, epochs: $EPOCHS, seeds: $SEEDS"
-    for t in "${!DATA[@]}"; do echo "task $t: t10k of ${DATA[$t]}, SGD lr ${SGD_LR[$t]}"; done
+    for t in "${!DATA[@]}"; do
+      where=${DATA[$t]}
+      [ "$t" = mnist ] && where="the MNIST files in CCOLL_MNIST_DIR"
+      echo "task $t: t10k of $where, SGD lr ${SGD_LR[$t]}"
+    done
     [ -z "$TEXT" ] || echo "task text: $TEXT, AdamW, 400 steps"
   else
     echo "rerun: runs matching '$FILTER' at commit $commit ($(date -u +%Y-%m-%dT%H:%MZ))"
@@ -93,7 +97,8 @@ for task in "${!DATA[@]}"; do
     # B: momentum SGD averaging each rank's momentum buffer (temporal coding's setting)
     for c in none maxnorm:bits=8 maxnorm:bits=6 maxnorm:bits=4 maxnorm:bits=3 maxnorm:bits=2 \
              temporal:bits=8 temporal:bits=6 temporal:bits=4 temporal:bits=3 temporal:bits=2 \
-             temporal:bits=2,shrink=0 temporal:bits=3,ef=1; do
+             temporal:bits=2,shrink=0 temporal:bits=3,ef=1 temporal:bits=4,block=1024 \
+             temporal:bits=3,block=1024 temporal:bits=2,block=1024; do
       train "$task" "$seed" "sgd/momentum/$c" --optimizer sgd --lr "${SGD_LR[$task]}" \
         --comm momentum --codec "$c"
     done
