@@ -98,7 +98,7 @@ def claims(runs):
         r["final_accuracy"] for r in runs[k])
     g = next((p for p in GRAD if p + "none" in runs), GRAD[0])
     if have(g + "none"):
-        md.append(f"- Noise: uncompressed SGD's accuracy differs by {spread(g + 'none'):.2f} "
+        md.append(f"- Noise: uncompressed training's accuracy differs by {spread(g + 'none'):.2f} "
                   f"points between seeds ({len(runs[g + 'none'])} seeds).")
     if have(g + "none", g + "maxnorm:bits=8"):
         d = acc[g + "maxnorm:bits=8"] - acc[g + "none"]
@@ -183,13 +183,14 @@ def claims(runs):
                       f"{verdict(False)}.")
             continue
         best = max(matched, key=lambda k: acc[k])
-        md.append(f"- `{dq[9:]}` fewer total bits than the fixed-width run it matches in "
+        md.append(f"- `{dq[len(g):]}` fewer total bits than the fixed-width run it matches in "
                   f"accuracy (rule: the most accurate fixed `maxnorm` run within 0.25 points of "
                   f"it, `{best[len(g):]}`, {acc[best]:.2f}% at {bits[best]:.2f} bits/elem): dq "
                   f"{acc[dq]:.2f}% at {bits[dq]:.2f} bits/elem (mean width "
-                  f"{opt(runs[dq], 'mean_codec_bits', '.2f')}), {verdict(bits[dq] < bits[best])}. "
-                  f"Width per epoch (first seed): "
-                  + " ".join(f"{b:.1f}" for b in runs[dq][0].get("bits_per_epoch", [])) + ".")
+                  f"{opt(runs[dq], 'mean_codec_bits', '.2f')}), {verdict(bits[dq] < bits[best])}."
+                  + ("" if "bits_per_epoch" not in runs[dq][0] else " Width per epoch (first "
+                     "seed): " + " ".join(f"{b:.1f}" for b in runs[dq][0]["bits_per_epoch"]) +
+                     "."))
     for q in [k for k in runs if k.startswith("qadam/maxnorm")]:
         if have("adam/none"):
             d = acc[q] - acc["adam/none"]
