@@ -9,11 +9,13 @@
 #endif
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 
 namespace ccoll {
@@ -21,9 +23,28 @@ namespace detail {
 
 namespace {
 thread_local bool t_progress_thread = false;
-}
+thread_local bool t_patient = false;
+}  // namespace
 
-bool on_progress_thread() noexcept { return t_progress_thread; }
+bool waits_patiently() noexcept { return t_progress_thread || t_patient; }
+
+PatientWaits::PatientWaits() noexcept : before_(t_patient) { t_patient = true; }
+PatientWaits::~PatientWaits() { t_patient = before_; }
+
+int wait_request(MPI_Request* req, MPI_Status* status) {
+  if (!waits_patiently()) return MPI_Wait(req, status);
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point spin_until = Clock::now() + std::chrono::microseconds(50);
+  auto nap = std::chrono::microseconds(20);
+  for (;;) {
+    int flag = 0;
+    const int rc = MPI_Test(req, &flag, status);
+    if (rc != MPI_SUCCESS || flag) return rc;
+    if (Clock::now() < spin_until) continue;
+    std::this_thread::sleep_for(nap);
+    if (nap < std::chrono::microseconds(200)) nap *= 2;
+  }
+}
 
 void RequestState::complete(std::exception_ptr error) noexcept {
   {

@@ -9,6 +9,8 @@
 // drains before its CommContext frees ccoll's duplicated communicator.
 #pragma once
 
+#include <mpi.h>
+
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -41,10 +43,31 @@ class RequestState {
   std::exception_ptr error_;
 };
 
-/// True on a progress queue's thread (while it runs queued calls). The MPI transport waits
-/// there by polling with short sleeps instead of MPI_Wait's busy loop, so that a call in the
-/// background leaves the cores to the caller's computation while its messages are in flight.
-bool on_progress_thread() noexcept;
+/// True on a progress queue's thread (while it runs queued calls) and inside a PatientWaits
+/// scope. The MPI transport waits there by polling with short sleeps instead of MPI_Wait's busy
+/// loop, so that a call in the background leaves the cores to the caller's computation, or to
+/// the other level of a pipelined schedule, while its messages are in flight.
+bool waits_patiently() noexcept;
+
+/// MPI_Wait, or where waits_patiently(), MPI_Test (which progresses the transfers) back to back
+/// for 50 us, as long as a small message on shared memory takes, then between tests sleeps
+/// that double from 20 us to 200 us (at 200 us a 1 Gbit/s link moves 25 KB, well inside a TCP
+/// socket's buffer, so the link stays busy).
+int wait_request(MPI_Request* req, MPI_Status* status);
+
+/// This thread's MPI transport waits poll with short sleeps while the object lives (the
+/// hierarchical all-reduce's helper thread: under MPI's busy polling it would otherwise take
+/// the core its rank's node steps need).
+class PatientWaits {
+ public:
+  PatientWaits() noexcept;
+  ~PatientWaits();
+  PatientWaits(const PatientWaits&) = delete;
+  PatientWaits& operator=(const PatientWaits&) = delete;
+
+ private:
+  bool before_;
+};
 
 }  // namespace detail
 

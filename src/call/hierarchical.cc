@@ -20,6 +20,7 @@
 #include "maxnorm_wire.hpp"
 #include "mpi_check.hpp"
 #include "node_sums.hpp"
+#include "progress.hpp"
 #include "run_call.hpp"
 #include "spec.hpp"
 #include "transports.hpp"
@@ -633,7 +634,14 @@ class AllreduceLevels {
   // The node's steps on this thread, the cross-node steps on a helper thread.
   void pipeline() {
     const std::size_t segments = seg_.size();
-    std::thread helper([this] { helper_loop(); });
+    detail::PatientWaits patient;  // the node steps' fences too (node_steps.cc)
+    // the helper's transfer waits sleep between tests: with MPI's busy polling (Open MPI's
+    // default, mpi_yield_when_idle 0) a spinning helper took the core its own rank's node
+    // steps and the node's other ranks needed, and the pipeline lost to the flat ring
+    std::thread helper([this] {
+      detail::PatientWaits patient;
+      helper_loop();
+    });
     try {
       reduce_scatter(0);
       mark_reduced(0);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "mpi_check.hpp"
+#include "progress.hpp"
 
 namespace ccoll::call {
 namespace {
@@ -96,7 +97,10 @@ std::byte* NodeSteps::half(int r) const {
 
 void NodeSteps::fence() {
   CCOLL_MPI_CHECK(MPI_Win_sync(win_));
-  CCOLL_MPI_CHECK(MPI_Barrier(node_));
+  // a barrier that, in a pipelined call (detail::PatientWaits), sleeps between its tests
+  MPI_Request req = MPI_REQUEST_NULL;
+  CCOLL_MPI_CHECK(MPI_Ibarrier(node_, &req));
+  CCOLL_MPI_CHECK(detail::wait_request(&req, MPI_STATUS_IGNORE));
   CCOLL_MPI_CHECK(MPI_Win_sync(win_));
 }
 

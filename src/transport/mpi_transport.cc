@@ -1,10 +1,8 @@
 // MpiTransport: MPI_Isend/MPI_Irecv of bytes; truncation is reported as corrupt data.
 #include "mpi_transport.hpp"
 
-#include <chrono>
 #include <climits>
 #include <string>
-#include <thread>
 
 #include "mpi_check.hpp"
 #include "progress.hpp"
@@ -19,24 +17,6 @@ int to_int_count(std::size_t bytes) {
                                           "or a smaller CCOLL_SEGMENT_BYTES");
   }
   return static_cast<int>(bytes);
-}
-
-// MPI_Wait without its busy loop, for calls on a progress thread: MPI_Test (which progresses
-// the transfers) back to back for the first 50 us, which is as long as a small message on
-// shared memory takes, then between tests sleeps that double from 20 us to 200 us. At 200 us
-// a 1 Gbit/s link moves 25 KB, well inside a TCP socket's buffer, so the link stays busy.
-int patient_wait(MPI_Request* req, MPI_Status* status) {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point spin_until = Clock::now() + std::chrono::microseconds(50);
-  auto nap = std::chrono::microseconds(20);
-  for (;;) {
-    int flag = 0;
-    const int rc = MPI_Test(req, &flag, status);
-    if (rc != MPI_SUCCESS || flag) return rc;
-    if (Clock::now() < spin_until) continue;
-    std::this_thread::sleep_for(nap);
-    if (nap < std::chrono::microseconds(200)) nap *= 2;
-  }
 }
 
 }  // namespace
@@ -79,9 +59,7 @@ std::size_t MpiTransport::wait(coll::Request& request) {
   free_.push_back(request.id);
   request.id = static_cast<std::size_t>(-1);
   MPI_Status status = s.status;
-  const int rc = s.done                         ? s.rc
-                 : detail::on_progress_thread() ? patient_wait(&s.req, &status)
-                                                : MPI_Wait(&s.req, &status);
+  const int rc = s.done ? s.rc : detail::wait_request(&s.req, &status);
   if (rc != MPI_SUCCESS) {
     int cls = 0;
     MPI_Error_class(rc, &cls);
