@@ -634,12 +634,12 @@ class AllreduceLevels {
   // The node's steps on this thread, the cross-node steps on a helper thread.
   void pipeline() {
     const std::size_t segments = seg_.size();
-    detail::PatientWaits patient;  // the node steps' fences too (node_steps.cc)
+    const detail::PatientWaits patient;  // the node steps' fences too (node_steps.cc)
     // the helper's transfer waits sleep between tests: with MPI's busy polling (Open MPI's
     // default, mpi_yield_when_idle 0) a spinning helper took the core its own rank's node
     // steps and the node's other ranks needed, and the pipeline lost to the flat ring
     std::thread helper([this] {
-      detail::PatientWaits patient;
+      const detail::PatientWaits helper_patient;
       helper_loop();
     });
     try {
