@@ -22,11 +22,10 @@ namespace ccoll {
 namespace detail {
 
 namespace {
-thread_local bool t_progress_thread = false;
 thread_local bool t_patient = false;
 }  // namespace
 
-bool waits_patiently() noexcept { return t_progress_thread || t_patient; }
+bool waits_patiently() noexcept { return t_patient; }
 
 PatientWaits::PatientWaits() noexcept : before_(t_patient) { t_patient = true; }
 PatientWaits::~PatientWaits() { t_patient = before_; }
@@ -183,7 +182,7 @@ void ProgressQueue::quiesce() {
 }
 
 void ProgressQueue::loop(const ProgressScheduling& sched, int rank) {
-  detail::t_progress_thread = true;
+  const detail::PatientWaits patient;  // a background call leaves the cores to the caller
   if (sched.nice) apply_nice(*sched.nice, rank);
   apply_slice(sched.slice_us, rank);
   for (;;) {

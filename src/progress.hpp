@@ -43,10 +43,11 @@ class RequestState {
   std::exception_ptr error_;
 };
 
-/// True on a progress queue's thread (while it runs queued calls) and inside a PatientWaits
-/// scope. The MPI transport waits there by polling with short sleeps instead of MPI_Wait's busy
-/// loop, so that a call in the background leaves the cores to the caller's computation, or to
-/// the other level of a pipelined schedule, while its messages are in flight.
+/// True inside a PatientWaits scope: on a progress queue's thread, and on both threads of a
+/// pipelined hierarchical all-reduce. ccoll's MPI waits (wait_request) poll with short sleeps
+/// there instead of MPI_Wait's busy loop, so that a call in the background leaves the cores to
+/// the caller's computation, or to the other level of a pipelined schedule, while its messages
+/// are in flight.
 bool waits_patiently() noexcept;
 
 /// MPI_Wait, or where waits_patiently(), MPI_Test (which progresses the transfers) back to back
@@ -55,9 +56,7 @@ bool waits_patiently() noexcept;
 /// socket's buffer, so the link stays busy).
 int wait_request(MPI_Request* req, MPI_Status* status);
 
-/// This thread's MPI transport waits poll with short sleeps while the object lives (the
-/// hierarchical all-reduce's helper thread: under MPI's busy polling it would otherwise take
-/// the core its rank's node steps need).
+/// waits_patiently() on this thread while the object lives (the previous value afterwards).
 class PatientWaits {
  public:
   PatientWaits() noexcept;
