@@ -30,6 +30,7 @@ while getopts "n:e:s:f:o:h" opt; do
     *) exit 2 ;;
   esac
 done
+TEXT_TASK=1  # (read by tasks.sh)
 # shellcheck source=bench/convergence/tasks.sh
 . bench/convergence/tasks.sh
 "$PY" -c 'import matplotlib' 2>/dev/null || { echo "run.sh: python3-matplotlib is missing" >&2; exit 1; }
