@@ -60,6 +60,21 @@ def in_set(label, prefix):
     return label.startswith(prefix) or (prefix == "adam/" and label.startswith("qadam/"))
 
 
+def ordered(tasks):
+    """The task names in TASKS' order, others after."""
+    return sorted(tasks, key=lambda t: list(TASKS).index(t) if t in TASKS else 99)
+
+
+def grad_prefix(runs):
+    """The label prefix of the task's gradient set (A or D) that has an uncompressed run."""
+    return next((p for p in GRAD if p + "none" in runs), None)
+
+
+def spread(rs):
+    """Accuracy points between the best and the worst seed."""
+    return max(r["final_accuracy"] for r in rs) - min(r["final_accuracy"] for r in rs)
+
+
 def opt(rs, key, fmt):
     """`fmt` of the mean of `key`, or "-" where the runs do not report it."""
     return format(mean(rs, key), fmt) if all(key in r for r in rs) else "-"
@@ -95,11 +110,10 @@ def claims(runs):
     err = {k: mean(v, "relative_error") for k, v in runs.items()}
     loss = {k: mean(v, "final_loss") for k, v in runs.items()}
     loss_t = lambda k: opt(runs[k], "final_test_loss", ".4f")  # noqa: E731
-    spread = lambda k: max(r["final_accuracy"] for r in runs[k]) - min(  # noqa: E731
-        r["final_accuracy"] for r in runs[k])
-    g = next((p for p in GRAD if p + "none" in runs), GRAD[0])
+    g = grad_prefix(runs) or GRAD[0]
     if have(g + "none"):
-        md.append(f"- Noise: uncompressed training's accuracy differs by {spread(g + 'none'):.2f} "
+        md.append(f"- Noise: uncompressed training's accuracy differs by "
+                  f"{spread(runs[g + 'none']):.2f} "
                   f"points between seeds ({len(runs[g + 'none'])} seeds).")
     if have(g + "none", g + "maxnorm:bits=8"):
         d = acc[g + "maxnorm:bits=8"] - acc[g + "none"]
@@ -205,9 +219,8 @@ def claims(runs):
 def summary(tasks):
     """One row per codec of the gradient sets (A, D): each task's accuracy and test loss against
     its uncompressed run, so that the codecs compare across tasks."""
-    order = sorted(tasks, key=lambda t: list(TASKS).index(t) if t in TASKS else 99)
-    grad = {t: next((p for p in GRAD if p + "none" in tasks[t]), None) for t in order}
-    order = [t for t in order if grad[t]]
+    grad = {t: grad_prefix(tasks[t]) for t in ordered(tasks)}
+    order = [t for t in ordered(tasks) if grad[t]]
     codecs = []
     for t in order:
         for label in tasks[t]:
@@ -216,13 +229,8 @@ def summary(tasks):
                 codecs.append(c)
     head = "| codec | " + " | ".join(f"{t}: Δ acc. (points) | {t}: Δ test loss" for t in order)
     md = [head + " | bits/elem |", "|---|" + "---|---|" * len(order) + "---|"]
-    noise = []
-    for t in order:
-        base = tasks[t][grad[t] + "none"]
-        accs = [r["final_accuracy"] for r in base]
-        noise.append(f"{max(accs) - min(accs):.2f}")
-    md.append("| (uncompressed: spread between seeds) | " +
-              " | ".join(f"±{n} | -" for n in noise) + " | 32 |")
+    md.append("| (uncompressed: spread between seeds) | " + " | ".join(
+        f"±{spread(tasks[t][grad[t] + 'none']):.2f} | -" for t in order) + " | 32 |")
     for c in codecs:
         cells, bits = [], "-"
         for t in order:
@@ -295,7 +303,7 @@ def main():
            "Mean over the seeds against the task's uncompressed run (MLP tasks: momentum SGD, "
            "set A; text: AdamW through the DDP hook, set D). *bits/elem*: the first task's (the "
            "text task's count includes the exact 1-D parameters).", ""] + summary(tasks)
-    for task in sorted(tasks, key=lambda t: list(TASKS).index(t) if t in TASKS else 99):
+    for task in ordered(tasks):
         runs = tasks[task]
         md += [f"# Task: {TASKS.get(task, task)}", ""]
         for prefix, title, base in SETS:
