@@ -91,6 +91,11 @@ class BitWriter {
     k = with_byte_width(width_, k, [&](auto w) { return put_groups<decltype(w)::value>(v, k, n); });
     for (; k < n; ++k) put(v[k]);
   }
+  /// Where the next value's bits start when that is a byte boundary with nothing pending (a
+  /// caller may write whole bytes there and skip() them), else nullptr.
+  std::byte* aligned() const { return fill_ == 0 ? out_ : nullptr; }
+  /// Moves past `bytes` bytes written at aligned().
+  void skip(std::size_t bytes) { out_ += bytes; }
   /// Writes the last partial bytes; returns the position after them.
   std::byte* finish() {
     while (fill_ > 0) {

@@ -270,14 +270,24 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
           if (!nearest_ && fine_bits_ == 0 && (e & 3) == 0 && avail >= 4) {
             const std::uint32_t call = static_cast<std::uint32_t>(ctx.call);
             const std::uint32_t stream = static_cast<std::uint32_t>(ctx.stream);
+            const unsigned wb = width(1);
             if (bytes) {  // bits=8: the byte codes are the wire lanes
               const std::size_t quads = avail / 4;
-              maxnorm_bytes_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_,
-                                reinterpret_cast<std::uint8_t*>(dst + i));
+              maxnorm_packed_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_, 8,
+                                 reinterpret_cast<std::uint8_t*>(dst + i));
               i += 4 * quads;
-            } else {  // narrower lanes: byte codes packed 8 at a time
+            } else if ((wb == 2 || wb == 4) && w.aligned() != nullptr) {
+              // 2 and 4 bits: a quad's codes are whole bytes, packed in the same pass (the
+              // stream stays byte aligned: every run but a block's last is whole quads)
+              const std::size_t quads = avail / 4;
+              maxnorm_packed_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_, wb,
+                                 reinterpret_cast<std::uint8_t*>(w.aligned()));
+              w.skip(quads * wb / 2);
+              i += 4 * quads;
+            } else {  // other widths: byte codes packed 8 at a time
               const std::size_t quads = std::min(kUniformBatch, avail) / 4;
-              maxnorm_bytes_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_, codes_.data());
+              maxnorm_packed_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_, 8,
+                                 codes_.data());
               w.put_bytes(codes_.data(), 4 * quads);
               i += 4 * quads;
             }

@@ -25,12 +25,16 @@ inline void uniform_quad(uint64_t seed, uint32_t call, uint32_t stream, uint64_t
   const Philox4x32 r = philox_block(seed, call, stream, quad);
   for (int k = 0; k < 4; ++k) out[k] = uniform01(r.v[k]);
 }
-inline void byte_quad(uint64_t seed, uint32_t call, uint32_t stream, uint64_t quad, const float* x,
-                      float inv, uint32_t s, uint8_t* out) {
+// One quad's codes packed in `width` (2, 4 or 8) bits each: value k at bit width·k of the
+// quad's width/2 bytes, little-endian (the wire's lanes, codecs/bitpack.hpp).
+inline void packed_quad(uint64_t seed, uint32_t call, uint32_t stream, uint64_t quad,
+                        const float* x, float inv, uint32_t s, unsigned width, uint8_t* out) {
   const Philox4x32 r = philox_block(seed, call, stream, quad);
-  for (int k = 0; k < 4; ++k) {
-    out[k] = static_cast<uint8_t>(stochastic_code(x[k], inv, uniform01(r.v[k]), s));
+  uint32_t packed = 0;
+  for (unsigned k = 0; k < 4; ++k) {
+    packed |= stochastic_code(x[k], inv, uniform01(r.v[k]), s) << (width * k);
   }
+  for (unsigned b = 0; b < width / 2; ++b) out[b] = static_cast<uint8_t>(packed >> (8 * b));
 }
 
 inline void lane_quad(uint64_t seed, uint32_t call, uint32_t stream, uint64_t quad, const float* x,
@@ -48,10 +52,11 @@ void PhiloxQuads(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_q
                  float* out) {
   for (size_t q = 0; q < quads; ++q) uniform_quad(seed, call, stream, first_quad + q, out + 4 * q);
 }
-void MaxNormBytes(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
-                  const float* x, size_t quads, float inv, uint32_t s, uint8_t* out) {
+void MaxNormPacked(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
+                   const float* x, size_t quads, float inv, uint32_t s, unsigned width,
+                   uint8_t* out) {
   for (size_t q = 0; q < quads; ++q) {
-    byte_quad(seed, call, stream, first_quad + q, x + 4 * q, inv, s, out + 4 * q);
+    packed_quad(seed, call, stream, first_quad + q, x + 4 * q, inv, s, width, out + q * width / 2);
   }
 }
 void MaxNormLanes(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
@@ -172,20 +177,32 @@ size_t CodeVectors(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first
   return q;
 }
 
-// The byte codes (s <= 127), 4·N elements per iteration: the 4 codes of quad q packed into u32
-// lane q, which is their little-endian wire order.
-void MaxNormBytes(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
-                  const float* x, size_t quads, float inv, uint32_t s, uint8_t* out) {
-  size_t q = CodeVectors(seed, call, stream, first_quad, x, quads, inv, s,
-                         [&](auto d, const auto* code, size_t at) {
-                           auto packed = hn::Zero(d);
-                           for (int k = 0; k < 4; ++k) {
-                             packed = hn::Or(packed, hn::Shl(code[k], hn::Set(d, 8u * k)));
-                           }
-                           hn::StoreU(packed, d, reinterpret_cast<uint32_t*>(out + 4 * at));
-                         });
+// The codes packed in `width` (2, 4 or 8) bits, 4·N elements per iteration: the 4 codes of quad
+// q merged into u32 lane q (code k at bit width·k), which is their little-endian wire order,
+// then narrowed to the quad's width/2 bytes.
+void MaxNormPacked(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
+                   const float* x, size_t quads, float inv, uint32_t s, unsigned width,
+                   uint8_t* out) {
+  size_t q = CodeVectors(
+      seed, call, stream, first_quad, x, quads, inv, s, [&](auto d, const auto* code, size_t at) {
+        const hn::RebindToSigned<decltype(d)> di;
+        auto packed = code[0];
+        for (unsigned k = 1; k < 4; ++k) {
+          packed = hn::Or(packed, hn::Shl(code[k], hn::Set(d, width * k)));
+        }
+        if (width == 8) {
+          hn::StoreU(packed, d, reinterpret_cast<uint32_t*>(out + 4 * at));
+        } else if (width == 4) {  // 16 bits per quad (below 2^16: the narrowing is exact)
+          const hn::Rebind<uint16_t, decltype(d)> d16;
+          hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, packed)), d16,
+                     reinterpret_cast<uint16_t*>(out + 2 * at));
+        } else {  // width 2: one byte per quad
+          const hn::Rebind<uint8_t, decltype(d)> d8;
+          hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, packed)), d8, out + at);
+        }
+      });
   for (; q < quads; ++q) {
-    byte_quad(seed, call, stream, first_quad + q, x + 4 * q, inv, s, out + 4 * q);
+    packed_quad(seed, call, stream, first_quad + q, x + 4 * q, inv, s, width, out + q * width / 2);
   }
 }
 
@@ -281,10 +298,11 @@ void philox_quads_hwy(uint64_t seed, uint32_t call, uint32_t stream, uint64_t fi
                       size_t quads, float* out) {
   HWY_DYNAMIC_DISPATCH(PhiloxQuads)(seed, call, stream, first_quad, quads, out);
 }
-HWY_EXPORT(MaxNormBytes);
-void maxnorm_bytes_hwy(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
-                       const float* x, size_t quads, float inv, uint32_t s, uint8_t* out) {
-  HWY_DYNAMIC_DISPATCH(MaxNormBytes)(seed, call, stream, first_quad, x, quads, inv, s, out);
+HWY_EXPORT(MaxNormPacked);
+void maxnorm_packed_hwy(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
+                        const float* x, size_t quads, float inv, uint32_t s, unsigned width,
+                        uint8_t* out) {
+  HWY_DYNAMIC_DISPATCH(MaxNormPacked)(seed, call, stream, first_quad, x, quads, inv, s, width, out);
 }
 HWY_EXPORT(MaxNormLanes);
 void maxnorm_lanes_hwy(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,

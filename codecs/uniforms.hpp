@@ -30,13 +30,15 @@ const float* rounding_draws(bool nearest, std::uint64_t seed, std::uint64_t call
 /// out[4·q + k], vectorized with Highway (run-time dispatch).
 void philox_quads_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
                       std::uint64_t first_quad, std::size_t quads, float* out);
-/// philox_hwy.cc: the byte codes of maxnorm:bits=8 for the whole quads [first_quad,
-/// first_quad + quads): out[k] = stochastic_code(x[k], inv, uniform of element 4·first_quad + k,
-/// s), with Philox and the rounding fused in one pass (bit-identical to the scalar path).
-void maxnorm_bytes_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
-                       std::uint64_t first_quad, const float* x, std::size_t quads, float inv,
-                       std::uint32_t s, std::uint8_t* out);
-/// philox_hwy.cc: maxnorm_bytes_hwy's codes for any s < 2^23 (the sum of several inputs at
+/// philox_hwy.cc: maxnorm's codes for the whole quads [first_quad, first_quad + quads), code k =
+/// stochastic_code(x[k], inv, uniform of element 4·first_quad + k, s), packed as `width`-bit
+/// lanes (width 2, 4 or 8, codes below 2^width): the quads·width/2 bytes BitWriter::put() of the
+/// codes writes from a byte boundary. Philox, the rounding and the packing fused in one pass
+/// (bit-identical to the scalar path).
+void maxnorm_packed_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
+                        std::uint64_t first_quad, const float* x, std::size_t quads, float inv,
+                        std::uint32_t s, unsigned width, std::uint8_t* out);
+/// philox_hwy.cc: maxnorm_packed_hwy's codes for any s < 2^23 (the sum of several inputs at
 /// one input's step), as u32 lanes: out[k] = stochastic_code(x[k], inv, uniform of element
 /// 4·first_quad + k, s).
 void maxnorm_lanes_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
