@@ -8,8 +8,9 @@
 // position mod 8 and scattered into the output group by one byte shuffle per byte of a lane
 // (lanes whose start bytes coincide, widths below 8, take separate shuffles: 2 classes of lanes
 // from width 4, 3 at width 3, 4 at width 2); a decode converts
-// the gathered lanes instead. Same bytes and values as the scalar unpack_range / pack_aligned
-// loops (tested against them at every width).
+// the gathered lanes instead. Where the target has 256-bit vectors, two groups go through
+// each vector, one per 128-bit block (the shuffles stay within blocks). Same bytes and values
+// as the scalar unpack_range / pack_aligned loops (tested against them at every width).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -78,27 +79,70 @@ void pack_tables(unsigned w, PackTables& t) {
   }
 }
 
-using D8 = hn::FixedTag<uint8_t, 16>;
-using D32 = hn::FixedTag<uint32_t, 4>;
-using V8 = hn::Vec<D8>;
-using V32 = hn::Vec<D32>;
+// kB groups side by side, one per 128-bit block of a vector: the byte shuffles work within
+// blocks, so the same tables (repeated in every block) serve each group. 2 groups where the
+// target has 256-bit vectors, else 1; the last groups of a stream go one at a time.
+template <size_t kB>
+using D8 = hn::FixedTag<uint8_t, 16 * kB>;
+template <size_t kB>
+using D32 = hn::FixedTag<uint32_t, 4 * kB>;
+template <size_t kB>
+using V8 = hn::Vec<D8<kB> >;
+template <size_t kB>
+using V32 = hn::Vec<D32<kB> >;
+#if HWY_MAX_BYTES >= 32
+constexpr size_t kWide = 2;
+#else
+constexpr size_t kWide = 1;
+#endif
+
+// The 16 bytes at p, p + stride, ... in blocks 0, 1, ...
+template <size_t kB>
+HWY_INLINE V8<kB> load_groups(const uint8_t* p, size_t stride) {
+  if constexpr (kB == 1) {
+    return hn::LoadU(D8<1>(), p);
+  } else {
+    return hn::Combine(D8<kB>(), hn::LoadU(D8<1>(), p + stride), hn::LoadU(D8<1>(), p));
+  }
+}
+// Block k's 16 bytes to p + k·stride, in order (each overwrites the bytes past the one before).
+template <size_t kB>
+HWY_INLINE void store_groups(V8<kB> v, uint8_t* p, size_t stride) {
+  if constexpr (kB == 1) {
+    hn::StoreU(v, D8<1>(), p);
+  } else {
+    hn::StoreU(hn::LowerHalf(D8<1>(), v), D8<1>(), p);
+    hn::StoreU(hn::UpperHalf(D8<1>(), v), D8<1>(), p + stride);
+  }
+}
+// The u32 lanes v[4h + 8k ...] (half h of group k) in block k.
+template <size_t kB>
+HWY_INLINE V32<kB> load_halves(const uint32_t* v) {
+  if constexpr (kB == 1) {
+    return hn::LoadU(D32<1>(), v);
+  } else {
+    return hn::Combine(D32<kB>(), hn::LoadU(D32<1>(), v + 8), hn::LoadU(D32<1>(), v));
+  }
+}
 
 // A group's 8 lanes (two halves of 4 u32 lanes, each below 2^w) as its w output bytes, with the
 // tables in registers: kClasses lane classes, kBytes output bytes per lane at most.
-template <unsigned kClasses, unsigned kBytes>
+template <unsigned kClasses, unsigned kBytes, size_t kB>
 struct Packer {
   explicit Packer(const PackTables& t) {
     for (unsigned h = 0; h < 2; ++h) {
-      shift[h] = hn::Load(D32(), t.shift[h]);
+      shift[h] = hn::LoadDup128(D32<kB>(), t.shift[h]);
       for (unsigned c = 0; c < kClasses; ++c) {
-        for (unsigned k = 0; k < kBytes; ++k) place[h][c][k] = hn::Load(D8(), t.place[h][c][k]);
+        for (unsigned k = 0; k < kBytes; ++k) {
+          place[h][c][k] = hn::LoadDup128(D8<kB>(), t.place[h][c][k]);
+        }
       }
     }
   }
-  HWY_INLINE V8 group(const V32 (&half)[2]) const {
-    V8 out = hn::Zero(D8());
+  HWY_INLINE V8<kB> group(const V32<kB> (&half)[2]) const {
+    V8<kB> out = hn::Zero(D8<kB>());
     for (unsigned h = 0; h < 2; ++h) {
-      const V8 placed = hn::BitCast(D8(), hn::Shl(half[h], shift[h]));
+      const V8<kB> placed = hn::BitCast(D8<kB>(), hn::Shl(half[h], shift[h]));
       for (unsigned c = 0; c < kClasses; ++c) {
         for (unsigned k = 0; k < kBytes; ++k) {
           out = hn::Or(out, hn::TableLookupBytesOr0(placed, place[h][c][k]));
@@ -107,126 +151,153 @@ struct Packer {
     }
     return out;
   }
-  V32 shift[2];
-  V8 place[2][kClasses][kBytes];
+  V32<kB> shift[2];
+  V8<kB> place[2][kClasses][kBytes];
 };
 
 // A group's 8 lanes of width w (its 16-byte load) as two halves of 4 u32 lanes, with the
 // tables in registers.
+template <size_t kB>
 struct Unpacker {
-  explicit Unpacker(unsigned w) : mask(hn::Set(D32(), (1u << w) - 1u)) {
+  explicit Unpacker(unsigned w) : mask(hn::Set(D32<kB>(), (1u << w) - 1u)) {
     UnpackTables t;
     unpack_tables(w, t);
     for (unsigned h = 0; h < 2; ++h) {
-      index[h] = hn::Load(D8(), t.index[h]);
-      shift[h] = hn::Load(D32(), t.shift[h]);
+      index[h] = hn::LoadDup128(D8<kB>(), t.index[h]);
+      shift[h] = hn::LoadDup128(D32<kB>(), t.shift[h]);
     }
   }
   // lanes 4h..4h+3: their bytes gathered into u32 lanes, shifted down, masked
-  HWY_INLINE V32 half(V8 group, unsigned h) const {
-    return hn::And(hn::Shr(hn::BitCast(D32(), hn::TableLookupBytesOr0(group, index[h])), shift[h]),
-                   mask);
+  HWY_INLINE V32<kB> half(V8<kB> group, unsigned h) const {
+    return hn::And(
+        hn::Shr(hn::BitCast(D32<kB>(), hn::TableLookupBytesOr0(group, index[h])), shift[h]), mask);
   }
-  V8 index[2];
-  V32 shift[2];
-  V32 mask;
+  V8<kB> index[2];
+  V32<kB> shift[2];
+  V32<kB> mask;
 };
 
 // f(Packer<...>) for the packer of tables `t` (widths 2 and 3: lanes of at most 2 bytes).
-template <class F>
+template <size_t kB, class F>
 size_t with_packer(const PackTables& t, F&& f) {
   switch (t.classes) {
     case 4:
-      return f(Packer<4, 1>(t));  // width 2: a lane never crosses a byte
+      return f(Packer<4, 1, kB>(t));  // width 2: a lane never crosses a byte
     case 3:
-      return f(Packer<3, 2>(t));
+      return f(Packer<3, 2, kB>(t));
     case 2:
-      return t.lane_bytes <= 2 ? f(Packer<2, 2>(t)) : f(Packer<2, 3>(t));
+      return t.lane_bytes <= 2 ? f(Packer<2, 2, kB>(t)) : f(Packer<2, 3, kB>(t));
     default:
-      return t.lane_bytes <= 2 ? f(Packer<1, 2>(t)) : f(Packer<1, 3>(t));
+      return t.lane_bytes <= 2 ? f(Packer<1, 2, kB>(t)) : f(Packer<1, 3, kB>(t));
   }
 }
 
-size_t AddLaneGroups(const LaneAdd& a, size_t groups, uint32_t* worst_a, uint32_t* worst_b) {
+// The groups from g on, kB at a time while every 16-byte load and store stays inside its stream;
+// returns the next group. The lanes' maxima go into *worst_a and *worst_b.
+template <size_t kB>
+size_t AddGroups(const LaneAdd& a, size_t g, size_t groups, uint32_t* worst_a, uint32_t* worst_b) {
   PackTables tp;
   pack_tables(a.out_width, tp);
-  return with_packer(tp, [&](const auto& packer) {
-    const D8 d8;
-    const D32 d32;
-    const Unpacker ua(a.a_width);
-    const Unpacker ub(a.b_width);
-    const V32 shift = hn::Set(d32, a.shift);
-    V32 wa = hn::Zero(d32);
-    V32 wb = hn::Zero(d32);
+  return with_packer<kB>(tp, [&](const auto& packer) {
+    const D32<kB> d32;
+    const Unpacker<kB> ua(a.a_width);
+    const Unpacker<kB> ub(a.b_width);
+    const V32<kB> shift = hn::Set(d32, a.shift);
+    V32<kB> wa = hn::Zero(d32);
+    V32<kB> wb = hn::Zero(d32);
     const unsigned wj = a.out_width;
-    // every 16-byte load and store inside its stream
-    size_t g = 0;
-    for (; g < groups && g * a.a_width + 16 <= a.a_bytes && g * a.b_width + 16 <= a.b_bytes &&
-           g * wj + 16 <= a.out_bytes;
-         ++g) {
-      const V8 ga = hn::LoadU(d8, a.a + g * a.a_width);
-      const V8 gb = hn::LoadU(d8, a.b + g * a.b_width);
-      V32 sum[2];
+    for (; g + kB <= groups && (g + kB - 1) * a.a_width + 16 <= a.a_bytes &&
+           (g + kB - 1) * a.b_width + 16 <= a.b_bytes && (g + kB - 1) * wj + 16 <= a.out_bytes;
+         g += kB) {
+      const V8<kB> ga = load_groups<kB>(a.a + g * a.a_width, a.a_width);
+      const V8<kB> gb = load_groups<kB>(a.b + g * a.b_width, a.b_width);
+      V32<kB> sum[2];
       for (unsigned h = 0; h < 2; ++h) {
-        const V32 va = ua.half(ga, h);
-        const V32 vb = ub.half(gb, h);
+        const V32<kB> va = ua.half(ga, h);
+        const V32<kB> vb = ub.half(gb, h);
         wa = hn::Max(wa, va);
         wb = hn::Max(wb, vb);
         // in range once both checks pass (the caller rejects the payloads otherwise)
         sum[h] = hn::Sub(hn::Add(va, vb), shift);
       }
-      // the bytes past the group: the next group's, written later
-      hn::StoreU(packer.group(sum), d8, a.out + g * wj);
+      // the bytes past each group: the next group's, written later
+      store_groups<kB>(packer.group(sum), a.out + g * wj, wj);
     }
-    *worst_a = hn::GetLane(hn::MaxOfLanes(d32, wa));
-    *worst_b = hn::GetLane(hn::MaxOfLanes(d32, wb));
+    *worst_a = HWY_MAX(*worst_a, hn::GetLane(hn::MaxOfLanes(d32, wa)));
+    *worst_b = HWY_MAX(*worst_b, hn::GetLane(hn::MaxOfLanes(d32, wb)));
     return g;
   });
 }
+size_t AddLaneGroups(const LaneAdd& a, size_t groups, uint32_t* worst_a, uint32_t* worst_b) {
+  const size_t g = AddGroups<kWide>(a, 0, groups, worst_a, worst_b);
+  if constexpr (kWide == 1) return g;
+  return AddGroups<1>(a, g, groups, worst_a, worst_b);
+}
 
-size_t PackLaneGroups(const uint32_t* v, size_t groups, unsigned w, uint8_t* out,
-                      size_t out_bytes) {
+template <size_t kB>
+size_t PackGroups(const uint32_t* v, size_t g, size_t groups, unsigned w, uint8_t* out,
+                  size_t out_bytes) {
   PackTables tp;
   pack_tables(w, tp);
-  return with_packer(tp, [&](const auto& packer) {
-    size_t g = 0;
-    for (; g < groups && g * w + 16 <= out_bytes; ++g) {
-      const V32 half[2] = {hn::LoadU(D32(), v + 8 * g), hn::LoadU(D32(), v + 8 * g + 4)};
-      hn::StoreU(packer.group(half), D8(), out + g * w);
+  return with_packer<kB>(tp, [&](const auto& packer) {
+    for (; g + kB <= groups && (g + kB - 1) * w + 16 <= out_bytes; g += kB) {
+      const V32<kB> half[2] = {load_halves<kB>(v + 8 * g), load_halves<kB>(v + 8 * g + 4)};
+      store_groups<kB>(packer.group(half), out + g * w, w);
     }
     return g;
   });
 }
+size_t PackLaneGroups(const uint32_t* v, size_t groups, unsigned w, uint8_t* out,
+                      size_t out_bytes) {
+  const size_t g = PackGroups<kWide>(v, 0, groups, w, out, out_bytes);
+  if constexpr (kWide == 1) return g;
+  return PackGroups<1>(v, g, groups, w, out, out_bytes);
+}
 
-template <bool kAccumulate>
-size_t DecodeGroups(const LaneDecode& d, size_t groups, uint32_t* worst) {
-  const D8 d8;
-  const D32 d32;
-  const hn::FixedTag<float, 4> df;
-  const hn::FixedTag<int32_t, 4> di;
-  const Unpacker unpack(d.width);
+template <size_t kB, bool kAccumulate>
+size_t DecodeGroups(const LaneDecode& d, size_t g, size_t groups, uint32_t* worst) {
+  const D32<kB> d32;
+  const hn::FixedTag<float, 4 * kB> df;
+  const hn::FixedTag<int32_t, 4 * kB> di;
+  const Unpacker<kB> unpack(d.width);
   const auto bias = hn::Set(di, d.bias);
   const auto step = hn::Set(df, d.step);
-  V32 w = hn::Zero(d32);
+  V32<kB> w = hn::Zero(d32);
   const unsigned bytes = d.width;  // a group of 8 lanes is `width` bytes
-  size_t g = 0;
-  for (; g < groups && g * bytes + 16 <= d.in_bytes; ++g) {
-    const V8 group = hn::LoadU(d8, d.in + g * bytes);
+  for (; g + kB <= groups && (g + kB - 1) * bytes + 16 <= d.in_bytes; g += kB) {
+    const V8<kB> group = load_groups<kB>(d.in + g * bytes, bytes);
+    hn::Vec<decltype(df)> v[2];
     for (unsigned h = 0; h < 2; ++h) {
-      const V32 lane = unpack.half(group, h);
+      const V32<kB> lane = unpack.half(group, h);
       w = hn::Max(w, lane);
-      auto v = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::BitCast(di, lane), bias)), step);
-      float* o = d.out + 8 * g + 4 * h;
-      if constexpr (kAccumulate) v = hn::Add(hn::LoadU(df, o), v);
-      hn::StoreU(v, df, o);
+      v[h] = hn::Mul(hn::ConvertTo(df, hn::Sub(hn::BitCast(di, lane), bias)), step);
+    }
+    // block k of v[h] holds lanes 4h..4h+3 of group g + k: each group's 8 values in order
+    hn::Vec<decltype(df)> out[2];
+    if constexpr (kB == 1) {
+      out[0] = v[0];
+      out[1] = v[1];
+    } else {
+      out[0] = hn::ConcatLowerLower(df, v[1], v[0]);
+      out[1] = hn::ConcatUpperUpper(df, v[1], v[0]);
+    }
+    for (unsigned k = 0; k < 2; ++k) {
+      float* o = d.out + 8 * g + 4 * kB * k;
+      if constexpr (kAccumulate) out[k] = hn::Add(hn::LoadU(df, o), out[k]);
+      hn::StoreU(out[k], df, o);
     }
   }
-  *worst = hn::GetLane(hn::MaxOfLanes(d32, w));
+  *worst = HWY_MAX(*worst, hn::GetLane(hn::MaxOfLanes(d32, w)));
   return g;
 }
+template <bool kAccumulate>
+size_t DecodeAll(const LaneDecode& d, size_t groups, uint32_t* worst) {
+  const size_t g = DecodeGroups<kWide, kAccumulate>(d, 0, groups, worst);
+  if constexpr (kWide == 1) return g;
+  return DecodeGroups<1, kAccumulate>(d, g, groups, worst);
+}
 size_t DecodeLaneGroups(const LaneDecode& d, size_t groups, uint32_t* worst) {
-  return d.accumulate ? DecodeGroups<true>(d, groups, worst)
-                      : DecodeGroups<false>(d, groups, worst);
+  return d.accumulate ? DecodeAll<true>(d, groups, worst) : DecodeAll<false>(d, groups, worst);
 }
 #endif  // HWY_TARGET == HWY_SCALAR
 
