@@ -56,6 +56,11 @@ bool waits_patiently() noexcept;
 /// socket's buffer, so the link stays busy).
 int wait_request(MPI_Request* req, MPI_Status* status);
 
+/// MPI_Allreduce in place, or where waits_patiently(), MPI_Iallreduce waited by wait_request():
+/// the small agreements inside a pipelined call (scales, the cross-node call's set-up rounds)
+/// then do not busy-poll either.
+int allreduce_in_place(void* buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm);
+
 /// waits_patiently() on this thread while the object lives (the previous value afterwards).
 class PatientWaits {
  public:

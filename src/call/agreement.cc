@@ -8,6 +8,7 @@
 
 #include "half_call.hpp"
 #include "mpi_check.hpp"
+#include "progress.hpp"
 
 namespace ccoll::call {
 namespace {
@@ -85,7 +86,7 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   put_pair(v, kStream, m.stream ? 1 : 0);
   v[kAsyncError] = m.async_error ? 1 : 0;
   put_pair(v, kKey, static_cast<double>(m.key & kLow53));
-  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, v, kSlots, MPI_DOUBLE, MPI_MAX, comm));
+  CCOLL_MPI_CHECK(detail::allreduce_in_place(v, kSlots, MPI_DOUBLE, MPI_MAX, comm));
 
   if (v[kErrArg] != kArgNone) {
     if (!bad.ok()) throw Error(bad.code, std::string(fn) + ": " + bad.message);
@@ -158,14 +159,14 @@ void MpiExchange::sum(double* values, std::size_t n) {
 
 void MpiExchange::max(double* values, std::size_t n) {
   CCOLL_MPI_CHECK(
-      MPI_Allreduce(MPI_IN_PLACE, values, static_cast<int>(n), MPI_DOUBLE, MPI_MAX, comm_));
+      detail::allreduce_in_place(values, static_cast<int>(n), MPI_DOUBLE, MPI_MAX, comm_));
 }
 
 void MpiExchange::bitwise_and(std::uint8_t* bytes, std::size_t n) {
   for (std::size_t done = 0; done < n; done += std::size_t{1} << 30) {
     const std::size_t k = std::min(n - done, std::size_t{1} << 30);
-    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, bytes + done, static_cast<int>(k),
-                                  MPI_UNSIGNED_CHAR, MPI_BAND, comm_));
+    CCOLL_MPI_CHECK(detail::allreduce_in_place(bytes + done, static_cast<int>(k), MPI_UNSIGNED_CHAR,
+                                               MPI_BAND, comm_));
   }
 }
 
