@@ -48,9 +48,13 @@ int wait_request(MPI_Request* req, MPI_Status* status) {
 int allreduce_in_place(void* buf, int count, MPI_Datatype type, MPI_Op op, MPI_Comm comm) {
   if (!waits_patiently()) return MPI_Allreduce(MPI_IN_PLACE, buf, count, type, op, comm);
   MPI_Request req = MPI_REQUEST_NULL;
-  const int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, op, comm, &req);
-  if (rc != MPI_SUCCESS) return rc;
-  return wait_request(&req, MPI_STATUS_IGNORE);
+  int rc = MPI_Iallreduce(MPI_IN_PLACE, buf, count, type, op, comm, &req);
+  for (int flag = 0; rc == MPI_SUCCESS;) {
+    rc = MPI_Test(&req, &flag, MPI_STATUS_IGNORE);
+    if (flag) break;
+    std::this_thread::yield();
+  }
+  return rc;
 }
 
 void RequestState::complete(std::exception_ptr error) noexcept {
