@@ -276,10 +276,11 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
               maxnorm_packed_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_, 8,
                                  reinterpret_cast<std::uint8_t*>(dst + i));
               i += 4 * quads;
-            } else if ((wb == 2 || wb == 4) && w.aligned() != nullptr) {
-              // 2 and 4 bits: a quad's codes are whole bytes, packed in the same pass (the
-              // stream stays byte aligned: every run but a block's last is whole quads)
-              const std::size_t quads = avail / 4;
+            } else if ((wb == 2 || wb == 4 || (wb == 3 && avail >= 8)) && w.aligned() != nullptr) {
+              // 2, 3 and 4 bits: codes packed in the same pass, in whole bytes (a quad at 2
+              // and 4 bits, a pair of quads at 3); the stream stays byte aligned while runs
+              // are whole quads (pairs), as all but a block's last are
+              const std::size_t quads = wb == 3 ? avail / 8 * 2 : avail / 4;
               maxnorm_packed_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_, wb,
                                  reinterpret_cast<std::uint8_t*>(w.aligned()));
               w.skip(quads * wb / 2);

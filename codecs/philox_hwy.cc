@@ -7,6 +7,7 @@
 // end. Output: the same floats as philox_block() and uniform01(), element by element (tested).
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "philox_hwy.cc"  // this file, once per target
@@ -25,16 +26,27 @@ inline void uniform_quad(uint64_t seed, uint32_t call, uint32_t stream, uint64_t
   const Philox4x32 r = philox_block(seed, call, stream, quad);
   for (int k = 0; k < 4; ++k) out[k] = uniform01(r.v[k]);
 }
-// One quad's codes packed in `width` (2, 4 or 8) bits each: value k at bit width·k of the
-// quad's width/2 bytes, little-endian (the wire's lanes, codecs/bitpack.hpp).
-inline void packed_quad(uint64_t seed, uint32_t call, uint32_t stream, uint64_t quad,
-                        const float* x, float inv, uint32_t s, unsigned width, uint8_t* out) {
-  const Philox4x32 r = philox_block(seed, call, stream, quad);
-  uint32_t packed = 0;
-  for (unsigned k = 0; k < 4; ++k) {
-    packed |= stochastic_code(x[k], inv, uniform01(r.v[k]), s) << (width * k);
+// The codes of quads [q, quads) packed in `width` bits each (code k of quad j at bit
+// 4·width·j + width·k from out, little-endian: the wire's lanes, codecs/bitpack.hpp), written
+// byte by byte from the byte that quad q starts at (4·width·q and 4·width·quads are multiples
+// of 8: the callers see to it).
+inline void packed_quads(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
+                         const float* x, size_t q, size_t quads, float inv, uint32_t s,
+                         unsigned width, uint8_t* out) {
+  uint8_t* o = out + q * width / 2;
+  uint64_t acc = 0;
+  unsigned fill = 0;
+  for (; q < quads; ++q) {
+    const Philox4x32 r = philox_block(seed, call, stream, first_quad + q);
+    for (unsigned k = 0; k < 4; ++k) {
+      acc |= static_cast<uint64_t>(stochastic_code(x[4 * q + k], inv, uniform01(r.v[k]), s))
+             << (fill + width * k);
+    }
+    for (fill += 4 * width; fill >= 8; fill -= 8) {
+      *o++ = static_cast<uint8_t>(acc);
+      acc >>= 8;
+    }
   }
-  for (unsigned b = 0; b < width / 2; ++b) out[b] = static_cast<uint8_t>(packed >> (8 * b));
 }
 
 inline void lane_quad(uint64_t seed, uint32_t call, uint32_t stream, uint64_t quad, const float* x,
@@ -55,9 +67,7 @@ void PhiloxQuads(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_q
 void MaxNormPacked(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
                    const float* x, size_t quads, float inv, uint32_t s, unsigned width,
                    uint8_t* out) {
-  for (size_t q = 0; q < quads; ++q) {
-    packed_quad(seed, call, stream, first_quad + q, x + 4 * q, inv, s, width, out + q * width / 2);
-  }
+  packed_quads(seed, call, stream, first_quad, x, 0, quads, inv, s, width, out);
 }
 void MaxNormLanes(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
                   const float* x, size_t quads, float inv, uint32_t s, uint32_t* out) {
@@ -196,14 +206,20 @@ void MaxNormPacked(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first
           const hn::Rebind<uint16_t, decltype(d)> d16;
           hn::StoreU(hn::DemoteTo(d16, hn::BitCast(di, packed)), d16,
                      reinterpret_cast<uint16_t*>(out + 2 * at));
-        } else {  // width 2: one byte per quad
+        } else if (width == 2) {  // one byte per quad
           const hn::Rebind<uint8_t, decltype(d)> d8;
           hn::StoreU(hn::DemoteTo(d8, hn::BitCast(di, packed)), d8, out + at);
+        } else {  // width 3: 12 bits per quad, each pair of quads (one u64 lane) 3 bytes
+          const hn::Repartition<uint64_t, decltype(d)> d64;
+          const auto two = hn::BitCast(d64, packed);
+          const auto bits24 = hn::Or(hn::And(two, hn::Set(d64, 0xFFFu)), hn::ShiftRight<20>(two));
+          alignas(HWY_MAX_BYTES) uint64_t pair[HWY_MAX_BYTES / 8];
+          hn::Store(bits24, d64, pair);
+          uint8_t* o = out + at / 2 * 3;  // `at` is a multiple of the lanes: even
+          for (size_t i = 0; i < hn::Lanes(d64); ++i, o += 3) std::memcpy(o, &pair[i], 3);
         }
       });
-  for (; q < quads; ++q) {
-    packed_quad(seed, call, stream, first_quad + q, x + 4 * q, inv, s, width, out + q * width / 2);
-  }
+  packed_quads(seed, call, stream, first_quad, x, q, quads, inv, s, width, out);
 }
 
 // The codes as u32 lanes, element by element (any s < 2^23: sums of several inputs).

@@ -32,9 +32,9 @@ void philox_quads_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stre
                       std::uint64_t first_quad, std::size_t quads, float* out);
 /// philox_hwy.cc: maxnorm's codes for the whole quads [first_quad, first_quad + quads), code k =
 /// stochastic_code(x[k], inv, uniform of element 4·first_quad + k, s), packed as `width`-bit
-/// lanes (width 2, 4 or 8, codes below 2^width): the quads·width/2 bytes BitWriter::put() of the
-/// codes writes from a byte boundary. Philox, the rounding and the packing fused in one pass
-/// (bit-identical to the scalar path).
+/// lanes (width 2, 3, 4 or 8, codes below 2^width; at width 3 an even number of quads): the
+/// 4·width·quads / 8 bytes BitWriter::put() of the codes writes from a byte boundary. Philox,
+/// the rounding and the packing fused in one pass (bit-identical to the scalar path).
 void maxnorm_packed_hwy(std::uint64_t seed, std::uint32_t call, std::uint32_t stream,
                         std::uint64_t first_quad, const float* x, std::size_t quads, float inv,
                         std::uint32_t s, unsigned width, std::uint8_t* out);
