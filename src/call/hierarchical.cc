@@ -556,8 +556,8 @@ class AllreduceLevels {
         mine_blocks = all.size() - before;
       }
     }
-    CCOLL_MPI_CHECK(detail::allreduce_in_place(all.data(), static_cast<int>(all.size()),
-                                               MPI_DOUBLE, MPI_MAX, topo_.node));
+    CCOLL_MPI_CHECK(detail::allreduce_in_place(all.data(), static_cast<int>(all.size()), MPI_DOUBLE,
+                                               MPI_MAX, topo_.node));
     const auto first = all.begin() + static_cast<std::ptrdiff_t>(mine_at);
     seg_[k].node.maxima.assign(first, first + static_cast<std::ptrdiff_t>(mine_blocks));
   }
