@@ -187,9 +187,9 @@ size_t CodeVectors(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first
   return q;
 }
 
-// The codes packed in `width` (2, 4 or 8) bits, 4·N elements per iteration: the 4 codes of quad
-// q merged into u32 lane q (code k at bit width·k), which is their little-endian wire order,
-// then narrowed to the quad's width/2 bytes.
+// The codes packed in `width` (2, 3, 4 or 8) bits, 4·N elements per iteration: the 4 codes of
+// quad q merged into u32 lane q (code k at bit width·k), which is their little-endian wire
+// order, then narrowed to the quad's width/2 bytes (at width 3: each pair of quads to 3 bytes).
 void MaxNormPacked(uint64_t seed, uint32_t call, uint32_t stream, uint64_t first_quad,
                    const float* x, size_t quads, float inv, uint32_t s, unsigned width,
                    uint8_t* out) {
