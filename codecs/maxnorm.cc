@@ -117,14 +117,11 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   // A sum of j contributions decodes to at most j·M (M: the float scale, rounded up): input
   // whose sum over `ranks` could leave the float range goes to MPI, so that every payload a
   // correct encoder writes passes parse()'s scale check (whose margin is smaller).
-  // Largest |x| whose `ranks`-fold sum, and its decode, stay inside the float range.
-  static double fallback_limit(int ranks) { return maxnorm_fallback_limit(ranks); }
   bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
-    if (in_ != InputType::kNative) {
-      const auto* h = static_cast<const std::uint16_t*>(data);
-      return !(abs_max_16(h, count, in_ == InputType::kBFloat16, false) <= fallback_limit(ranks));
-    }
-    return any_beyond<T>(data, count, fallback_limit(ranks));
+    const double limit = maxnorm_fallback_limit(ranks);
+    if (in_ == InputType::kNative) return any_beyond<T>(data, count, limit);
+    const auto* h = static_cast<const std::uint16_t*>(data);
+    return !(abs_max_16(h, count, in_ == InputType::kBFloat16, false) <= limit);
   }
 
   unsigned bits_used() const override { return fine_bits_ != 0 ? 0 : bits_; }
@@ -266,32 +263,26 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
         }
 #if CCOLL_HAVE_HWY
         if constexpr (std::is_same_v<T, float>) {
-          // whole quads of the Philox stream: one fused pass (Philox + rounding + byte codes)
+          // whole quads of the Philox stream: one fused pass (Philox, rounding, packing)
           if (!nearest_ && fine_bits_ == 0 && (e & 3) == 0 && avail >= 4) {
-            const std::uint32_t call = static_cast<std::uint32_t>(ctx.call);
-            const std::uint32_t stream = static_cast<std::uint32_t>(ctx.stream);
+            const auto call = static_cast<std::uint32_t>(ctx.call);
+            const auto stream = static_cast<std::uint32_t>(ctx.stream);
             const unsigned wb = width(1);
-            if (bytes) {  // bits=8: the byte codes are the wire lanes
-              const std::size_t quads = avail / 4;
-              maxnorm_packed_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_, 8,
-                                 reinterpret_cast<std::uint8_t*>(dst + i));
-              i += 4 * quads;
-            } else if ((wb == 2 || wb == 4 || (wb == 3 && avail >= 8)) && w.aligned() != nullptr) {
-              // 2, 3 and 4 bits: codes packed in the same pass, in whole bytes (a quad at 2
-              // and 4 bits, a pair of quads at 3); the stream stays byte aligned while runs
-              // are whole quads (pairs), as all but a block's last are
-              const std::size_t quads = wb == 3 ? avail / 8 * 2 : avail / 4;
+            // whole bytes (8, 4, 2 bits: a quad's codes; 3 bits: a pair of quads') go straight
+            // into the payload: its lanes at 8 bits, else the bit stream while byte aligned
+            std::byte* at = bytes ? dst + i : w.aligned();
+            std::size_t quads = std::min(kUniformBatch, avail) / 4;
+            if (at != nullptr && (wb == 8 || wb == 4 || wb == 2 || (wb == 3 && avail >= 8))) {
+              quads = wb == 3 ? avail / 8 * 2 : avail / 4;
               maxnorm_packed_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_, wb,
-                                 reinterpret_cast<std::uint8_t*>(w.aligned()));
-              w.skip(quads * wb / 2);
-              i += 4 * quads;
+                                 reinterpret_cast<std::uint8_t*>(at));
+              if (!bytes) w.skip(quads * wb / 2);
             } else {  // other widths: byte codes packed 8 at a time
-              const std::size_t quads = std::min(kUniformBatch, avail) / 4;
               maxnorm_packed_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_, 8,
                                  codes_.data());
               w.put_bytes(codes_.data(), 4 * quads);
-              i += 4 * quads;
             }
+            i += 4 * quads;
             continue;
           }
         }
@@ -578,7 +569,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   template <class BlockMax>
   void scan_blocks(std::size_t count, int ranks, double* scales, bool& fallback,
                    BlockMax&& block_max) const {
-    const double limit = fallback_limit(ranks);
+    const double limit = maxnorm_fallback_limit(ranks);
     fallback = false;
     for (std::size_t b = 0; b * block_ < count; ++b) {
       const std::size_t at = b * block_;
