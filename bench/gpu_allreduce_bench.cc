@@ -9,10 +9,14 @@
 // Ranks on one node share its GPUs round-robin (local rank mod device count). Sizes are fp32
 // bytes per rank; every call's time runs until its stream is done (cudaStreamSynchronize).
 // ccoll's rows run on fp32 buffers and, for each codec, on bf16 buffers of the same values
-// ("bf16 in"); --stream-ordered adds each codec's fp32 row with Options::stream_ordered. The
-// error column is max |result - exact sum| / max |exact sum| over the tensor (the exact sum in
-// double on the host). Prints a Markdown table with the transport each call took; exits 0
-// with a note (and no table) where no CUDA device is usable.
+// ("bf16 in"); --stream-ordered adds each codec's fp32 and bf16 rows again with
+// Options::stream_ordered. The wire column is the bytes one rank sends per call (ccoll: Stats::
+// wire_bytes_sent, the largest over the ranks; the NCCL and copy+MPI rows: what a ring sends,
+// 2(P-1)/P of the input). The error column is max |result - exact sum| / max |exact sum| over
+// the tensor (the exact sum in double on the host). Prints a Markdown table with the transport
+// each call took. Where no CUDA device is usable it prints a note (and no table) and exits 0,
+// or 1 when CCOLL_REQUIRE_GPU=1 (as bench/gpu/run_gpu.sh sets it: there, measuring nothing is
+// a failure).
 #include <cuda_runtime.h>
 #include <mpi.h>
 
@@ -140,8 +144,9 @@ int main(int argc, char** argv) {
   MPI_Allreduce(&have, &all_have, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
   if (all_have == 0) {
     if (rank_ == 0) std::printf("ccoll_gpu_allreduce: no usable CUDA device; nothing measured\n");
+    const char* required = std::getenv("CCOLL_REQUIRE_GPU");
     MPI_Finalize();
-    return 0;
+    return required != nullptr && std::string(required) == "1" ? 1 : 0;
   }
   MPI_Comm node;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
@@ -168,8 +173,8 @@ int main(int argc, char** argv) {
         "its stream is done\n\n",
         p, ndev, prop.name, iters);
     std::printf(
-        "| size | method | transport | ms | speedup vs copy+MPI | speedup vs NCCL fp32 | "
-        "speedup vs NCCL bf16 | error |\n|---|---|---|---|---|---|---|---|\n");
+        "| size | method | transport | ms | wire MB/rank | speedup vs copy+MPI | speedup vs NCCL "
+        "fp32 | speedup vs NCCL bf16 | error |\n|---|---|---|---|---|---|---|---|---|\n");
   }
   for (const std::size_t bytes : sizes) {
     const std::size_t n = bytes / 4;
@@ -227,11 +232,13 @@ int main(int argc, char** argv) {
     });
     double nccl32 = 0;
     double nccl16 = 0;
+    // what a ring sends per rank: 2(P-1)/P of the input
+    const double ring_bytes = 2.0 * (p - 1) / p * static_cast<double>(bytes);
     const auto row = [&](const std::string& method, const std::string& transport, double t,
-                         double err) {
+                         double wire, double err) {
       if (rank_ != 0) return;
-      std::printf("| %zu MiB | %s | %s | %.3f | %.2f | ", bytes >> 20, method.c_str(),
-                  transport.c_str(), t * 1e3, base / t);
+      std::printf("| %zu MiB | %s | %s | %.3f | %.3f | %.2f | ", bytes >> 20, method.c_str(),
+                  transport.c_str(), t * 1e3, wire * 1e-6, base / t);
       if (nccl32 > 0) {
         std::printf("%.2f | %.2f | ", nccl32 / t, nccl16 / t);
       } else {
@@ -239,7 +246,7 @@ int main(int argc, char** argv) {
       }
       std::printf("%.2e |\n", err);
     };
-    row("cudaMemcpy + MPI_Allreduce", "host", base, error_of(false));
+    row("cudaMemcpy + MPI_Allreduce", "host", base, ring_bytes, error_of(false));
 #if CCOLL_ENABLE_NCCL
     nccl32 = time_calls(iters, [&] {
       if (ncclAllReduce(d_in, d_out, n, ncclFloat32, ncclSum, nccl, g_stream) != ncclSuccess) {
@@ -253,17 +260,19 @@ int main(int argc, char** argv) {
       }
     });
     const double e16 = error_of(true);
-    row("ncclAllReduce fp32", "nccl", nccl32, e32);
-    row("ncclAllReduce bf16", "nccl", nccl16, e16);
+    row("ncclAllReduce fp32", "nccl", nccl32, ring_bytes, e32);
+    row("ncclAllReduce bf16", "nccl", nccl16, ring_bytes / 2, e16);
 #endif
     for (const std::string& codec : codecs) {
-      for (int variant = 0; variant < 3; ++variant) {  // fp32, fp32 stream-ordered, bf16 in
-        if (variant == 1 && !stream_ordered) continue;
-        const bool bf16 = variant == 2;
+      // fp32, fp32 stream-ordered, bf16 in, bf16 in stream-ordered
+      for (int variant = 0; variant < 4; ++variant) {
+        const bool so = variant == 1 || variant == 3;
+        if (so && !stream_ordered) continue;
+        const bool bf16 = variant >= 2;
         ccoll::Options opt;
         opt.codec = codec;
         opt.cuda_stream = g_stream;
-        opt.stream_ordered = variant == 1;
+        opt.stream_ordered = so;
         ccoll::Stats stats;
         opt.stats = &stats;
         const double t = time_calls(iters, [&] {
@@ -276,10 +285,15 @@ int main(int argc, char** argv) {
         });
         const std::string method = codec + (variant == 1   ? " (stream-ordered)"
                                             : variant == 2 ? " (bf16 in)"
+                                            : variant == 3 ? " (bf16 in, stream-ordered)"
                                                            : "");
         const std::string how =
-            stats.transport + (variant == 1 && !stats.stream_ordered ? ", not stream-ordered" : "");
-        row(method, how, t, error_of(bf16));
+            stats.transport + (so && !stats.stream_ordered ? ", not stream-ordered" : "");
+        // the largest over the ranks (the ring's ranks send alike; a tree's do not)
+        auto sent = static_cast<unsigned long long>(stats.wire_bytes_sent);
+        unsigned long long most = 0;
+        MPI_Allreduce(&sent, &most, 1, MPI_UNSIGNED_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
+        row(method, how, t, static_cast<double>(most), error_of(bf16));
       }
     }
     cudaFree(d_in);

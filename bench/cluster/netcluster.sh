@@ -34,7 +34,8 @@
 #     CCOLL_MPIEXEC   e.g. `$CCOLL_MPIEXEC -n 8 ./build/bench/ccoll_osu_allreduce -m 64M:64M`;
 #                     ranks are spread round-robin over the hosts (--map-by node), or with
 #                     -p packed RANKS to a host
-#     CCOLL_CLUSTER_HOSTS, CCOLL_CLUSTER_RATE, CCOLL_CLUSTER_IFACE (eth0: the hosts' link)
+#     CCOLL_CLUSTER_HOSTS, CCOLL_CLUSTER_RATE, CCOLL_CLUSTER_IFACE (eth0: the hosts' link),
+#     CCOLL_CLUSTER_HEAD (the address of ccoll-h0, where rank 0 runs: a rendezvous address)
 #
 # Example:
 #   sudo bench/cluster/netcluster.sh -n 4 -r 1gbit -- \
@@ -179,6 +180,7 @@ export CCOLL_MPIEXEC="mpiexec --allow-run-as-root --oversubscribe --host $host_l
 --mca btl_tcp_if_include $SUBNET.0/24 --mca oob_tcp_if_include $SUBNET.0/24 \
 --mca rtc_hwloc_vmhole none --mca mpi_yield_when_idle 1"
 export CCOLL_CLUSTER_HOSTS=$HOSTS CCOLL_CLUSTER_RATE=$RATE CCOLL_CLUSTER_IFACE=eth0 \
+  CCOLL_CLUSTER_HEAD=${hosts[0]} \
   CCOLL_CLUSTER_RANKS_PER_HOST=$RANKS_PER_HOST
 export CCOLL_CLUSTER_BIND=${BIND:-default} CCOLL_CLUSTER_SHAPE="burst ${BURST:-10ms at the rate} latency $LATENCY"
 echo "netcluster: $HOSTS hosts on $SUBNET.0/24, links $RATE (tbf $CCOLL_CLUSTER_SHAPE), binding ${BIND:-default}; running: $*" >&2

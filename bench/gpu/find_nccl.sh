@@ -1,5 +1,5 @@
 # shellcheck shell=bash
-# Sourced by the GPU scripts (run_gpu_checks.sh, run_gpu_bench.sh): find_nccl prints the folder
+# Sourced by the GPU scripts (run_gpu.sh, python_smoke.sh): find_nccl prints the folder
 # of this machine's libnccl.so.2 (the system's, or the NCCL wheel a Python package such as
 # PyTorch brings) and fails where there is none.
 find_nccl() {

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The NCCL interposer on a GPU: an unmodified PyTorch script (bench/python/nccl_unmodified.py,
-# backend nccl) on 2 ranks sharing the GPU (each its own NCCL_HOSTID: NCCL's socket transport
-# on loopback), plain and under libccoll_nccl.so; from the repository root:
+# backend nccl) on 2 ranks sharing the GPU (each its own NCCL_HOSTID, so NCCL joins them with
+# its socket transport: on the test network when CCOLL_MPIEXEC is set, else on loopback; see
+# bench/gpu/launch.sh), plain and under libccoll_nccl.so; from the repository root:
 #   bench/gpu/nccl_interposer_gpu.sh BUNDLE_DIR [STEPS]
 # BUNDLE_DIR: what bench/gpu/prepare_gpu_check.sh built (nccl/lib/libccoll_nccl.so); the
 # machine needs a Python with torch (CUDA) and the NCCL it brings. For DDP and for FSDP2
@@ -21,21 +22,28 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 port=29611
 failed=0
-# run NAME MODE [VAR=VALUE ...]: two ranks of the script, each with its own NCCL_HOSTID
+# the rendezvous: rank 0's address on the test network, or loopback
+export MASTER_ADDR=${MASTER_ADDR:-127.0.0.1}
+export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo} NCCL_IB_DISABLE=1
+export CUBLAS_WORKSPACE_CONFIG=:4096:8
+# run NAME MODE [VAR=VALUE ...]: two ranks of the script (LD_PRELOAD=LIB: the ranks' preload)
 run() {
   local name=$1 mode=$2
   shift 2
   port=$((port + 1))
-  local pids=() rc=0
-  for r in 0 1; do
-    env RANK=$r WORLD_SIZE=2 LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \
-      NCCL_HOSTID=ccoll-interposer-$r NCCL_SOCKET_IFNAME=lo NCCL_IB_DISABLE=1 \
-      CUBLAS_WORKSPACE_CONFIG=:4096:8 "$@" \
-      timeout 150 "$python" bench/python/nccl_unmodified.py --mode "$mode" --steps "$steps" \
-      --out "$work/$name.json" > "$work/$name.$r.log" 2>&1 &
-    pids+=($!)
+  local rc=0 v preload=""
+  local vars=()
+  for v in "$@"; do
+    case $v in
+      LD_PRELOAD=*) preload=${v#LD_PRELOAD=} ;;
+      *) vars+=("$v") ;;
+    esac
   done
-  for p in "${pids[@]}"; do wait "$p" || rc=$?; done
+  # (the launcher and timeout load nothing more: the preload is the ranks' alone)
+  env MASTER_PORT=$port CCOLL_RANK_LOG="$work/$name" CCOLL_RANK_PRELOAD="$preload" "${vars[@]}" \
+    timeout 150 bash -c '. bench/gpu/launch.sh; ranks 2 "$@"' launch "$python" \
+    bench/python/nccl_unmodified.py --mode "$mode" --steps "$steps" --out "$work/$name.json" \
+    || rc=$?
   if [ $rc -ne 0 ] || [ ! -f "$work/$name.json" ]; then
     echo "nccl_interposer_gpu: $name failed (exit $rc):"
     tail -n 20 "$work/$name.0.log" "$work/$name.1.log"

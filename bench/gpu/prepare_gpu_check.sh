@@ -3,7 +3,7 @@
 # folder that can travel to a GPU machine which has only the driver:
 #   bench/gpu/prepare_gpu_check.sh [BUNDLE_DIR]     (default gpu-check, in the repository root)
 # Then, on the GPU machine, from the repository root:
-#   bench/gpu/run_gpu_checks.sh OUT_DIR [BUNDLE_DIR]
+#   bench/gpu/run_gpu.sh OUT_DIR [BUNDLE_DIR]
 #
 # The bundle holds bin/ (the GPU unit tests with GoogleTest linked in, the kernel benchmark and,
 # for machines with Open MPI, the multi-rank device tests and the all-reduce benchmark), lib/
@@ -64,7 +64,7 @@ cp "$mpi_inc/mpi.h" "$mpi_inc/mpi_portable_platform.h" "$bundle/py/mpi/"
 # The NCCL transport's programs, where this machine has NCCL: a second build with NCCL on, whose
 # MPI device tests and all-reduce benchmark go to nccl/bin with their own libccoll builds in
 # nccl/lib. NCCL itself (hundreds of MB) stays behind: the GPU machine brings libnccl.so.2 (for
-# instance PyTorch's NCCL wheel), which run_gpu_checks.sh looks for there.
+# instance PyTorch's NCCL wheel), which run_gpu.sh looks for there.
 nccl=${CCOLL_GPU_NCCL:-auto}
 if [ "$nccl" = auto ]; then
   nccl=0
@@ -84,11 +84,30 @@ if [ "$nccl" = 1 ]; then
     "$bundle/nccl/lib/$(objdump -p "$build-nccl/src/libccoll.so" | awk '/SONAME/ {print $2}')"
   cp -L "$build-nccl/test/libccoll_testing.so" "$bundle/lib/libhwy.so.1" \
     "$build-nccl/src/libccoll_nccl.so" "$bundle/nccl/lib/"
+  # the NCCL build's config.hpp (CCOLL_ENABLE_NCCL 1), for the Python module built against
+  # nccl/lib's libccoll (python_smoke.sh --nccl)
+  mkdir -p "$bundle/nccl/include/ccoll"
+  cp "$build-nccl/include/ccoll/config.hpp" "$bundle/nccl/include/ccoll/"
   strip --strip-debug "$bundle"/nccl/bin/* "$bundle"/nccl/lib/*
   if ldd "$bundle"/nccl/bin/* | grep -F "not found" | grep -v libnccl; then
     echo "prepare_gpu_check: an NCCL program needs a library the bundle lacks" >&2
     exit 1
   fi
+fi
+# iproute2's ip and tc with the libraries they load (not the C library), for a GPU machine
+# without them: run_gpu.sh's test network (bench/cluster/netcluster.sh) needs both, and puts
+# net/bin on its PATH only where the machine has neither of its own
+if ip_bin=$(command -v ip) && tc_bin=$(command -v tc); then
+  mkdir -p "$bundle/net/bin" "$bundle/net/libexec" "$bundle/net/lib"
+  for tool in "$ip_bin" "$tc_bin"; do
+    name=$(basename "$tool")
+    cp -L "$tool" "$bundle/net/libexec/$name"
+    ldd "$tool" | awk '$3 ~ /^\// {print $3}' | grep -vE '/(libc|libm|libpthread|libdl|librt)\.so' |
+      while read -r lib; do cp -L "$lib" "$bundle/net/lib/"; done
+    printf '#!/bin/sh\nhere=$(dirname "$(readlink -f "$0")")/..\nLD_LIBRARY_PATH=$here/lib exec "$here/libexec/%s" "$@"\n' \
+      "$name" > "$bundle/net/bin/$name"
+    chmod +x "$bundle/net/bin/$name"
+  done
 fi
 # every binary finds its libraries in the bundle: nothing resolves into the build tree, and
 # nothing is missing on this machine

@@ -11,8 +11,9 @@ with a CUDA model: the hook with codec "none" gives plain DDP's parameters, the 
 maxnorm:bits=8,ef=1 (float32 and bfloat16 parameters) trains (the loss falls), keeps every
 rank's parameters bit-identical and compresses what it should, and a job resumed from the
 hook's state_dict() ends bit for bit as the uninterrupted one; with torch >= 2.4, FSDP2 through
-ccoll.fsdp (codec "none" as plain FSDP2, 8 bits with error feedback trains, ranks equal), where
-gloo runs plain FSDP2 on that device. Exit 0 when every check passed.
+ccoll.fsdp (codec "none" as plain FSDP2, 8 bits with error feedback trains, ranks equal; on CUDA
+FSDP2's own collectives on an NCCL group, and FSDP2 that cannot run there is a failure). Exit 0
+when every check passed.
 """
 import argparse
 import hashlib
@@ -229,19 +230,31 @@ def checkpoint(dev):
 
 def fsdp(dev):
     """FSDP2 (torch >= 2.4) with ccoll.fsdp: codec none trains as plain FSDP2 does, maxnorm
-    8-bit with error feedback trains, every rank's full parameters equal."""
+    8-bit with error feedback trains, every rank's full parameters equal. On CUDA, FSDP2's own
+    collectives (the parameters' all-gathers, plain FSDP2's reduce-scatters) run on an NCCL
+    group of the same ranks; on the CPU, over gloo. Where torch has FSDP2 and it cannot run,
+    that is a failure, not a skip."""
     try:
-        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
         from torch.distributed.fsdp import fully_shard
 
         import ccoll.fsdp as cf
     except ImportError as e:
-        say(f"not run: FSDP2 on {dev.type} (torch {torch.__version__}: {e})")
+        old = tuple(int(v) for v in torch.__version__.split("+")[0].split(".")[:2]) < (2, 4)
+        if old:
+            say(f"not run: FSDP2 on {dev.type} (torch {torch.__version__} predates it: {e})")
+        else:
+            check(False, f"FSDP2 on {dev.type}: torch {torch.__version__} should have it ({e})")
         return
+
+    if dev.type == "cuda":
+        group = dist.new_group(backend="nccl")
+        mesh = DeviceMesh.from_group(group, "cuda")
+    else:
+        mesh = init_device_mesh(dev.type, (SIZE,))
 
     def sharded():
         net = make_net(torch.float32, dev)
-        mesh = init_device_mesh(dev.type, (SIZE,))
         for m in net:
             if isinstance(m, torch.nn.Linear):
                 fully_shard(m, mesh=mesh)
@@ -255,8 +268,12 @@ def fsdp(dev):
         plain_model = sharded()
         _, plain_losses = train(plain_model, 30, torch.float32, dev)
         plain = full(plain_model)
-    except (RuntimeError, NotImplementedError) as e:  # what gloo lacks for CUDA tensors
-        say(f"not run: plain FSDP2 over gloo on {dev.type} ({str(e).splitlines()[0]})")
+    except (RuntimeError, NotImplementedError) as e:
+        what = str(e).splitlines()[0] if str(e) else type(e).__name__
+        if dev.type == "cpu":  # gloo on the CPU may lack what FSDP2 needs in an old torch
+            say(f"not run: plain FSDP2 over gloo on cpu ({what})")
+        else:
+            check(False, f"plain FSDP2 on {dev.type} over NCCL: {what}")
         return
     model = sharded()
     state = cf.register(model, codec="none")
@@ -295,6 +312,9 @@ def main():
             return 1
         torch.cuda.set_device(0)
         dev = torch.device("cuda", 0)
+        # FSDP2's NCCL group: NCCL refuses two ranks of one host on one GPU, so each rank is
+        # its own host to it and NCCL joins them with sockets
+        os.environ.setdefault("NCCL_HOSTID", f"ccoll-smoke-{RANK}")
         say(f"GPU: {torch.cuda.get_device_name(0)}")
     # one machine: torch.distributed's rendezvous and gloo's traffic over loopback
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")

@@ -4,7 +4,7 @@ backward pass hides.
 
 usage: mpiexec -n P python3 bench/python/ddp_step_bench.py [--codec SPEC ...] [--width W]
            [--batch B] [--iters N] [--warmup K] [--threads T] [--device cpu|cuda]
-           [--backend gloo|nccl] [--torch-hook fp16|bf16 ...] [--stream-ordered]
+           [--backend gloo|nccl] [--torch-hook fp16|bf16 ...] [--stream-ordered] [--markdown]
 
 --device cuda puts the model and batches on the GPU (every rank on GPU 0, or local rank mod
 the GPU count; ranks sharing a GPU get their own NCCL_HOSTID so NCCL joins them by sockets) and
@@ -23,7 +23,8 @@ random batches (the step time does not depend on the data), SGD. Per mode, on ev
            (and ccoll's progress thread) kept off the step time, clipped to [0, 1]
   loss     the training loss after the warm-up and timed steps (each mode starts from the
            same weights and trains on the same batches), so that speed is compared at equal loss
-Rank 0 prints the mean over ranks of each figure and each mode's speed-up over plain DDP.
+Rank 0 prints the mean over ranks of each figure and each mode's speed-up over plain DDP, as a
+Markdown table with --markdown (what bench/gpu/grade.py reads).
 Launch on a rate-limited network with bench/cluster/netcluster.sh (README in bench/results/ddp).
 """
 import argparse
@@ -117,6 +118,7 @@ def main():
     ap.add_argument("--backend", choices=["gloo", "nccl"])
     ap.add_argument("--torch-hook", action="append", choices=["fp16", "bf16"], default=[])
     ap.add_argument("--stream-ordered", action="store_true")
+    ap.add_argument("--markdown", action="store_true", help="print the table in Markdown")
     args = ap.parse_args()
     if "bf16" in args.torch_hook and (args.device != "cuda" or args.backend == "gloo"):
         ap.error("--torch-hook bf16: torch's bf16_compress_hook needs --device cuda and nccl")
@@ -145,8 +147,13 @@ def main():
               f"{nparams / 1e6:.1f}M parameters, {4 * nparams / 1e6:.0f} MB of gradients; batch "
               f"{args.batch}/rank, {args.iters} steps after {args.warmup}, {args.threads} torch "
               f"thread(s)/rank, torch {torch.__version__}, ccoll {ccoll.__version__}")
-        print(f"{'mode':34} {'step s':>8} {'compute s':>9} {'comm s':>8} {'hidden':>7} "
-              f"{'MB sent/step':>12} {'speed-up':>8} {'loss':>8}")
+        head = ("mode", "step s", "compute s", "comm s", "hidden", "MB sent/step", "speed-up",
+                "loss")
+        if args.markdown:
+            print("\n| " + " | ".join(head) + " |\n|" + "---|" * len(head))
+        else:
+            print(f"{head[0]:34} {head[1]:>8} {head[2]:>9} {head[3]:>8} {head[4]:>7} "
+                  f"{head[5]:>12} {head[6]:>8} {head[7]:>8}")
     base = None
     for mode in modes:
         model = DDP(make_model(args.width).to(dev))
@@ -176,8 +183,12 @@ def main():
         if rank == 0:
             mb = "-" if state is None else f"{sent / 1e6:.1f}"
             shown = "-" if hidden is None else f"{hidden:.0%}"
-            print(f"{mode:34} {step:8.3f} {compute:9.3f} {alone:8.3f} {shown:>7} {mb:>12} "
-                  f"{base / step:8.2f} {loss:8.4f}", flush=True)
+            if args.markdown:
+                print(f"| {mode} | {step:.4f} | {compute:.4f} | {alone:.4f} | {shown} | {mb} | "
+                      f"{base / step:.2f} | {loss:.4f} |", flush=True)
+            else:
+                print(f"{mode:34} {step:8.3f} {compute:9.3f} {alone:8.3f} {shown:>7} {mb:>12} "
+                      f"{base / step:8.2f} {loss:8.4f}", flush=True)
         del model, opt
     dist.destroy_process_group()
 

@@ -40,8 +40,9 @@ def main():
     rank = int(os.environ["RANK"])
     world = int(os.environ["WORLD_SIZE"])
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local % torch.cuda.device_count())
-    dev = torch.device("cuda")
+    # a device with its index: init_process_group's device_id refuses a bare "cuda"
+    dev = torch.device("cuda", local % torch.cuda.device_count())
+    torch.cuda.set_device(dev)
     dist.init_process_group("nccl", device_id=dev)
     torch.manual_seed(0)
     torch.use_deterministic_algorithms(True)

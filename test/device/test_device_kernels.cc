@@ -315,7 +315,7 @@ TEST(DeviceQueues, EventsOrderKernelsAndCopies) {
 }
 
 #if defined(CCOLL_TEST_CUDA)
-// The GPU check (bench/gpu/run_gpu_checks.sh) sets CCOLL_REQUIRE_GPU=1: there a missing CUDA
+// The GPU run (bench/gpu/run_gpu.sh) sets CCOLL_REQUIRE_GPU=1: there a missing CUDA
 // device is a failure, not a reason to skip, so that no machine without a GPU can pass it.
 TEST(CudaBackend, PresentWhereRequired) {
   const char* why = "";

@@ -1,0 +1,52 @@
+# shellcheck shell=bash
+# Sourced by the GPU scripts (run_gpu.sh, python_smoke.sh, nccl_interposer_gpu.sh): how their
+# multi-rank programs start.
+#
+# ranks N COMMAND...: COMMAND as N MPI ranks, on the test network when CCOLL_MPIEXEC is set
+# (inside bench/cluster/netcluster.sh: a rank per network namespace, joined by shaped veth
+# links), otherwise on this host with mpiexec. Every rank gets its own NCCL_HOSTID (NCCL refuses
+# two ranks of one host on one GPU; with its own host id each is a host of its own to NCCL,
+# which then joins them with its socket transport), and RANK, WORLD_SIZE and LOCAL_RANK from
+# Open MPI for programs that rendezvous through torch's env:// (with MASTER_ADDR, MASTER_PORT).
+# CCOLL_RANK_PRELOAD becomes the ranks' LD_PRELOAD (the launcher itself loads nothing more);
+# CCOLL_RANK_LOG=PREFIX sends each rank's output to PREFIX.<rank>.log. The environment the
+# ranks need is forwarded by name (mpiexec -x), since a launch on the test network starts them
+# through a remote-shell agent.
+
+ccoll_forwarded_env=(PATH LD_LIBRARY_PATH PYTHONPATH PYTHONUNBUFFERED PYTHONDONTWRITEBYTECODE
+  CCOLL_TRANSPORT CCOLL_REQUIRE_GPU CCOLL_TEST_DEVICE CCOLL_CODEC CCOLL_DEBUG CCOLL_INTERCEPT
+  CCOLL_RANK_PRELOAD CCOLL_RANK_LOG NCCL_SOCKET_IFNAME NCCL_IB_DISABLE NCCL_DEBUG
+  NCCL_DEBUG_SUBSYS MASTER_ADDR MASTER_PORT GLOO_SOCKET_IFNAME CUBLAS_WORKSPACE_CONFIG)
+
+# shellcheck disable=SC2016
+ccoll_rank_prologue='r=$OMPI_COMM_WORLD_RANK
+export NCCL_HOSTID=${NCCL_HOSTID:-ccoll-rank-$r} RANK=${RANK:-$r}
+export WORLD_SIZE=${WORLD_SIZE:-$OMPI_COMM_WORLD_SIZE} LOCAL_RANK=${LOCAL_RANK:-$OMPI_COMM_WORLD_LOCAL_RANK}
+[ -n "${CCOLL_RANK_PRELOAD:-}" ] && export LD_PRELOAD=$CCOLL_RANK_PRELOAD
+[ -n "${CCOLL_RANK_LOG:-}" ] && exec > "$CCOLL_RANK_LOG.$r.log" 2>&1
+exec "$@"'
+
+ranks() {
+  local n=$1 v
+  shift
+  local fwd=()
+  for v in "${ccoll_forwarded_env[@]}"; do
+    [ -n "${!v+x}" ] && fwd+=(-x "$v")
+  done
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+  export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+  if [ -n "${CCOLL_MPIEXEC:-}" ]; then
+    # shellcheck disable=SC2086  # CCOLL_MPIEXEC is a command line
+    $CCOLL_MPIEXEC -n "$n" "${fwd[@]}" bash -c "$ccoll_rank_prologue" rank "$@"
+  else
+    mpiexec -n "$n" "${fwd[@]}" bash -c "$ccoll_rank_prologue" rank "$@"
+  fi
+}
+
+# run as a program (bench/gpu/launch.sh N COMMAND...), for launchers that take a command, not a
+# shell function (bench/cluster/netcluster.sh)
+if [ "${BASH_SOURCE[0]}" = "$0" ]; then
+  set -uo pipefail
+  [ $# -ge 2 ] || { echo "usage: bench/gpu/launch.sh N COMMAND..." >&2; exit 2; }
+  ranks "$@"
+fi
