@@ -36,6 +36,8 @@ install_missing() {
   /usr/bin/python3 -c 'import numpy' 2>/dev/null || missing+=(python3-numpy)
   # the Python package (python/): its bindings, its tests, the DDP hook's tests and their data
   [ -f /usr/include/pybind11/pybind11.h ] || missing+=(pybind11-dev)
+  # the GPU run's Python smoke test builds the module with `python3 -m pybind11 --includes`
+  /usr/bin/python3 -c 'import pybind11' 2>/dev/null || missing+=(python3-pybind11)
   /usr/bin/python3 -c 'import pytest' 2>/dev/null || missing+=(python3-pytest)
   /usr/bin/python3 -c 'import torch' 2>/dev/null || missing+=(python3-torch)
   /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)

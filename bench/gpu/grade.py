@@ -174,7 +174,7 @@ def grade_allreduce(g, text):
         t, tn = number(row["ms"]), number(base["ms"])
         speed = tn / t if t else 0.0
         err = number(row["error"])
-        note = f"{best}: {t:.2f} ms against {tn:.2f} ms; error {row['error']}; link: {link}"
+        note = f"{best}: {t:.2f} ms against {tn:.2f} ms; error {row['error']}"
         if must_so and "not stream-ordered" in row["transport"]:
             g.target(what, f"{speed:.2f}x", f">= {bound}x", False,
                      note + "; the call did not run stream-ordered")
@@ -283,7 +283,7 @@ def grade_ddp(g, text):
     best = min(equal, key=lambda r: number(r["step s"]))
     t = number(best["step s"])
     g.target(what, f"{t:.3f} s ({best['mode']})", f"< {t_bf:.3f} s", t < t_bf,
-             f"loss {best['loss']} against {l_bf}; link: {link_of(text)}")
+             f"loss {best['loss']} against {l_bf}")
 
 
 def grade_interposer(g, text):

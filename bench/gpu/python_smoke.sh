@@ -12,6 +12,7 @@
 # build's config.hpp), which CCOLL_TRANSPORT=nccl needs: the build without NCCL raises "built
 # without NCCL" for every device call under it; this machine's libnccl.so.2 is found as
 # bench/gpu/find_nccl.sh finds it.
+# PYTHON: the Python to use (default: python3 on PATH).
 # Exit status: the smoke test's; 77 when a piece it needs is missing (it says which).
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -34,7 +35,8 @@ if [ "${1:-}" = "--script" ]; then
   script=$2
   shift 2
 fi
-py=$(command -v python3) || { echo "python_smoke: no python3"; exit 77; }
+py=${PYTHON:-$(command -v python3)} || { echo "python_smoke: no python3"; exit 77; }
+[ -x "$py" ] || { echo "python_smoke: no python3 (PYTHON=${PYTHON:-})"; exit 77; }
 cxx=$(command -v g++ || command -v c++ || command -v clang++) ||
   { echo "python_smoke: no C++ compiler"; exit 77; }
 lib=$(ls "$libdir"/libccoll.so.* 2>/dev/null | head -1)
