@@ -1,6 +1,13 @@
+#!/usr/bin/env bash
 # shellcheck shell=bash
 # Sourced by the GPU scripts (run_gpu.sh, python_smoke.sh, nccl_interposer_gpu.sh): how their
-# multi-rank programs start.
+# multi-rank programs start, and over which link.
+#
+# link_env HOSTS COMMAND...: COMMAND where NCCL's ranks meet over the run's link. With
+# CCOLL_LINK=netns, inside bench/cluster/netcluster.sh (HOSTS network namespaces joined by veth
+# links shaped to CCOLL_LINK_RATE, default 25gbit; CCOLL_MPIEXEC set), with MASTER_ADDR the first
+# host's address and NCCL's and gloo's sockets on the hosts' interface; otherwise on loopback
+# (MASTER_ADDR 127.0.0.1, NCCL_SOCKET_IFNAME=lo).
 #
 # ranks N COMMAND...: COMMAND as N MPI ranks, on the test network when CCOLL_MPIEXEC is set
 # (inside bench/cluster/netcluster.sh: a rank per network namespace, joined by shaped veth
@@ -26,6 +33,18 @@ export WORLD_SIZE=${WORLD_SIZE:-$OMPI_COMM_WORLD_SIZE} LOCAL_RANK=${LOCAL_RANK:-
 [ -n "${CCOLL_RANK_LOG:-}" ] && exec > "$CCOLL_RANK_LOG.$r.log" 2>&1
 exec "$@"'
 
+link_env() {
+  local hosts=$1
+  shift
+  if [ "${CCOLL_LINK:-loopback}" = netns ]; then
+    bench/cluster/netcluster.sh -k -n "$hosts" -r "${CCOLL_LINK_RATE:-25gbit}" -- bash -c \
+      'export MASTER_ADDR=$CCOLL_CLUSTER_HEAD NCCL_SOCKET_IFNAME=$CCOLL_CLUSTER_IFACE
+       export GLOO_SOCKET_IFNAME=$CCOLL_CLUSTER_IFACE; exec "$@"' link "$@"
+  else
+    MASTER_ADDR=127.0.0.1 NCCL_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo "$@"
+  fi
+}
+
 ranks() {
   local n=$1 v
   shift
@@ -43,10 +62,18 @@ ranks() {
   fi
 }
 
-# run as a program (bench/gpu/launch.sh N COMMAND...), for launchers that take a command, not a
-# shell function (bench/cluster/netcluster.sh)
+# run as a program, for launchers that take a command, not a shell function (from the
+# repository root): bench/gpu/launch.sh N COMMAND... (ranks), or
+# bench/gpu/launch.sh --link HOSTS COMMAND... (link_env)
 if [ "${BASH_SOURCE[0]}" = "$0" ]; then
   set -uo pipefail
-  [ $# -ge 2 ] || { echo "usage: bench/gpu/launch.sh N COMMAND..." >&2; exit 2; }
-  ranks "$@"
+  usage='usage: bench/gpu/launch.sh N COMMAND... | --link HOSTS COMMAND...'
+  if [ "${1:-}" = "--link" ]; then
+    shift
+    [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
+    link_env "$@"
+  else
+    [ $# -ge 2 ] || { echo "$usage" >&2; exit 2; }
+    ranks "$@"
+  fi
 fi

@@ -385,17 +385,9 @@ if selected link || [ "$need_link" -eq 1 ]; then
   else
     link="loopback sockets, a functional check, not a network (network namespaces could not be made here: $why)"
   fi
-  export link link_mode
-  # where NCCL's ranks meet, and over which interface
-  linked() {
-    local hosts=$1 r=${LINK_RATE:-$rate}
-    shift
-    if [ "$link_mode" = netns ]; then
-      bench/cluster/netcluster.sh -k -n "$hosts" -r "$r" -- bash -c 'export MASTER_ADDR=$CCOLL_CLUSTER_HEAD NCCL_SOCKET_IFNAME=$CCOLL_CLUSTER_IFACE GLOO_SOCKET_IFNAME=$CCOLL_CLUSTER_IFACE; exec "$@"' linked "$@"
-    else
-      MASTER_ADDR=127.0.0.1 NCCL_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo "$@"
-    fi
-  }
+  export link link_mode CCOLL_LINK=$link_mode CCOLL_LINK_RATE=$rate
+  # linked HOSTS COMMAND...: COMMAND over the link (bench/gpu/launch.sh's link_env)
+  linked() { bench/gpu/launch.sh --link "$@"; }
   export -f linked
   if selected link && [ -n "$missing_nccl" ]; then
     not_run link nccl "$missing_nccl"
@@ -454,7 +446,7 @@ allreduce_runs() {
 allreduce100_runs() {
   export LD_LIBRARY_PATH=$nccl_dir${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH} CCOLL_TRANSPORT=nccl
   echo "## 2 ranks at 100gbit"
-  LINK_RATE=100gbit linked 2 bench/gpu/launch.sh 2 "$bundle/nccl/bin/ccoll_gpu_allreduce" \
+  CCOLL_LINK_RATE=100gbit linked 2 bench/gpu/launch.sh 2 "$bundle/nccl/bin/ccoll_gpu_allreduce" \
     --sizes 64M --iters 10 --stream-ordered --codec maxnorm:bits=8
 }
 if [ -z "$missing_nccl" ]; then
