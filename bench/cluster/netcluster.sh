@@ -10,7 +10,7 @@
 #
 # Usage (as root):
 #   bench/cluster/netcluster.sh [-n HOSTS] [-p RANKS] [-r RATE] [-b BIND] [-B BURST] [-L LATENCY]
-#                               [-k] -- COMMAND [ARGS...]
+#                               [-k] [-q] -- COMMAND [ARGS...]
 #     -n HOSTS  number of hosts (namespaces), 2..64 (default 4)
 #     -p RANKS  ranks per host: consecutive ranks fill a host (--map-by ppr:RANKS:node) and
 #               talk through shared memory there, each host's with a backing directory of
@@ -30,6 +30,7 @@
 #     -L LATENCY  tbf's queue limit as a time, such as 50ms (default 50ms)
 #     -k        keep going on a stale ccoll-* namespace set from an earlier crash: remove it
 #               first (without -k the script refuses to touch namespaces it did not create)
+#     -q        quiet: no line about the network before COMMAND's output (errors still)
 #   COMMAND runs in ccoll-h0 with these in its environment:
 #     CCOLL_MPIEXEC   e.g. `$CCOLL_MPIEXEC -n 8 ./build/bench/ccoll_osu_allreduce -m 64M:64M`;
 #                     ranks are spread round-robin over the hosts (--map-by node), or with
@@ -46,6 +47,7 @@ HOSTS=4
 RANKS_PER_HOST=0
 RATE=1gbit
 CLEAN_STALE=0
+QUIET=0
 BIND=
 BURST=
 LATENCY=50ms
@@ -54,7 +56,7 @@ SUBNET=10.77.0
 usage() { sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "netcluster: $*" >&2; exit 2; }
 
-while getopts "n:p:r:b:B:L:kh" opt; do
+while getopts "n:p:r:b:B:L:kqh" opt; do
   case "$opt" in
     n) HOSTS=$OPTARG ;;
     p) RANKS_PER_HOST=$OPTARG ;;
@@ -63,6 +65,7 @@ while getopts "n:p:r:b:B:L:kh" opt; do
     B) BURST=$OPTARG ;;
     L) LATENCY=$OPTARG ;;
     k) CLEAN_STALE=1 ;;
+    q) QUIET=1 ;;
     h) usage; exit 0 ;;
     *) usage >&2; exit 2 ;;
   esac
@@ -183,7 +186,7 @@ export CCOLL_CLUSTER_HOSTS=$HOSTS CCOLL_CLUSTER_RATE=$RATE CCOLL_CLUSTER_IFACE=e
   CCOLL_CLUSTER_HEAD=${hosts[0]} \
   CCOLL_CLUSTER_RANKS_PER_HOST=$RANKS_PER_HOST
 export CCOLL_CLUSTER_BIND=${BIND:-default} CCOLL_CLUSTER_SHAPE="burst ${BURST:-10ms at the rate} latency $LATENCY"
-echo "netcluster: $HOSTS hosts on $SUBNET.0/24, links $RATE (tbf $CCOLL_CLUSTER_SHAPE), binding ${BIND:-default}; running: $*" >&2
+[ "$QUIET" -eq 1 ] || echo "netcluster: $HOSTS hosts on $SUBNET.0/24, links $RATE (tbf $CCOLL_CLUSTER_SHAPE), binding ${BIND:-default}; running: $*" >&2
 export OMPI_MCA_orte_tmpdir_base="$WORK/launcher" OMPI_MCA_btl_vader_backing_directory="$WORK/launcher" \
   PMIX_MCA_gds=hash OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
   CCOLL_NETCLUSTER_HOST="$PREFIX-h0"

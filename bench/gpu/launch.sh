@@ -7,7 +7,9 @@
 # CCOLL_LINK=netns, inside bench/cluster/netcluster.sh (HOSTS network namespaces joined by veth
 # links shaped to CCOLL_LINK_RATE, default 25gbit; CCOLL_MPIEXEC set), with MASTER_ADDR the first
 # host's address and NCCL's and gloo's sockets on the hosts' interface; otherwise on loopback
-# (MASTER_ADDR 127.0.0.1, NCCL_SOCKET_IFNAME=lo).
+# (MASTER_ADDR 127.0.0.1, NCCL_SOCKET_IFNAME=lo). On the test network NCCL's socket transport
+# gets 4 threads of 4 sockets each (NCCL_SOCKET_NTHREADS, NCCL_NSOCKS_PERTHREAD, unless set), as
+# NCCL's documentation advises for fast Ethernet: one socket cannot fill a 25 Gbit/s link.
 #
 # ranks N COMMAND...: COMMAND as N MPI ranks, on the test network when CCOLL_MPIEXEC is set
 # (inside bench/cluster/netcluster.sh: a rank per network namespace, joined by shaped veth
@@ -23,12 +25,13 @@
 ccoll_forwarded_env=(PATH LD_LIBRARY_PATH PYTHONPATH PYTHONUNBUFFERED PYTHONDONTWRITEBYTECODE
   CCOLL_TRANSPORT CCOLL_REQUIRE_GPU CCOLL_TEST_DEVICE CCOLL_CODEC CCOLL_DEBUG CCOLL_INTERCEPT
   CCOLL_RANK_PRELOAD CCOLL_RANK_LOG NCCL_SOCKET_IFNAME NCCL_IB_DISABLE NCCL_DEBUG
-  NCCL_DEBUG_SUBSYS MASTER_ADDR MASTER_PORT GLOO_SOCKET_IFNAME CUBLAS_WORKSPACE_CONFIG)
+  NCCL_DEBUG_SUBSYS NCCL_SOCKET_NTHREADS NCCL_NSOCKS_PERTHREAD MASTER_ADDR MASTER_PORT
+  GLOO_SOCKET_IFNAME CUBLAS_WORKSPACE_CONFIG)
 
 # shellcheck disable=SC2016
 ccoll_rank_prologue='r=$OMPI_COMM_WORLD_RANK
-export NCCL_HOSTID=${NCCL_HOSTID:-ccoll-rank-$r} RANK=${RANK:-$r}
-export WORLD_SIZE=${WORLD_SIZE:-$OMPI_COMM_WORLD_SIZE} LOCAL_RANK=${LOCAL_RANK:-$OMPI_COMM_WORLD_LOCAL_RANK}
+export NCCL_HOSTID=ccoll-rank-$r RANK=$r WORLD_SIZE=$OMPI_COMM_WORLD_SIZE
+export LOCAL_RANK=$OMPI_COMM_WORLD_LOCAL_RANK
 [ -n "${CCOLL_RANK_PRELOAD:-}" ] && export LD_PRELOAD=$CCOLL_RANK_PRELOAD
 [ -n "${CCOLL_RANK_LOG:-}" ] && exec > "$CCOLL_RANK_LOG.$r.log" 2>&1
 exec "$@"'
@@ -37,9 +40,11 @@ link_env() {
   local hosts=$1
   shift
   if [ "${CCOLL_LINK:-loopback}" = netns ]; then
-    bench/cluster/netcluster.sh -k -n "$hosts" -r "${CCOLL_LINK_RATE:-25gbit}" -- bash -c \
+    bench/cluster/netcluster.sh -k -q -n "$hosts" -r "${CCOLL_LINK_RATE:-25gbit}" -- bash -c \
       'export MASTER_ADDR=$CCOLL_CLUSTER_HEAD NCCL_SOCKET_IFNAME=$CCOLL_CLUSTER_IFACE
-       export GLOO_SOCKET_IFNAME=$CCOLL_CLUSTER_IFACE; exec "$@"' link "$@"
+       export GLOO_SOCKET_IFNAME=$CCOLL_CLUSTER_IFACE
+       export NCCL_SOCKET_NTHREADS=${NCCL_SOCKET_NTHREADS:-4}
+       export NCCL_NSOCKS_PERTHREAD=${NCCL_NSOCKS_PERTHREAD:-4}; exec "$@"' link "$@"
   else
     MASTER_ADDR=127.0.0.1 NCCL_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo "$@"
   fi

@@ -104,7 +104,10 @@ if ip_bin=$(command -v ip) && tc_bin=$(command -v tc); then
     cp -L "$tool" "$bundle/net/libexec/$name"
     ldd "$tool" | awk '$3 ~ /^\// {print $3}' | grep -vE '/(libc|libm|libpthread|libdl|librt)\.so' |
       while read -r lib; do cp -L "$lib" "$bundle/net/lib/"; done
-    printf '#!/bin/sh\nhere=$(dirname "$(readlink -f "$0")")/..\nLD_LIBRARY_PATH=$here/lib exec "$here/libexec/%s" "$@"\n' \
+    # through the dynamic loader with the bundle's libraries for this process alone: what
+    # `ip netns exec` starts must not inherit them (an LD_LIBRARY_PATH would shadow the GPU
+    # machine's own zlib and the rest in every program run inside a namespace)
+    printf '#!/bin/sh\nhere=$(dirname "$(readlink -f "$0")")/..\nexec /lib64/ld-linux-x86-64.so.2 --library-path "$here/lib" "$here/libexec/%s" "$@"\n' \
       "$name" > "$bundle/net/bin/$name"
     chmod +x "$bundle/net/bin/$name"
   done

@@ -2,7 +2,7 @@
 # The GPU run: the check and the benchmark in one command on a machine with an NVIDIA GPU, from
 # the repository root:
 #   bench/gpu/run_gpu.sh [--steps LIST] [--from DIR] [--budget SECONDS] [--rate RATE]
-#                        [--absent LIST] [--list] OUT_DIR [BUNDLE_DIR]
+#                        [--loopback] [--absent LIST] [--list] OUT_DIR [BUNDLE_DIR]
 # BUNDLE_DIR (default gpu-check) is what bench/gpu/prepare_gpu_check.sh built; nothing is built
 # or installed here but the Python module (python_smoke.sh). Each step runs under its own time
 # limit, and all of them under one budget (default 480 s; 120 s with --steps): a step the
@@ -13,6 +13,7 @@
 #   --from DIR     with --steps: an earlier run's folder, whose tables for the steps not rerun
 #                  are copied first, so that the grade covers the whole run
 #   --rate RATE    the test network's link rate (default 25gbit; allreduce100 runs at 100gbit)
+#   --loopback     no test network: the ranks meet on loopback sockets (a functional check)
 #   --absent LIST  steps expected not to run on this machine (sanitizer, mpi, nccl, python):
 #                  not failures; any other step that cannot run fails the run
 #   --list         print the steps with their time limits and exit
@@ -49,7 +50,7 @@ step_names() {
   echo "$names"
 }
 
-absent="" only="" from="" budget="" rate=25gbit list=0
+absent="" only="" from="" budget="" rate=25gbit list=0 loopback=0
 while [ $# -gt 0 ]; do
   case $1 in
     --steps) only=${2:-}; shift 2 || usage ;;
@@ -58,7 +59,8 @@ while [ $# -gt 0 ]; do
     --rate) rate=${2:-}; shift 2 || usage ;;
     --absent) absent=${2:-}; shift 2 || usage ;;
     --list) list=1; shift ;;
-    -*) die "unknown option '$1' (valid: --steps, --from, --budget, --rate, --absent, --list)" ;;
+    --loopback) loopback=1; shift ;;
+    -*) die "unknown option '$1' (valid: --steps, --from, --budget, --rate, --loopback, --absent, --list)" ;;
     *) break ;;
   esac
 done
@@ -108,13 +110,13 @@ link="not set up yet"
 grade_line=""
 failed_steps=()
 command_line="bench/gpu/run_gpu.sh${only:+ --steps $only}${from:+ --from $from} --budget $budget \
---rate $rate${absent:+ --absent $absent} $1 $bundle"
+--rate $rate$([ $loopback -eq 1 ] && echo " --loopback")${absent:+ --absent $absent} $1 $bundle"
 
 write_summary() {
   local rerun=""
   if [ ${#failed_steps[@]} -gt 0 ]; then
     rerun="Rerun the failed steps (at most 2 minutes, the tables of the others taken from this \
-run): \`bench/gpu/run_gpu.sh --steps $(IFS=,; echo "${failed_steps[*]}") --from OUT_DIR_OF_THIS_RUN \
+run): \`bench/gpu/run_gpu.sh --steps $(IFS=,; echo "${failed_steps[*]}") --from $out \
 NEW_OUT_DIR $bundle\`"
   fi
   {
@@ -372,8 +374,10 @@ need_link=0
 for s in allreduce ddp interposer allreduce100; do selected $s && need_link=1; done
 if selected link || [ "$need_link" -eq 1 ]; then
   t0=$(date +%s)
-  why=""
-  if [ "$(id -u)" -ne 0 ]; then
+  why="" probe=""
+  if [ "$loopback" -eq 1 ]; then
+    why="--loopback"
+  elif [ "$(id -u)" -ne 0 ]; then
     why="not root"
   elif ! probe=$(timeout 30 bench/cluster/netcluster.sh -k -n 2 -r "$rate" -- true 2>&1); then
     why="bench/cluster/netcluster.sh failed: $(tail -1 <<<"$probe")"
@@ -574,7 +578,8 @@ else
 fi
 
 # ---- the Python package on CUDA tensors ----
-step python "$logs/python.log" python_result bench/gpu/python_smoke.sh "$bundle"
+step python "$logs/python.log" python_result env NCCL_SOCKET_IFNAME=lo GLOO_SOCKET_IFNAME=lo \
+  bench/gpu/python_smoke.sh "$bundle"
 
 # ---- the grade ----
 if [ -n "$missing_python" ] && ! command -v python3 >/dev/null; then

@@ -125,7 +125,7 @@ SLOW=1 PATH=$tmp/fake:$tmp/nosan bash "$run" --absent sanitizer,mpi,nccl,python 
   --budget 30 "$tmp/out8" "$tmp/stub" > "$tmp/log8" 2>&1
 rc=$?
 if [ "$rc" -ne 1 ] || ! grep -qF "| large | FAILED: not run: the run's budget" "$tmp/out8/summary.md" ||
-   ! grep -qF -- "--steps large --from" "$tmp/out8/summary.md"; then
+   ! grep -qF -- "--steps large --from $tmp/out8" "$tmp/out8/summary.md"; then
   echo "FAIL: a step past the budget ran or was not named for the rerun (exit $rc)"
   cat "$tmp/out8/summary.md"; cat "$tmp/log8"; exit 1
 fi
