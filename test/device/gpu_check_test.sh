@@ -129,6 +129,17 @@ if [ "$rc" -ne 1 ] || ! grep -qF "| large | FAILED: not run: the run's budget" "
   echo "FAIL: a step past the budget ran or was not named for the rerun (exit $rc)"
   cat "$tmp/out8/summary.md"; cat "$tmp/log8"; exit 1
 fi
+# a run stopped from outside keeps the summary of the steps that ended
+SLOW=1 PATH=$tmp/fake:$tmp/nosan bash "$run" --absent sanitizer,mpi,nccl,python "$tmp/out9" \
+  "$tmp/stub" > "$tmp/log9" 2>&1 &
+pid=$!
+sleep 6
+kill -TERM "$pid"
+wait "$pid" 2>/dev/null
+if ! grep -qF "| env | passed" "$tmp/out9/summary.md" 2>/dev/null; then
+  echo "FAIL: a run stopped during its GPU unit tests left no summary of the steps before"
+  cat "$tmp/log9"; exit 1
+fi
 echo "ok: skipped without a GPU, failed on a fake one, not passed by steps that did not run"
 cat "$tmp/out2/summary.md"
 cat "$tmp/out4/summary.md"
