@@ -7,6 +7,7 @@
 #include "comm_context.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -25,7 +26,12 @@ namespace ccoll {
 namespace {
 
 std::mutex g_mu;
-int g_keyval = MPI_KEYVAL_INVALID;
+// Made once per process by the first get(), whichever thread calls it first: threads that make
+// their first calls at once (MPI_THREAD_MULTIPLE, each on its own communicator) must not each
+// make keyvals and each attach a finalize hook to MPI_COMM_SELF (the second hook would free
+// keyvals the first had freed, and MPI_Finalize would fail). find() reads it from any thread.
+std::once_flag g_keyvals_made;
+std::atomic<int> g_keyval{MPI_KEYVAL_INVALID};
 int g_self_keyval = MPI_KEYVAL_INVALID;
 std::map<CommContext*, std::uint64_t> g_live;  // each live context's creation number
 std::uint64_t g_created = 0;
@@ -51,10 +57,12 @@ int at_finalize(MPI_Comm, int, void*, void*) {
     if (ProgressQueue* q = c->progress_if_made()) q->quiesce();
   }
   // newest first, the same order on every rank (runs delete_context)
+  int keyval = g_keyval.load();
   for (auto it = by_creation.rbegin(); it != by_creation.rend(); ++it) {
-    MPI_Comm_delete_attr(it->second->user(), g_keyval);
+    MPI_Comm_delete_attr(it->second->user(), keyval);
   }
-  MPI_Comm_free_keyval(&g_keyval);
+  g_keyval.store(MPI_KEYVAL_INVALID);
+  MPI_Comm_free_keyval(&keyval);
   MPI_Comm_free_keyval(&g_self_keyval);
   return MPI_SUCCESS;
 }
@@ -62,19 +70,22 @@ int at_finalize(MPI_Comm, int, void*, void*) {
 }  // namespace
 
 CommContext& CommContext::get(MPI_Comm user) {
-  if (g_keyval == MPI_KEYVAL_INVALID) {
+  std::call_once(g_keyvals_made, [] {
+    int keyval = MPI_KEYVAL_INVALID;
     CCOLL_MPI_CHECK(
-        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_context, &g_keyval, nullptr));
+        MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_context, &keyval, nullptr));
     CCOLL_MPI_CHECK(
         MPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, at_finalize, &g_self_keyval, nullptr));
     CCOLL_MPI_CHECK(MPI_Comm_set_attr(MPI_COMM_SELF, g_self_keyval, nullptr));
-  }
+    g_keyval.store(keyval);
+  });
+  const int keyval = g_keyval.load();
   void* value = nullptr;
   int found = 0;
-  CCOLL_MPI_CHECK(MPI_Comm_get_attr(user, g_keyval, &value, &found));
+  CCOLL_MPI_CHECK(MPI_Comm_get_attr(user, keyval, &value, &found));
   if (found != 0) return *static_cast<CommContext*>(value);
   auto owned = std::make_unique<CommContext>(user);
-  CCOLL_MPI_CHECK(MPI_Comm_set_attr(user, g_keyval, owned.get()));
+  CCOLL_MPI_CHECK(MPI_Comm_set_attr(user, keyval, owned.get()));
   CommContext* c = owned.release();
   std::lock_guard<std::mutex> lock(g_mu);
   g_live.emplace(c, g_created++);
@@ -82,10 +93,11 @@ CommContext& CommContext::get(MPI_Comm user) {
 }
 
 CommContext* CommContext::find(MPI_Comm user) {
-  if (g_keyval == MPI_KEYVAL_INVALID || user == MPI_COMM_NULL) return nullptr;
+  const int keyval = g_keyval.load();
+  if (keyval == MPI_KEYVAL_INVALID || user == MPI_COMM_NULL) return nullptr;
   void* value = nullptr;
   int found = 0;
-  CCOLL_MPI_CHECK(MPI_Comm_get_attr(user, g_keyval, &value, &found));
+  CCOLL_MPI_CHECK(MPI_Comm_get_attr(user, keyval, &value, &found));
   return found != 0 ? static_cast<CommContext*>(value) : nullptr;
 }
 
