@@ -170,10 +170,14 @@ const Topology& CommContext::topology() {
   CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, lo_hi, 2, MPI_INT, MPI_MAX, dup_));
   if (lo_hi[0] != -lo_hi[1] || k < 0) {
     t->uniform = false;
-    t->error =
-        lo_hi[0] != -lo_hi[1]
-            ? "CCOLL_RANKS_PER_NODE differs across ranks (valid: the same on every rank)"
-            : "CCOLL_RANKS_PER_NODE: '" + text + "' (valid: a whole number of ranks, at least 1)";
+    const auto shown = [](int v) {
+      return v == 0 ? std::string("unset") : v < 0 ? std::string("malformed") : std::to_string(v);
+    };
+    t->error = lo_hi[0] != -lo_hi[1] ? "CCOLL_RANKS_PER_NODE differs across ranks (" +
+                                           shown(-lo_hi[1]) + " on some ranks, " + shown(lo_hi[0]) +
+                                           " on others; valid: the same on every rank)"
+                                     : "CCOLL_RANKS_PER_NODE: '" + text +
+                                           "' (valid: a whole number of ranks, at least 1)";
     topology_ = std::move(t);
     return *topology_;
   }

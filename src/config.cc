@@ -199,6 +199,105 @@ const PreloadConfig& preload_config() {
   return c;
 }
 
+std::uint64_t SharedSettings::fingerprint() const {
+  // FNV-1a over the text: the same on every rank for the same settings (std::hash need not be
+  // across processes built alike, but is; FNV is by definition)
+  std::uint64_t h = 1469598103934665603ull;
+  for (const char ch : text() + (error.empty() ? "|valid" : "|invalid")) {
+    h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  }
+  return h;
+}
+
+std::string SharedSettings::text() const {
+  std::string t;
+  for (const auto& [name, value] : items) t += name + "=" + value + "\n";
+  if (!error.empty()) t += "error=" + error + "\n";
+  return t;
+}
+
+SharedSettings SharedSettings::parse(const std::string& text) {
+  SharedSettings s;
+  std::stringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    const std::size_t eq = line.find('=');
+    if (eq == std::string::npos) continue;
+    std::string name = line.substr(0, eq);
+    std::string value = line.substr(eq + 1);
+    if (name == "error") {
+      s.error = value;
+    } else {
+      s.items.emplace_back(std::move(name), std::move(value));
+    }
+  }
+  return s;
+}
+
+std::string SharedSettings::describe() const {
+  std::string d;
+  for (const auto& [name, value] : items) d += (d.empty() ? "" : ", ") + name + "=" + value;
+  if (!error.empty()) d += " (invalid: " + error + ")";
+  return d;
+}
+
+SharedSettings preload_settings(const PreloadConfig& c) {
+  SharedSettings s;
+  std::string codec = "unset";
+  if (c.compress) {
+    codec = c.codec;
+    try {
+      codec = parse_codec_spec(c.codec).canonical;
+    } catch (const Error&) {  // c.error says why
+    }
+  }
+  std::string excluded;
+  for (const int n : c.excluded_sizes)
+    excluded += (excluded.empty() ? "" : ",") + std::to_string(n);
+  std::string intercept;
+  for (const auto& [on, name] : {std::pair<bool, const char*>{c.allreduce, "allreduce"},
+                                 {c.allgather, "allgather"},
+                                 {c.reduce_scatter, "reduce_scatter"}}) {
+    if (on) intercept += (intercept.empty() ? "" : ",") + std::string(name);
+  }
+  s.items = {{"CCOLL_CODEC", codec},
+             {"CCOLL_MIN_BYTES", std::to_string(c.min_bytes)},
+             {"CCOLL_EXCLUDE_COMM_SIZE", excluded.empty() ? "unset" : excluded},
+             {"CCOLL_INTERCEPT", intercept.empty() ? "none" : intercept},
+             {"CCOLL_STATE_BY_BUFFER", c.state_by_buffer ? "1" : "0"},
+             {"CCOLL_STATS", c.stats ? "1" : "0"}};
+  s.error = c.error;
+  return s;
+}
+
+std::string settings_disagreement(const std::vector<std::string>& texts) {
+  std::vector<SharedSettings> all;
+  all.reserve(texts.size());
+  for (const std::string& t : texts) all.push_back(SharedSettings::parse(t));
+  for (std::size_t r = 0; r < all.size(); ++r) {
+    if (!all[r].error.empty()) {
+      return "rank " + std::to_string(r) + "'s ccoll settings are invalid: " + all[r].error;
+    }
+  }
+  for (std::size_t r = 1; r < all.size(); ++r) {
+    if (all[r].text() == all[0].text()) continue;
+    std::string diff;
+    const std::size_t n = std::max(all[0].items.size(), all[r].items.size());
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto item = [&](const SharedSettings& s) {
+        return i < s.items.size() ? s.items[i] : std::pair<std::string, std::string>{"?", "?"};
+      };
+      const auto a = item(all[0]);
+      const auto b = item(all[r]);
+      if (a == b) continue;
+      diff += (diff.empty() ? "" : "; ") + a.first + " is " + a.second + " on rank 0 and " +
+              b.second + " on rank " + std::to_string(r);
+    }
+    return "the ranks' ccoll settings differ: " + diff +
+           " (every rank of a communicator must run with the same settings)";
+  }
+  return "the ranks' ccoll settings differ";
+}
+
 const EnvConfig& env_config() {
   static std::once_flag once;
   static EnvConfig config;

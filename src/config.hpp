@@ -37,6 +37,8 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace ccoll {
 
@@ -92,6 +94,34 @@ struct PreloadConfig {
   std::string error;             ///< a malformed variable: reported by every compressing call
 };
 const PreloadConfig& preload_config();
+
+/// The settings every rank of a communicator must share for the preload library (and the NCCL
+/// interposer) to take the same path on every rank: which calls are compressed, how, and what
+/// runs at MPI_Finalize. Both libraries agree on them once per communicator, at its first
+/// intercepted collective, whether or not a codec is set there: a rank whose settings differ
+/// from another's, or are invalid, makes that call (and every later one on the communicator)
+/// fail on every rank with a message that names the setting and two ranks' values, where it
+/// would otherwise hang.
+struct SharedSettings {
+  /// (variable, value) in a fixed order; "unset" for a variable that is not set.
+  std::vector<std::pair<std::string, std::string>> items;
+  std::string error;  ///< non-empty when this rank's settings are invalid (the reason)
+  /// 64 bits of the items and of whether they are valid, equal on ranks whose settings are.
+  std::uint64_t fingerprint() const;
+  /// One line per item, then the error: what the agreement gathers where ranks differ.
+  std::string text() const;
+  static SharedSettings parse(const std::string& text);
+  /// "CCOLL_CODEC=maxnorm:bits=8, CCOLL_MIN_BYTES=1024, ..." (and the error, if any).
+  std::string describe() const;
+};
+
+/// The preload configuration's shared settings (the codec canonical where it parses).
+SharedSettings preload_settings(const PreloadConfig& c);
+
+/// From every rank's SharedSettings::text() in rank order, where the fingerprints differed: the
+/// failure, naming each setting rank 0 and the first rank that differs from it disagree on with
+/// both values, or the first rank whose settings are invalid and why.
+std::string settings_disagreement(const std::vector<std::string>& texts);
 
 /// CCOLL_NCCL_INTERCEPT (the NCCL interposer's switch): false when "0"; true when unset or "1";
 /// otherwise true with `error` naming the variable and its valid values.

@@ -7,17 +7,23 @@
 // MPI_FLOAT/MPI_DOUBLE (Fortran REAL*4/REAL*8) with MPI_SUM on an intra-communicator, at least
 // CCOLL_MIN_BYTES per rank, on a communicator whose size is not excluded. Everything else goes
 // to PMPI_* untouched. Every condition depends only on arguments MPI requires to match on all
-// ranks, so all ranks of a communicator take the same path. ccoll's own MPI traffic (agreement
-// and scale all-reduces, codec=auto's MPI path) re-enters MPI_Allreduce: a per-thread flag sends
-// those calls straight to PMPI.
+// ranks, so all ranks of a communicator take the same path, provided they run with the same
+// settings (CCOLL_CODEC, ...): the first intercepted collective on each communicator agrees on
+// them (one PMPI_Allreduce of three words, with a codec or without), and where ranks differ,
+// or one's settings are invalid, that call and every later one on the communicator fails on
+// every rank naming the difference, where it would otherwise hang. ccoll's own MPI traffic
+// (agreement and scale all-reduces, codec=auto's MPI path) re-enters MPI_Allreduce: a
+// per-thread flag sends those calls straight to PMPI.
 #include <mpi.h>
 
 #include <algorithm>
 #include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <set>
 #include <string>
@@ -34,6 +40,91 @@ const ShimConfig& config() { return ccoll::preload_config(); }
 
 // Set while the shim is inside ccoll: MPI calls made by ccoll itself go to PMPI.
 thread_local bool inside_ccoll = false;
+
+// ---- the settings' agreement, once per communicator ----
+
+// A communicator's agreement, kept as an attribute (freed with the communicator, so a new one
+// that reuses its handle agrees again; duplicates do not inherit it).
+struct Agreement {
+  bool failed = false;
+  std::string why;
+};
+
+int delete_agreement(MPI_Comm, int, void* attr, void*) {
+  delete static_cast<Agreement*>(attr);
+  return MPI_SUCCESS;
+}
+
+int agreement_keyval() {
+  static const int keyval = [] {
+    int k = MPI_KEYVAL_INVALID;
+    PMPI_Comm_create_keyval(MPI_COMM_NULL_COPY_FN, delete_agreement, &k, nullptr);
+    return k;
+  }();
+  return keyval;
+}
+
+const ccoll::SharedSettings& settings() {
+  static const ccoll::SharedSettings s = ccoll::preload_settings(config());
+  return s;
+}
+
+// Null where every rank of `comm` runs with the same valid settings; else why not. The first
+// call on `comm` agrees: every rank's first intercepted collective on a communicator is the same
+// call (MPI orders a communicator's collectives alike on every rank), so the PMPI_Allreduce
+// here meets its peers. Where the words differ, every rank's settings are gathered, so that all
+// ranks fail with the same message naming two ranks' values. Intercommunicators pass through.
+const std::string* disagreement(MPI_Comm comm) {
+  if (comm == MPI_COMM_NULL) return nullptr;
+  int inter = 0;
+  if (PMPI_Comm_test_inter(comm, &inter) != MPI_SUCCESS || inter != 0) return nullptr;
+  const int keyval = agreement_keyval();
+  void* value = nullptr;
+  int found = 0;
+  PMPI_Comm_get_attr(comm, keyval, &value, &found);
+  if (found == 0) {
+    auto a = std::make_unique<Agreement>();
+    const ccoll::SharedSettings& mine = settings();
+    const std::uint64_t fp = mine.fingerprint();
+    std::uint64_t words[3] = {fp, ~fp, mine.error.empty() ? 0u : 1u};
+    if (PMPI_Allreduce(MPI_IN_PLACE, words, 3, MPI_UINT64_T, MPI_MAX, comm) != MPI_SUCCESS) {
+      a->failed = true;
+      a->why = "the agreement on ccoll's settings failed in MPI_Allreduce";
+    } else if (words[2] != 0 || words[0] != fp || ~words[1] != fp) {
+      int size = 0;
+      PMPI_Comm_size(comm, &size);
+      const std::string text = mine.text();
+      int len = static_cast<int>(text.size());
+      std::vector<int> lens(static_cast<std::size_t>(size));
+      PMPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm);
+      std::vector<int> at(static_cast<std::size_t>(size), 0);
+      for (std::size_t r = 1; r < at.size(); ++r) at[r] = at[r - 1] + lens[r - 1];
+      std::string all(static_cast<std::size_t>(at.back() + lens.back()), '\0');
+      PMPI_Allgatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), at.data(), MPI_CHAR,
+                      comm);
+      std::vector<std::string> texts;
+      for (std::size_t r = 0; r < at.size(); ++r) {
+        texts.push_back(
+            all.substr(static_cast<std::size_t>(at[r]), static_cast<std::size_t>(lens[r])));
+      }
+      a->failed = true;
+      a->why = ccoll::settings_disagreement(texts) + " (this rank: " + mine.describe() + ")";
+    }
+    value = a.get();
+    PMPI_Comm_set_attr(comm, keyval, a.release());
+  }
+  const auto* a = static_cast<const Agreement*>(value);
+  return a->failed ? &a->why : nullptr;
+}
+
+// A call refused on every rank: the reason on stderr, then the communicator's error handler.
+int refuse(MPI_Comm comm, const char* fn, const std::string& why) {
+  int rank = 0;
+  PMPI_Comm_rank(comm, &rank);
+  std::fprintf(stderr, "libccoll_mpi [rank %d] %s: %s\n", rank, fn, why.c_str());
+  PMPI_Comm_call_errhandler(comm, MPI_ERR_OTHER);
+  return MPI_ERR_OTHER;
+}
 
 // Per-communicator totals for CCOLL_STATS.
 struct CommStats {
@@ -204,6 +295,7 @@ __attribute__((visibility("default"))) int MPI_Allreduce(const void* sendbuf, vo
                                                          int count, MPI_Datatype datatype,
                                                          MPI_Op op, MPI_Comm comm) {
   if (inside_ccoll) return PMPI_Allreduce(sendbuf, recvbuf, count, datatype, op, comm);
+  if (const std::string* why = disagreement(comm)) return refuse(comm, "MPI_Allreduce", *why);
   const MPI_Datatype t = ccoll_type(datatype);
   if (!config().allreduce || op != MPI_SUM || !eligible(comm, count, t)) {
     count_passed(comm);
@@ -222,6 +314,7 @@ __attribute__((visibility("default"))) int MPI_Allgather(const void* sendbuf, in
   if (inside_ccoll) {
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   }
+  if (const std::string* why = disagreement(comm)) return refuse(comm, "MPI_Allgather", *why);
   const bool in_place = sendbuf == MPI_IN_PLACE;
   const MPI_Datatype t = ccoll_type(recvtype);
   // in place, the send arguments are ignored; otherwise they must describe the same elements
@@ -240,6 +333,11 @@ __attribute__((visibility("default"))) int MPI_Reduce_scatter_block(const void* 
                                                                     void* recvbuf, int recvcount,
                                                                     MPI_Datatype datatype,
                                                                     MPI_Op op, MPI_Comm comm) {
+  if (!inside_ccoll) {
+    if (const std::string* why = disagreement(comm)) {
+      return refuse(comm, "MPI_Reduce_scatter_block", *why);
+    }
+  }
   if (inside_ccoll || !reduce_scatter_eligible(recvcount, datatype, op, comm)) {
     if (!inside_ccoll) count_passed(comm);
     return PMPI_Reduce_scatter_block(sendbuf, recvbuf, recvcount, datatype, op, comm);
@@ -256,6 +354,7 @@ __attribute__((visibility("default"))) int MPI_Reduce_scatter(const void* sendbu
                                                               MPI_Datatype datatype, MPI_Op op,
                                                               MPI_Comm comm) {
   if (inside_ccoll) return PMPI_Reduce_scatter(sendbuf, recvbuf, recvcounts, datatype, op, comm);
+  if (const std::string* why = disagreement(comm)) return refuse(comm, "MPI_Reduce_scatter", *why);
   bool equal = false;
   int inter = 0;
   if (comm != MPI_COMM_NULL && recvcounts != nullptr &&
@@ -273,7 +372,15 @@ __attribute__((visibility("default"))) int MPI_Reduce_scatter(const void* sendbu
 }
 
 __attribute__((visibility("default"))) int MPI_Finalize(void) {
-  if (config().stats) print_stats();
+  // the statistics are a reduction over MPI_COMM_WORLD: only where every rank has them on
+  // (agreed here, where no intercepted collective on it has yet; MPI_Finalize is collective)
+  if (const std::string* why = disagreement(MPI_COMM_WORLD)) {
+    int rank = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    std::fprintf(stderr, "libccoll_mpi [rank %d] MPI_Finalize: %s\n", rank, why->c_str());
+  } else if (config().stats) {
+    print_stats();
+  }
   return PMPI_Finalize();
 }
 

@@ -2,6 +2,7 @@
 #include "agreement.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -48,20 +49,51 @@ void put_pair(double* v, int slot, double x) {
   v[slot + 1] = -x;
 }
 
-// Checks that a (+x, -x) pair agrees on every rank.
-void check_pair(const double* v, int slot, const char* fn, const char* what,
-                const std::function<std::string(double)>& show) {
-  const double hi = v[slot];
-  const double lo = -v[slot + 1];
-  if (hi != lo) {
-    throw Error(Status::kInvalidArgument,
-                std::string(fn) + ": " + what + " differs across ranks (" + show(lo) + " vs " +
-                    show(hi) + "); every rank must pass the same " + what);
+// Every rank's `mine` in rank order (MPI_Allgather of the lengths, then MPI_Allgatherv): run
+// only where a check found a difference, which every rank found alike, so all ranks call it.
+std::vector<std::string> gather_texts(const std::string& mine, MPI_Comm comm) {
+  int p = 1;
+  CCOLL_MPI_CHECK(MPI_Comm_size(comm, &p));
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<std::size_t>(p));
+  CCOLL_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
+  std::vector<int> at(static_cast<std::size_t>(p), 0);
+  for (std::size_t r = 1; r < at.size(); ++r) at[r] = at[r - 1] + lens[r - 1];
+  std::string all(static_cast<std::size_t>(at.back() + lens.back()), '\0');
+  CCOLL_MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), at.data(),
+                                 MPI_CHAR, comm));
+  std::vector<std::string> texts;
+  for (std::size_t r = 0; r < at.size(); ++r) {
+    texts.push_back(all.substr(static_cast<std::size_t>(at[r]), static_cast<std::size_t>(lens[r])));
   }
+  return texts;
+}
+
+// Checks that a (+x, -x) pair agrees on every rank; where it does not, throws on every rank
+// naming rank 0's value and that of the first rank whose value differs (`mine`: this rank's
+// value as the caller passed it, not the fingerprint that travelled).
+void check_pair(const double* v, int slot, const char* fn, const char* what,
+                const std::string& mine, MPI_Comm comm) {
+  if (v[slot] == -v[slot + 1]) return;
+  const std::vector<std::string> texts = gather_texts(mine, comm);
+  std::size_t r = 1;
+  while (r < texts.size() && texts[r] == texts[0]) ++r;
+  const std::string other = r < texts.size() ? texts[r] + " on rank " + std::to_string(r)
+                                             : "a value that differs on some rank";
+  throw Error(Status::kInvalidArgument, std::string(fn) + ": " + what + " differs across ranks (" +
+                                            texts[0] + " on rank 0, " + other +
+                                            "); every rank must pass "
+                                            "the same " +
+                                            what);
 }
 
 std::string show_number(double x) { return std::to_string(static_cast<long long>(x)); }
-std::string show_hash(double) { return "different values"; }
+
+std::string show_double(double x) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.17g", x);
+  return text;
+}
 
 }  // namespace
 
@@ -95,21 +127,18 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
                     " was rejected on rank " + show_number(v[kErrRank]) +
                     " (see that rank's error); no data was exchanged");
   }
-  check_pair(v, kCount, fn, m.count_name, show_number);
-  check_pair(v, kDtype, fn, "datatype", [](double x) {
-    const int half = static_cast<int>(x) / 16;
-    if (half != 0) return std::string(half_name(static_cast<Half>(half)));
-    return std::string(codec::dtype_name(static_cast<codec::DType>(static_cast<int>(x))));
-  });
-  check_pair(v, kCodec, fn, "codec", show_hash);
-  check_pair(v, kAlgo, fn, "algorithm", [](double x) {
-    return std::string(coll::algorithm_name(static_cast<coll::Algorithm>(static_cast<int>(x))));
-  });
-  check_pair(v, kAvg, fn, "average", show_number);
-  check_pair(v, kSeed, fn, "seed", show_number);
-  check_pair(v, kKey, fn, "key", show_number);
-  check_pair(v, kMinBytes, fn, "CCOLL_MIN_BYTES", show_number);
-  check_pair(v, kLr, fn, "lr", show_number);
+  check_pair(v, kCount, fn, m.count_name, std::to_string(m.count), comm);
+  check_pair(v, kDtype, fn, "datatype",
+             m.half != 0 ? std::string(half_name(static_cast<Half>(m.half)))
+                         : std::string(codec::dtype_name(m.dtype)),
+             comm);
+  check_pair(v, kCodec, fn, "codec", "'" + *m.codec + "'", comm);
+  check_pair(v, kAlgo, fn, "algorithm", coll::algorithm_name(m.algorithm), comm);
+  check_pair(v, kAvg, fn, "average", m.average ? "true" : "false", comm);
+  check_pair(v, kSeed, fn, "seed", std::to_string(m.seed), comm);
+  check_pair(v, kKey, fn, "key", std::to_string(m.key), comm);
+  check_pair(v, kMinBytes, fn, "CCOLL_MIN_BYTES", std::to_string(m.min_bytes), comm);
+  check_pair(v, kLr, fn, "lr", show_double(m.lr), comm);
   const auto own = static_cast<TransportKind>(static_cast<int>(v[kOwnTransport]));
   if (v[kOwnTransport] != -v[kOwnTransport + 1]) {
     throw Error(Status::kInvalidArgument,

@@ -132,8 +132,8 @@ struct Config {
   CodecSpec spec;
   call::StreamCodec codec;
   const PreloadConfig* preload = nullptr;
-  std::string error;  // a malformed variable or a codec the pipeline cannot run
-  std::uint64_t fingerprint = 0;
+  std::string error;        // a malformed variable or a codec the pipeline cannot run
+  SharedSettings settings;  // what the ranks agree on (config.hpp), with the preload library
 };
 
 Config read_config() {
@@ -154,12 +154,9 @@ Config read_config() {
       c.compress = true;
     }
   }
-  std::string key = c.error.empty() ? "ok" : "error";
-  key += "|" + (c.compress ? c.spec.canonical : std::string("none"));
-  key += "|" + std::to_string(p.min_bytes) + "|" + std::to_string(p.allreduce) +
-         std::to_string(p.reduce_scatter) + std::to_string(p.allgather) +
-         std::to_string(p.state_by_buffer);
-  c.fingerprint = std::hash<std::string>{}(key);  // as the calls' agreement fingerprints specs
+  // the settings the preload library agrees on, and the pipeline's own refusal as their error
+  c.settings = preload_settings(p);
+  if (!c.error.empty()) c.settings.error = c.error;
   return c;
 }
 
@@ -168,11 +165,7 @@ const Config& config() {
   return c;
 }
 
-std::string describe(const Config& c) {
-  if (!c.error.empty()) return "an invalid configuration (" + c.error + ")";
-  return "CCOLL_CODEC=" + (c.compress ? c.spec.canonical : std::string("(unset)")) +
-         ", CCOLL_MIN_BYTES=" + std::to_string(c.preload->min_bytes);
-}
+std::string describe(const Config& c) { return c.settings.describe(); }
 
 // ---- the stream collectives over the caller's communicator ----
 
@@ -260,7 +253,8 @@ ncclResult_t agree(CommState& s, ncclComm_t comm, cudaStream_t stream, gpu::Back
   ncclResult_t r = next().comm_count(comm, &s.ranks);
   if (r == ncclSuccess) r = next().comm_user_rank(comm, &s.rank);
   if (r != ncclSuccess) return passed(r);
-  std::uint64_t words[3] = {c.fingerprint, ~c.fingerprint, c.error.empty() ? 0u : 1u};
+  const std::uint64_t fingerprint = c.settings.fingerprint();
+  std::uint64_t words[3] = {fingerprint, ~fingerprint, c.error.empty() ? 0u : 1u};
   try {
     b.set_stream(stream);
     void* dev = b.device_alloc(sizeof words);
@@ -273,14 +267,14 @@ ncclResult_t agree(CommState& s, ncclComm_t comm, cudaStream_t stream, gpu::Back
     return fail(nccl_code(e.code()), std::string("libccoll_nccl's agreement: ") + e.message());
   }
   if (r != ncclSuccess) return passed(r);
-  if (words[2] != 0 || words[0] != c.fingerprint || words[1] != ~c.fingerprint) {
+  if (words[2] != 0 || words[0] != fingerprint || words[1] != ~fingerprint) {
     s.agreed = CommState::Agreed::kFailed;
     s.failure = !c.error.empty() ? c.error
                 : words[2] != 0
                     ? "another rank's ccoll configuration is invalid (this rank: " + describe(c) +
                           "); see its ncclGetLastError"
-                    : "the ranks of this communicator differ in CCOLL_CODEC, CCOLL_MIN_BYTES, "
-                      "CCOLL_INTERCEPT or CCOLL_STATE_BY_BUFFER (this rank: " +
+                    : "the ranks of this communicator differ in their ccoll settings (this "
+                      "rank: " +
                           describe(c) + "); set them equal on every rank";
   } else {
     s.agreed = CommState::Agreed::kYes;

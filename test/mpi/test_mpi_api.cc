@@ -1,6 +1,8 @@
 // Multi-process tests of the public API (part of ccoll_mpi_tests, whose main is in
 // test_mpi.cc): errors raised on every rank, codec=auto's choice, sparse codecs, communicators,
 // and the C API.
+#include <functional>
+
 #include "mpi_test_support.hpp"
 
 namespace {
@@ -304,7 +306,8 @@ TEST(MpiErrors, MismatchedArgumentsRaiseOnEveryRank) {
                                     MPI_SUM, MPI_COMM_WORLD);
       },
       ccoll::Status::kInvalidArgument);
-  EXPECT_NE(msg.find("count differs across ranks (99 vs 100)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("count differs across ranks (99 on rank 0, 100 on rank 1)"), std::string::npos)
+      << msg;
   msg = expect_error_everywhere(
       [&] {
         ccoll::Options opt;
@@ -313,7 +316,9 @@ TEST(MpiErrors, MismatchedArgumentsRaiseOnEveryRank) {
                                     opt);
       },
       ccoll::Status::kInvalidArgument);
-  EXPECT_NE(msg.find("codec differs across ranks"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("codec differs across ranks ('bf16' on rank 0, 'fp16' on rank 1)"),
+            std::string::npos)
+      << msg;
   msg = expect_error_everywhere(
       [&] {
         ccoll::Options opt;
@@ -327,6 +332,55 @@ TEST(MpiErrors, MismatchedArgumentsRaiseOnEveryRank) {
   std::vector<float> ok(10, 1.0f);
   ccoll::compressed_allreduce(MPI_IN_PLACE, ok.data(), 10, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
   EXPECT_EQ(ok[0], static_cast<float>(p));
+}
+
+// Every argument that must match across ranks, made to differ on rank 0 alone: every rank
+// raises, and the message names the argument with rank 0's value and rank 1's.
+TEST(MpiErrors, EveryMismatchNamesBothValues) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const bool zero = world_rank() == 0;
+  std::vector<float> f(100, 1.0f);
+  std::vector<double> d(100, 1.0);
+  struct Case {
+    const char* want;
+    std::function<void(ccoll::Options&)> set;
+    bool doubles = false;
+  };
+  const std::vector<Case> cases = {
+      {"count differs across ranks (99 on rank 0, 100 on rank 1)", nullptr},
+      {"datatype differs across ranks (MPI_DOUBLE on rank 0, MPI_FLOAT on rank 1)", nullptr, true},
+      {"codec differs across ranks ('maxnorm:bits=4' on rank 0, 'maxnorm:bits=8' on rank 1)",
+       [&](ccoll::Options& o) { o.codec = zero ? "maxnorm:bits=4" : "maxnorm:bits=8"; }},
+      {"algorithm differs across ranks (tree on rank 0, ring on rank 1)",
+       [&](ccoll::Options& o) { o.algorithm = zero ? "tree" : "ring"; }},
+      {"average differs across ranks (true on rank 0, false on rank 1)",
+       [&](ccoll::Options& o) { o.average = zero; }},
+      {"seed differs across ranks (18446744073709551615 on rank 0, 18446744073709551614 on "
+       "rank 1)",
+       [&](ccoll::Options& o) { o.seed = zero ? ~0ull : ~0ull - 1; }},
+      {"key differs across ranks (7 on rank 0, 8 on rank 1)",
+       [&](ccoll::Options& o) { o.key = zero ? 7 : 8; }},
+      {"lr differs across ranks (0.001 on rank 0, 0.002 on rank 1)",
+       [&](ccoll::Options& o) { o.lr = zero ? 0.001 : 0.002; }},
+  };
+  for (const Case& c : cases) {
+    const std::string msg = expect_error_everywhere(
+        [&] {
+          ccoll::Options opt;
+          opt.codec = "maxnorm:bits=8";
+          if (c.set) c.set(opt);
+          const std::size_t n = c.set == nullptr && !c.doubles && zero ? 99 : 100;
+          if (c.doubles && zero) {
+            ccoll::compressed_allreduce(MPI_IN_PLACE, d.data(), n, MPI_DOUBLE, MPI_SUM,
+                                        MPI_COMM_WORLD, opt);
+          } else {
+            ccoll::compressed_allreduce(MPI_IN_PLACE, f.data(), n, MPI_FLOAT, MPI_SUM,
+                                        MPI_COMM_WORLD, opt);
+          }
+        },
+        ccoll::Status::kInvalidArgument);
+    EXPECT_NE(msg.find(c.want), std::string::npos) << "want: " << c.want << "\ngot: " << msg;
+  }
 }
 
 // The library's messages travel on its own communicator: a pending receive of the caller on the
