@@ -240,7 +240,9 @@ TEST(MpiNonblocking, ErrorsRaiseAtWaitOnEveryRank) {
           }
         },
         ccoll::Status::kInvalidArgument);
-    EXPECT_NE(msg.find("recvcount differs across ranks (9 on rank 0, 10 on rank 1)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("recvcount differs across ranks (9 on rank 0, 10 on rank 1)"),
+              std::string::npos)
+        << msg;
   }
   msg = expect_error_everywhere(
       [&] { ccoll::compressed_iallgather(f.data(), 1, f.data(), MPI_FLOAT, MPI_COMM_NULL).wait(); },

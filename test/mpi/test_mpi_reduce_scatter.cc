@@ -267,7 +267,9 @@ TEST(MpiReduceScatter, ErrorsRaiseOnEveryRank) {
     msg = expect_error_everywhere(
         [&] { rs(f.data(), MPI_FLOAT, MPI_SUM, opt, world_rank() == 0 ? 9 : 10); },
         ccoll::Status::kInvalidArgument);
-    EXPECT_NE(msg.find("recvcount differs across ranks (9 on rank 0, 10 on rank 1)"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("recvcount differs across ranks (9 on rank 0, 10 on rank 1)"),
+              std::string::npos)
+        << msg;
   }
   // the library still works afterwards
   std::vector<float> ok(static_cast<std::size_t>(p), 1.0f);
