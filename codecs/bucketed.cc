@@ -35,6 +35,7 @@
 #include "ccoll/error.hpp"
 #include "philox.hpp"
 #include "quantizers.hpp"
+#include "scratch.hpp"
 #include "uniforms.hpp"
 #include "wire.hpp"
 
@@ -140,15 +141,17 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
         sf = std::nextafter(sf, INFINITY);
       std::memcpy(scales + 4 * b, &sf, 4);
       // codes of a batch as bytes (a loop the compiler vectorizes), then packed 8 at a time
-      std::uint8_t* codes = codes_.data();
+      std::uint8_t* codes =
+          thread_scratch<struct BucketedCodes, std::uint8_t>(kUniformBatch).data();
       const double inv = sf > 0 ? static_cast<double>(s_) / static_cast<double>(sf) : 0.0;
       for (std::size_t i = begin; i < end;) {
         const std::size_t n = std::min(kUniformBatch, end - i);
         if (kind_ == Kind::kSign) {
           for (std::size_t k = 0; k < n; ++k) codes[k] = x[i + k] < 0 ? 0 : 1;
         } else {
-          const float* u = rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, ctx.offset + i,
-                                          n, uniforms_.data());
+          const float* u = rounding_draws(
+              nearest_, ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n,
+              thread_scratch<struct BucketedUniforms, float>(kUniformBatch + 8).data());
           stochastic_bytes(x + i, u, n, inv, s_, codes);
         }
         w.put_bytes(codes, n);
@@ -203,7 +206,8 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
       const std::int32_t mul = sign ? 2 : 1;
       const auto bias = static_cast<std::int32_t>(sign ? 1 : s_);
       const T vstep = sign ? static_cast<T>(sf) : step;
-      std::uint8_t* codes = codes_.data();
+      std::uint8_t* codes =
+          thread_scratch<struct BucketedCodes, std::uint8_t>(kUniformBatch).data();
       for (std::size_t i = b * bucket_; i < end;) {
         const std::size_t n = std::min(kUniformBatch, end - i);
         r.get_bytes(codes, n);
@@ -234,9 +238,7 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
   wire::CodecId id_ = wire::CodecId::kQsgd;
   const char* name_ = "qsgd";
   std::string spec_;
-  std::vector<float> uniforms_ = std::vector<float>(kUniformBatch + 8);
   // codes of one batch as bytes; decode shares it, so mutable (a codec serves one call at a time)
-  mutable std::vector<std::uint8_t> codes_ = std::vector<std::uint8_t>(kUniformBatch);
 };
 
 template <class... A>

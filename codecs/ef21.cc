@@ -21,6 +21,7 @@
 
 #include "closed_loop.hpp"
 #include "error_feedback.hpp"
+#include "scratch.hpp"
 
 namespace ccoll::codec {
 namespace {
@@ -47,9 +48,9 @@ class Ef21Codec final : public ClosedLoopCodec<T> {
   // the scales of what is coded: x - g
   void local_scales(const void* data, std::size_t count, double* out) const override {
     const T* x = static_cast<const T*>(data);
-    scratch_.resize(count);
-    for (std::size_t i = 0; i < count; ++i) scratch_[i] = change(x[i], i);
-    inner_->local_scales(scratch_.data(), count, out);
+    std::vector<T>& scratch = thread_scratch<struct Ef21Input, T>(count);
+    for (std::size_t i = 0; i < count; ++i) scratch[i] = change(x[i], i);
+    inner_->local_scales(scratch.data(), count, out);
   }
 
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
@@ -58,12 +59,12 @@ class Ef21Codec final : public ClosedLoopCodec<T> {
     if (state_.xh.size() < ctx.offset + count) state_.xh.resize(ctx.offset + count, T(0));
     const T* x = static_cast<const T*>(in);
     r_.resize(std::max(r_.size(), count));
-    d_.resize(std::max(d_.size(), count));
+    std::vector<T>& d = thread_scratch<struct Ef21Decoded, T>(count);
     for (std::size_t i = 0; i < count; ++i) r_[i] = change(x[i], ctx.offset + i);
     const std::size_t n = inner_->encode(r_.data(), count, ctx, out);
-    inner_->decode(out, n, count, d_.data());  // the shared scales: a rank decodes its own code
+    inner_->decode(out, n, count, d.data());  // the shared scales: a rank decodes its own code
     T* g = state_.xh.data() + ctx.offset;
-    for (std::size_t i = 0; i < count; ++i) g[i] += d_[i];
+    for (std::size_t i = 0; i < count; ++i) g[i] += d[i];
     return n;
   }
   // G <- G + D(ΣC), and G's checksum
@@ -76,8 +77,6 @@ class Ef21Codec final : public ClosedLoopCodec<T> {
 
   // state_ holds g in xh and G in y
   std::vector<T> r_;
-  std::vector<T> d_;
-  mutable std::vector<T> scratch_;
 };
 
 }  // namespace

@@ -12,6 +12,22 @@
 namespace ccoll::codec {
 namespace {
 
+// The wrapper's scratch (p = x + e and D(C(p)) of the unfused encode; x + e of the scans), per
+// thread and element type rather than per codec: each stateful tensor's codec holds its
+// residuals alone (what CCOLL_STATE_MAX_BYTES counts), not three more arrays of its size.
+template <class T>
+struct Scratch {
+  std::vector<T> p;
+  std::vector<T> d;
+  std::vector<T> x;
+};
+
+template <class T>
+Scratch<T>& scratch() {
+  thread_local Scratch<T> s;
+  return s;
+}
+
 template <class T>
 class ErrorFeedbackCodec final : public ForwardingCodec {
  public:
@@ -123,27 +139,28 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
         if (n != Codec::kNotFused) return n;
       }
     }
-    p_.resize(std::max(p_.size(), count));
-    d_.resize(std::max(d_.size(), count));
+    scratch<T>().p.resize(std::max(scratch<T>().p.size(), count));
+    scratch<T>().d.resize(std::max(scratch<T>().d.size(), count));
     T* r = e.data() + ctx.offset;
     if (in_ != InputType::kNative && ctx.role == BlockContext::Role::kOwn) {
-      if constexpr (std::is_same_v<T, float>) widen(in, count, p_.data());
-      for (std::size_t i = 0; i < count; ++i) p_[i] = p_[i] + r[i];
+      if constexpr (std::is_same_v<T, float>) widen(in, count, scratch<T>().p.data());
+      for (std::size_t i = 0; i < count; ++i) scratch<T>().p[i] = scratch<T>().p[i] + r[i];
     } else {
       const T* x = static_cast<const T*>(in);
-      for (std::size_t i = 0; i < count; ++i) p_[i] = x[i] + r[i];
+      for (std::size_t i = 0; i < count; ++i) scratch<T>().p[i] = x[i] + r[i];
     }
-    const std::size_t n = contributions == 0
-                              ? inner_->encode(p_.data(), count, ctx, out)
-                              : inner_->encode_sum(p_.data(), count, ctx, out, contributions);
-    inner_->decode(out, n, count, d_.data());
-    for (std::size_t i = 0; i < count; ++i) r[i] = p_[i] - d_[i];
+    const std::size_t n =
+        contributions == 0
+            ? inner_->encode(scratch<T>().p.data(), count, ctx, out)
+            : inner_->encode_sum(scratch<T>().p.data(), count, ctx, out, contributions);
+    inner_->decode(out, n, count, scratch<T>().d.data());
+    for (std::size_t i = 0; i < count; ++i) r[i] = scratch<T>().p[i] - scratch<T>().d[i];
     return n;
   }
   // x + e_own, computed exactly as encode() computes it (e_own: 0 until the encodes have
   // covered the whole input, as the scan of fp32 input takes it).
   const T* with_residual(const void* data, std::size_t count) const {
-    std::vector<T>& p = scratch_;
+    std::vector<T>& p = scratch<T>().x;
     p.resize(count);
     const std::size_t n = own_.size() >= count ? count : 0;
     if (in_ != InputType::kNative) {
@@ -165,9 +182,6 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
   std::string spec_;
   std::vector<T> own_;
   std::vector<T> hop_;
-  std::vector<T> p_;
-  std::vector<T> d_;
-  mutable std::vector<T> scratch_;
 };
 
 }  // namespace

@@ -37,6 +37,7 @@
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
 #include "quantizers.hpp"
+#include "scratch.hpp"
 #include "uniforms.hpp"
 #include "wire.hpp"
 
@@ -103,8 +104,9 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
     const T* lv = level_.data();
     for (std::size_t i = 0; i < count;) {
       const std::size_t n = std::min(kUniformBatch, count - i);
-      const float* u = rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n,
-                                      uniforms_.data());
+      const float* u =
+          rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n,
+                         thread_scratch<struct SketchUniforms, float>(kUniformBatch + 8).data());
       for (std::size_t k = 0; k < n; ++k) {
         const T v = x[i + k];
         // the interval [lv[j], lv[j+1]] holding v: lv[j] <= v, j as large as possible below
@@ -342,7 +344,7 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
     wire::expect_payload(in, bytes, wire::CodecId::kSketch, param(), count,
                          levels_ * sizeof(T) + packed_bytes(count, bits_));
     const std::byte* table = in + wire::kHeaderBytes;
-    std::vector<T>& lv = decode_levels_;
+    std::vector<T>& lv = thread_scratch<struct SketchLevels, T>();
     lv.resize(levels_);
     std::memcpy(lv.data(), table, levels_ * sizeof(T));
     for (std::size_t q = 0; q < levels_; ++q) {
@@ -351,7 +353,7 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
     }
     const std::byte* codes = table + levels_ * sizeof(T);
     const std::size_t code_bytes = packed_bytes(count, bits_);
-    std::vector<std::uint32_t>& u = lanes_;
+    std::vector<std::uint32_t>& u = thread_scratch<struct SketchLanes, std::uint32_t>();
     u.resize(kLaneBatch);
     for (std::size_t i = 0; i < count; i += kLaneBatch) {
       const std::size_t n = std::min(kLaneBatch, count - i);
@@ -386,10 +388,6 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
   std::size_t zero_level_ = 0;  // index of the level fixed at 0 (0: none)
   std::vector<double> prefix_;
   std::vector<double> refined_;
-  std::vector<float> uniforms_ = std::vector<float>(kUniformBatch + 8);
-  // decode scratch (a codec serves one call at a time)
-  mutable std::vector<T> decode_levels_;
-  mutable std::vector<std::uint32_t> lanes_;
 };
 
 }  // namespace

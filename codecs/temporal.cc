@@ -26,6 +26,7 @@
 
 #include "closed_loop.hpp"
 #include "quantizers.hpp"
+#include "scratch.hpp"
 #include "temporal_rules.hpp"
 
 namespace ccoll::codec {
@@ -61,11 +62,11 @@ class TemporalCodec final : public ClosedLoopCodec<T> {
   // any other, corrected by the closed loop (and with ef=1 sent again in full).
   void local_scales(const void* data, std::size_t count, double* out) const override {
     const T* x = static_cast<const T*>(data);
-    scratch_.resize(count);
+    std::vector<T>& scratch = thread_scratch<struct TemporalInput, T>(count);
     for (std::size_t i = 0; i < count; ++i) {
-      scratch_[i] = x[i] - beta_ * (i < state_.xp.size() ? state_.xp[i] : T(0));
+      scratch[i] = x[i] - beta_ * (i < state_.xp.size() ? state_.xp[i] : T(0));
     }
-    inner_->local_scales(scratch_.data(), count, out);
+    inner_->local_scales(scratch.data(), count, out);
   }
 
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
@@ -74,19 +75,19 @@ class TemporalCodec final : public ClosedLoopCodec<T> {
     grow(ctx.offset + count);
     const T* x = static_cast<const T*>(in);
     r_.resize(std::max(r_.size(), count));
-    d_.resize(std::max(d_.size(), count));
+    std::vector<T>& d = thread_scratch<struct TemporalDecoded, T>(count);
     T* xp = state_.xp.data() + ctx.offset;
     for (std::size_t i = 0; i < count; ++i) {
       r_[i] = residual(x[i], ctx.offset + i);
       xp[i] = x[i];
     }
     const std::size_t n = inner_->encode(r_.data(), count, ctx, out);
-    inner_->decode(out, n, count, d_.data());  // the shared scale lets a rank decode its own code
+    inner_->decode(out, n, count, d.data());  // the shared scale lets a rank decode its own code
     T* xh = state_.xh.data() + ctx.offset;
-    for (std::size_t i = 0; i < count; ++i) xh[i] = beta_ * xh[i] + d_[i];
+    for (std::size_t i = 0; i < count; ++i) xh[i] = beta_ * xh[i] + d[i];
     if (ef_) {
       T* e = state_.e.data() + ctx.offset;
-      for (std::size_t i = 0; i < count; ++i) e[i] = r_[i] - d_[i];
+      for (std::size_t i = 0; i < count; ++i) e[i] = r_[i] - d[i];
     }
     return n;
   }
@@ -111,8 +112,6 @@ class TemporalCodec final : public ClosedLoopCodec<T> {
   T beta_;
   bool ef_;
   std::vector<T> r_;
-  std::vector<T> d_;
-  mutable std::vector<T> scratch_;
 };
 
 }  // namespace

@@ -19,6 +19,7 @@
 
 #include "ccoll/error.hpp"
 #include "quantizers.hpp"
+#include "scratch.hpp"
 #include "wire.hpp"
 
 namespace ccoll::codec {
@@ -74,14 +75,15 @@ class TopKCodec final : public ApplyingCodec<TopKCodec<T>, T> {
     Key prefix = 0;
     Key prefix_mask = 0;
     std::size_t need = k;
-    hist_.resize(std::size_t{1} << kDigitBits);
+    std::vector<std::size_t>& hist =
+        thread_scratch<struct TopkHist, std::size_t>(std::size_t{1} << kDigitBits);
     for (int shift = kKeyBits - kDigitBits; shift >= 0; shift -= kDigitBits) {
-      std::fill(hist_.begin(), hist_.end(), std::size_t{0});
+      std::fill(hist.begin(), hist.end(), std::size_t{0});
       for (std::size_t i = 0; i < count; ++i) {
         const Key key = key_of(x[i]);
-        if ((key & prefix_mask) == prefix) ++hist_[(key >> shift) & 0xFFFF];
+        if ((key & prefix_mask) == prefix) ++hist[(key >> shift) & 0xFFFF];
       }
-      const std::size_t d = topk_pick_digit(hist_.data(), hist_.size(), need);
+      const std::size_t d = topk_pick_digit(hist.data(), hist.size(), need);
       prefix |= static_cast<Key>(d) << shift;
       prefix_mask |= static_cast<Key>(0xFFFF) << shift;
     }
@@ -166,7 +168,6 @@ class TopKCodec final : public ApplyingCodec<TopKCodec<T>, T> {
 
   double ratio_;
   std::string spec_;
-  std::vector<std::size_t> hist_;
 };
 
 }  // namespace

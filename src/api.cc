@@ -252,6 +252,14 @@ void reset_state(MPI_Comm comm, std::uint64_t key) {
   }
 }
 
+std::size_t state_bytes_held(MPI_Comm comm) {
+  detail::require_mpi("state_bytes_held");
+  CommContext* ctx = CommContext::find(comm);
+  if (ctx == nullptr) return 0;
+  if (ProgressQueue* q = ctx->progress_if_made()) q->quiesce();
+  return ctx->state_bytes_held();
+}
+
 std::vector<std::byte> save_state(MPI_Comm comm, std::uint64_t key) {
   detail::require_mpi("save_state");
   CommContext* ctx = CommContext::find(comm);

@@ -209,6 +209,8 @@ class CommContext {
   /// Stateful plans freed so far to stay within the limits (equal on all ranks: plans are
   /// made and used in the same order everywhere).
   std::size_t states_evicted() const { return evicted_; }
+  /// What the stateful plans hold, as counted against CCOLL_STATE_MAX_BYTES.
+  std::size_t state_bytes_held() const { return state_bytes_; }
   /// codec=auto's state for a size class; created untuned on first use.
   AutoChoice& auto_choice(int kind, std::size_t elem_bytes, unsigned size_class) {
     return auto_[(static_cast<std::uint64_t>(kind) << 40) | (elem_bytes << 8) | size_class];

@@ -541,7 +541,12 @@ std::size_t state_bytes(const CodecSpec& spec, std::size_t count, std::size_t el
   // ef=1: the wrapper's own and hop residuals; temporal keeps one residual itself
   if (spec.ef) arrays += (e.traits & kOwnEf) != 0 ? 1 : 2;
   if (spec.ef21) arrays += 2;  // g and G
-  return arrays * count * elem_bytes;
+  // what a stateful tensor holds besides its arrays: its plan, its codec objects (dq's one per
+  // width) and their small tables; the codecs' batches and per-call arrays are per thread
+  // (codecs/scratch.hpp). Measured at 1-4 KiB (test/faults/state_memory.cc, every stateful
+  // codec), so that CCOLL_STATE_MAX_BYTES bounds the memory the tensors really hold.
+  constexpr std::size_t kBookkeepingBytes = 4096;
+  return arrays * count * elem_bytes + kBookkeepingBytes;
 }
 
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {

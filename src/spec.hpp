@@ -45,9 +45,10 @@ CodecSpec parse_codec_spec(const std::string& text);
 /// Creates the codec a valid spec names, for elements of `dtype`.
 std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dtype);
 
-/// The most bytes of per-tensor state a plan of `spec` for `count` elements of `elem_bytes`
-/// keeps between calls (ef=1: two residuals; temporal: its prediction, previous output and
-/// input, and a residual with ef=1), host or device memory; 0 for stateless codecs and dq.
+/// The most bytes a stateful tensor's plan of `spec` for `count` elements of `elem_bytes` keeps
+/// between calls: its state (ef=1: two residuals; temporal: its prediction, previous output and
+/// input, and a residual with ef=1), host or device memory, and 4 KiB of bookkeeping (the plan
+/// and its codec objects, dq's among them), what CCOLL_STATE_MAX_BYTES counts.
 std::size_t state_bytes(const CodecSpec& spec, std::size_t count, std::size_t elem_bytes);
 
 /// True when device kernels exist for `spec` on elements of `dtype` (the registry's entry has a

@@ -273,6 +273,11 @@ CCOLL_API std::vector<std::string> algorithms();
 /// or ranks disagree on the state and results differ. No-op when ccoll has no state for comm.
 CCOLL_API void reset_state(MPI_Comm comm, std::uint64_t key = 0);
 
+/// The bytes this rank holds for the stateful tensors on `comm` (Options::key with ef=1,
+/// temporal, dq): their state and everything kept with it (scratch, buffers, bookkeeping), as
+/// counted against CCOLL_STATE_MAX_BYTES. Local; 0 where ccoll holds nothing for `comm`.
+CCOLL_API std::size_t state_bytes_held(MPI_Comm comm);
+
 /// This rank's state of the stateful codecs (ef=1 residuals, temporal's predictions, dq's
 /// reference) for tensor `key` on `comm` (0: every tensor), of blocking and stream-ordered
 /// calls, as bytes that load_state() restores: a checkpoint of it. Each rank saves its own
