@@ -43,6 +43,8 @@ install_missing() {
   /usr/bin/python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
   [ -d /usr/share/datasets/fashion-mnist ] || missing+=(dataset-fashion-mnist)
   [ -d /usr/share/games/fortunes ] || missing+=(fortunes)  # the text task's text
+  # the fault suite's lost packets (nftables drops: the kernel may have no netem), as root
+  command -v nft >/dev/null || [ -x /usr/sbin/nft ] || missing+=(nftables)
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "build.sh: installing ${missing[*]}"
   local sudo=()
