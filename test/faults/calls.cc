@@ -1,12 +1,14 @@
 // A run of compressed all-reduces for the fault suite (test/faults/network_faults_test.sh):
 // CALLS calls of BYTES per rank with CODEC, each checked against the exact sum (within the
-// codec's bound) and across ranks (every rank's result bit-identical), each call's time printed.
-// Rank 0 prints "ready" after the first call (the suite injects its fault then) and a last line
-// "done: N calls, every result correct and rank-identical, median M ms". A ccoll::Error is
-// printed ("rank R: error: ...") and ends the run with exit 3; a wrong result, exit 1. Each rank
-// writes its pid to PID_DIR/rank.R when PID_DIR is given (for the suite to kill one).
+// codec's bound) and across ranks (every rank's result bit-identical), each step's time (the
+// call and its checks) printed; the median is of the steps.
+// Rank 0 prints a last line "done: N calls, every result correct and rank-identical, median M
+// ms". A ccoll::Error is printed ("rank R: error: ...") and ends the run with exit 3; a wrong
+// result, exit 1. With DIR, each rank writes its pid to DIR/rank.R (for the suite to kill one),
+// and after the first call rank 0 creates DIR/ready and the ranks wait for DIR/go (the suite
+// creates it as it injects its fault), so that the fault meets the calls that follow.
 //
-//   mpiexec -n P ccoll_fault_calls CALLS BYTES [CODEC] [PID_DIR]
+//   mpiexec -n P ccoll_fault_calls CALLS BYTES [CODEC] [DIR]
 #include <mpi.h>
 #include <unistd.h>
 
@@ -53,7 +55,7 @@ int main(int argc, char** argv) {
       MPI_Finalize();
       return 3;
     }
-    ms.push_back((MPI_Wtime() - t0) * 1e3);
+    const double call_ms = (MPI_Wtime() - t0) * 1e3;
     // the exact sum, and the bound of an 8-bit (or wider) maxnorm sum: each rank's values
     // within max|x| / 127 (stochastic rounding moves each by less than one step)
     double worst = 0;
@@ -74,11 +76,21 @@ int main(int argc, char** argv) {
     MPI_Allreduce(&sum, &hi, 1, MPI_UINT64_T, MPI_MAX, MPI_COMM_WORLD);
     int bad = worst > bound || lo != hi ? 1 : 0, any = 0;
     MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    // the step: the call and its checks (a stalled network holds whichever exchange is in
+    // flight, the call's or the checks')
+    ms.push_back((MPI_Wtime() - t0) * 1e3);
     if (rank == 0) {
-      std::printf("call %d: %.1f ms, error %.3g (bound %.3g), ranks %s\n", c, ms.back(), worst,
-                  bound, lo == hi ? "identical" : "DIFFER");
-      if (c == 0) std::printf("ready\n");
+      std::printf("call %d: %.1f ms (call %.1f ms), error %.3g (bound %.3g), ranks %s\n", c,
+                  ms.back(), call_ms, worst, bound, lo == hi ? "identical" : "DIFFER");
       std::fflush(stdout);
+    }
+    if (c == 0 && argc > 4) {
+      if (rank == 0) {
+        const std::string dir = argv[4];
+        if (FILE* f = std::fopen((dir + "/ready").c_str(), "w")) std::fclose(f);
+        for (int i = 0; i < 6000 && access((dir + "/go").c_str(), F_OK) != 0; ++i) usleep(10000);
+      }
+      MPI_Barrier(MPI_COMM_WORLD);
     }
     if (any != 0) {
       if (rank == 0) std::printf("WRONG result at call %d\n", c);

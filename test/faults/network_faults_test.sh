@@ -28,21 +28,26 @@ since() { awk -v a="$1" -v b="$(now)" 'BEGIN{printf "%.2f", b-a}'; }
 # start NAME CALLS BYTES: the run in the background on 4 hosts; its output in $tmp/out
 start() {
   : > "$tmp/out"
+  rm -rf "$tmp/pids"
   mkdir -p "$tmp/pids"
   "$netcluster" -k -q -n 4 -r 1gbit -- sh -c '$CCOLL_MPIEXEC -n 4 "$@"' run "$prog" "$2" "$3" \
     maxnorm:bits=8 "$tmp/pids" > "$tmp/out" 2>&1 &
   job=$!
 }
+# wait_ready: until the run's first call is done (it then waits for go)
 wait_ready() {
-  for _ in $(seq 300); do grep -q '^ready' "$tmp/out" && return 0; sleep 0.1; done
+  for _ in $(seq 600); do [ -e "$tmp/pids/ready" ] && return 0; sleep 0.05; done
   return 1
 }
+go() { touch "$tmp/pids/go"; }
 median() { awk '/^done:/ {print $NF}' "$tmp/out" | sed 's/ms//'; grep -o 'median [0-9.]*' "$tmp/out" | awk '{print $2}'; }
 
 # ---- killed ----
 start killed 100000 4194304
 wait_ready || fail "killed: the run did not start"
 victim=$(cat "$tmp/pids/rank.2" 2>/dev/null)
+go
+sleep 0.5
 t0=$(now)
 kill -KILL "$victim"
 ended=0
@@ -59,6 +64,7 @@ echo "figure: rank 2 killed: the job ended in $secs s (bound 15 s), $left proces
 
 # ---- loss ----
 start baseline 60 4194304
+wait_ready && go
 wait "$job"
 rc=$?
 base=$(grep -o 'median [0-9.]*' "$tmp/out" | awk '{print $2}')
@@ -69,16 +75,19 @@ ip netns exec ccoll-h1 nft add table inet fault &&
   ip netns exec ccoll-h1 nft add chain inet fault out '{ type filter hook output priority 0; }' &&
   ip netns exec ccoll-h1 nft add rule inet fault out numgen random mod 100 '<' 1 drop ||
   fail "loss: the drop rule could not be set"
+go
 wait "$job"
 rc=$?
 lossy=$(grep -o 'median [0-9.]*' "$tmp/out" | awk '{print $2}')
 [ $rc -eq 0 ] && grep -q "every result correct and rank-identical" "$tmp/out" ||
   fail "loss: results not correct and rank-identical under 1% loss (exit $rc)"
-echo "figure: 1% of rank 1's packets dropped: every result correct and rank-identical; median call $lossy ms against $base ms without loss"
+echo "figure: 1% of rank 1's packets dropped: every result correct and rank-identical; median step (a call and its checks) $lossy ms against $base ms without loss"
 
 # ---- linkdown ----
 start linkdown 400 4194304
 wait_ready || fail "linkdown: the run did not start"
+go
+sleep 0.2
 ip -n ccoll-h1 link set eth0 down
 sleep 5
 ip -n ccoll-h1 link set eth0 up
@@ -93,7 +102,7 @@ slowest=$(awk '/^call / {gsub("ms,", "", $3); if ($3 + 0 > m) m = $3 + 0} END {p
 if awk -v m="$slowest" 'BEGIN{exit !(m < 4000)}' && [ $rc -eq 0 ]; then
   fail "linkdown: no call stalled while the link was down (slowest $slowest ms): the fault missed the run"
 elif [ $rc -eq 0 ] && grep -q "every result correct and rank-identical" "$tmp/out"; then
-  echo "figure: rank 1's link down 5 s mid-run: every result correct and rank-identical; the slowest call $slowest ms; the job ended $secs s after the link's return"
+  echo "figure: rank 1's link down 5 s mid-run: every result correct and rank-identical; the slowest step (a call and its checks) $slowest ms; the job ended $secs s after the link's return"
 elif [ "$(grep -c ': error: ' "$tmp/out")" -eq 4 ]; then
   echo "figure: rank 1's link down 5 s mid-run: every rank failed with an error; the job ended $secs s after the link's return"
 else
