@@ -473,25 +473,27 @@ ddp_result() {
   if [ "$1" -eq 77 ]; then python_result "$@"; return; fi
   table_result "$@"
 }
-if [ -n "$missing_nccl" ]; then
-  not_run ddp nccl "$missing_nccl"
-elif [ -n "$missing_python" ]; then
-  not_run ddp python "$missing_python"
-elif selected ddp; then
-  table_head "$out/ddp_step.md" "DDP training steps on the GPU" ddp
-  step ddp "$out/ddp_step.md" ddp_result ddp_runs
-fi
+# nccl_python_step NAME FILE TITLE CHECK FUNCTION [NEEDS]: a table step that needs NCCL, a
+# Python with torch and, if named, NEEDS (a file of the bundle); else it does not run
+nccl_python_step() {
+  local name=$1 file=$2 title=$3 check=$4 fn=$5 needs=${6:-}
+  if [ -n "$missing_nccl" ]; then
+    not_run "$name" nccl "$missing_nccl"
+  elif [ -n "$needs" ] && [ ! -f "$bundle/$needs" ]; then
+    not_run "$name" nccl "the bundle has no $needs"
+  elif [ -n "$missing_python" ]; then
+    not_run "$name" python "$missing_python"
+  elif selected "$name"; then
+    table_head "$out/$file" "$title" "$name"
+    step "$name" "$out/$file" "$check" "$fn"
+  fi
+}
+nccl_python_step ddp ddp_step.md "DDP training steps on the GPU" ddp_result ddp_runs
 
 # ---- an unmodified DDP and FSDP2 script under the NCCL interposer, over the link ----
 interposer_runs() { linked 2 bench/gpu/nccl_interposer_gpu.sh "$bundle" 30; }
-if [ -n "$missing_nccl" ] || [ ! -f "$bundle/nccl/lib/libccoll_nccl.so" ]; then
-  not_run interposer nccl "${missing_nccl:-the bundle has no nccl/lib/libccoll_nccl.so}"
-elif [ -n "$missing_python" ]; then
-  not_run interposer python "$missing_python"
-elif selected interposer; then
-  table_head "$out/interposer.md" "Unmodified DDP and FSDP2 under libccoll_nccl.so" interposer
-  step interposer "$out/interposer.md" table_result interposer_runs
-fi
+nccl_python_step interposer interposer.md "Unmodified DDP and FSDP2 under libccoll_nccl.so" \
+  table_result interposer_runs nccl/lib/libccoll_nccl.so
 
 if [ -z "$missing_nccl" ] && [ "$link_mode" = netns ]; then
   selected allreduce100 && [ ! -f "$out/allreduce.md" ] &&

@@ -127,6 +127,8 @@ def main():
     rank, size = comm.Get_rank(), comm.Get_size()
     dev = torch.device("cpu")
     if args.device == "cuda":
+        if not torch.cuda.is_available():
+            ap.error("--device cuda: torch sees no CUDA device here")
         local = comm.Split_type(MPI.COMM_TYPE_SHARED).Get_rank()
         dev = torch.device("cuda", local % torch.cuda.device_count())
         torch.cuda.set_device(dev)
