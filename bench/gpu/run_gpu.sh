@@ -9,7 +9,9 @@
 # budget no longer covers does not run and fails. Every table is written as its step ends and
 # summary.md after every step, so a run stopped from outside keeps what it measured.
 #   --steps LIST   only these steps (comma-separated; --list names them), e.g. the failed ones
-#                  that summary.md's rerun line names
+#                  that summary.md's rerun line names; under a budget below 300 s the all-reduce,
+#                  DDP and interposer steps run shorter (fewer calls and steps, limits 100, 70
+#                  and 100 s)
 #   --from DIR     with --steps: an earlier run's folder, whose tables for the steps not rerun
 #                  are copied first, so that the grade covers the whole run
 #   --rate RATE    the test network's link rate (default 25gbit; allreduce100 runs at 100gbit)
@@ -80,13 +82,20 @@ if [ -z "$budget" ]; then budget=480; [ -n "$only" ] && budget=120; fi
 [[ "$budget" =~ ^[0-9]+$ ]] && [ "$budget" -ge 30 ] || die "--budget $budget: at least 30 seconds"
 declare -A limit
 for s in "${all_steps[@]}"; do limit[${s%%:*}]=${s##*:}; done
+# A short budget (a rerun's) runs the long measurements shorter, so that one fits in it: fewer
+# calls per size and no 1 MiB row in the all-reduce, fewer steps in the DDP and interposer runs
+quick=0
+if [ "$budget" -lt 300 ]; then
+  quick=1
+  limit[allreduce]=100 limit[ddp]=70 limit[interposer]=100
+fi
 selected() { [ -z "$only" ] || [[ ",$only," == *",$1,"* ]]; }
 if [ "$list" -eq 1 ]; then
   total=0
   for s in "${all_steps[@]}"; do
     selected "${s%%:*}" || continue
-    printf '%-13s %4s s\n' "${s%%:*}" "${s##*:}"
-    total=$((total + ${s##*:}))
+    printf '%-13s %4s s\n' "${s%%:*}" "${limit[${s%%:*}]}"
+    total=$((total + ${limit[${s%%:*}]}))
   done
   echo "limits $total s; the run's budget $budget s (the grade keeps $grade_reserve s)"
   exit 0
@@ -316,7 +325,7 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   exit 77
 fi
 gpu="$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1)"
-export bundle gpu commit rate
+export bundle gpu commit rate quick
 export CCOLL_REQUIRE_GPU=1  # no usable device is a failure in every program, not a skip
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_MCA_rmaps_base_oversubscribe=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
@@ -437,7 +446,9 @@ allreduce_runs() {
   local b=$bundle/nccl/bin/ccoll_gpu_allreduce rc=0
   local codecs=(--codec maxnorm:bits=8 --codec maxnorm:bits=4 --codec maxnorm:bits=8,ef=1)
   echo "## 2 ranks at $rate"
-  linked 2 bench/gpu/launch.sh 2 "$b" --sizes 1M,16M,64M --iters 10 --stream-ordered \
+  local sizes=1M,16M,64M iters=10
+  [ "$quick" -eq 1 ] && sizes=16M,64M iters=5
+  linked 2 bench/gpu/launch.sh 2 "$b" --sizes "$sizes" --iters "$iters" --stream-ordered \
     "${codecs[@]}" || rc=1
   echo "## 2 ranks at $rate, 256 MiB"
   linked 2 bench/gpu/launch.sh 2 "$b" --sizes 256M --iters 3 --stream-ordered \
@@ -467,7 +478,8 @@ ddp_runs() {
   export CCOLL_TRANSPORT=nccl
   linked 2 bench/gpu/python_smoke.sh "$bundle" --nccl --script bench/python/ddp_step_bench.py \
     --device cuda --backend nccl --torch-hook bf16 --codec maxnorm:bits=8,ef=1 \
-    --codec maxnorm:bits=4,ef=1 --stream-ordered --iters 10 --warmup 3 --markdown
+    --codec maxnorm:bits=4,ef=1 --stream-ordered --iters "$([ "$quick" -eq 1 ] && echo 5 || echo 10)" \
+    --warmup 2 --markdown
 }
 ddp_result() {
   if [ "$1" -eq 77 ]; then python_result "$@"; return; fi
@@ -491,7 +503,9 @@ nccl_python_step() {
 nccl_python_step ddp ddp_step.md "DDP training steps on the GPU" ddp_result ddp_runs
 
 # ---- an unmodified DDP and FSDP2 script under the NCCL interposer, over the link ----
-interposer_runs() { linked 2 bench/gpu/nccl_interposer_gpu.sh "$bundle" 30; }
+interposer_runs() {
+  linked 2 bench/gpu/nccl_interposer_gpu.sh "$bundle" "$([ "$quick" -eq 1 ] && echo 15 || echo 30)"
+}
 nccl_python_step interposer interposer.md "Unmodified DDP and FSDP2 under libccoll_nccl.so" \
   table_result interposer_runs nccl/lib/libccoll_nccl.so
 
