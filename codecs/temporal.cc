@@ -74,20 +74,20 @@ class TemporalCodec final : public ClosedLoopCodec<T> {
     if (ctx.role != BlockContext::Role::kOwn) return inner_->encode(in, count, ctx, out);
     grow(ctx.offset + count);
     const T* x = static_cast<const T*>(in);
-    r_.resize(std::max(r_.size(), count));
+    std::vector<T>& r = thread_scratch<struct TemporalResidual, T>(count);
     std::vector<T>& d = thread_scratch<struct TemporalDecoded, T>(count);
     T* xp = state_.xp.data() + ctx.offset;
     for (std::size_t i = 0; i < count; ++i) {
-      r_[i] = residual(x[i], ctx.offset + i);
+      r[i] = residual(x[i], ctx.offset + i);
       xp[i] = x[i];
     }
-    const std::size_t n = inner_->encode(r_.data(), count, ctx, out);
+    const std::size_t n = inner_->encode(r.data(), count, ctx, out);
     inner_->decode(out, n, count, d.data());  // the shared scale lets a rank decode its own code
     T* xh = state_.xh.data() + ctx.offset;
     for (std::size_t i = 0; i < count; ++i) xh[i] = beta_ * xh[i] + d[i];
     if (ef_) {
       T* e = state_.e.data() + ctx.offset;
-      for (std::size_t i = 0; i < count; ++i) e[i] = r_[i] - d[i];
+      for (std::size_t i = 0; i < count; ++i) e[i] = r[i] - d[i];
     }
     return n;
   }
@@ -111,7 +111,6 @@ class TemporalCodec final : public ClosedLoopCodec<T> {
   unsigned bits_;
   T beta_;
   bool ef_;
-  std::vector<T> r_;
 };
 
 }  // namespace

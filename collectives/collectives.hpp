@@ -98,6 +98,14 @@ class Workspace {
     return reduce_jobs_.data();
   }
   std::size_t capacity_bytes() const { return capacity_; }
+  /// Everything it holds: the payload bytes and the bookkeeping arrays.
+  std::size_t held_bytes() const {
+    return capacity_ + sizes_.capacity() * sizeof(std::size_t) +
+           requests_.capacity() * sizeof(Request) +
+           encode_jobs_.capacity() * sizeof(codec::EncodeJob) +
+           decode_jobs_.capacity() * sizeof(codec::DecodeJob) +
+           reduce_jobs_.capacity() * sizeof(codec::ReduceJob);
+  }
 
  private:
   void release() noexcept {

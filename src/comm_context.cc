@@ -426,9 +426,20 @@ void CommContext::evict() {
   }
 }
 
+void CommContext::recount(Plan& p) {
+  if (p.key.tensor_key == 0) return;
+  // what its calls made it hold besides its state (the payload workspace grows to the codes')
+  const std::size_t now = p.base_bytes + p.held_bytes();
+  state_bytes_ = state_bytes_ - p.state_bytes + now;
+  const bool grew = now > p.state_bytes;
+  p.state_bytes = now;
+  if (grew) evict();  // never p: it is the most recently used
+}
+
 Plan& CommContext::plan(const PlanKey& key, const CodecSpec& spec) {
   if (const auto found = index_.find(key); found != index_.end()) {
     plans_.splice(plans_.begin(), plans_, found->second);  // iterators stay valid
+    recount(plans_.front());
     return plans_.front();
   }
   Plan p;
@@ -439,8 +450,10 @@ Plan& CommContext::plan(const PlanKey& key, const CodecSpec& spec) {
     p.loaded_state = std::move(loaded->second);  // and the device codec's, once made
     loaded_plans_.erase(loaded);
   }
-  if (key.tensor_key != 0)
-    p.state_bytes = state_bytes(spec, key.count, codec::dtype_size(key.dtype));
+  if (key.tensor_key != 0) {
+    p.base_bytes = state_bytes(spec, key.count, codec::dtype_size(key.dtype));
+    p.state_bytes = p.base_bytes;
+  }
   state_bytes_ += p.state_bytes;
   plans_.push_front(std::move(p));
   index_.emplace(key, plans_.begin());

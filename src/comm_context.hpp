@@ -57,7 +57,15 @@ struct Plan {
   /// The device codec over `codec` (device buffers, codecs with kernels), made on first use.
   std::unique_ptr<codec::Codec> device_codec;
   bool device_resident = false;  ///< device_codec's payloads live in device memory
-  std::size_t state_bytes = 0;   ///< state_bytes() of its spec and count (stateful plans)
+  std::size_t base_bytes = 0;    ///< state_bytes() of its spec and count (stateful plans)
+  /// What it is counted for against CCOLL_STATE_MAX_BYTES (stateful plans): base_bytes and
+  /// what its calls made it hold (held_bytes()), recounted each time it is looked up.
+  std::size_t state_bytes = 0;
+  /// The buffers its calls grew: the payload workspace, scales, mask, a state not loaded yet.
+  std::size_t held_bytes() const {
+    return workspace.held_bytes() + scales.capacity() * sizeof(double) + mask.capacity() +
+           loaded_state.capacity();
+  }
   /// load_state()'s bytes for a device codec not made yet (applied when it is: take_loaded())
   std::vector<std::byte> loaded_state;
   /// Gives a device codec just made the state load_state() gave the plan, if any.
@@ -204,6 +212,9 @@ class CommContext {
   /// are freed with a warning (their tensors restart from zero state), never the plan returned.
   /// The first such warning of a communicator is printed whatever CCOLL_DEBUG says.
   Plan& plan(const PlanKey& key, const CodecSpec& spec);
+  /// Counts what stateful plan `p` (the most recently used) holds now, after a call grew its
+  /// buffers, against the limits, freeing least recently used ones as plan() does.
+  void recount(Plan& p);
   /// Plans whose payload workspace allocates with `a` (null: the heap).
   std::size_t plans_allocating_with(const coll::Workspace::Allocator* a) const;
   /// Stateful plans freed so far to stay within the limits (equal on all ranks: plans are

@@ -561,6 +561,7 @@ void run_flat(Flow& f) {
   f.stats.control_bytes +=
       run_setup_rounds(codec, inputs, setup, plan->scales, plan->mask, exchange);
   run_schedule(f, *plan, codec, input);
+  f.ctx.recount(*plan);  // the workspace this call grew counts against the state limit
 }
 
 // A compressing call after the agreement: algorithm=auto on several nodes of several ranks
