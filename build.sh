@@ -5,10 +5,12 @@
 #   ./build.sh test   install what is missing, check the sources' format (clang-format), build,
 #                     run the whole CTest suite (unit, MPI, Python, package consumer), install
 #                     the Python package with pip into a virtual environment and test it, run
-#                     the unit tests again under ASan+UBSan, and every decoder under libFuzzer
-#                     for a few seconds (when clang is installed)
+#                     the unit tests again under ASan+UBSan, every decoder under libFuzzer
+#                     for a few seconds (when clang is installed), and 16 simulated ranks with
+#                     ccoll built for SimGrid's SMPI (bench/sim/)
 # Environment: JOBS (parallel build jobs, default 2), BUILD_DIR (default build),
-#   CCOLL_SKIP_SANITIZER=1 / CCOLL_SKIP_FUZZ=1 / CCOLL_SKIP_PIP=1 (test: skip those passes),
+#   CCOLL_SKIP_SANITIZER=1 / CCOLL_SKIP_FUZZ=1 / CCOLL_SKIP_PIP=1 / CCOLL_SKIP_SIM=1 (test: skip
+#   those passes),
 #   CI=true (warnings are errors).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")"
@@ -16,7 +18,7 @@ cmd=${1:-}
 JOBS=${JOBS:-2}
 BUILD_DIR=${BUILD_DIR:-build}
 
-usage() { sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
 
 install_missing() {
   local missing=()
@@ -45,6 +47,7 @@ install_missing() {
   [ -d /usr/share/games/fortunes ] || missing+=(fortunes)  # the text task's text
   # the fault suite's lost packets (nftables drops: the kernel may have no netem), as root
   command -v nft >/dev/null || [ -x /usr/sbin/nft ] || missing+=(nftables)
+  command -v smpicxx >/dev/null || missing+=(libsimgrid-dev)  # the simulated smoke test (SMPI)
   [ ${#missing[@]} -eq 0 ] && return 0
   echo "build.sh: installing ${missing[*]}"
   local sudo=()
@@ -123,6 +126,15 @@ case "$cmd" in
         --config-settings=cmake.define.CCOLL_ENABLE_CUDA=OFF .
       (cd "$BUILD_DIR-pip" && mpiexec -n 2 bin/python -m pytest -q -p no:cacheprovider \
         "$OLDPWD/python/tests")
+    fi
+    if [ "${CCOLL_SKIP_SIM:-0}" != "1" ]; then
+      # the same sources built with SimGrid's SMPI, on 16 simulated ranks (bench/sim/README.md)
+      if command -v smpicxx >/dev/null; then
+        JOBS=$JOBS bench/sim/build.sh "$BUILD_DIR-smpi"
+        bench/sim/smoke_test.sh "$BUILD_DIR-smpi"
+      else
+        echo "build.sh: smpicxx not found (Debian: libsimgrid-dev); skipping the simulated smoke test"
+      fi
     fi
     if [ "${CCOLL_SKIP_SANITIZER:-0}" != "1" ]; then
       cmake -S . -B "$BUILD_DIR-sanitize" -DCMAKE_BUILD_TYPE=Debug -DCCOLL_SANITIZE=ON \

@@ -57,6 +57,10 @@ EnvConfig read_env() {
     }
     c.nccl_timeout_s = t;
   }
+#if defined(CCOLL_SMPI)
+  // SimGrid's SMPI has no MPI_Win_sync: the node's steps go through MPI's collectives there
+  c.node_window_bytes = 0;
+#endif
   if (const std::string v = getenv_str("CCOLL_NODE_WINDOW"); !v.empty()) {
     c.node_window_bytes = parse_byte_size(v, "CCOLL_NODE_WINDOW");
     if (c.node_window_bytes != 0 &&
@@ -64,6 +68,13 @@ EnvConfig read_env() {
       throw Error(Status::kInvalidArgument,
                   "CCOLL_NODE_WINDOW: " + v + " is out of range (valid: 0, or 4K to 1G)");
     }
+#if defined(CCOLL_SMPI)
+    if (c.node_window_bytes != 0) {
+      throw Error(Status::kUnsupported, "CCOLL_NODE_WINDOW: " + v +
+                                            ": SimGrid's SMPI has no MPI_Win_sync, which the "
+                                            "node's shared window needs (valid there: 0)");
+    }
+#endif
   }
   if (const std::string v = getenv_str("CCOLL_PROGRESS_NICE"); !v.empty()) {
     char* end = nullptr;

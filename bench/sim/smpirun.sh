@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs an SMPI-built program (bench/sim/build.sh) on a simulated platform:
+#   bench/sim/smpirun.sh -n RANKS -p PLATFORM.xml [-k RANKS_PER_HOST] [-o SMPIRUN_OPTION]...
+#                        PROGRAM [ARGS...]
+# RANKS ranks fill the platform's hosts in order (its <cluster> prefix and radical), K to a host
+# (default 1): ranks of one host share it as MPI_COMM_TYPE_SHARED does on a node. Each rank runs
+# on a thread of its own (--cfg=contexts/factory:thread), so that ccoll's thread-local buffers
+# are each rank's, as they are each process's on a cluster. Each -o passes one option to
+# smpirun, e.g. -o --cfg=smpi/allreduce:lr for SMPI's own all-reduce algorithm.
+set -euo pipefail
+n="" platform="" per=1 extra=()
+while getopts "n:p:k:o:" opt; do
+  case $opt in
+    n) n=$OPTARG ;;
+    p) platform=$OPTARG ;;
+    k) per=$OPTARG ;;
+    o) extra+=("$OPTARG") ;;
+    *) exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[[ "$n" =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] || { echo "smpirun.sh: -n RANKS (at least 1)" >&2; exit 2; }
+[[ "$per" =~ ^[0-9]+$ ]] && [ "$per" -ge 1 ] || { echo "smpirun.sh: -k RANKS_PER_HOST (at least 1)" >&2; exit 2; }
+[ -f "$platform" ] || { echo "smpirun.sh: -p $platform: no such platform file" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "smpirun.sh: no PROGRAM" >&2; exit 2; }
+# the hosts: the first <cluster>'s prefix and radical (a-b)
+prefix=$(grep -o 'prefix="[^"]*"' "$platform" | head -1 | cut -d'"' -f2)
+radical=$(grep -o 'radical="[0-9]*-[0-9]*"' "$platform" | head -1 | cut -d'"' -f2)
+hosts=$(( ${radical#*-} - ${radical%-*} + 1 ))
+[ $(( (n + per - 1) / per )) -le "$hosts" ] ||
+  { echo "smpirun.sh: $n ranks at $per a host need more than the platform's $hosts hosts" >&2; exit 2; }
+hostfile=$(mktemp)
+trap 'rm -f "$hostfile"' EXIT
+for ((r = 0; r < n; r++)); do echo "$prefix$(( ${radical%-*} + r / per ))"; done > "$hostfile"
+exec smpirun -np "$n" -platform "$platform" -hostfile "$hostfile" \
+  --cfg=contexts/factory:thread --cfg=smpi/display-timing:no "${extra[@]}" "$@"
