@@ -47,6 +47,9 @@ enum class Kind { kQsgd, kTernGrad, kSign };
 [[noreturn]] void corrupt(const char* name, const std::string& what) {
   throw Error(Status::kCorruptData, std::string("received ") + name + " payload rejected: " + what);
 }
+// thread_scratch tags (codecs/scratch.hpp): one per buffer a pass holds
+struct BucketedUniforms;
+struct BucketedCodes;
 
 template <class T>
 class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
@@ -141,17 +144,16 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
         sf = std::nextafter(sf, INFINITY);
       std::memcpy(scales + 4 * b, &sf, 4);
       // codes of a batch as bytes (a loop the compiler vectorizes), then packed 8 at a time
-      std::uint8_t* codes =
-          thread_scratch<struct BucketedCodes, std::uint8_t>(kUniformBatch).data();
+      std::uint8_t* codes = thread_scratch<BucketedCodes, std::uint8_t>(kUniformBatch).data();
       const double inv = sf > 0 ? static_cast<double>(s_) / static_cast<double>(sf) : 0.0;
       for (std::size_t i = begin; i < end;) {
         const std::size_t n = std::min(kUniformBatch, end - i);
         if (kind_ == Kind::kSign) {
           for (std::size_t k = 0; k < n; ++k) codes[k] = x[i + k] < 0 ? 0 : 1;
         } else {
-          const float* u = rounding_draws(
-              nearest_, ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n,
-              thread_scratch<struct BucketedUniforms, float>(kUniformBatch + 8).data());
+          const float* u =
+              rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n,
+                             thread_scratch<BucketedUniforms, float>(kUniformBatch + 8).data());
           stochastic_bytes(x + i, u, n, inv, s_, codes);
         }
         w.put_bytes(codes, n);
@@ -206,8 +208,7 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
       const std::int32_t mul = sign ? 2 : 1;
       const auto bias = static_cast<std::int32_t>(sign ? 1 : s_);
       const T vstep = sign ? static_cast<T>(sf) : step;
-      std::uint8_t* codes =
-          thread_scratch<struct BucketedCodes, std::uint8_t>(kUniformBatch).data();
+      std::uint8_t* codes = thread_scratch<BucketedCodes, std::uint8_t>(kUniformBatch).data();
       for (std::size_t i = b * bucket_; i < end;) {
         const std::size_t n = std::min(kUniformBatch, end - i);
         r.get_bytes(codes, n);

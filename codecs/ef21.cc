@@ -26,6 +26,10 @@
 namespace ccoll::codec {
 namespace {
 
+// thread_scratch tags (codecs/scratch.hpp): one per buffer a pass holds
+struct Ef21Input;
+struct Ef21Decoded;
+
 template <class T>
 class Ef21Codec final : public ClosedLoopCodec<T> {
   using Base = ClosedLoopCodec<T>;
@@ -48,7 +52,7 @@ class Ef21Codec final : public ClosedLoopCodec<T> {
   // the scales of what is coded: x - g
   void local_scales(const void* data, std::size_t count, double* out) const override {
     const T* x = static_cast<const T*>(data);
-    std::vector<T>& scratch = thread_scratch<struct Ef21Input, T>(count);
+    std::vector<T>& scratch = thread_scratch<Ef21Input, T>(count);
     for (std::size_t i = 0; i < count; ++i) scratch[i] = change(x[i], i);
     inner_->local_scales(scratch.data(), count, out);
   }
@@ -59,7 +63,7 @@ class Ef21Codec final : public ClosedLoopCodec<T> {
     if (state_.xh.size() < ctx.offset + count) state_.xh.resize(ctx.offset + count, T(0));
     const T* x = static_cast<const T*>(in);
     r_.resize(std::max(r_.size(), count));
-    std::vector<T>& d = thread_scratch<struct Ef21Decoded, T>(count);
+    std::vector<T>& d = thread_scratch<Ef21Decoded, T>(count);
     for (std::size_t i = 0; i < count; ++i) r_[i] = change(x[i], ctx.offset + i);
     const std::size_t n = inner_->encode(r_.data(), count, ctx, out);
     inner_->decode(out, n, count, d.data());  // the shared scales: a rank decodes its own code

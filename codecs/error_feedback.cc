@@ -7,26 +7,17 @@
 
 #include "forwarding.hpp"
 #include "half_batch.hpp"
+#include "scratch.hpp"
 #include "state_io.hpp"
 
 namespace ccoll::codec {
 namespace {
 
-// The wrapper's scratch (p = x + e and D(C(p)) of the unfused encode; x + e of the scans), per
-// thread and element type rather than per codec: each stateful tensor's codec holds its
-// residuals alone (what CCOLL_STATE_MAX_BYTES counts), not three more arrays of its size.
-template <class T>
-struct Scratch {
-  std::vector<T> p;
-  std::vector<T> d;
-  std::vector<T> x;
-};
-
-template <class T>
-Scratch<T>& scratch() {
-  thread_local Scratch<T> s;
-  return s;
-}
+// thread_scratch tags (codecs/scratch.hpp): p = x + e and D(C(p)) of the unfused encode, x + e
+// of the scans; per thread, so that a stateful tensor's codec holds its residuals alone
+struct FeedbackSum;
+struct FeedbackDecoded;
+struct FeedbackInput;
 
 template <class T>
 class ErrorFeedbackCodec final : public ForwardingCodec {
@@ -139,39 +130,37 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
         if (n != Codec::kNotFused) return n;
       }
     }
-    scratch<T>().p.resize(std::max(scratch<T>().p.size(), count));
-    scratch<T>().d.resize(std::max(scratch<T>().d.size(), count));
+    T* p = thread_scratch<FeedbackSum, T>(count).data();
+    T* d = thread_scratch<FeedbackDecoded, T>(count).data();
     T* r = e.data() + ctx.offset;
     if (in_ != InputType::kNative && ctx.role == BlockContext::Role::kOwn) {
-      if constexpr (std::is_same_v<T, float>) widen(in, count, scratch<T>().p.data());
-      for (std::size_t i = 0; i < count; ++i) scratch<T>().p[i] = scratch<T>().p[i] + r[i];
+      if constexpr (std::is_same_v<T, float>) widen(in, count, p);
+      for (std::size_t i = 0; i < count; ++i) p[i] = p[i] + r[i];
     } else {
       const T* x = static_cast<const T*>(in);
-      for (std::size_t i = 0; i < count; ++i) scratch<T>().p[i] = x[i] + r[i];
+      for (std::size_t i = 0; i < count; ++i) p[i] = x[i] + r[i];
     }
-    const std::size_t n =
-        contributions == 0
-            ? inner_->encode(scratch<T>().p.data(), count, ctx, out)
-            : inner_->encode_sum(scratch<T>().p.data(), count, ctx, out, contributions);
-    inner_->decode(out, n, count, scratch<T>().d.data());
-    for (std::size_t i = 0; i < count; ++i) r[i] = scratch<T>().p[i] - scratch<T>().d[i];
+    const std::size_t n = contributions == 0
+                              ? inner_->encode(p, count, ctx, out)
+                              : inner_->encode_sum(p, count, ctx, out, contributions);
+    inner_->decode(out, n, count, d);
+    for (std::size_t i = 0; i < count; ++i) r[i] = p[i] - d[i];
     return n;
   }
   // x + e_own, computed exactly as encode() computes it (e_own: 0 until the encodes have
   // covered the whole input, as the scan of fp32 input takes it).
   const T* with_residual(const void* data, std::size_t count) const {
-    std::vector<T>& p = scratch<T>().x;
-    p.resize(count);
+    T* p = thread_scratch<FeedbackInput, T>(count).data();
     const std::size_t n = own_.size() >= count ? count : 0;
     if (in_ != InputType::kNative) {
-      if constexpr (std::is_same_v<T, float>) widen(data, count, p.data());
+      if constexpr (std::is_same_v<T, float>) widen(data, count, p);
       for (std::size_t i = 0; i < n; ++i) p[i] = p[i] + own_[i];
-      return p.data();
+      return p;
     }
     const T* x = static_cast<const T*>(data);
     for (std::size_t i = 0; i < n; ++i) p[i] = x[i] + own_[i];
     for (std::size_t i = n; i < count; ++i) p[i] = x[i];
-    return p.data();
+    return p;
   }
   // the 16-bit input, widened exactly
   void widen(const void* in, std::size_t count, float* out) const {

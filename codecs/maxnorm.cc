@@ -40,6 +40,7 @@
 #include "philox.hpp"
 #include "quantizers.hpp"
 #include "randk_selection.hpp"
+#include "scratch.hpp"
 #include "uniforms.hpp"
 #include "wire.hpp"
 
@@ -54,24 +55,12 @@ constexpr double kDecodeMargin = 1e-6;
 constexpr std::uint32_t kMaxContributions = (1u << 19) - 1;
 constexpr unsigned kBlockShift = 27;  // the block field: 4 bits below the requant flag
 constexpr std::uint32_t kRequantFlag = 1u << 31;
-
-// The host passes' scratch: batches of draws and byte codes, widened 16-bit input, unpacked
-// lanes of the decode, the compressed-domain add and encode_sum. Kept per thread, not per
-// codec: a communicator holds a codec for each of up to thousands of stateful tensors (ef=1),
-// each of which must hold its state alone (CCOLL_STATE_MAX_BYTES counts it), not ~40 KiB of
-// batches; and a large tensor's lanes are not kept by every plan that ever summed one.
-struct Scratch {
-  std::vector<float> uniforms = std::vector<float>(kUniformBatch + 8);
-  std::vector<std::uint8_t> codes = std::vector<std::uint8_t>(kUniformBatch);  // byte codes
-  std::vector<float> tile = std::vector<float>(kUniformBatch);  // widened 16-bit input
-  std::vector<std::uint32_t> lanes;      // decode, add: kLaneBatch per stream
-  std::vector<std::uint32_t> sum_lanes;  // encode_sum
-};
-
-Scratch& scratch() {
-  thread_local Scratch s;
-  return s;
-}
+// thread_scratch tags (codecs/scratch.hpp): one per buffer a pass holds
+struct MaxnormDraws;
+struct MaxnormByteCodes;
+struct MaxnormTile;
+struct MaxnormSumLanes;
+struct MaxnormLanes;
 
 struct View {
   std::uint32_t contributions = 0;
@@ -246,6 +235,11 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {
     const T* x = static_cast<const T*>(in);
+    // the passes' batches, per thread (codecs/scratch.hpp): draws, byte codes, widened input
+    float* const draws = thread_scratch<MaxnormDraws, float>(kUniformBatch + 8).data();
+    std::uint8_t* const byte_codes =
+        thread_scratch<MaxnormByteCodes, std::uint8_t>(kUniformBatch).data();
+    float* const tile = thread_scratch<MaxnormTile, float>(kUniformBatch).data();
     if (fine_bits_ != 0 && count != 0 && ctx.offset + count > mask_.size() * 8) {
       throw Error(Status::kInternal, "maxnorm: encode outside the agreed mask");
     }
@@ -275,8 +269,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
         if constexpr (std::is_same_v<T, float>) {
           if (widen) {
             avail = std::min(avail, kUniformBatch);
-            widen_16(h + i, avail, scratch().tile.data(), in_ == InputType::kBFloat16);
-            src = scratch().tile.data();
+            widen_16(h + i, avail, tile, in_ == InputType::kBFloat16);
+            src = tile;
           }
         }
 #if CCOLL_HAVE_HWY
@@ -297,8 +291,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
               if (!bytes) w.skip(quads * wb / 2);
             } else {  // other widths: byte codes packed 8 at a time
               maxnorm_packed_hwy(ctx.seed, call, stream, e >> 2, src, quads, inv, s_, 8,
-                                 scratch().codes.data());
-              w.put_bytes(scratch().codes.data(), 4 * quads);
+                                 byte_codes);
+              w.put_bytes(byte_codes, 4 * quads);
             }
             i += 4 * quads;
             continue;
@@ -307,8 +301,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
 #endif
         // up to the next quad boundary first, so that the fused kernels can take the rest
         const std::size_t n = std::min((e & 3) != 0 ? 4 - (e & 3) : kUniformBatch, avail);
-        const float* u = rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, e, n,
-                                        scratch().uniforms.data());
+        const float* u = rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, e, n, draws);
         if (fine_bits_ != 0) {
           for (std::size_t k = 0; k < n; ++k) {
             const bool fine = mask_bit(mask_, ctx.offset + i + k);
@@ -321,9 +314,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
           if (bytes) {
             stochastic_bytes(src, u, n, inv, s_, dst + i);
           } else {  // narrower lanes: the same byte codes, packed
-            stochastic_bytes(src, u, n, inv, s_,
-                             reinterpret_cast<std::byte*>(scratch().codes.data()));
-            w.put_bytes(scratch().codes.data(), n);
+            stochastic_bytes(src, u, n, inv, s_, reinterpret_cast<std::byte*>(byte_codes));
+            w.put_bytes(byte_codes, n);
           }
           i += n;
           continue;
@@ -357,8 +349,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     const auto levels = static_cast<std::uint32_t>(bias(contributions));
     const auto s = static_cast<T>(s_);
     // every lane first, then one pack (groups of 8 lanes whole bytes)
-    scratch().sum_lanes.resize(count);
-    std::uint32_t* lane = scratch().sum_lanes.data();
+    std::uint32_t* lane = thread_scratch<MaxnormSumLanes, std::uint32_t>(count).data();
+    float* const draws = thread_scratch<MaxnormDraws, float>(kUniformBatch + 8).data();
     std::size_t i = 0;
     for (std::size_t b = 0; b < nb; ++b) {
       const float m = scales_[first + b];
@@ -381,8 +373,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
 #endif
         // up to the next quad boundary first, so that the fused kernel can take the rest
         const std::size_t n = std::min((e & 3) != 0 ? 4 - (e & 3) : kUniformBatch, end - i);
-        const float* u = rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, e, n,
-                                        scratch().uniforms.data());
+        const float* u = rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, e, n, draws);
         for (std::size_t k = 0; k < n; ++k)
           lane[i + k] = stochastic_code(x[i + k], inv, u[k], levels);
         i += n;
@@ -413,8 +404,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       const unsigned w = width(j);
       const std::size_t code_bytes = packed_bytes(count, w);
       constexpr std::size_t kBatch = 4096;  // a multiple of 8: every batch starts on a byte
-      scratch().sum_lanes.resize(kBatch);
-      std::uint32_t* lane = scratch().sum_lanes.data();
+      std::uint32_t* lane = thread_scratch<MaxnormSumLanes, std::uint32_t>(kBatch).data();
       std::byte* end_of_codes = codes;
       for (std::size_t i0 = 0; i0 < count; i0 += kBatch) {
         const std::size_t n = std::min(kBatch, count - i0);
@@ -473,8 +463,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       const auto la = static_cast<std::uint32_t>(2 * ba);
       const auto lb = static_cast<std::uint32_t>(2 * bb);
       const auto shift = static_cast<std::uint32_t>(ba + bb) - bj;  // bj <= ba + bb
-      scratch().lanes.resize(2 * kLaneBatch);
-      std::uint32_t* ua = scratch().lanes.data();
+      std::uint32_t* ua = thread_scratch<MaxnormLanes, std::uint32_t>(2 * kLaneBatch).data();
       std::uint32_t* ub = ua + kLaneBatch;
       std::uint32_t worst_a = 0;
       std::uint32_t worst_b = 0;
@@ -748,9 +737,9 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
               }
             });
       } else {
-        worst =
-            std::max(worst, decode_block_lanes<T, kAccumulate>(v.codes, code_bytes, v.width, i, end,
-                                                               step, bias_j, out, scratch().lanes));
+        worst = std::max(worst, decode_block_lanes<T, kAccumulate>(
+                                    v.codes, code_bytes, v.width, i, end, step, bias_j, out,
+                                    thread_scratch<MaxnormLanes, std::uint32_t>()));
       }
       i = end;
     }

@@ -4,8 +4,10 @@
 // dq), and each must hold only its state, which CCOLL_STATE_MAX_BYTES counts: batches of draws,
 // histograms and per-call arrays live here instead, one set per thread (a codec's calls run on
 // one thread at a time; the progress thread and the hierarchical helper have their own).
-// `Tag` names the use, so that two buffers a pass holds at once never share storage; a
-// pointer into one is valid until the same thread's next use of that tag.
+// `Tag` (a type declared at namespace scope in the codec's file) names the use, so that two
+// buffers a pass holds at once never share storage; a pointer into one is valid until the same
+// thread's next use of that tag. Take the buffer once per pass, not per element: each call is
+// a thread-local access.
 #pragma once
 
 #include <cstddef>

@@ -44,6 +44,11 @@
 namespace ccoll::codec {
 namespace {
 
+// thread_scratch tags (codecs/scratch.hpp): one per buffer a pass holds
+struct SketchUniforms;
+struct SketchLevels;
+struct SketchLanes;
+
 constexpr std::size_t kSample = 2048;  // sketch size: values sampled per block
 constexpr int kLloydIterations = 8;
 constexpr int kRefineSweeps = 4;
@@ -106,7 +111,7 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
       const std::size_t n = std::min(kUniformBatch, count - i);
       const float* u =
           rounding_draws(nearest_, ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n,
-                         thread_scratch<struct SketchUniforms, float>(kUniformBatch + 8).data());
+                         thread_scratch<SketchUniforms, float>(kUniformBatch + 8).data());
       for (std::size_t k = 0; k < n; ++k) {
         const T v = x[i + k];
         // the interval [lv[j], lv[j+1]] holding v: lv[j] <= v, j as large as possible below
@@ -344,7 +349,7 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
     wire::expect_payload(in, bytes, wire::CodecId::kSketch, param(), count,
                          levels_ * sizeof(T) + packed_bytes(count, bits_));
     const std::byte* table = in + wire::kHeaderBytes;
-    std::vector<T>& lv = thread_scratch<struct SketchLevels, T>();
+    std::vector<T>& lv = thread_scratch<SketchLevels, T>();
     lv.resize(levels_);
     std::memcpy(lv.data(), table, levels_ * sizeof(T));
     for (std::size_t q = 0; q < levels_; ++q) {
@@ -353,7 +358,7 @@ class SketchCodec final : public ApplyingCodec<SketchCodec<T>, T> {
     }
     const std::byte* codes = table + levels_ * sizeof(T);
     const std::size_t code_bytes = packed_bytes(count, bits_);
-    std::vector<std::uint32_t>& u = thread_scratch<struct SketchLanes, std::uint32_t>();
+    std::vector<std::uint32_t>& u = thread_scratch<SketchLanes, std::uint32_t>();
     u.resize(kLaneBatch);
     for (std::size_t i = 0; i < count; i += kLaneBatch) {
       const std::size_t n = std::min(kLaneBatch, count - i);

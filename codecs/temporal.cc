@@ -32,6 +32,11 @@
 namespace ccoll::codec {
 namespace {
 
+// thread_scratch tags (codecs/scratch.hpp): one per buffer a pass holds
+struct TemporalInput;
+struct TemporalResidual;
+struct TemporalDecoded;
+
 template <class T>
 class TemporalCodec final : public ClosedLoopCodec<T> {
   using Base = ClosedLoopCodec<T>;
@@ -62,7 +67,7 @@ class TemporalCodec final : public ClosedLoopCodec<T> {
   // any other, corrected by the closed loop (and with ef=1 sent again in full).
   void local_scales(const void* data, std::size_t count, double* out) const override {
     const T* x = static_cast<const T*>(data);
-    std::vector<T>& scratch = thread_scratch<struct TemporalInput, T>(count);
+    std::vector<T>& scratch = thread_scratch<TemporalInput, T>(count);
     for (std::size_t i = 0; i < count; ++i) {
       scratch[i] = x[i] - beta_ * (i < state_.xp.size() ? state_.xp[i] : T(0));
     }
@@ -74,8 +79,8 @@ class TemporalCodec final : public ClosedLoopCodec<T> {
     if (ctx.role != BlockContext::Role::kOwn) return inner_->encode(in, count, ctx, out);
     grow(ctx.offset + count);
     const T* x = static_cast<const T*>(in);
-    std::vector<T>& r = thread_scratch<struct TemporalResidual, T>(count);
-    std::vector<T>& d = thread_scratch<struct TemporalDecoded, T>(count);
+    std::vector<T>& r = thread_scratch<TemporalResidual, T>(count);
+    std::vector<T>& d = thread_scratch<TemporalDecoded, T>(count);
     T* xp = state_.xp.data() + ctx.offset;
     for (std::size_t i = 0; i < count; ++i) {
       r[i] = residual(x[i], ctx.offset + i);

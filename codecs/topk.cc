@@ -25,6 +25,9 @@
 namespace ccoll::codec {
 namespace {
 
+// thread_scratch tags (codecs/scratch.hpp): one per buffer a pass holds
+struct TopkHist;
+
 [[noreturn]] void corrupt(const std::string& what) {
   throw Error(Status::kCorruptData, "received topk payload rejected: " + what);
 }
@@ -76,7 +79,7 @@ class TopKCodec final : public ApplyingCodec<TopKCodec<T>, T> {
     Key prefix_mask = 0;
     std::size_t need = k;
     std::vector<std::size_t>& hist =
-        thread_scratch<struct TopkHist, std::size_t>(std::size_t{1} << kDigitBits);
+        thread_scratch<TopkHist, std::size_t>(std::size_t{1} << kDigitBits);
     for (int shift = kKeyBits - kDigitBits; shift >= 0; shift -= kDigitBits) {
       std::fill(hist.begin(), hist.end(), std::size_t{0});
       for (std::size_t i = 0; i < count; ++i) {
