@@ -438,13 +438,12 @@ void CommContext::recount(Plan& p) {
   state_bytes_ = state_bytes_ - p.state_bytes + now;
   const bool grew = now > p.state_bytes;
   p.state_bytes = now;
-  if (grew) evict();  // never p: it is the most recently used
+  if (grew) evict();
 }
 
 Plan& CommContext::plan(const PlanKey& key, const CodecSpec& spec) {
   if (const auto found = index_.find(key); found != index_.end()) {
     plans_.splice(plans_.begin(), plans_, found->second);  // iterators stay valid
-    recount(plans_.front());
     return plans_.front();
   }
   Plan p;

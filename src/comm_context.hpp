@@ -59,7 +59,7 @@ struct Plan {
   bool device_resident = false;  ///< device_codec's payloads live in device memory
   std::size_t base_bytes = 0;    ///< state_bytes() of its spec and count (stateful plans)
   /// What it is counted for against CCOLL_STATE_MAX_BYTES (stateful plans): base_bytes and
-  /// what its calls made it hold (held_bytes()), recounted each time it is looked up.
+  /// what its calls made it hold (held_bytes()), recounted after each call.
   std::size_t state_bytes = 0;
   /// The buffers its calls grew: the payload workspace, scales, mask, a state not loaded yet.
   std::size_t held_bytes() const {
@@ -212,8 +212,8 @@ class CommContext {
   /// are freed with a warning (their tensors restart from zero state), never the plan returned.
   /// The first such warning of a communicator is printed whatever CCOLL_DEBUG says.
   Plan& plan(const PlanKey& key, const CodecSpec& spec);
-  /// Counts what stateful plan `p` (the most recently used) holds now, after a call grew its
-  /// buffers, against the limits, freeing least recently used ones as plan() does.
+  /// Counts what stateful plan `p` holds now, after a call grew its buffers, against the
+  /// limits, freeing least recently used plans (never the most recent) as plan() does.
   void recount(Plan& p);
   /// Plans whose payload workspace allocates with `a` (null: the heap).
   std::size_t plans_allocating_with(const coll::Workspace::Allocator* a) const;

@@ -561,7 +561,6 @@ void run_flat(Flow& f) {
   f.stats.control_bytes +=
       run_setup_rounds(codec, inputs, setup, plan->scales, plan->mask, exchange);
   run_schedule(f, *plan, codec, input);
-  f.ctx.recount(*plan);  // the workspace this call grew counts against the state limit
 }
 
 // A compressing call after the agreement: algorithm=auto on several nodes of several ranks
@@ -611,13 +610,13 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
   }
   if (f.p() == 1 || !f.compress || f.agreed.fallback) {
     run_uncompressed(f, failed);
-    return;
-  }
-  if (f.agreed.stream) {
+  } else if (f.agreed.stream) {
     run_stream(f);
-    return;
+  } else {
+    run_compressed(f);
   }
-  run_compressed(f);
+  // the buffers the call grew in its plan count against the state limit, whichever path ran
+  if (f.prep.plan != nullptr) ctx.recount(*f.prep.plan);
 }
 
 }  // namespace
