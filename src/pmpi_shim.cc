@@ -29,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "agreement.hpp"
 #include "ccoll/ccoll.hpp"
 #include "config.hpp"
 #include "spec.hpp"
@@ -40,6 +41,10 @@ const ShimConfig& config() { return ccoll::preload_config(); }
 
 // Set while the shim is inside ccoll: MPI calls made by ccoll itself go to PMPI.
 thread_local bool inside_ccoll = false;
+struct Inside {  // set for a scope, cleared however it ends
+  Inside() { inside_ccoll = true; }
+  ~Inside() { inside_ccoll = false; }
+};
 
 // ---- the settings' agreement, once per communicator ----
 
@@ -91,24 +96,16 @@ const std::string* disagreement(MPI_Comm comm) {
       a->failed = true;
       a->why = "the agreement on ccoll's settings failed in MPI_Allreduce";
     } else if (words[2] != 0 || words[0] != fp || ~words[1] != fp) {
-      int size = 0;
-      PMPI_Comm_size(comm, &size);
-      const std::string text = mine.text();
-      int len = static_cast<int>(text.size());
-      std::vector<int> lens(static_cast<std::size_t>(size));
-      PMPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm);
-      std::vector<int> at(static_cast<std::size_t>(size), 0);
-      for (std::size_t r = 1; r < at.size(); ++r) at[r] = at[r - 1] + lens[r - 1];
-      std::string all(static_cast<std::size_t>(at.back() + lens.back()), '\0');
-      PMPI_Allgatherv(text.data(), len, MPI_CHAR, all.data(), lens.data(), at.data(), MPI_CHAR,
-                      comm);
-      std::vector<std::string> texts;
-      for (std::size_t r = 0; r < at.size(); ++r) {
-        texts.push_back(
-            all.substr(static_cast<std::size_t>(at[r]), static_cast<std::size_t>(lens[r])));
-      }
       a->failed = true;
-      a->why = ccoll::settings_disagreement(texts) + " (this rank: " + mine.describe() + ")";
+      try {
+        Inside inside;  // the gather's MPI_Allgather goes to PMPI, not back here
+        a->why = ccoll::settings_disagreement(ccoll::call::gather_texts(mine.text(), comm));
+      } catch (const ccoll::Error& e) {
+        a->why =
+            "the ranks' ccoll settings differ (gathering them to name the difference failed: " +
+            e.message() + ")";
+      }
+      a->why += " (this rank: " + mine.describe() + ")";
     }
     value = a.get();
     PMPI_Comm_set_attr(comm, keyval, a.release());
@@ -189,10 +186,7 @@ int run_ccoll(MPI_Comm comm, const char* fn, F&& call) {
   opt.stats = &st;
   try {
     if (!c.error.empty()) throw ccoll::Error(ccoll::Status::kInvalidArgument, c.error);
-    struct Inside {  // set for the call, cleared however it ends
-      Inside() { inside_ccoll = true; }
-      ~Inside() { inside_ccoll = false; }
-    } inside;
+    Inside inside;
     call(opt);
   } catch (const ccoll::Error& e) {
     int rank = 0;

@@ -49,26 +49,6 @@ void put_pair(double* v, int slot, double x) {
   v[slot + 1] = -x;
 }
 
-// Every rank's `mine` in rank order (MPI_Allgather of the lengths, then MPI_Allgatherv): run
-// only where a check found a difference, which every rank found alike, so all ranks call it.
-std::vector<std::string> gather_texts(const std::string& mine, MPI_Comm comm) {
-  int p = 1;
-  CCOLL_MPI_CHECK(MPI_Comm_size(comm, &p));
-  int len = static_cast<int>(mine.size());
-  std::vector<int> lens(static_cast<std::size_t>(p));
-  CCOLL_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
-  std::vector<int> at(static_cast<std::size_t>(p), 0);
-  for (std::size_t r = 1; r < at.size(); ++r) at[r] = at[r - 1] + lens[r - 1];
-  std::string all(static_cast<std::size_t>(at.back() + lens.back()), '\0');
-  CCOLL_MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), at.data(),
-                                 MPI_CHAR, comm));
-  std::vector<std::string> texts;
-  for (std::size_t r = 0; r < at.size(); ++r) {
-    texts.push_back(all.substr(static_cast<std::size_t>(at[r]), static_cast<std::size_t>(lens[r])));
-  }
-  return texts;
-}
-
 // Checks that a (+x, -x) pair agrees on every rank; where it does not, throws on every rank
 // naming rank 0's value and that of the first rank whose value differs (`mine`: this rank's
 // value as the caller passed it, not the fingerprint that travelled).
@@ -96,6 +76,24 @@ std::string show_double(double x) {
 }
 
 }  // namespace
+
+std::vector<std::string> gather_texts(const std::string& mine, MPI_Comm comm) {
+  int p = 1;
+  CCOLL_MPI_CHECK(MPI_Comm_size(comm, &p));
+  int len = static_cast<int>(mine.size());
+  std::vector<int> lens(static_cast<std::size_t>(p));
+  CCOLL_MPI_CHECK(MPI_Allgather(&len, 1, MPI_INT, lens.data(), 1, MPI_INT, comm));
+  std::vector<int> at(static_cast<std::size_t>(p), 0);
+  for (std::size_t r = 1; r < at.size(); ++r) at[r] = at[r - 1] + lens[r - 1];
+  std::string all(static_cast<std::size_t>(at.back() + lens.back()), '\0');
+  CCOLL_MPI_CHECK(MPI_Allgatherv(mine.data(), len, MPI_CHAR, all.data(), lens.data(), at.data(),
+                                 MPI_CHAR, comm));
+  std::vector<std::string> texts;
+  for (std::size_t r = 0; r < at.size(); ++r) {
+    texts.push_back(all.substr(static_cast<std::size_t>(at[r]), static_cast<std::size_t>(lens[r])));
+  }
+  return texts;
+}
 
 Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   const LocalError& bad = *m.bad;

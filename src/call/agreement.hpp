@@ -12,6 +12,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "call.hpp"
 #include "setup_rounds.hpp"
@@ -59,6 +61,11 @@ struct Agreed {
 /// argument (this rank's own message where it is the one) or when an argument that must match
 /// differs across ranks.
 Agreed agree(const Proposal& mine, const char* fn, MPI_Comm comm);
+
+/// Every rank's `mine` in rank order (MPI_Allgather of the lengths, then MPI_Allgatherv), for
+/// messages that name two ranks' values where a check found they differ. Collective: call it
+/// on every rank, as the check that found the difference does.
+std::vector<std::string> gather_texts(const std::string& mine, MPI_Comm comm);
 
 /// The set-up rounds' exchange over MPI (MPI_Allreduce on `comm`).
 class MpiExchange final : public SetupExchange {

@@ -165,8 +165,6 @@ const Config& config() {
   return c;
 }
 
-std::string describe(const Config& c) { return c.settings.describe(); }
-
 // ---- the stream collectives over the caller's communicator ----
 
 class CommCollectives final : public StreamCollectives {
@@ -269,13 +267,14 @@ ncclResult_t agree(CommState& s, ncclComm_t comm, cudaStream_t stream, gpu::Back
   if (r != ncclSuccess) return passed(r);
   if (words[2] != 0 || words[0] != fingerprint || words[1] != ~fingerprint) {
     s.agreed = CommState::Agreed::kFailed;
-    s.failure = !c.error.empty() ? c.error
-                : words[2] != 0
-                    ? "another rank's ccoll configuration is invalid (this rank: " + describe(c) +
-                          "); see its ncclGetLastError"
-                    : "the ranks of this communicator differ in their ccoll settings (this "
-                      "rank: " +
-                          describe(c) + "); set them equal on every rank";
+    s.failure =
+        !c.error.empty() ? c.error
+        : words[2] != 0
+            ? "another rank's ccoll configuration is invalid (this rank: " + c.settings.describe() +
+                  "); see its ncclGetLastError"
+            : "the ranks of this communicator differ in their ccoll settings (this "
+              "rank: " +
+                  c.settings.describe() + "); set them equal on every rank";
   } else {
     s.agreed = CommState::Agreed::kYes;
   }
