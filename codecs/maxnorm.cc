@@ -235,10 +235,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {
     const T* x = static_cast<const T*>(in);
-    // the passes' batches, per thread (codecs/scratch.hpp): draws, byte codes, widened input
     float* const draws = thread_scratch<MaxnormDraws, float>(kUniformBatch + 8).data();
-    std::uint8_t* const byte_codes =
-        thread_scratch<MaxnormByteCodes, std::uint8_t>(kUniformBatch).data();
+    auto* const byte_codes = thread_scratch<MaxnormByteCodes, std::uint8_t>(kUniformBatch).data();
     float* const tile = thread_scratch<MaxnormTile, float>(kUniformBatch).data();
     if (fine_bits_ != 0 && count != 0 && ctx.offset + count > mask_.size() * 8) {
       throw Error(Status::kInternal, "maxnorm: encode outside the agreed mask");
