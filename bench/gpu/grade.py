@@ -49,26 +49,35 @@ def cells(line):
 
 
 def tables(text):
-    """Every Markdown table of `text`: (context, header, rows), rows as dicts by header. The
-    context is the last line starting with '#' before the table (e.g. '# 2 ranks, ...')."""
+    """Every Markdown table of `text`: (context, header, rows), rows as dicts by header. A
+    header is a row followed by the separator row; the rows that follow with as many cells are
+    its rows, lines between them that are not table rows (a library's or torch's messages on
+    the same output) notwithstanding, until the next header or heading. The context is the last
+    line starting with '#' before the table (e.g. '# 2 ranks, ...')."""
     out = []
     context = ""
     header = None
     rows = []
-    for line in text.splitlines():
+    lines = text.splitlines()
+
+    def separator(line):
+        return bool(line.strip()) and set(line.strip()) <= set("|-: ")
+
+    for i, line in enumerate(lines):
+        if separator(line):
+            continue
         c = cells(line)
-        if c is None:
-            if set(line.strip()) <= set("|-: ") and line.strip():
-                continue  # the separator row
+        starts = c is not None and i + 1 < len(lines) and separator(lines[i + 1])
+        if starts or line.startswith("#") or line.startswith("== "):
             if header is not None:
                 out.append((context, header, rows))
                 header, rows = None, []
-            if line.startswith("#"):
-                context = line
+            if starts:
+                header = c
+            else:
+                context = line if line.startswith("#") else context
             continue
-        if header is None:
-            header = c
-        elif len(c) == len(header):
+        if header is not None and c is not None and len(c) == len(header):
             rows.append(dict(zip(header, c)))
     if header is not None:
         out.append((context, header, rows))
