@@ -13,6 +13,14 @@
 #else
 #define CCOLL_HOST_DEVICE
 #endif
+// Before a loop of constant trip count over a per-thread array: unrolled on the device, so
+// that every index is a constant and the array stays in registers (an array indexed at run
+// time lives in local memory, a round trip through the cache per access).
+#if defined(__CUDA_ARCH__)
+#define CCOLL_UNROLL _Pragma("unroll")
+#else
+#define CCOLL_UNROLL
+#endif
 
 namespace ccoll::codec {
 

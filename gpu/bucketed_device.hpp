@@ -134,7 +134,9 @@ CCOLL_HOST_DEVICE inline void bucketed_encode_group(const float* x, const Bucket
   const unsigned n = group_size(a.count, g);
   std::uint64_t quad = ~std::uint64_t{0};
   codec::Philox4x32 rnd{};
-  for (unsigned j = 0; j < n; ++j) {
+  CCOLL_UNROLL
+  for (unsigned j = 0; j < 8; ++j) {
+    if (j >= n) break;
     const std::size_t i = i0 + j;
     if (a.kind == BucketKind::kSign) {
       v[j] = x[i] < 0 ? 0u : 1u;
@@ -147,7 +149,7 @@ CCOLL_HOST_DEVICE inline void bucketed_encode_group(const float* x, const Bucket
     }
     const float sf = scales[i / a.bucket];
     const double inv = sf > 0 ? static_cast<double>(a.levels) / static_cast<double>(sf) : 0.0;
-    const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(rnd.v[e & 3]);
+    const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(codec::philox_word(rnd, e));
     v[j] = codec::stochastic_code(static_cast<double>(x[i]), inv, u, a.levels);
   }
   put_group(codes, packed_size(a.count, a.width), a.width, g, v, n);
@@ -168,7 +170,9 @@ CCOLL_HOST_DEVICE inline std::uint32_t bucketed_decode_group(const BucketedArgs&
   std::uint32_t worst = 0;
   std::uint32_t lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   get_group(codes, nbytes, a.width, g, lanes, n);  // widths 1..8
-  for (unsigned j = 0; j < n; ++j) {
+  CCOLL_UNROLL
+  for (unsigned j = 0; j < 8; ++j) {
+    if (j >= n) break;
     const std::size_t i = i0 + j;
     const float sf = scales[i / a.bucket];
     const float vstep = sign ? sf : sf / static_cast<float>(a.levels);

@@ -23,6 +23,13 @@ std::size_t scan_tile(unsigned block_shift) {
   return block < kScanTile ? block : kScanTile;
 }
 
+// Both scan kernels read a tile's whole groups of 8 elements with load_inputs (one or two
+// 16-byte loads a group where the input is aligned), then the tile's last elements one by one.
+// Tiles start at multiples of 8 (scan_tile: scale blocks hold at least 256 elements).
+__device__ inline std::size_t groups_end(std::size_t begin, std::size_t end) {
+  return begin + ((end - begin) & ~std::size_t{7});
+}
+
 // kIn: the input's element type, fixed per instantiation so that the load is one instruction
 template <Input kIn>
 __global__ void abs_max_kernel(const void* x, std::size_t count, std::size_t tile_n,
@@ -30,8 +37,18 @@ __global__ void abs_max_kernel(const void* x, std::size_t count, std::size_t til
   for (std::size_t tile = blockIdx.x; tile * tile_n < count; tile += gridDim.x) {
     const std::size_t begin = tile * tile_n;
     const std::size_t end = begin + tile_n < count ? begin + tile_n : count;
+    const std::size_t whole = groups_end(begin, end);
     std::uint32_t m = 0;
-    for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    for (std::size_t i = begin + 8 * threadIdx.x; i < whole; i += 8 * blockDim.x) {
+      float xs[8];
+      load_inputs(x, i, 8, kIn, xs);
+      CCOLL_UNROLL
+      for (unsigned k = 0; k < 8; ++k) {
+        const std::uint32_t v = abs_bits(xs[k]);
+        m = v > m ? v : m;
+      }
+    }
+    for (std::size_t i = whole + threadIdx.x; i < end; i += blockDim.x) {
       const std::uint32_t v = abs_bits(load_input(x, i, kIn));
       m = v > m ? v : m;
     }
@@ -47,8 +64,22 @@ __global__ void add_abs_max_kernel(float* p, const void* x, const float* e, std:
   for (std::size_t tile = blockIdx.x; tile * tile_n < count; tile += gridDim.x) {
     const std::size_t begin = tile * tile_n;
     const std::size_t end = begin + tile_n < count ? begin + tile_n : count;
+    const std::size_t whole = groups_end(begin, end);
     std::uint32_t m = 0;
-    for (std::size_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    for (std::size_t i = begin + 8 * threadIdx.x; i < whole; i += 8 * blockDim.x) {
+      float xs[8];
+      float es[8];
+      load_inputs(x, i, 8, kIn, xs);
+      load_inputs(e, i, 8, Input::kFloat32, es);
+      CCOLL_UNROLL
+      for (unsigned k = 0; k < 8; ++k) {
+        xs[k] = xs[k] + es[k];
+        const std::uint32_t b = abs_bits(xs[k]);
+        m = b > m ? b : m;
+      }
+      store_outputs<false>(p + i, xs, 8);
+    }
+    for (std::size_t i = whole + threadIdx.x; i < end; i += blockDim.x) {
       const float v = load_input(x, i, kIn) + e[i];
       p[i] = v;
       const std::uint32_t b = abs_bits(v);
@@ -61,7 +92,8 @@ __global__ void add_abs_max_kernel(float* p, const void* x, const float* e, std:
 
 // kIn: a.input as a constant, so that the encode's loads compile to one type's
 template <Input kIn>
-__global__ void maxnorm_encode_kernel(const void* x, MaxnormEncodeArgs a, std::uint8_t* codes) {
+__global__ void __launch_bounds__(kThreads, 4)
+    maxnorm_encode_kernel(const void* x, MaxnormEncodeArgs a, std::uint8_t* codes) {
   a.input = kIn;
   const std::size_t groups = group_count(a.count);
   for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
@@ -69,8 +101,12 @@ __global__ void maxnorm_encode_kernel(const void* x, MaxnormEncodeArgs a, std::u
   }
 }
 
+// __launch_bounds__(kThreads, 4) on the encode, decode and add: at most 64 registers a thread,
+// so that 4 blocks of kThreads share a multiprocessor (these kernels are memory-bound:
+// occupancy hides their loads)
 template <bool kAccumulate>
-__global__ void maxnorm_decode_kernel(MaxnormDecodeArgs a, float* out, std::uint32_t* worst) {
+__global__ void __launch_bounds__(kThreads, 4)
+    maxnorm_decode_kernel(MaxnormDecodeArgs a, float* out, std::uint32_t* worst) {
   const std::size_t groups = group_count(a.count);
   std::uint32_t w = 0;
   for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
@@ -117,7 +153,8 @@ __global__ void maxnorm_mask_kernel(const float* x, std::size_t count, const flo
   }
 }
 
-__global__ void maxnorm_add_kernel(MaxnormAddArgs a, std::uint8_t* out, std::uint32_t* bad) {
+__global__ void __launch_bounds__(kThreads, 4)
+    maxnorm_add_kernel(MaxnormAddArgs a, std::uint8_t* out, std::uint32_t* bad) {
   const std::size_t groups = group_count(a.count);
   unsigned b = 0;
   for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {

@@ -85,7 +85,10 @@ CCOLL_HOST_DEVICE inline void load_inputs(const void* x, std::size_t i0, unsigne
     }
     return;
   }
-  for (unsigned k = 0; k < n; ++k) out[k] = load_input(x, i0 + k, t);
+  CCOLL_UNROLL
+  for (unsigned k = 0; k < 8; ++k) {
+    if (k < n) out[k] = load_input(x, i0 + k, t);
+  }
 }
 
 /// One maxnorm encode of `count` elements starting at tensor element `offset` (randk: of the
@@ -258,20 +261,36 @@ CCOLL_HOST_DEVICE inline bool get_words(const std::uint8_t* at, unsigned w, std:
   }
 }
 
+/// Word q < 4 of a wide group's four words, read or or-ed by comparisons rather than by a
+/// run-time index (which would put the words in local memory on the device).
+CCOLL_HOST_DEVICE inline std::uint64_t word_at(const std::uint64_t (&words)[4], unsigned q) {
+  return q == 0 ? words[0] : q == 1 ? words[1] : q == 2 ? words[2] : words[3];
+}
+CCOLL_HOST_DEVICE inline void or_word(std::uint64_t (&words)[4], unsigned q, std::uint64_t x) {
+  CCOLL_UNROLL
+  for (unsigned k = 0; k < 4; ++k) {
+    if (k == q) words[k] |= x;
+  }
+}
+
 /// Lanes wider than 16 bits (sums of many contributions: bits_for(2·j·s) reaches 17 at 8 bits
 /// and 259 ranks, and up to 32): a group of 8 is w <= 32 whole bytes in four 64-bit words.
 CCOLL_HOST_DEVICE inline void put_group_wide(std::uint8_t* out, std::size_t nbytes, unsigned w,
                                              std::size_t g, const std::uint32_t* v, unsigned n) {
   std::uint64_t words[4] = {0, 0, 0, 0};
-  for (unsigned j = 0; j < n; ++j) {
+  CCOLL_UNROLL
+  for (unsigned j = 0; j < 8; ++j) {
+    if (j >= n) break;
     const unsigned pos = j * w;
     const unsigned sh = pos & 63;
     const std::uint64_t x = v[j];
-    words[pos >> 6] |= x << sh;
-    if (sh + w > 64) words[(pos >> 6) + 1] |= x >> (64 - sh);  // sh > 32 here: a valid shift
+    or_word(words, pos >> 6, x << sh);
+    if (sh + w > 64) or_word(words, (pos >> 6) + 1, x >> (64 - sh));  // sh > 32: a valid shift
   }
   const std::size_t first = g * w;
-  for (unsigned k = 0; k < w && first + k < nbytes; ++k) {
+  CCOLL_UNROLL
+  for (unsigned k = 0; k < 32; ++k) {  // w <= 32 bytes; a constant index keeps words in registers
+    if (k >= w || first + k >= nbytes) break;
     out[first + k] = static_cast<std::uint8_t>(words[k >> 3] >> (8 * (k & 7)));
   }
 }
@@ -280,15 +299,19 @@ CCOLL_HOST_DEVICE inline void get_group_wide(const std::uint8_t* p, std::size_t 
                                              std::size_t g, std::uint32_t* v, unsigned n) {
   std::uint64_t words[4] = {0, 0, 0, 0};
   const std::size_t first = g * w;
-  for (unsigned k = 0; k < w && first + k < nbytes; ++k) {
+  CCOLL_UNROLL
+  for (unsigned k = 0; k < 32; ++k) {  // as in put_group_wide
+    if (k >= w || first + k >= nbytes) break;
     words[k >> 3] |= static_cast<std::uint64_t>(p[first + k]) << (8 * (k & 7));
   }
   const std::uint64_t mask = (std::uint64_t{1} << w) - 1;
-  for (unsigned j = 0; j < n; ++j) {
+  CCOLL_UNROLL
+  for (unsigned j = 0; j < 8; ++j) {
+    if (j >= n) break;
     const unsigned pos = j * w;
     const unsigned sh = pos & 63;
-    std::uint64_t x = words[pos >> 6] >> sh;
-    if (sh + w > 64) x |= words[(pos >> 6) + 1] << (64 - sh);
+    std::uint64_t x = word_at(words, pos >> 6) >> sh;
+    if (sh + w > 64) x |= word_at(words, (pos >> 6) + 1) << (64 - sh);
     v[j] = static_cast<std::uint32_t>(x & mask);
   }
 }
@@ -303,7 +326,9 @@ CCOLL_HOST_DEVICE inline void put_group(std::uint8_t* out, std::size_t nbytes, u
   }
   std::uint64_t lo = 0;
   std::uint64_t hi = 0;
-  for (unsigned j = 0; j < n; ++j) {
+  CCOLL_UNROLL
+  for (unsigned j = 0; j < 8; ++j) {
+    if (j >= n) break;
     const unsigned pos = j * w;
     const std::uint64_t x = v[j];
     if (pos < 64) {
@@ -341,7 +366,9 @@ CCOLL_HOST_DEVICE inline void get_group(const std::uint8_t* p, std::size_t nbyte
     }
   }
   const std::uint64_t mask = (std::uint64_t{1} << w) - 1;
-  for (unsigned j = 0; j < n; ++j) {
+  CCOLL_UNROLL
+  for (unsigned j = 0; j < 8; ++j) {
+    if (j >= n) break;
     const unsigned pos = j * w;
     std::uint64_t x;
     if (pos >= 64) {
@@ -374,7 +401,9 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const void* x, const MaxnormE
   float coarse = 0;
   float xs[8];  // the group's input values, loaded together where they are contiguous
   if (a.selected == nullptr) load_inputs(x, i0, n, a.input, xs);
-  for (unsigned j = 0; j < n; ++j) {
+  CCOLL_UNROLL
+  for (unsigned j = 0; j < 8; ++j) {
+    if (j >= n) break;
     const std::uint64_t e = a.selected != nullptr ? a.selected[i0 + j] : a.offset + i0 + j;
     if ((e >> 2) != quad) {
       quad = e >> 2;
@@ -392,7 +421,7 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const void* x, const MaxnormE
     if (a.mask != nullptr && ((a.mask[e >> 3] >> (e & 7)) & 1) != 0) {
       inv = codec::maxnorm_inverse(static_cast<float>(a.levels2), m);  // a fine coordinate
     }
-    const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(rnd.v[e & 3]);
+    const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(codec::philox_word(rnd, e));
     const float xv = a.selected == nullptr ? xs[j] : load_input(x, e - a.offset, a.input);
     const bool beyond = a.scale_limit > 0 && !(m <= a.scale_limit);
     v[j] = beyond ? a.levels : codec::stochastic_code(xv, inv, u, a.levels);
@@ -414,7 +443,9 @@ CCOLL_HOST_DEVICE inline std::uint8_t maxnorm_mask_group(const float* x, std::si
   const std::size_t i0 = 8 * g;
   const unsigned n = group_size(count, g);
   unsigned bits = 0;
-  for (unsigned j = 0; j < n; ++j) {
+  CCOLL_UNROLL
+  for (unsigned j = 0; j < 8; ++j) {
+    if (j >= n) break;
     const std::size_t i = i0 + j;
     const float m = scales[i >> block_shift];
     const float inv2 = codec::maxnorm_inverse(static_cast<float>(levels2), m);
@@ -444,7 +475,10 @@ CCOLL_HOST_DEVICE inline void store_outputs(float* out, const float* v, unsigned
     return;
 #endif
   }
-  for (unsigned k = 0; k < n; ++k) out[k] = kAccumulate ? out[k] + v[k] : v[k];
+  CCOLL_UNROLL
+  for (unsigned k = 0; k < 8; ++k) {
+    if (k < n) out[k] = kAccumulate ? out[k] + v[k] : v[k];
+  }
 }
 
 /// Decodes (kAccumulate: adds) group g of a maxnorm payload into out; returns the largest lane
@@ -462,7 +496,9 @@ CCOLL_HOST_DEVICE inline std::uint32_t maxnorm_decode_group(const MaxnormDecodeA
   float m = 0;
   float coarse = 0;
   float values[8];  // contiguous outputs, stored together
-  for (unsigned j = 0; j < n; ++j) {
+  CCOLL_UNROLL
+  for (unsigned j = 0; j < 8; ++j) {
+    if (j >= n) break;
     const std::size_t i = i0 + j;
     const std::uint64_t e = a.selected != nullptr ? a.selected[i] : a.offset + i;
     const std::uint64_t blk = e >> a.block_shift;
@@ -505,7 +541,9 @@ CCOLL_HOST_DEVICE inline unsigned maxnorm_add_group(const MaxnormAddArgs& a, std
   get_group(a.a, a.a_bytes, a.a_width, g, xs, n);
   get_group(a.b, a.b_bytes, a.b_width, g, ys, n);
   if (!a.requant) {
-    for (unsigned j = 0; j < n; ++j) {
+    CCOLL_UNROLL
+    for (unsigned j = 0; j < 8; ++j) {
+      if (j >= n) break;
       const std::uint32_t x = xs[j];
       const std::uint32_t y = ys[j];
       bad |= (x > a.a_limit) | (y > a.b_limit);
@@ -516,7 +554,9 @@ CCOLL_HOST_DEVICE inline unsigned maxnorm_add_group(const MaxnormAddArgs& a, std
     const auto jj = static_cast<std::int64_t>(a.ja) + a.jb;
     std::uint64_t quad = ~std::uint64_t{0};
     codec::Philox4x32 rnd{};
-    for (unsigned j = 0; j < n; ++j) {
+    CCOLL_UNROLL
+    for (unsigned j = 0; j < 8; ++j) {
+      if (j >= n) break;
       const std::int64_t qa = static_cast<std::int64_t>(xs[j]) - s;
       const std::int64_t qb = static_cast<std::int64_t>(ys[j]) - s;
       bad |= (qa < -s) | (qa > s) | (qb < -s) | (qb > s);
@@ -527,7 +567,7 @@ CCOLL_HOST_DEVICE inline unsigned maxnorm_add_group(const MaxnormAddArgs& a, std
         quad = e >> 2;
         rnd = codec::philox_block(a.seed ^ codec::kRequantKeyMix, a.call, a.stream, quad);
       }
-      const double u = static_cast<double>(codec::uniform01(rnd.v[e & 3]));
+      const double u = static_cast<double>(codec::uniform01(codec::philox_word(rnd, e)));
       const std::int64_t q =
           mag / jj + (u * static_cast<double>(jj) < static_cast<double>(mag % jj) ? 1 : 0);
       v[j] = static_cast<std::uint32_t>((t < 0 ? -q : q) + s);

@@ -57,7 +57,9 @@ CCOLL_HOST_DEVICE inline void sketch_encode_group(const float* x, const SketchAr
   const std::size_t levels = std::size_t{1} << a.bits;
   std::uint64_t quad = ~std::uint64_t{0};
   codec::Philox4x32 rnd{};
-  for (unsigned j = 0; j < n; ++j) {
+  CCOLL_UNROLL
+  for (unsigned j = 0; j < 8; ++j) {
+    if (j >= n) break;
     const float val = x[i0 + j];
     // std::upper_bound(lv + 1, lv + levels - 1, val) - lv - 1
     std::size_t lo = 1;
@@ -82,7 +84,8 @@ CCOLL_HOST_DEVICE inline void sketch_encode_group(const float* x, const SketchAr
       }
       const double frac = (static_cast<double>(val) - static_cast<double>(l0)) /
                           (static_cast<double>(l1) - static_cast<double>(l0));
-      const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(rnd.v[e & 3]);
+      const float u =
+          a.nearest ? codec::kNearestDraw : codec::uniform01(codec::philox_word(rnd, e));
       if (static_cast<double>(u) < frac) ++code;
     }
     v[j] = code;
@@ -99,7 +102,9 @@ CCOLL_HOST_DEVICE inline void sketch_decode_group(const SketchArgs& a, const flo
   const unsigned n = group_size(a.count, g);
   std::uint32_t lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   get_group(codes, packed_size(a.count, a.bits), a.bits, g, lanes, n);
-  for (unsigned j = 0; j < n; ++j) {
+  CCOLL_UNROLL
+  for (unsigned j = 0; j < 8; ++j) {
+    if (j >= n) break;
     const float value = lv[lanes[j]];
     if (kAccumulate) {
       out[i0 + j] = out[i0 + j] + value;

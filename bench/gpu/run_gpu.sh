@@ -5,7 +5,7 @@
 #                        [--loopback] [--absent LIST] [--list] OUT_DIR [BUNDLE_DIR]
 # BUNDLE_DIR (default gpu-check) is what bench/gpu/prepare_gpu_check.sh built; nothing is built
 # or installed here but the Python module (python_smoke.sh). Each step runs under its own time
-# limit, and all of them under one budget (default 480 s; 120 s with --steps): a step the
+# limit, and all of them under one budget (default 540 s; 120 s with --steps): a step the
 # budget no longer covers does not run and fails. Every table is written as its step ends and
 # summary.md after every step, so a run stopped from outside keeps what it measured.
 #   --steps LIST   only these steps (comma-separated; --list names them), e.g. the failed ones
@@ -42,7 +42,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 # name:limit, in the order they run: the graded measurements first, then the checks
 all_steps=(env:20 link:40 tests:50 kernels:40 allreduce:150 ddp:120 interposer:160
-  allreduce100:60 memcheck:60 synccheck:30 large:60 mpi:45 nccl:60 python:90)
+  allreduce100:60 memcheck:60 synccheck:30 large:150 mpi:45 nccl:60 python:90)
 grade_reserve=15
 usage() { sed -n '2,5p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 die() { echo "run_gpu.sh: $*" >&2; exit 2; }
@@ -78,7 +78,7 @@ done
 [ -z "$from" ] || [ -n "$only" ] || die "--from needs --steps (the steps to run again)"
 [ -z "$from" ] || [ -d "$from" ] || die "--from $from: no such folder"
 [[ "$rate" =~ ^[0-9]+(mbit|gbit)$ ]] || die "--rate $rate: a tc rate such as 25gbit or 100gbit"
-if [ -z "$budget" ]; then budget=480; [ -n "$only" ] && budget=120; fi
+if [ -z "$budget" ]; then budget=540; [ -n "$only" ] && budget=120; fi
 [[ "$budget" =~ ^[0-9]+$ ]] && [ "$budget" -ge 30 ] || die "--budget $budget: at least 30 seconds"
 declare -A limit
 for s in "${all_steps[@]}"; do limit[${s%%:*}]=${s##*:}; done

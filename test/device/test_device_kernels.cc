@@ -2,7 +2,9 @@
 // divide kernel), the emulated queues as a strict model of CUDA streams, and the CUDA backend's
 // presence where it is required. Built into the unit tests and ccoll_gpu_tests, as
 // test_device.cc.
-#include <future>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <utility>
 
 #include "device_test_support.hpp"
@@ -378,7 +380,9 @@ std::vector<std::pair<std::size_t, std::size_t>> windows_of(std::size_t n) {
 // Every device codec (one spec of each) over `n` elements against its CPU codec: the same
 // fallback verdict, sums, scales and mask, the same payload bytes for the whole tensor, and the
 // device's decode of that payload equal to the CPU's on the windows. The CPU sides run on
-// worker threads (4 at a time: each holds a decoded copy of the tensor).
+// worker threads, at most kWorkers codecs held at a time (each holds a decoded copy of the
+// tensor while it runs, its payload until compared), the slowest first; the device side takes
+// each as it is done.
 void expect_whole_tensor_same_as_cpu(gpu::Backend& b, std::size_t n) {
   b.set_stream(nullptr);
   std::vector<float> host(n);
@@ -390,22 +394,23 @@ void expect_whole_tensor_same_as_cpu(gpu::Backend& b, std::size_t n) {
   const DeviceArray dx(b, host.data(), 4 * n);
   const DeviceArray out(b, 4 * n);
   const auto windows = windows_of(n);
-  const std::vector<const char*> specs = {"fp16",
+  // the slowest on the CPU first, so that the others run beside them
+  const std::vector<const char*> specs = {"temporal:bits=4",
+                                          "maxnorm:bits=2/6",
+                                          "temporal:bits=3,block=1024",
+                                          "sketch:bits=3",
+                                          "randk:ratio=0.1",
+                                          "qsgd:bits=4",
+                                          "terngrad",
+                                          "topk:ratio=0.01",
+                                          "fp16",
                                           "bf16",
+                                          "maxnorm:bits=4,ef=1",
                                           "maxnorm:bits=8",
                                           "maxnorm:bits=3",
                                           "maxnorm:bits=3,block=512",
-                                          "maxnorm:bits=2/6",
-                                          "maxnorm:bits=4,ef=1",
                                           "maxnorm:bits=4,sum=requant",
-                                          "qsgd:bits=4",
-                                          "terngrad",
                                           "sign",
-                                          "randk:ratio=0.1",
-                                          "sketch:bits=3",
-                                          "topk:ratio=0.01",
-                                          "temporal:bits=4",
-                                          "temporal:bits=3,block=1024",
                                           "dq:max=6,min=2",
                                           "dq:block=512,max=6,min=2"};
   struct CpuSide {
@@ -421,18 +426,63 @@ void expect_whole_tensor_same_as_cpu(gpu::Backend& b, std::size_t n) {
     for (const auto& [at, len] : windows) r.decoded.emplace_back(&ref[at], &ref[at] + len);
     return r;
   };
-  for (std::size_t first = 0; first < specs.size(); first += 4) {
-    std::vector<std::future<CpuSide>> cpu;
-    for (std::size_t k = first; k < specs.size() && k < first + 4; ++k) {
-      cpu.push_back(std::async(std::launch::async, cpu_side, specs[k]));
+  // the pool: workers take the next spec while fewer than kWorkers are held; the test takes
+  // the finished ones in the order they finish
+  constexpr std::size_t kWorkers = 6;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::size_t next = 0, held = 0;
+  std::vector<std::pair<std::size_t, CpuSide>> done;
+  std::vector<std::thread> workers;
+  struct Stop {  // on every way out (an ASSERT returns early): no new spec, and the joins
+    std::mutex& mu;
+    std::condition_variable& cv;
+    std::size_t& next;
+    std::size_t end;
+    std::vector<std::thread>& workers;
+    ~Stop() {
+      {
+        const std::lock_guard<std::mutex> lock(mu);
+        next = end;
+      }
+      cv.notify_all();
+      for (auto& t : workers) t.join();
     }
-    for (std::size_t k = first; k < specs.size() && k < first + 4; ++k) {
+  } stop{mu, cv, next, specs.size(), workers};
+  for (std::size_t w = 0; w < kWorkers; ++w) {
+    workers.emplace_back([&] {
+      for (;;) {
+        std::size_t k;
+        {
+          std::unique_lock<std::mutex> lock(mu);
+          cv.wait(lock, [&] { return held < kWorkers || next == specs.size(); });
+          if (next == specs.size()) return;
+          k = next++;
+          ++held;
+        }
+        CpuSide r = cpu_side(specs[k]);
+        const std::lock_guard<std::mutex> lock(mu);
+        done.emplace_back(k, std::move(r));
+        cv.notify_all();
+      }
+    });
+  }
+  for (std::size_t taken = 0; taken < specs.size(); ++taken) {
+    std::size_t k;
+    CpuSide want;
+    {
+      std::unique_lock<std::mutex> lock(mu);
+      cv.wait(lock, [&] { return !done.empty(); });
+      k = done.back().first;
+      want = std::move(done.back().second);
+      done.pop_back();
+    }
+    {
       SCOPED_TRACE(specs[k]);
       const CodecSpec spec = parse_codec_spec(specs[k]);
       auto twin = make_codec(spec, codec::DType::kFloat32);
       auto dev = make_device_codec(spec, *twin, b);
       const WholeCall got = whole_call(*dev, dx.as<float>(), n);
-      const CpuSide want = cpu[k - first].get();
       EXPECT_EQ(want.call.fallback, got.fallback);
       EXPECT_EQ(want.call.sums, got.sums);
       ASSERT_EQ(want.call.scales.size(), got.scales.size());
@@ -452,12 +502,16 @@ void expect_whole_tensor_same_as_cpu(gpu::Backend& b, std::size_t n) {
             << "window at " << windows[w].first;
       }
     }
+    const std::lock_guard<std::mutex> lock(mu);
+    --held;
+    cv.notify_all();
   }
 }
 
 #if defined(CCOLL_TEST_CUDA)
 // More than 2^31 elements in one call on the device (disabled by default: about 30 GB of device
-// memory and 40 GB of host memory; the GPU check runs it): element indices past 2^31 and every
+// memory, up to about 90 GB of host memory and 6 CPU cores for a minute or two; the GPU check
+// runs it): element indices past 2^31 and every
 // grid-stride loop's later passes run, for every device codec, compared byte for byte with the
 // CPU codec over the whole tensor.
 TEST(DeviceKernels, DISABLED_LargeCountSameBytesAsCpuForEveryCodec) {
