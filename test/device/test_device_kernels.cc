@@ -428,7 +428,7 @@ void expect_whole_tensor_same_as_cpu(gpu::Backend& b, std::size_t n) {
   };
   // the pool: workers take the next spec while fewer than kWorkers are held; the test takes
   // the finished ones in the order they finish
-  constexpr std::size_t kWorkers = 6;
+  constexpr std::size_t kWorkers = 3;
   std::mutex mu;
   std::condition_variable cv;
   std::size_t next = 0, held = 0;
@@ -510,7 +510,7 @@ void expect_whole_tensor_same_as_cpu(gpu::Backend& b, std::size_t n) {
 
 #if defined(CCOLL_TEST_CUDA)
 // More than 2^31 elements in one call on the device (disabled by default: about 30 GB of device
-// memory, up to about 90 GB of host memory and 6 CPU cores for a minute or two; the GPU check
+// memory, up to about 70 GB of host memory and 3 CPU cores for a minute or two; the GPU check
 // runs it): element indices past 2^31 and every
 // grid-stride loop's later passes run, for every device codec, compared byte for byte with the
 // CPU codec over the whole tensor.
