@@ -195,8 +195,12 @@ step() {
   t1=$(date +%s.%N)
   local secs
   secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN{printf "%.1f", b-a}')
-  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+  if { [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; } &&
+    awk -v s="$secs" -v l="$lim" 'BEGIN{exit !(s >= l - 1)}'; then
     result="FAILED: timed out after ${lim} s"
+    record "$name" "$result" "$secs" "$(basename "$file")" failed
+  elif [ "$rc" -eq 137 ]; then  # SIGKILL before the limit: not the timeout's (memory?)
+    result="FAILED: killed (SIGKILL) after $secs s, before its limit of $lim s (out of memory?)"
     record "$name" "$result" "$secs" "$(basename "$file")" failed
   elif ! result=$("$check" "$rc" "$file"); then
     record "$name" "$result" "$secs" "$(basename "$file")" failed

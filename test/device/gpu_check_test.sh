@@ -53,13 +53,14 @@ n=$(ls "$tmp/out2" | wc -l)
 if [ "$n" -gt 8 ]; then echo "FAIL: $n result files (at most 8 come back)"; exit 1; fi
 
 # 3. stand-ins that pass: GoogleTest output with RAN tests (0 for the large-count filter when
-#    ZERO_LARGE is set; 12 s late with SLOW set), and a benchmark that prints a table
+#    ZERO_LARGE is set, killed by SIGKILL there with KILLED set; 12 s late with SLOW set), and
+#    a benchmark that prints a table
 mkdir -p "$tmp/stub/bin" "$tmp/nosan"
 cat > "$tmp/stub/bin/ccoll_gpu_tests" <<'SH'
 #!/bin/sh
 ran=3
 case "$*" in
-  *LargeCount*) [ -n "$ZERO_LARGE" ] && ran=0 ;;
+  *LargeCount*) [ -n "$ZERO_LARGE" ] && ran=0; [ -n "$KILLED" ] && kill -KILL $$ ;;
   *) [ -n "$SLOW" ] && sleep 12 ;;
 esac
 echo "[==========] $ran tests from 1 test suite ran. (1 ms total)"
@@ -96,6 +97,15 @@ ZERO_LARGE=1 PATH=$tmp/fake:$tmp/nosan bash "$run" --absent sanitizer,mpi,nccl,p
 rc=$?
 if [ "$rc" -ne 1 ] || ! grep -qF "| large | FAILED (exit 0; 0 ran" "$tmp/out5/summary.md"; then
   echo "FAIL: a step that ran no test passed (exit $rc)"; cat "$tmp/out5/summary.md"; exit 1
+fi
+# a step killed by SIGKILL (the kernel's out-of-memory killer) well before its limit is named
+# as killed, not as timed out
+KILLED=1 PATH=$tmp/fake:$tmp/nosan bash "$run" --absent sanitizer,mpi,nccl,python --steps large \
+  "$tmp/out5k" "$tmp/stub" > "$tmp/log5k" 2>&1
+rc=$?
+if [ "$rc" -ne 1 ] || ! grep -qF "| large | FAILED: killed (SIGKILL) after" "$tmp/out5k/summary.md"; then
+  echo "FAIL: a step killed before its limit was not named as killed (exit $rc)"
+  cat "$tmp/out5k/summary.md"; exit 1
 fi
 PATH=$tmp/fake:$tmp/nosan bash "$run" --absent gpu "$tmp/out6" "$tmp/stub" > "$tmp/log6" 2>&1
 rc=$?
