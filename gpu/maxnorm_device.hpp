@@ -394,63 +394,39 @@ CCOLL_HOST_DEVICE inline void maxnorm_encode_group(const void* x, const MaxnormE
   const std::size_t i0 = 8 * g;
   const unsigned n = group_size(a.count, g);
   const auto s = static_cast<float>(a.levels);
-  const bool contiguous = a.selected == nullptr;
-  // A contiguous group's elements e0 .. e0 + 7 draw from at most three quads, drawn up front:
-  // independent Philox chains, which the device overlaps. A selected group draws each quad as
-  // its elements reach it.
-  const std::uint64_t e0 = a.offset + i0;
-  const std::uint64_t q0 = e0 >> 2;
-  codec::Philox4x32 r0{}, r1{}, r2{};
-  if (contiguous && !a.nearest) {
-    r0 = codec::philox_block(a.seed, a.call, a.stream, q0);
-    r1 = codec::philox_block(a.seed, a.call, a.stream, q0 + 1);
-    if ((e0 & 3) != 0) r2 = codec::philox_block(a.seed, a.call, a.stream, q0 + 2);
-  }
   std::uint64_t quad = ~std::uint64_t{0};
   codec::Philox4x32 rnd{};
   std::uint64_t block = ~std::uint64_t{0};
   float m = 0;
   float coarse = 0;
-  float step = 0;
   float xs[8];  // the group's input values, loaded together where they are contiguous
-  if (contiguous) load_inputs(x, i0, n, a.input, xs);
+  if (a.selected == nullptr) load_inputs(x, i0, n, a.input, xs);
   CCOLL_UNROLL
   for (unsigned j = 0; j < 8; ++j) {
     if (j >= n) break;
-    const std::uint64_t e = contiguous ? e0 + j : a.selected[i0 + j];
-    std::uint32_t word = 0;  // the element's random word (round=nearest: none)
-    if (!a.nearest && contiguous) {
-      const auto d = static_cast<unsigned>((e >> 2) - q0);
-      const std::uint32_t w0 = codec::philox_word(r0, e);
-      const std::uint32_t w1 = codec::philox_word(r1, e);
-      const std::uint32_t w2 = codec::philox_word(r2, e);
-      word = d == 0 ? w0 : d == 1 ? w1 : w2;
-    } else if (!a.nearest) {
-      if ((e >> 2) != quad) {
-        quad = e >> 2;
-        rnd = codec::philox_block(a.seed, a.call, a.stream, quad);
-      }
-      word = codec::philox_word(rnd, e);
+    const std::uint64_t e = a.selected != nullptr ? a.selected[i0 + j] : a.offset + i0 + j;
+    if ((e >> 2) != quad) {
+      quad = e >> 2;
+      rnd = codec::philox_block(a.seed, a.call, a.stream, quad);
     }
-    // the block's scale, s / scale and the residual's step, once per block of the group (its 8
-    // elements share a block but where one straddles two): the same divisions, not once per
-    // element
+    // the block's scale and s / scale, once per block of the group (its 8 elements share a
+    // block but where one straddles two): the same division, not once per element
     const std::uint64_t blk = e >> a.block_shift;
     if (blk != block) {
       block = blk;
       m = a.scales[blk - a.first_block];
       coarse = codec::maxnorm_inverse(s, m);
-      step = m / s * 1.0f;
     }
     float inv = coarse;
     if (a.mask != nullptr && ((a.mask[e >> 3] >> (e & 7)) & 1) != 0) {
       inv = codec::maxnorm_inverse(static_cast<float>(a.levels2), m);  // a fine coordinate
     }
-    const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(word);
-    const float xv = contiguous ? xs[j] : load_input(x, e - a.offset, a.input);
+    const float u = a.nearest ? codec::kNearestDraw : codec::uniform01(codec::philox_word(rnd, e));
+    const float xv = a.selected == nullptr ? xs[j] : load_input(x, e - a.offset, a.input);
     const bool beyond = a.scale_limit > 0 && !(m <= a.scale_limit);
     v[j] = beyond ? a.levels : codec::stochastic_code(xv, inv, u, a.levels);
     if (a.residual != nullptr) {  // e = x - decode(code), as maxnorm_decode_group decodes it
+      const float step = m / s * 1.0f;
       const auto lane = static_cast<std::int64_t>(v[j]) - static_cast<std::int64_t>(a.levels);
       a.residual[i0 + j] = beyond ? 0.0f : xv - static_cast<float>(lane) * step;
     }
