@@ -32,5 +32,8 @@ hosts=$(( ${radical#*-} - ${radical%-*} + 1 ))
 hostfile=$(mktemp)
 trap 'rm -f "$hostfile"' EXIT
 for ((r = 0; r < n; r++)); do echo "$prefix$(( ${radical%-*} + r / per ))"; done > "$hostfile"
+# Messages of up to 64 KiB leave without waiting for the receiver, as Open MPI's TCP transport
+# sends them (btl_tcp_eager_limit); SMPI's default starts every transfer at the match.
 exec smpirun -np "$n" -platform "$platform" -hostfile "$hostfile" \
-  --cfg=contexts/factory:thread --cfg=smpi/display-timing:no "${extra[@]}" "$@"
+  --cfg=contexts/factory:thread --cfg=smpi/display-timing:no \
+  --cfg=smpi/async-small-thresh:65536 "${extra[@]}" "$@"
