@@ -1,12 +1,15 @@
 // ccoll_error_vs_ranks: the all-reduce error of every lossy codec against the rank count, for the
 // ring and the scatter-reduce-allgather, on ranks as threads in one process (the in-process
-// transport; the schedules and codecs are the ones MPI calls run). Prints a Markdown table.
+// transport; the schedules and codecs are the ones MPI calls run), and what each rank sends.
+// Prints two Markdown tables: the error, then the bits sent per element.
 //
 //   ccoll_error_vs_ranks [--elements N] [--ranks 2,4,8,16] [--codec SPEC]...
 //
 // Input: N Gaussian floats per rank (mean 0, sd 1, a different stream per rank); one call. The
 // error is the relative L2 error of the sum, ||result - exact|| / ||exact||, against a sum in
-// double precision.
+// double precision. Bits per element: rank 0's payload bytes sent, times 8, over the
+// 2 (p - 1) / p · N elements a ring all-reduce moves per rank (fp32 uncompressed: 32; a
+// codec whose summed codes widen with the rank count shows it here).
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -33,9 +36,14 @@ std::vector<float> gaussian(int rank, std::size_t n) {
   return v;
 }
 
-// One all-reduce of every rank's `xs` with `spec` through `algo`; the relative L2 error.
-double relative_error(const std::string& spec, Algorithm algo,
-                      const std::vector<std::vector<float>>& xs) {
+struct Result {
+  double error = 0;
+  double bits = 0;  // per element, as the header says
+};
+
+// One all-reduce of every rank's `xs` with `spec` through `algo`.
+Result all_reduce(const std::string& spec, Algorithm algo,
+                  const std::vector<std::vector<float>>& xs) {
   const int p = static_cast<int>(xs.size());
   const std::size_t n = xs[0].size();
   std::vector<double> exact(n, 0.0);
@@ -43,14 +51,28 @@ double relative_error(const std::string& spec, Algorithm algo,
     for (std::size_t i = 0; i < n; ++i) exact[i] += x[i];
   }
   std::vector<float> out0(n);
+  std::size_t sent0 = 0;
   ccoll::run_inproc(p, [&](ccoll::coll::Transport& t) {
     auto codec = ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
     std::vector<float> out(n);
-    ccoll::InprocAllreduce(t, *codec).run(algo, xs[static_cast<std::size_t>(t.rank())].data(),
-                                          out.data(), n, 1, 0);
-    if (t.rank() == 0) out0 = out;
+    ccoll::InprocAllreduce call(t, *codec);
+    call.run(algo, xs[static_cast<std::size_t>(t.rank())].data(), out.data(), n, 1, 0);
+    if (t.rank() == 0) {
+      out0 = out;
+      sent0 = call.counters().bytes_sent;
+    }
   });
-  return ccoll::relative_l2(out0.data(), exact.data(), n);
+  const double moved = 2.0 * (p - 1) / p * static_cast<double>(n);
+  return {ccoll::relative_l2(out0.data(), exact.data(), n),
+          p > 1 ? 8.0 * static_cast<double>(sent0) / moved : 0.0};
+}
+
+void header(const char* what, const std::vector<int>& ranks) {
+  std::printf("%s\n\n| codec | schedule |", what);
+  for (const int p : ranks) std::printf(" %d ranks |", p);
+  std::printf(" largest / smallest rank count |\n|---|---|");
+  for (std::size_t k = 0; k < ranks.size() + 1; ++k) std::printf("---|");
+  std::printf("\n");
 }
 
 }  // namespace
@@ -65,7 +87,7 @@ int main(int argc, char** argv) {
     if (a == "--elements") {
       n = static_cast<std::size_t>(std::stoull(value()));
     } else if (a == "--ranks") {
-      ranks = ccoll::tools::int_list("ccoll_error_vs_ranks", "--ranks", value(), 1, 256, false);
+      ranks = ccoll::tools::int_list("ccoll_error_vs_ranks", "--ranks", value(), 1, 1024, false);
     } else if (a == "--codec") {
       codecs.push_back(value());
     } else {
@@ -80,11 +102,8 @@ int main(int argc, char** argv) {
               "maxnorm:bits=2", "qsgd:bits=4",   "terngrad",        "sign",
               "sketch:bits=2",  "sketch:bits=3", "randk:ratio=0.1", "maxnorm:bits=4,sum=requant"};
   }
-  std::printf("| codec | schedule |");
-  for (const int p : ranks) std::printf(" %d ranks |", p);
-  std::printf(" largest / smallest rank count |\n|---|---|");
-  for (std::size_t k = 0; k < ranks.size() + 1; ++k) std::printf("---|");
-  std::printf("\n");
+  std::vector<std::string> bits_rows;
+  header("Relative L2 error of the sum", ranks);
   try {
     for (const auto& spec : codecs) {
       const auto probe =
@@ -93,23 +112,33 @@ int main(int argc, char** argv) {
         // summable codecs add codes in the ring; the scatter-reduce-allgather refuses them
         if (algo == Algorithm::kScatterReduce && probe->capabilities().summable) continue;
         std::printf("| `%s` | %s |", spec.c_str(), ccoll::coll::algorithm_name(algo));
-        double first = 0;
-        double last = 0;
+        std::string bits = "| `" + spec + "` | " + ccoll::coll::algorithm_name(algo) + " |";
+        Result first;
+        Result last;
         for (const int p : ranks) {
           std::vector<std::vector<float>> xs;
           for (int r = 0; r < p; ++r) xs.push_back(gaussian(r, n));
-          const double e = relative_error(spec, algo, xs);
-          if (first == 0) first = e;
-          last = e;
-          std::printf(" %.3g |", e);
+          const Result res = all_reduce(spec, algo, xs);
+          if (first.error == 0) first = res;
+          last = res;
+          std::printf(" %.3g |", res.error);
+          char cell[32];
+          std::snprintf(cell, sizeof cell, " %.2f |", res.bits);
+          bits += cell;
           std::fflush(stdout);
         }
-        std::printf(" %.2fx |\n", first > 0 ? last / first : 0.0);
+        std::printf(" %.2fx |\n", first.error > 0 ? last.error / first.error : 0.0);
+        char cell[32];
+        std::snprintf(cell, sizeof cell, " %.2fx |", first.bits > 0 ? last.bits / first.bits : 0.0);
+        bits_rows.push_back(bits + cell);
       }
     }
   } catch (const ccoll::Error& e) {
     std::fprintf(stderr, "ccoll_error_vs_ranks: %s\n", e.what());
     return 2;
   }
+  std::printf("\n");
+  header("Bits sent per element moved (rank 0; fp32 uncompressed: 32)", ranks);
+  for (const auto& row : bits_rows) std::printf("%s\n", row.c_str());
   return 0;
 }

@@ -42,6 +42,9 @@ class InprocAllreduce {
     codec_.finish_allreduce(out, n);
   }
 
+  /// The bytes this rank sent and received in the calls so far (the schedule's payloads).
+  const coll::Counters& counters() const { return counters_; }
+
  private:
   coll::Transport& t_;
   codec::Codec& codec_;

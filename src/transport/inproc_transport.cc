@@ -32,7 +32,7 @@ coll::Request InprocTransport::isend(const void* buf, std::size_t bytes, int pee
     auto& box = fabric_.boxes_[{rank_, peer, tag}];
     box.messages.emplace(box.sent++, std::move(msg));
   }
-  fabric_.cv_.notify_all();
+  fabric_.arrivals_.at(static_cast<std::size_t>(peer)).notify_all();
   Pending p;
   p.bytes = bytes;
   return add(p);  // eager: the send is complete already
@@ -60,8 +60,8 @@ std::size_t InprocTransport::wait(coll::Request& request) {
   {
     std::unique_lock<std::mutex> lock(fabric_.mu_);
     auto& box = fabric_.boxes_[p.key];
-    const bool arrived = fabric_.cv_.wait_for(lock, fabric_.timeout_,
-                                              [&] { return box.messages.count(p.seq) != 0; });
+    const bool arrived = fabric_.arrivals_[static_cast<std::size_t>(rank_)].wait_for(
+        lock, fabric_.timeout_, [&] { return box.messages.count(p.seq) != 0; });
     if (!arrived) {
       throw Error(Status::kInternal, "inproc transport: rank " + std::to_string(rank_) +
                                          " timed out waiting for rank " +

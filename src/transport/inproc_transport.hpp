@@ -22,7 +22,7 @@ class InprocFabric {
   using Tamper = std::function<void(int, int, int, std::vector<std::byte>&)>;
 
   explicit InprocFabric(int size, std::chrono::seconds timeout = std::chrono::seconds(120))
-      : size_(size), timeout_(timeout) {}
+      : size_(size), timeout_(timeout), arrivals_(static_cast<std::size_t>(size)) {}
   int size() const { return size_; }
   void set_tamper(Tamper t) { tamper_ = std::move(t); }
 
@@ -39,7 +39,9 @@ class InprocFabric {
   std::chrono::seconds timeout_;
   Tamper tamper_;
   std::mutex mu_;
-  std::condition_variable cv_;
+  /// One per receiving rank, so that a send wakes its receiver only (not every rank's thread:
+  /// at hundreds of ranks waking all of them at each message dominated the run)
+  std::vector<std::condition_variable> arrivals_;
   std::map<Key, Mailbox> boxes_;
 };
 
