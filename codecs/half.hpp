@@ -22,6 +22,15 @@
 #define CCOLL_UNROLL
 #endif
 
+namespace ccoll {
+/// a[q] for q < 4, chosen by comparisons rather than by indexing: a run-time index puts a
+/// per-thread array in local memory on the device (see CCOLL_UNROLL).
+template <class T>
+CCOLL_HOST_DEVICE inline T pick4(const T (&a)[4], unsigned q) {
+  return q == 0 ? a[0] : q == 1 ? a[1] : q == 2 ? a[2] : a[3];
+}
+}  // namespace ccoll
+
 namespace ccoll::codec {
 
 CCOLL_HOST_DEVICE inline std::uint32_t float_bits(float f) {

@@ -51,11 +51,9 @@ CCOLL_HOST_DEVICE inline Philox4x32 philox_block(std::uint64_t seed, std::uint64
 inline constexpr std::uint64_t kSelectKeyMix = 0x5E1EC7C0DEC0FFEEull;   ///< randk coordinates
 inline constexpr std::uint64_t kRequantKeyMix = 0x2E9A4D5B1C3F6A87ull;  ///< sum=requant adds
 
-/// Word k & 3 of r, chosen by comparisons rather than by indexing (a run-time index would put
-/// r in local memory on the device).
+/// Word k & 3 of r (element k's word of its quad), without indexing r at run time (pick4).
 CCOLL_HOST_DEVICE inline std::uint32_t philox_word(const Philox4x32& r, std::uint64_t k) {
-  const unsigned q = static_cast<unsigned>(k & 3);
-  return q == 0 ? r.v[0] : q == 1 ? r.v[1] : q == 2 ? r.v[2] : r.v[3];
+  return pick4(r.v, static_cast<unsigned>(k & 3));
 }
 
 /// Uniform in [0, 1) with 24 random bits (exact in float).
@@ -74,7 +72,7 @@ class UniformStream {
       quad_ = element >> 2;
       rnd_ = philox_block(seed_, call_, stream_, quad_);
     }
-    return uniform01(rnd_.v[element & 3]);
+    return uniform01(philox_word(rnd_, element));
   }
 
  private:

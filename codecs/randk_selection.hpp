@@ -31,7 +31,7 @@ CCOLL_HOST_DEVICE inline std::uint64_t randk_pick(double len, std::uint64_t j, s
 /// The coordinate stratum j keeps (key: the call's seed ^ kSelectKeyMix).
 CCOLL_HOST_DEVICE inline std::uint64_t randk_kept(double len, std::uint64_t key, std::uint64_t call,
                                                   std::uint64_t j) {
-  return randk_pick(len, j, philox_block(key, call, kSelectStream, j >> 2).v[j & 3]);
+  return randk_pick(len, j, philox_word(philox_block(key, call, kSelectStream, j >> 2), j));
 }
 
 /// The kept coordinates of a range as a run of consecutive strata, each keeping exactly one of
@@ -105,7 +105,7 @@ class Selection {
         quad = j >> 2;
         rnd = philox_block(seed ^ kSelectKeyMix, call, kSelectStream, quad);
       }
-      const std::uint64_t idx = randk_pick(len_, j, rnd.v[j & 3]);
+      const std::uint64_t idx = randk_pick(len_, j, philox_word(rnd, j));
       if (idx >= offset && idx < end) out.push_back(idx);
     }
   }

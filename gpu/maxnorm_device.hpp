@@ -261,11 +261,7 @@ CCOLL_HOST_DEVICE inline bool get_words(const std::uint8_t* at, unsigned w, std:
   }
 }
 
-/// Word q < 4 of a wide group's four words, read or or-ed by comparisons rather than by a
-/// run-time index (which would put the words in local memory on the device).
-CCOLL_HOST_DEVICE inline std::uint64_t word_at(const std::uint64_t (&words)[4], unsigned q) {
-  return q == 0 ? words[0] : q == 1 ? words[1] : q == 2 ? words[2] : words[3];
-}
+/// words[q] |= x for q < 4 without a run-time index (as pick4 reads them).
 CCOLL_HOST_DEVICE inline void or_word(std::uint64_t (&words)[4], unsigned q, std::uint64_t x) {
   CCOLL_UNROLL
   for (unsigned k = 0; k < 4; ++k) {
@@ -310,8 +306,8 @@ CCOLL_HOST_DEVICE inline void get_group_wide(const std::uint8_t* p, std::size_t 
     if (j >= n) break;
     const unsigned pos = j * w;
     const unsigned sh = pos & 63;
-    std::uint64_t x = word_at(words, pos >> 6) >> sh;
-    if (sh + w > 64) x |= word_at(words, (pos >> 6) + 1) << (64 - sh);
+    std::uint64_t x = pick4(words, pos >> 6) >> sh;
+    if (sh + w > 64) x |= pick4(words, (pos >> 6) + 1) << (64 - sh);
     v[j] = static_cast<std::uint32_t>(x & mask);
   }
 }
