@@ -3,9 +3,11 @@
 // transport; the schedules and codecs are the ones MPI calls run), and what each rank sends.
 // Prints two Markdown tables: the error, then the bits sent per element.
 //
-//   ccoll_error_vs_ranks [--elements N] [--ranks 2,4,8,16] [--codec SPEC]...
+//   ccoll_error_vs_ranks [--elements N] [--ranks 2,4,8,16] [--shared F] [--codec SPEC]...
 //
-// Input: N Gaussian floats per rank (mean 0, sd 1, a different stream per rank); one call. The
+// Input: N Gaussian floats per rank (mean 0, sd 1, a different stream per rank; with --shared F,
+// the fraction F of each element's variance from a component all ranks share, as gradients of
+// one model agree in part); one call. The
 // error is the relative L2 error of the sum, ||result - exact|| / ||exact||, against a sum in
 // double precision. Bits per element: rank 0's payload bytes sent, times 8, over the
 // 2 (p - 1) / p · N elements a ring all-reduce moves per rank (fp32 uncompressed: 32; a
@@ -28,11 +30,24 @@ namespace {
 
 using ccoll::coll::Algorithm;
 
-std::vector<float> gaussian(int rank, std::size_t n) {
-  std::mt19937 gen(1234u + static_cast<unsigned>(rank));
+std::vector<float> gaussian(unsigned seed, std::size_t n) {
+  std::mt19937 gen(seed);
   std::normal_distribution<float> d(0.0f, 1.0f);
   std::vector<float> v(n);
   for (auto& x : v) x = d(gen);
+  return v;
+}
+
+// Rank `rank`'s input: sqrt(shared) of a component every rank has plus sqrt(1 - shared) of its
+// own (variance 1 either way; shared = 0: independent ranks).
+std::vector<float> input(int rank, std::size_t n, double shared) {
+  std::vector<float> v = gaussian(1234u + static_cast<unsigned>(rank), n);
+  if (shared > 0) {
+    const std::vector<float> g = gaussian(99u, n);
+    const auto a = static_cast<float>(std::sqrt(shared));
+    const auto b = static_cast<float>(std::sqrt(1 - shared));
+    for (std::size_t i = 0; i < n; ++i) v[i] = a * g[i] + b * v[i];
+  }
   return v;
 }
 
@@ -81,6 +96,7 @@ int main(int argc, char** argv) {
   std::size_t n = std::size_t{1} << 18;
   std::vector<int> ranks = {2, 4, 8, 16};
   std::vector<std::string> codecs;
+  double shared = 0;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&] { return ccoll::tools::option_value("ccoll_error_vs_ranks", argc, argv, i); };
@@ -90,10 +106,19 @@ int main(int argc, char** argv) {
       ranks = ccoll::tools::int_list("ccoll_error_vs_ranks", "--ranks", value(), 1, 1024, false);
     } else if (a == "--codec") {
       codecs.push_back(value());
+    } else if (a == "--shared") {
+      const std::string v = value();
+      char* end = nullptr;
+      shared = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(shared >= 0 && shared < 1)) {
+        std::fprintf(stderr, "ccoll_error_vs_ranks: --shared '%s': expected a number in [0, 1)\n",
+                     v.c_str());
+        return 2;
+      }
     } else {
       std::fprintf(stderr,
                    "usage: ccoll_error_vs_ranks [--elements N] [--ranks 2,4,8,16] "
-                   "[--codec SPEC]...\n");
+                   "[--shared F] [--codec SPEC]...\n");
       return a == "-h" || a == "--help" ? 0 : 2;
     }
   }
@@ -109,15 +134,18 @@ int main(int argc, char** argv) {
       const auto probe =
           ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
       for (const Algorithm algo : {Algorithm::kRing, Algorithm::kScatterReduce}) {
-        // summable codecs add codes in the ring; the scatter-reduce-allgather refuses them
-        if (algo == Algorithm::kScatterReduce && probe->capabilities().summable) continue;
+        // the scatter-reduce-allgather refuses summable codecs on agreed scales only
+        if (algo == Algorithm::kScatterReduce && probe->capabilities().summable &&
+            !probe->encodes_rescaled()) {
+          continue;
+        }
         std::printf("| `%s` | %s |", spec.c_str(), ccoll::coll::algorithm_name(algo));
         std::string bits = "| `" + spec + "` | " + ccoll::coll::algorithm_name(algo) + " |";
         Result first;
         Result last;
         for (const int p : ranks) {
           std::vector<std::vector<float>> xs;
-          for (int r = 0; r < p; ++r) xs.push_back(gaussian(r, n));
+          for (int r = 0; r < p; ++r) xs.push_back(input(r, n, shared));
           const Result res = all_reduce(spec, algo, xs);
           if (first.error == 0) first = res;
           last = res;

@@ -78,6 +78,10 @@ struct BlockContext {
   std::uint64_t stream = 0;
   std::uint64_t offset = 0;  ///< Element offset of the block in the tensor.
   Role role = Role::kOwn;
+  /// 0: the agreed scales. j > 0 (Codec::encodes_rescaled): scales taken from the elements
+  /// themselves, the codes in the lanes of j contributions (an owner's sum, which the agreed
+  /// scales of single contributions do not cover).
+  std::uint32_t rescale = 0;
 };
 
 /// One encode of a batch (Codec::encode_many): `bytes` receives the payload's length.
@@ -380,6 +384,12 @@ class Codec {
   /// ccoll::Error(kUnsupported) where encodes_sums() is false.
   virtual std::size_t encode_sum(const void* in, std::size_t count, const BlockContext& ctx,
                                  std::byte* out, std::uint32_t contributions);
+
+  /// True when encode() takes BlockContext::rescale (maxnorm with one scale and exact sums, alone
+  /// or under ef=1): a payload on scales of its own, which any rank decodes. What lets a summable
+  /// codec's owner encode its sum once at a contribution's width (the sra schedule) instead of
+  /// sending the ring's widened lanes of p contributions.
+  virtual bool encodes_rescaled() const { return false; }
 
   /// What encode_feedback() returns where a codec has no fused form.
   static constexpr std::size_t kNotFused = ~std::size_t{0};

@@ -100,6 +100,8 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
   // rounds a sum of `contributions` inputs, the residual kept as for encode(). The scales must
   // cover (x + e_own) / contributions, which the caller's scale pass sees to.
   bool encodes_sums() const override { return inner_->encodes_sums(); }
+  // a rescaled encode (an owner's sum) keeps its residual as encode() does
+  bool encodes_rescaled() const override { return inner_->encodes_rescaled(); }
   std::size_t encode_sum(const void* in, std::size_t count, const BlockContext& ctx, std::byte* out,
                          std::uint32_t contributions) override {
     if (!encodes_sums() || ctx.role == BlockContext::Role::kShared) {

@@ -19,10 +19,10 @@
 //   with the coarse step M_b/s1; both fit in B1-bit codes, so payloads still add in integers.
 // - randk:ratio=R: only the coordinates of a shared stratified draw (randk_selection.hpp) are
 //   coded; the others decode to zero.
-//
-// Payload: header (param = B | B2 << 4 | j << 8 | log2(65536 / block) << 27 | requant << 31) ·
-// u64 element offset · f32 scale of every block the payload touches · packed codes (one per
-// kept coordinate).
+// - a rescaled encode (BlockContext::rescale = j, single scale and exact sums only): scales of
+//   the payload's own values over j, the lanes of j contributions: an owner's sum (sra) sent at
+//   about a contribution's width, which every rank decodes as any payload.
+// The payload and its header's parameter word: maxnorm_wire.hpp.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -58,19 +58,10 @@ constexpr std::uint32_t kRequantFlag = 1u << 31;
 // thread_scratch tags (codecs/scratch.hpp): one per buffer a pass holds
 struct MaxnormDraws;
 struct MaxnormByteCodes;
+struct MaxnormOwnScales;
 struct MaxnormTile;
 struct MaxnormSumLanes;
 struct MaxnormLanes;
-
-struct View {
-  std::uint32_t contributions = 0;
-  std::uint64_t offset = 0;
-  std::size_t nblocks = 0;
-  const std::byte* scales = nullptr;  // f32 each
-  const std::byte* codes = nullptr;
-  std::size_t ncodes = 0;
-  unsigned width = 0;
-};
 
 template <class T>
 class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
@@ -235,6 +226,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {
     const T* x = static_cast<const T*>(in);
+    if (ctx.rescale != 0) return encode_rescaled(x, count, ctx, out);
     float* const draws = thread_scratch<MaxnormDraws, float>(kUniformBatch + 8).data();
     auto* const byte_codes = thread_scratch<MaxnormByteCodes, std::uint8_t>(kUniformBatch).data();
     float* const tile = thread_scratch<MaxnormTile, float>(kUniformBatch).data();
@@ -333,6 +325,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   }
 
   bool encodes_sums() const override { return !sparse_ && fine_bits_ == 0 && !requant_; }
+  bool encodes_rescaled() const override { return encodes_sums(); }
   // A sum of j inputs within the scales lies within j·M: rounded at one input's step M/s to
   // j·s levels, the lanes of j contributions (bias j·s, width(j)).
   std::size_t encode_sum(const void* in, std::size_t count, const BlockContext& ctx, std::byte* out,
@@ -340,9 +333,26 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     if (!encodes_sums() || contributions == 0 || contributions > ranks_) {
       return Codec::encode_sum(in, count, ctx, out, contributions);
     }
-    const T* x = static_cast<const T*>(in);
-    std::byte* p = begin_payload(out, count, ctx, contributions);
+    return sum_lanes(static_cast<const T*>(in), count, ctx, out, contributions, nullptr);
+  }
+  // encode_sum() on the scales of `x` itself (BlockContext::rescale = j, maxnorm_own_scales).
+  std::size_t encode_rescaled(const T* x, std::size_t count, const BlockContext& ctx,
+                              std::byte* out) {
+    const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count, block_);
+    float* own = thread_scratch<MaxnormOwnScales, float>(nb).data();
+    // (an owner's sum of inputs that passed the fallback test is finite)
+    if (!encodes_rescaled() || ctx.rescale > ranks_ ||
+        !maxnorm_own_scales(x, count, ctx.offset, block_, ctx.rescale, own)) {
+      throw Error(Status::kInternal, spec_ + ": no rescaled encode of these values");
+    }
+    return sum_lanes(x, count, ctx, out, ctx.rescale, own);
+  }
+  // encode_sum()'s lanes on `scales` (the payload's blocks'), or the agreed scales (null).
+  std::size_t sum_lanes(const T* x, std::size_t count, const BlockContext& ctx, std::byte* out,
+                        std::uint32_t contributions, const float* scales) {
+    std::byte* p = begin_payload(out, count, ctx, contributions, scales);
     const std::size_t first = ctx.offset / block_;
+    if (scales == nullptr) scales = scales_.data() + first;
     const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count, block_);
     const auto levels = static_cast<std::uint32_t>(bias(contributions));
     const auto s = static_cast<T>(s_);
@@ -351,7 +361,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     float* const draws = thread_scratch<MaxnormDraws, float>(kUniformBatch + 8).data();
     std::size_t i = 0;
     for (std::size_t b = 0; b < nb; ++b) {
-      const float m = scales_[first + b];
+      const float m = scales[b];
       const T inv = maxnorm_inverse(s, m);
       const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * block_ - ctx.offset);
       while (i < end) {
@@ -392,7 +402,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     if constexpr (!std::is_same_v<T, float>) {
       return Codec::kNotFused;
     } else {
-      if (!encodes_sums() || !nearest_ || in_ != InputType::kNative || j > ranks_) {
+      if (!encodes_sums() || !nearest_ || in_ != InputType::kNative || j > ranks_ ||
+          ctx.rescale != 0) {
         return Codec::kNotFused;
       }
       std::byte* codes = begin_payload(out, count, ctx, j);
@@ -436,8 +447,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   std::size_t add_encoded(const std::byte* a, std::size_t a_bytes, const std::byte* b,
                           std::size_t b_bytes, std::size_t count, const BlockContext& ctx,
                           std::byte* out) override {
-    const View va = parse(a, a_bytes, count);
-    const View vb = parse(b, b_bytes, count);
+    const MaxnormView va = parse(a, a_bytes, count);
+    const MaxnormView vb = parse(b, b_bytes, count);
     if (va.offset != vb.offset) corrupt("summands cover different elements");
     if (std::memcmp(va.scales, vb.scales, 4 * va.nblocks) != 0) {
       corrupt("summands were quantized with different scales");
@@ -520,7 +531,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
 
   /// maxnorm_layout(): parse().
   MaxnormLayout layout(const std::byte* in, std::size_t bytes, std::size_t count) const {
-    const View v = parse(in, bytes, count);
+    const MaxnormView v = parse(in, bytes, count);
     MaxnormLayout l;
     l.offset = v.offset;
     l.nblocks = v.nblocks;
@@ -586,28 +597,16 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   }
   // The header, offset and scales of a payload of `count` elements from ctx.offset and
   // `contributions`, once the agreed scales are checked to cover them; where its codes start.
+  // (`own`: the payload's own scales instead, from its first block's on).
   std::byte* begin_payload(std::byte* out, std::size_t count, const BlockContext& ctx,
-                           std::uint32_t contributions) const {
+                           std::uint32_t contributions, const float* own = nullptr) const {
     const std::size_t first = ctx.offset / block_;
     const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count, block_);
-    if (count != 0 && first + nb > scales_.size()) {
+    if (own == nullptr && count != 0 && first + nb > scales_.size()) {
       throw Error(Status::kInternal, "maxnorm: encode outside the agreed scales");
     }
     return out + write_maxnorm_prefix(out, {id(), 0, param(contributions), count}, ctx.offset,
-                                      scales_.data() + first, nb);
-  }
-  // lane[0, n) packed as `width`-bit lanes from byte-aligned `at` (`room` writable bytes
-  // there): whole groups of 8 in vectors, the rest by pack_aligned; returns the end.
-  static std::byte* pack_lanes(const std::uint32_t* lane, std::size_t n, unsigned width,
-                               std::byte* at, std::size_t room) {
-    std::size_t packed = 0;
-#if CCOLL_HAVE_HWY
-    packed =
-        8 * pack_lane_groups_hwy(lane, n / 8, width, reinterpret_cast<std::uint8_t*>(at), room);
-#else
-    (void)room;
-#endif
-    return pack_aligned(lane + packed, n - packed, width, at + packed / 8 * width);
+                                      own != nullptr ? own : scales_.data() + first, nb);
   }
   std::size_t max_codes(std::size_t count) const {
     return sparse_ ? selection_.max_selected(count) : count;
@@ -630,7 +629,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     return w.finish();
   }
 
-  View parse(const std::byte* in, std::size_t bytes, std::size_t count) const {
+  MaxnormView parse(const std::byte* in, std::size_t bytes, std::size_t count) const {
     const wire::Header h = wire::read_header(in, bytes);
     if ((h.flags & wire::kFlagPoisoned) != 0) corrupt("payload is marked poisoned");
     if (h.codec != id())
@@ -638,7 +637,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     if (h.count != count) {
       corrupt("element count " + std::to_string(h.count) + ", expected " + std::to_string(count));
     }
-    View v;
+    MaxnormView v;
     if ((h.param & 0xFF) != bits_param()) {
       corrupt("bits field " + std::to_string(h.param & 0xFF) + ", expected " +
               std::to_string(bits_param()));
@@ -687,7 +686,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
 
   template <bool kAccumulate>
   void apply(const std::byte* in, std::size_t bytes, std::size_t count, T* out) const {
-    const View v = parse(in, bytes, count);
+    const MaxnormView v = parse(in, bytes, count);
     const std::size_t code_bytes = packed_bytes(v.ncodes, v.width);
     const std::int64_t bias_j = bias(v.contributions);
     // a lane of a requantized sum stands for j times its code

@@ -1,6 +1,7 @@
-// The maxnorm family's decode loops over packed lanes (maxnorm.cc): the lanes of one scale block
-// at one step (vector groups where Highway is built in, then batches), and randk's kept
-// coordinates. Each returns the largest lane it read, for the caller's one range check.
+// The maxnorm family's loops over packed lanes (maxnorm.cc): the decode of one scale block's
+// lanes at one step (vector groups where Highway is built in, then batches) and of randk's kept
+// coordinates, each returning the largest lane it read for the caller's one range check; the
+// packing of lanes; the scales of a payload on its own values.
 #pragma once
 
 #include <algorithm>
@@ -14,11 +15,53 @@
 #include "bitpack.hpp"
 #include "lanes_hwy.hpp"
 #include "quantizers.hpp"
+#include "uniforms.hpp"
 
 namespace ccoll::codec {
 
+/// A parsed payload (maxnorm.cc's parse()): where its scales and codes are, and their form.
+struct MaxnormView {
+  std::uint32_t contributions = 0;
+  std::uint64_t offset = 0;
+  std::size_t nblocks = 0;
+  const std::byte* scales = nullptr;  // f32 each
+  const std::byte* codes = nullptr;
+  std::size_t ncodes = 0;
+  unsigned width = 0;
+};
+
 /// Lanes unpacked per batch by the decode and the compressed-domain add (a multiple of 8).
 inline constexpr std::size_t kLaneBatch = 2048;
+
+/// lane[0, n) packed as `width`-bit lanes from byte-aligned `at` (`room` writable bytes there):
+/// whole groups of 8 in vectors, the rest by pack_aligned; returns the end.
+inline std::byte* pack_lanes(const std::uint32_t* lane, std::size_t n, unsigned width,
+                             std::byte* at, std::size_t room) {
+  std::size_t packed = 0;
+#if CCOLL_HAVE_HWY
+  packed = 8 * pack_lane_groups_hwy(lane, n / 8, width, reinterpret_cast<std::uint8_t*>(at), room);
+#else
+  (void)room;
+#endif
+  return pack_aligned(lane + packed, n - packed, width, at + packed / 8 * width);
+}
+
+/// The scales of a payload of `count` elements at `x` (tensor elements from `offset`, blocks of
+/// `block`) on its own values: each block's largest magnitude there over j, rounded up to a
+/// float, so that the values fill the lanes of j contributions. False where one is not finite.
+template <class T>
+bool maxnorm_own_scales(const T* x, std::size_t count, std::uint64_t offset, std::size_t block,
+                        std::uint32_t j, float* out) {
+  const std::size_t first = offset / block;
+  for (std::size_t b = 0, i = 0; i < count; ++b) {
+    const std::size_t end = std::min<std::size_t>(count, (first + b + 1) * block - offset);
+    const auto m = static_cast<double>(abs_max(x + i, end - i));
+    if (!(m <= std::numeric_limits<float>::max())) return false;  // NaN compares false
+    out[b] = maxnorm_scale_float(m / j);
+    i = end;
+  }
+  return true;
+}
 
 /// sum=requant's compressed-domain add of n lanes: lane c of a sum of j contributions stands for
 /// c·j·M/s, so the sum of a (ja contributions) and b (jb) is rounded to an integer stochastically

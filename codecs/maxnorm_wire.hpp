@@ -4,9 +4,13 @@
 //   [16-byte header (wire.hpp)][u64 element offset][f32 scale of every block the payload spans]
 //   [packed codes: one lane per element (randk: per kept coordinate), little-endian bit order]
 //
+// The header's parameter word: B | B2 << 4 | j << 8 | log2(65536 / block) << 27 |
+// requant << 31 (B, B2: the bits of one and two-scale codes; j: the contributions summed).
+//
 // A block is `block` elements of the tensor (aligned to the tensor, not to the payload), each
 // with one shared scale agreed by the scale round: a power of two from kMaxnormMinBlock to
-// kMaxnormBlock (the codec's block= parameter; the header's parameter word carries it).
+// kMaxnormBlock (the codec's block= parameter; the header's parameter word carries it). A
+// rescaled payload (codec.hpp's BlockContext::rescale) carries scales of its own values instead.
 #pragma once
 
 #include <cstddef>

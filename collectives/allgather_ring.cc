@@ -64,17 +64,19 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
 // segment's size. Codecs see element offsets in the tensor (all-reduce) or, with
 // `block_relative`, within this rank's own block (all-gather: each rank's block is its tensor).
 void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, std::byte* slots,
-                      std::size_t* sizes, bool block_relative, codec::BlockContext::Role role) {
+                      std::size_t* sizes, bool block_relative, codec::BlockContext::Role role,
+                      std::uint32_t rescale) {
   const int r = e.rank();
   const std::size_t first = L.seg_offset(r, 0);
   const std::size_t nseg = L.nseg(r);
   codec::EncodeJob* jobs = e.workspace().encode_jobs(nseg);
   for (std::size_t j = 0; j < nseg; ++j) {
     const std::size_t off = L.seg_offset(r, j);
-    jobs[j] = codec::EncodeJob{chunk + (off - first) * e.elem_bytes(), L.seg_elems(r, j),
-                               codec::BlockContext{0, 0, static_cast<std::uint64_t>(r),
-                                                   block_relative ? off - first : off, role},
-                               slots + L.slot(r, j), 0};
+    jobs[j] =
+        codec::EncodeJob{chunk + (off - first) * e.elem_bytes(), L.seg_elems(r, j),
+                         codec::BlockContext{0, 0, static_cast<std::uint64_t>(r),
+                                             block_relative ? off - first : off, role, rescale},
+                         slots + L.slot(r, j), 0};
   }
   e.encode_many(jobs, nseg, [&](std::size_t j) { sizes[L.index(r, j)] = jobs[j].bytes; });
 }

@@ -1,7 +1,10 @@
-// Scatter-reduce-allgather ("sra") all-reduce, for codecs whose codes cannot be added: every
-// contribution is quantized once, by its own rank, and every sum once, by its owner, whatever
-// the rank count. (The ring re-encodes partial sums at every hop, so a contribution is quantized
-// up to p-1 times and the error grows with p.)
+// Scatter-reduce-allgather ("sra") all-reduce: every contribution is quantized once, by its own
+// rank, and every sum once, by its owner, whatever the rank count. For codecs whose codes cannot
+// be added: the ring re-encodes partial sums at every hop, so a contribution is quantized up to
+// p-1 times and the error grows with p. For codecs whose codes add (maxnorm), where the codec
+// can encode a sum on scales of its own (Codec::encodes_rescaled): the ring's sums of j codes
+// need lanes ceil(log2 j) bits wider, up to log2 p; the owner's sum here goes out on its own
+// scales in the lanes of owner_sum_lanes(p) contributions, two bits wider than a contribution's.
 //
 // Reduce-scatter by pairwise exchange: the buffer is split into p balanced chunks (as the ring's,
 // in the same segments). At step s = 1..p-1 rank r encodes its own chunk (r+s) mod p, once, and
@@ -64,14 +67,21 @@ void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input
   for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
 }
 
-// Summable codecs code on scales agreed for single contributions, which the owner's sum exceeds:
-// they add codes in the ring instead. Every rank has the same codec, so all refuse alike, before
-// any message.
+// Summable codecs code on scales agreed for single contributions, which the owner's sum exceeds;
+// the all-reduce takes those that also encode a sum on scales of its own (the schedule table's
+// check, made before the call, names the valid choices). Every rank has the same codec, so all
+// refuse alike, before any message.
+void require_owner_encodes(const codec::Codec& c) {
+  if (c.capabilities().summable && !c.encodes_rescaled()) {
+    throw Error(Status::kUnsupported,
+                "algorithm: 'sra' encodes each owner's sum once on scales of its own, which " +
+                    c.spec() + " cannot: it adds codes on agreed scales only");
+  }
+}
 void require_not_summable(const codec::Codec& c) {
   if (c.capabilities().summable) {
-    throw Error(Status::kUnsupported,
-                "algorithm: 'sra' is for codecs that cannot add codes; " + c.spec() +
-                    " adds them in the ring (valid for it: auto, ring, tree)");
+    throw Error(Status::kUnsupported, "algorithm: 'sra' is for codecs that cannot add codes; " +
+                                          c.spec() + " adds them (valid for it: auto, ring)");
   }
 }
 
@@ -99,7 +109,7 @@ void reduce_scatter_pairwise(Context& cx, const void* in, void* out_chunk, std::
 
 void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_t count,
                               bool average) {
-  require_not_summable(cx.codec);
+  require_owner_encodes(cx.codec);
   Engine e(cx);
   const int p = e.size();
   const int r = e.rank();
@@ -118,7 +128,8 @@ void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_
   reduce_scatter_into(cx, e, L, input, own, slots);
   if (average) divide_elements(cx, own, L.chunk_elems(r), p);
   // the sum's one quantization, by its owner (ef=1: the owner's residual, as a ring hop's)
-  encode_own_chunk(e, L, own, slots, sizes, false, codec::BlockContext::Role::kHop);
+  encode_own_chunk(e, L, own, slots, sizes, false, codec::BlockContext::Role::kHop,
+                   cx.codec.capabilities().summable ? owner_sum_lanes(p) : 0);
   allgather_phase(e, L, data, slots, sizes);
   e.finish();
 }

@@ -187,10 +187,19 @@ inline void allreduce_ring(Context& cx, void* buf, std::size_t count, bool avera
 /// chunk's owner, and the owner adds the decoded contributions to its own, exact; then the
 /// ring's all-gather of the owners' chunks, each encoded once. Every element is quantized at
 /// most twice whatever the rank count; traffic per rank as the ring's. `in` == `out`: in place.
-/// Throws ccoll::Error(kUnsupported) for a summable codec (its shared scales cover single
-/// contributions, not the owner's sums; it adds codes in the ring instead).
+/// A summable codec (whose agreed scales cover single contributions, not the owners' sums) must
+/// encode the owner's sum on scales of its own (Codec::encodes_rescaled), in the lanes of
+/// owner_sum_lanes(p) contributions; else ccoll::Error(kUnsupported) on every rank.
 void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_t count,
                               bool average);
+
+/// The lanes a summable codec's owner encodes its sum in under allreduce_scatter_reduce: those of
+/// min(4, p) contributions, two bits wider than a contribution's from 3 ranks (the ring's
+/// all-gather sends lanes of p). On scales of the sum's own, their rounding then adds about 1%
+/// to the error of the p contributions' (bench/results/scale-sim).
+inline std::uint32_t owner_sum_lanes(int ranks) {
+  return static_cast<std::uint32_t>(ranks < 4 ? ranks : 4);
+}
 
 /// The reduce-scatter half of allreduce_scatter_reduce: `count` elements at `in` in size()
 /// balanced chunks (chunk_count/chunk_offset); on return `out_chunk` holds the sum of this

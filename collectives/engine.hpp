@@ -208,8 +208,10 @@ codec::EncodeJob* chunk_encode_jobs(Engine& e, const RingLayout& L, int c, const
 /// Encodes this rank's chunk, whose elements start at `chunk`, into its slots, recording each
 /// segment's size. Codecs see element offsets in the tensor (all-reduce) or, with
 /// `block_relative`, within this rank's own block (all-gather: each rank's block is its tensor).
+/// `rescale`: BlockContext::rescale of the encodes (an owner's sum of summable codes).
 void encode_own_chunk(Engine& e, const RingLayout& L, const std::byte* chunk, std::byte* slots,
-                      std::size_t* sizes, bool block_relative, codec::BlockContext::Role role);
+                      std::size_t* sizes, bool block_relative, codec::BlockContext::Role role,
+                      std::uint32_t rescale = 0);
 
 /// The ring runs in lock step (ring_lockstep.cc) when the transport needs exact receive lengths,
 /// or the caller asks for it (Context::exact_lengths).

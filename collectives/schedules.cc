@@ -4,7 +4,9 @@
 // moves log2(p) times the data in log2(p) steps. Below a few tens of KiB latency dominates, so
 // "auto" takes the tree there and whenever there are fewer elements than ranks. Above, codecs
 // that cannot add codes take the scatter-reduce-allgather from 3 ranks on: the same traffic as
-// the ring, and each element quantized at most twice instead of up to p times.
+// the ring, and each element quantized at most twice instead of up to p times. Codecs that add
+// codes take it from 16 ranks where they can encode an owner's sum on its own scales: the ring's
+// sums need a bit more per lane for every doubling of the ranks, sra's two bits more in all.
 #include "schedules.hpp"
 
 #include "collectives.hpp"
@@ -38,7 +40,7 @@ const std::vector<ScheduleRow>& rows() {
        CodecNeed::kAny, bit(Op::kAllreduce), 0, false, false, true, gather_allreduce, nullptr,
        nullptr},
       {Algorithm::kScatterReduce, "sra", "pairwise", bit(Op::kAllreduce) | bit(Op::kReduceScatter),
-       CodecNeed::kNotSummable, CodecNeed::kNotSummable,
+       CodecNeed::kOwnerEncodes, CodecNeed::kNotSummable,
        bit(Op::kAllreduce) | bit(Op::kReduceScatter), 0, false, false, false,
        allreduce_scatter_reduce, nullptr, reduce_scatter_sra},
       {Algorithm::kHierarchical, "hierarchical", "hierarchical", kAllOps, CodecNeed::kAny,
@@ -55,8 +57,17 @@ const ScheduleRow* find_row(Algorithm a) {
   return nullptr;
 }
 
-bool codec_fits(CodecNeed need, bool summable) {
-  return need == CodecNeed::kAny || (need == CodecNeed::kSummable) == summable;
+bool codec_fits(CodecNeed need, CodecSums c) {
+  switch (need) {
+    case CodecNeed::kSummable:
+      return c.summable;
+    case CodecNeed::kNotSummable:
+      return !c.summable;
+    case CodecNeed::kOwnerEncodes:
+      return !c.summable || c.rescales;
+    default:
+      return true;
+  }
 }
 
 CodecNeed need_of(const ScheduleRow& r, Op op) {
@@ -71,11 +82,11 @@ const char* op_noun(Op op) {
                                 : "reduce-scatter";
 }
 
-// "auto, ring, ..." for `op` with a codec that is (or is not) `summable`.
-std::string valid_list(Op op, bool summable) {
+// "auto, ring, ..." for `op` with a codec that is `sums`.
+std::string valid_list(Op op, CodecSums sums) {
   std::string s = "auto";
   for (const ScheduleRow& r : rows()) {
-    if ((r.ops & bit(op)) != 0 && codec_fits(need_of(r, op), summable)) {
+    if ((r.ops & bit(op)) != 0 && codec_fits(need_of(r, op), sums)) {
       s += ", ";
       s += r.name;
     }
@@ -89,7 +100,8 @@ bool allowed(Algorithm a, Op op, const ScheduleQuery& q) {
   if (r.two_level || (r.ops & bit(op)) == 0) return false;
   if (q.exact_lengths && (r.lock_step & bit(op)) == 0) return false;
   if (q.device_codecs && (r.device & bit(op)) == 0) return false;
-  return true;
+  // device codecs encode no sum on its own scales
+  return codec_fits(need_of(r, op), CodecSums{q.summable, q.rescales && !q.device_codecs});
 }
 
 // auto's choice among the allowed rows, the ring last.
@@ -104,8 +116,12 @@ Schedule select_auto(const ScheduleQuery& q, Op op) {
         (bytes <= kTreeAllreduceMaxBytes || q.count < static_cast<std::size_t>(q.ranks))) {
       return Algorithm::kTree;
     }
-    if (q.reencodes && q.ranks >= kScatterReduceMinRanks &&
-        allowed(Algorithm::kScatterReduce, op, q)) {
+    // the ring re-encodes partial sums at every hop, or (summable codes) widens them by a bit
+    // per doubling of the ranks: sra encodes each contribution and each sum once
+    const int sra_from = q.reencodes                ? kScatterReduceMinRanks
+                         : q.summable && q.rescales ? kScatterReduceSummableMinRanks
+                                                    : 0;
+    if (sra_from != 0 && q.ranks >= sra_from && allowed(Algorithm::kScatterReduce, op, q)) {
       return Algorithm::kScatterReduce;
     }
     return Algorithm::kRing;
@@ -171,7 +187,7 @@ const char* op_function(Op op) {
                                 : "compressed_reduce_scatter";
 }
 
-std::string check_algorithm(Algorithm a, Op op, bool summable, const std::string& codec,
+std::string check_algorithm(Algorithm a, Op op, CodecSums sums, const std::string& codec,
                             Status& code) {
   if (a == Algorithm::kAuto) return {};
   const ScheduleRow& r = schedule_row(a);
@@ -186,16 +202,21 @@ std::string check_algorithm(Algorithm a, Op op, bool summable, const std::string
     }
     return head + " is " + is + " schedule with no " + op_noun(op) + " form (valid for " +
            op_function(op) + (by_codec ? " with " + codec : std::string()) + ": " +
-           valid_list(op, summable) + ")";
+           valid_list(op, sums) + ")";
   }
   const CodecNeed need = need_of(r, op);
-  if (codec_fits(need, summable)) return {};
+  if (codec_fits(need, sums)) return {};
   code = Status::kUnsupported;
-  return head +
-         (need == CodecNeed::kNotSummable
-              ? " is for codecs that cannot add codes; " + codec + " adds them"
-              : " is for codecs that add codes; " + codec + " cannot") +
-         " (valid for " + op_function(op) + " with it: " + valid_list(op, summable) + ")";
+  const char* why = need == CodecNeed::kNotSummable ? " is for codecs that cannot add codes; "
+                    : need == CodecNeed::kSummable  ? " is for codecs that add codes; "
+                                                    : " encodes each owner's sum once on scales "
+                                                      "of its own, which ";
+  const char* what = need == CodecNeed::kNotSummable ? " adds them"
+                     : need == CodecNeed::kSummable
+                         ? " cannot"
+                         : " cannot: it adds codes on agreed scales only";
+  return head + why + codec + what + " (valid for " + op_function(op) +
+         " with it: " + valid_list(op, sums) + ")";
 }
 
 bool device_codecs_run(Algorithm a, Op op) {
@@ -224,11 +245,13 @@ Schedule select_reduce_scatter(Algorithm requested, bool summable) {
   if (requested != Algorithm::kAuto) {
     // the checks refused a row that cannot take the codec; a two-level one takes auto's here
     const ScheduleRow& r = schedule_row(requested);
-    if (r.reduce_scatter != nullptr && codec_fits(r.reduce_scatter_codec, summable)) return r.id;
+    if (r.reduce_scatter != nullptr && codec_fits(r.reduce_scatter_codec, {summable, false})) {
+      return r.id;
+    }
   }
   for (const ScheduleRow& r : rows()) {
     if (!r.two_level && r.reduce_scatter != nullptr &&
-        codec_fits(r.reduce_scatter_codec, summable)) {
+        codec_fits(r.reduce_scatter_codec, {summable, false})) {
       return r.id;
     }
   }

@@ -36,7 +36,18 @@ constexpr unsigned bit(Op op) { return static_cast<unsigned>(op); }
 enum class CodecNeed {
   kAny,
   kSummable,     ///< codes that add (the reduce-scatter's ring)
-  kNotSummable,  ///< codes that do not (their shared scales would not cover the owners' sums)
+  kNotSummable,  ///< codes that do not (the pairwise reduce-scatter)
+  /// an owner's sum encoded once: codes that do not add, or codes that add and that the codec
+  /// also encodes on scales of the sum's own (Codec::encodes_rescaled; the agreed scales of
+  /// single contributions do not cover a sum)
+  kOwnerEncodes,
+};
+
+/// What a codec is to the table: whether its codes add, and (those that do) whether it encodes
+/// an owner's sum on scales of its own (Codec::encodes_rescaled).
+struct CodecSums {
+  bool summable = false;
+  bool rescales = false;
 };
 
 /// out = Σ in (the mean when `average`); `in` == `out`: in place.
@@ -83,10 +94,10 @@ Algorithm parse_algorithm(const std::string& name);
 /// "compressed_allreduce", "compressed_allgather" or "compressed_reduce_scatter".
 const char* op_function(Op op);
 
-/// Whether `a` (kAuto included) runs `op` with a codec that is (or is not) `summable`: empty
-/// when it does; otherwise the error message, naming the argument and the valid choices, with
-/// `code` set to kInvalidArgument (no such form) or kUnsupported (not with this codec).
-std::string check_algorithm(Algorithm a, Op op, bool summable, const std::string& codec,
+/// Whether `a` (kAuto included) runs `op` with a codec that is `sums`: empty when it does;
+/// otherwise the error message, naming the argument and the valid choices, with `code` set to
+/// kInvalidArgument (no such form) or kUnsupported (not with this codec).
+std::string check_algorithm(Algorithm a, Op op, CodecSums sums, const std::string& codec,
                             Status& code);
 
 /// Per-rank input size at or below which "auto" picks the tree all-reduce.
@@ -96,6 +107,14 @@ inline constexpr std::size_t kTreeAllgatherMaxBytes = 256 * 1024;
 /// Ranks from which "auto" takes the scatter-reduce-allgather for codecs that re-encode (at 2
 /// ranks the ring quantizes each contribution once too).
 inline constexpr int kScatterReduceMinRanks = 3;
+/// Ranks from which "auto" takes it for summable codecs that encode an owner's sum on its own
+/// scales: the ring's sums of j codes need lanes ceil(log2 j) bits wider than a contribution's
+/// (its all-gather: 4 bits at 16 ranks, 10 at 1,024), sra's owner sums 2 bits wider whatever p.
+/// At 16 ranks sra sends 0.79x the ring's bytes at 8 bits (0.60x at 2) for the ring's error on
+/// independent inputs; where the ranks' inputs agree in part, the owner's rounding of the sum
+/// costs more than the ring's exact sums (1.15x the ring's error at 16 ranks with half the
+/// variance shared, 2.1x at 256: bench/results/scale-sim).
+inline constexpr int kScatterReduceSummableMinRanks = 16;
 
 /// Whether device codecs run `op` with `a` (auto: always, it picks such a row for them).
 bool device_codecs_run(Algorithm a, Op op);
@@ -113,6 +132,8 @@ struct ScheduleQuery {
   int ranks = 1;
   bool gather_reduce = false;  ///< the codec asks for the all-gather reduction (Capabilities)
   bool reencodes = false;      ///< the codec is lossy and not summable
+  bool summable = false;       ///< the codec's codes add (Capabilities::summable)
+  bool rescales = false;       ///< ... and it encodes an owner's sum on its own scales
   bool stateful = false;       ///< the codec keeps state between calls (Capabilities)
   bool device_codecs = false;  ///< some rank runs device codecs: rows with `device` only
   bool exact_lengths = false;  ///< the transport needs exact lengths: rows with `lock_step` only
@@ -122,7 +143,8 @@ struct ScheduleQuery {
 /// device codecs can run, falling back to the ring; the requested one if allowed, else for auto
 /// the all-gather reduction of a codec that asks for it, the tree when latency-bound (not for a
 /// stateful codec that re-encodes: error feedback cannot compensate the tree's shared encodes of
-/// group sums), the scatter-reduce-allgather for codecs that re-encode from 3 ranks, the ring.
+/// group sums), the scatter-reduce-allgather for codecs that re-encode from 3 ranks and for
+/// summable ones that rescale (not on device codecs) from 16, the ring.
 Schedule select_schedule(const ScheduleQuery& q);
 /// The reduce-scatter's schedule: the requested one, or for auto the first row whose
 /// reduce-scatter takes the codec.

@@ -10,6 +10,7 @@
 #include "backend.hpp"
 #include "cast_codecs.hpp"
 #include "ccoll/error.hpp"
+#include "collectives.hpp"
 #include "device_codec.hpp"
 #include "error_feedback.hpp"
 #include "maxnorm_wire.hpp"
@@ -500,6 +501,8 @@ CodecSpec parse_codec_spec(const std::string& text) {
   // ef=21's output transform (codecs/ef21.cc) has no all-gather or reduce-scatter form
   spec.allreduce_only = spec.ef21 || (it->traits & kAllreduceOnly) != 0;
   spec.summable = (it->traits & kSummable) != 0;
+  spec.rescales = spec.name == "maxnorm" && !spec.ef21 && value_of(spec, "sum") == "exact" &&
+                  value_of(spec, "bits").find('/') == std::string::npos;
   spec.lossless = (it->traits & kLossless) != 0;
   spec.gather_reduce = (it->traits & kGatherReduce) != 0;
   spec.prescale_mean = (it->traits & kPrescaleMean) != 0;
@@ -575,12 +578,23 @@ double allreduce_error_bound(const codec::Codec& codec, int ranks) {
   // sum=requant: re-quantizing a sum of j contributions errs by up to j·u·M more; a ring adds
   // j = 2..p (a tree's merges add up to less: p·log2 p)
   if (codec.capabilities().lossy_add) hops += u * (p * (p + 1) / 2 - 1);
+  // auto may take sra for a codec that encodes owner sums: its bound as well
+  if (codec.capabilities().summable && codec.encodes_rescaled()) {
+    return std::max(hops + p * 0x1p-23, scatter_reduce_error_bound(codec, ranks));
+  }
   return hops + p * 0x1p-23;
 }
 
 double scatter_reduce_error_bound(const codec::Codec& codec, int ranks) {
   if (ranks <= 1 || codec.capabilities().lossless) return 0.0;
   const double u = codec.unit_roundoff();
+  if (codec.capabilities().summable) {
+    // every contribution but the owner's quantized once on the agreed scales (by u against the
+    // largest input), the sum once more by its owner on its own scales in the lanes of j
+    // contributions (by u/j against the decoded sum, itself within (1 + (p-1)·u) of Σ max|x_i|)
+    const double q = (ranks - 1) * u;
+    return q + u / coll::owner_sum_lanes(ranks) * (1 + q) + ranks * 0x1p-23;
+  }
   // every contribution but the owner's quantized once (by u against its own maximum), the sum
   // once more by its owner (by u against the decoded sum)
   return (1 + u) * (1 + u) - 1 + ranks * 0x1p-23;

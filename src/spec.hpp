@@ -29,6 +29,9 @@ struct CodecSpec {
   bool allreduce_only = false;
   /// Its payloads add without decoding (codec::Capabilities::summable), from the registry row.
   bool summable = false;
+  /// Its codec also encodes an owner's sum on scales of its own (codec::Codec::encodes_rescaled:
+  /// maxnorm with one scale and exact sums, alone or with ef=1), so the sra all-reduce takes it.
+  bool rescales = false;
   /// Decoding returns the input bit for bit (codec::Capabilities::lossless), from the row.
   bool lossless = false;
   /// The registry row's other static traits, as codec::Capabilities names them.
@@ -70,15 +73,18 @@ std::vector<std::string> codec_names();
 /// p·u. Codecs that re-encode partial sums compound: each hop's error is part of the next
 /// hop's input, E_k <= (1+u)·E_(k-1) + u·Σ max|x_i|, so E_p <= ((1+u)^p - 1)·Σ max|x_i|.
 /// A summable codec whose add re-quantizes (lossy_add) adds u·Σ_(j=2..p) j for the re-roundings
-/// of j-contribution sums. All get p·2^-23 for the fp32 additions and the final division. 0 for one
-/// rank or a lossless codec.
+/// of j-contribution sums; one that encodes owner sums (sra, which auto may take) gets the larger
+/// of that and scatter_reduce_error_bound(). All get p·2^-23 for the fp32 additions and the final
+/// division. 0 for one rank or a lossless codec.
 double allreduce_error_bound(const codec::Codec& codec, int ranks);
 
 /// Worst-case error of the scatter-reduce-allgather all-reduce (coll::allreduce_scatter_reduce)
 /// over `ranks` ranks, relative to Σ_i max|x_i| as allreduce_error_bound: every element is
 /// quantized at most twice, so for codecs that cannot add codes it is (1+u)^2 - 1 whatever the
-/// rank count (plus p·2^-23 for the fp32 additions and the division). 0 for one rank or a
-/// lossless codec. The schedule refuses summable codecs.
+/// rank count (plus p·2^-23 for the fp32 additions and the division). For summable codecs that
+/// encode owner sums (Codec::encodes_rescaled): (p-1)·u for the contributions and u/j of the
+/// decoded sum for the owner's encode into lanes of j = coll::owner_sum_lanes(p). 0 for one rank
+/// or a lossless codec.
 double scatter_reduce_error_bound(const codec::Codec& codec, int ranks);
 
 /// Parses a byte size with an optional K/M/G (binary) suffix, e.g. "64K"; throws

@@ -157,8 +157,8 @@ void check_codec_and_algorithm(const Call& call, Checked& c) {
   if (bad.ok() && c.algorithm != coll::Algorithm::kAuto) {
     // the schedule table says which collectives and codecs the algorithm takes
     Status code = Status::kSuccess;
-    const std::string why =
-        coll::check_algorithm(c.algorithm, op_of(call), c.spec.summable, c.spec.canonical, code);
+    const std::string why = coll::check_algorithm(
+        c.algorithm, op_of(call), {c.spec.summable, c.spec.rescales}, c.spec.canonical, code);
     if (!why.empty()) bad.set(kArgAlgorithm, code, why);
   }
 }

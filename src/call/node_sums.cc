@@ -38,6 +38,8 @@ class NodeSumsCodec final : public codec::ForwardingCodec {
     const std::vector<double>& s = node_scales(data, count, 1, fallback);
     std::copy(s.begin(), s.end(), out);
   }
+  // an owner's sum (sra) on its own scales, as the plan's codec encodes it
+  bool encodes_rescaled() const override { return target()->encodes_rescaled(); }
   // This rank's own contribution, the node's sum: rounded at one rank's step into the lanes
   // of node.ranks contributions. Other roles (none on the summable ring) encode as always.
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,

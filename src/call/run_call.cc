@@ -94,6 +94,8 @@ coll::ScheduleQuery schedule_query(const Flow& f, const codec::Codec& codec, boo
   q.ranks = f.p();
   q.gather_reduce = codec.capabilities().gather_reduce;
   q.reencodes = !codec.capabilities().lossless && !codec.capabilities().summable;
+  q.summable = codec.capabilities().summable;
+  q.rescales = codec.encodes_rescaled();
   q.stateful = codec.capabilities().stateful;
   q.device_codecs = device_codecs;
   q.exact_lengths = exact_lengths;
@@ -157,12 +159,14 @@ void prepare_plan(Flow& f) {
                    : std::string("are staged through host memory")));
     }
     out.codec = pl.kernels() ? plan->device_codec.get() : plan->codec.get();
-    // a hierarchical cross-node step on the ring of a codec that encodes sums: the node's sum
-    // rounded at one rank's step (the other paths encode it as any input)
+    // a hierarchical cross-node step on the ring or sra of a codec that encodes sums: the
+    // node's sum rounded at one rank's step (the other paths encode it as any input)
+    const auto cross = [&] {
+      return coll::select_schedule(schedule_query(f, *out.codec, false, false));
+    };
     if (call.node_sums != nullptr && !pl.kernels() && call.allreduce() &&
         node_sums_apply(*out.codec) && !ctx.transport().exact_lengths() &&
-        coll::select_schedule(schedule_query(f, *out.codec, false, false)) ==
-            coll::Schedule::kRing) {
+        (cross() == coll::Schedule::kRing || cross() == coll::Schedule::kScatterReduce)) {
       out.node_sums = make_node_sums_codec(*out.codec, *call.node_sums);
       out.codec = out.node_sums.get();
     }

@@ -126,28 +126,46 @@ TEST(ScheduleTable, EveryRowRunsWhatItClaims) {
 // and the valid choices the message lists.
 TEST(ScheduleTable, ChecksFollowTheRows) {
   Status code = Status::kSuccess;
-  EXPECT_EQ(coll::check_algorithm(Algorithm::kAuto, Op::kAllgather, false, "none", code), "");
-  EXPECT_EQ(coll::check_algorithm(Algorithm::kRing, Op::kReduceScatter, true, "x", code), "");
+  EXPECT_EQ(coll::check_algorithm(Algorithm::kAuto, Op::kAllgather, {false, false}, "none", code),
+            "");
+  EXPECT_EQ(coll::check_algorithm(Algorithm::kRing, Op::kReduceScatter, {true, false}, "x", code),
+            "");
   std::string m =
-      coll::check_algorithm(Algorithm::kScatterReduce, Op::kAllgather, false, "x", code);
+      coll::check_algorithm(Algorithm::kScatterReduce, Op::kAllgather, {false, false}, "x", code);
   EXPECT_EQ(code, Status::kInvalidArgument);
   EXPECT_EQ(m,
             "algorithm: 'sra' is an all-reduce schedule with no all-gather form (valid for "
             "compressed_allgather: auto, ring, tree, hierarchical)");
-  m = coll::check_algorithm(Algorithm::kTree, Op::kReduceScatter, true, "maxnorm:bits=8", code);
+  m = coll::check_algorithm(Algorithm::kTree, Op::kReduceScatter, {true, false}, "maxnorm:bits=8",
+                            code);
   EXPECT_EQ(code, Status::kInvalidArgument);
   EXPECT_NE(m.find("valid for compressed_reduce_scatter with maxnorm:bits=8: auto, ring, "
                    "hierarchical)"),
             std::string::npos)
       << m;
-  m = coll::check_algorithm(Algorithm::kRing, Op::kReduceScatter, false, "qsgd:bits=4", code);
+  m = coll::check_algorithm(Algorithm::kRing, Op::kReduceScatter, {false, false}, "qsgd:bits=4",
+                            code);
   EXPECT_EQ(code, Status::kUnsupported);
   EXPECT_EQ(m,
             "algorithm: 'ring' is for codecs that add codes; qsgd:bits=4 cannot (valid for "
             "compressed_reduce_scatter with it: auto, sra, hierarchical)");
-  m = coll::check_algorithm(Algorithm::kScatterReduce, Op::kAllreduce, true, "fp8", code);
+  m = coll::check_algorithm(Algorithm::kScatterReduce, Op::kAllreduce, {true, false}, "fp8", code);
   EXPECT_EQ(code, Status::kUnsupported);
-  EXPECT_NE(m.find("with it: auto, ring, tree, allgather, hierarchical)"), std::string::npos) << m;
+  EXPECT_EQ(m,
+            "algorithm: 'sra' encodes each owner's sum once on scales of its own, which fp8 "
+            "cannot: it adds codes on agreed scales only (valid for compressed_allreduce with "
+            "it: auto, ring, tree, allgather, hierarchical)");
+  // a summable codec that encodes owner sums on their own scales (maxnorm) takes sra's
+  // all-reduce, not its pairwise reduce-scatter
+  EXPECT_EQ(coll::check_algorithm(Algorithm::kScatterReduce, Op::kAllreduce, {true, true},
+                                  "maxnorm:bits=8", code),
+            "");
+  m = coll::check_algorithm(Algorithm::kScatterReduce, Op::kReduceScatter, {true, true},
+                            "maxnorm:bits=8", code);
+  EXPECT_EQ(code, Status::kUnsupported);
+  EXPECT_NE(m.find("valid for compressed_reduce_scatter with it: auto, ring, hierarchical)"),
+            std::string::npos)
+      << m;
   // which collectives device codecs and a lock-step transport run (the data path's choice)
   EXPECT_TRUE(coll::device_codecs_run(Algorithm::kAuto, Op::kReduceScatter));
   EXPECT_TRUE(coll::device_codecs_run(Algorithm::kAllgather, Op::kAllreduce));

@@ -223,10 +223,12 @@ TEST(MpiErrors, AllgatherScheduleIsForAllreduceOnly) {
   EXPECT_NE(sra.find("'sra' is an all-reduce schedule"), std::string::npos) << sra;
 }
 
-// The scatter-reduce-allgather is for codecs that cannot add codes: a summable one is refused on
-// every rank, whatever the size (its shared scales would not cover the owners' sums).
+// The scatter-reduce-allgather encodes each owner's sum once: a summable codec that adds codes on
+// agreed scales only is refused on every rank, whatever the size (those scales would not cover
+// the owners' sums).
 TEST(MpiErrors, ScatterReduceRefusesSummableCodecs) {
-  for (const char* codec : {"maxnorm:bits=8", "randk:ratio=0.1", "dq:min=2,max=8"}) {
+  for (const char* codec :
+       {"maxnorm:bits=4,sum=requant", "maxnorm:bits=2/6", "randk:ratio=0.1", "dq:min=2,max=8"}) {
     for (const std::size_t n : {std::size_t{0}, std::size_t{5000}}) {
       SCOPED_TRACE(std::string(codec) + " n=" + std::to_string(n));
       std::vector<float> f(n, 1.0f);
