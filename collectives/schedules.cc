@@ -118,9 +118,10 @@ Schedule select_auto(const ScheduleQuery& q, Op op) {
     }
     // the ring re-encodes partial sums at every hop, or (summable codes) widens them by a bit
     // per doubling of the ranks: sra encodes each contribution and each sum once
-    const int sra_from = q.reencodes                ? kScatterReduceMinRanks
-                         : q.summable && q.rescales ? kScatterReduceSummableMinRanks
-                                                    : 0;
+    const bool owner_sums = q.summable && q.rescales && q.node_ranks <= 1;
+    const int sra_from = q.reencodes  ? kScatterReduceMinRanks
+                         : owner_sums ? kScatterReduceSummableMinRanks
+                                      : 0;
     if (sra_from != 0 && q.ranks >= sra_from && allowed(Algorithm::kScatterReduce, op, q)) {
       return Algorithm::kScatterReduce;
     }

@@ -108,7 +108,8 @@ inline constexpr std::size_t kTreeAllgatherMaxBytes = 256 * 1024;
 /// ranks the ring quantizes each contribution once too).
 inline constexpr int kScatterReduceMinRanks = 3;
 /// Ranks from which "auto" takes it for summable codecs that encode an owner's sum on its own
-/// scales: the ring's sums of j codes need lanes ceil(log2 j) bits wider than a contribution's
+/// scales, where no rank shares a node (the hierarchical schedule's cross-node step, clusters of
+/// one rank a node; ranks that share nodes: the ring, or hierarchical as auto measures it): the ring's sums of j codes need lanes ceil(log2 j) bits wider than a contribution's
 /// (its all-gather: 4 bits at 16 ranks, 10 at 1,024), sra's owner sums 2 bits wider whatever p.
 /// At 16 ranks sra sends 0.79x the ring's bytes at 8 bits (0.60x at 2) for the ring's error on
 /// independent inputs; where the ranks' inputs agree in part, the owner's rounding of the sum
@@ -134,6 +135,9 @@ struct ScheduleQuery {
   bool reencodes = false;      ///< the codec is lossy and not summable
   bool summable = false;       ///< the codec's codes add (Capabilities::summable)
   bool rescales = false;       ///< ... and it encodes an owner's sum on its own scales
+  /// Ranks that share a node with each rank (1: none, or not known). The pairwise exchange
+  /// puts that many ranks' flows on a node's link at once where the ring puts one.
+  int node_ranks = 1;
   bool stateful = false;       ///< the codec keeps state between calls (Capabilities)
   bool device_codecs = false;  ///< some rank runs device codecs: rows with `device` only
   bool exact_lengths = false;  ///< the transport needs exact lengths: rows with `lock_step` only
@@ -144,7 +148,7 @@ struct ScheduleQuery {
 /// the all-gather reduction of a codec that asks for it, the tree when latency-bound (not for a
 /// stateful codec that re-encodes: error feedback cannot compensate the tree's shared encodes of
 /// group sums), the scatter-reduce-allgather for codecs that re-encode from 3 ranks and for
-/// summable ones that rescale (not on device codecs) from 16, the ring.
+/// summable ones that rescale (not on device codecs, no rank sharing a node) from 16, the ring.
 Schedule select_schedule(const ScheduleQuery& q);
 /// The reduce-scatter's schedule: the requested one, or for auto the first row whose
 /// reduce-scatter takes the codec.

@@ -77,8 +77,9 @@ struct Options {
   /// every rank's payload gathered whole and reduced in rank order; auto's choice for topk), or
   /// "sra" (all-reduce only: scatter-reduce-allgather, each contribution quantized once and each
   /// sum once by its owner; auto's choice from 3 ranks on for codecs that cannot add codes, and
-  /// from 16 for maxnorm with one scale and exact sums, whose owner sums go out on scales of
-  /// their own 2 bits wider than a contribution where the ring's widen by log2 of the ranks;
+  /// from 16 for maxnorm with one scale and exact sums where no rank shares a node, its owner
+  /// sums on scales of their own 2 bits wider than a contribution where the ring's widen by
+  /// log2 of the ranks;
   /// refused for the other summable codecs; device codecs fall back to the ring), or "hierarchical"
   /// (all-reduce and all-gather: exact inside each node, the codec only between nodes; auto
   /// does not choose it).

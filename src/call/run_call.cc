@@ -96,6 +96,16 @@ coll::ScheduleQuery schedule_query(const Flow& f, const codec::Codec& codec, boo
   q.reencodes = !codec.capabilities().lossless && !codec.capabilities().summable;
   q.summable = codec.capabilities().summable;
   q.rescales = codec.encodes_rescaled();
+  // where auto could take sra for summable codecs: whether ranks share nodes (the topology, a
+  // collective on the communicator's first such call; every rank gets here with equal values).
+  // A hierarchical call's cross-node step has one rank a node.
+  if (!f.call.nested && q.summable && q.rescales && q.allreduce &&
+      q.requested == coll::Algorithm::kAuto && q.ranks >= coll::kScatterReduceSummableMinRanks &&
+      q.count * q.elem_bytes > coll::kTreeAllreduceMaxBytes) {
+    // (uneven nodes: their sizes differ between ranks, while `uniform` is the same on all)
+    const Topology& topo = f.ctx.topology();
+    q.node_ranks = !topo.error.empty() ? 1 : topo.uniform ? topo.node_size : 2;
+  }
   q.stateful = codec.capabilities().stateful;
   q.device_codecs = device_codecs;
   q.exact_lengths = exact_lengths;

@@ -259,6 +259,12 @@ TEST(ScatterReduce, ChosenByAutoForCodecsThatReencode) {
   q.ranks = 8;
   EXPECT_EQ(coll::select_schedule(q), coll::Schedule::kRing);
   q.ranks = 16;
+  q.node_ranks = 8;  // ranks that share nodes: the pairwise exchange would crowd their links
+  EXPECT_EQ(coll::select_schedule(q), coll::Schedule::kRing);
+  q.requested = Algorithm::kScatterReduce;  // (asked for, it runs)
+  EXPECT_EQ(coll::select_schedule(q), coll::Schedule::kScatterReduce);
+  q.requested = Algorithm::kAuto;
+  q.node_ranks = 1;
   q.device_codecs = true;  // device codecs encode on the agreed scales only
   EXPECT_EQ(coll::select_schedule(q), coll::Schedule::kRing);
   q.requested = Algorithm::kScatterReduce;  // asked for: falls back to the ring as well

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Time against ranks on a simulated GPU cluster: SMPI's all-reduce algorithms (Open MPI's,
+# MPICH's, MVAPICH2's and the classic ones) against ccoll's codecs under each schedule and under
+# auto, the same driver (bench/sim/build.sh) on the same platform:
+#   bench/sim/scale_study.sh [-b SMPI_BUILD] [-p PLATFORM] [-k RANKS_PER_HOST] [-r RANKS,...]
+#                            [-m [MIN:]MAX,...] [-i ITERS] [-s HOST_SPEED] OUT_DIR
+#   (defaults build-smpi, platforms/gpu-fattree-200g.xml, 8, 16,64, 1M:16M, 3, 1e9)
+# Each run: ITERS timed calls after one warm-up (auto: after 7, past its tuning calls), CM02 network model (no correction factors, as
+# calibrated against the 1 Gbit/s test network), smpi/host-speed HOST_SPEED: the time the real
+# code spends between MPI calls on this machine, times the host's speed over HOST_SPEED, is
+# simulated time (the GPU platform's hosts at 1e11 flop/s with 1e9: a hundredth, the H200's
+# kernels against this CPU's codec; see bench/sim/README.md). Results validated (-c).
+# Each -m range (sizes doubling from MIN to MAX) is a job of its own. OUT_DIR gets raw/ (every
+# job's output and command; a job already there is kept, not run again) and summary.md.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+build=build-smpi platform=bench/sim/platforms/gpu-fattree-200g.xml per=8 ranks=16,64
+sizes=1M:16M iters=3 speed=1e9
+while getopts "b:p:k:r:m:i:s:" opt; do
+  case $opt in
+    b) build=$OPTARG ;;
+    p) platform=$OPTARG ;;
+    k) per=$OPTARG ;;
+    r) ranks=$OPTARG ;;
+    m) sizes=$OPTARG ;;
+    i) iters=$OPTARG ;;
+    s) speed=$OPTARG ;;
+    *) exit 2 ;;
+  esac
+done
+shift $((OPTIND - 1))
+[ $# -eq 1 ] || { echo "usage: bench/sim/scale_study.sh [options] OUT_DIR" >&2; exit 2; }
+out=$1
+prog=$build/bench/ccoll_osu_allreduce
+[ -x "$prog" ] || { echo "scale_study.sh: $prog missing (bench/sim/build.sh)" >&2; exit 1; }
+mkdir -p "$out/raw"
+mpi_algos=(ompi mpich mvapich2 lr rab_rdb rdb ompi_ring_segmented smp_rsag)
+ccoll_algos=(auto ring tree sra hierarchical)
+codecs=none,bf16,maxnorm:bits=8,maxnorm:bits=4,maxnorm:bits=2
+run() {  # run FILE SMPI_OPTION... -- DRIVER_ARGS...: one simulated job into raw/FILE
+  local file=$1 opts=()
+  shift
+  while [ "$1" != "--" ]; do opts+=(-o "$1"); shift; done
+  shift
+  local cmd=(bench/sim/smpirun.sh -n "$p" -k "$per" -p "$platform" -o --cfg=network/model:CM02
+    -o "--cfg=smpi/host-speed:$speed" -o --log=root.thresh:error -o --log=smpi_colls.thresh:error
+    "${opts[@]}" "$prog" -m "$range" -i "$iters" -x 1 -c "$@")
+  local t0=$SECONDS
+  if grep -q "Validation: Pass" "$out/raw/$file" 2>/dev/null; then return; fi
+  { echo "# command: ${cmd[*]}"; "${cmd[@]}" 2>&1; } > "$out/raw/$file" ||
+    echo "scale_study.sh: $file failed (exit $?)" >&2
+  echo "$file: $((SECONDS - t0)) s" >&2
+}
+IFS=, read -ra rank_list <<< "$ranks"
+IFS=, read -ra ranges <<< "$sizes"
+for p in "${rank_list[@]}"; do
+ for range in "${ranges[@]}"; do
+  tag=${range//:/-}
+  for a in "${mpi_algos[@]}"; do
+    run "p${p}_mpi_${a}_$tag.txt" "--cfg=smpi/allreduce:$a" -- --baseline mpi --baseline-only
+  done
+  for a in "${ccoll_algos[@]}"; do
+    # auto times flat against hierarchical over its first 6 calls of a size: warmed up past them
+    warm=()
+    [ "$a" = auto ] && warm=(-x 7)
+    run "p${p}_ccoll_${a}_$tag.txt" -- --codec "$codecs" --algorithm "$a" "${warm[@]}"
+  done
+ done
+done
+python3 bench/sim/scale_summary.py "$out/raw" > "$out/summary.md"
+echo "scale_study.sh: $out/summary.md"
