@@ -81,7 +81,8 @@ void require_owner_encodes(const codec::Codec& c) {
 void require_not_summable(const codec::Codec& c) {
   if (c.capabilities().summable) {
     throw Error(Status::kUnsupported, "algorithm: 'sra' is for codecs that cannot add codes; " +
-                                          c.spec() + " adds them (valid for it: auto, ring)");
+                                          c.spec() +
+                                          " adds them (valid for it: auto, ring, hierarchical)");
   }
 }
 
