@@ -109,12 +109,14 @@ inline constexpr std::size_t kTreeAllgatherMaxBytes = 256 * 1024;
 inline constexpr int kScatterReduceMinRanks = 3;
 /// Ranks from which "auto" takes it for summable codecs that encode an owner's sum on its own
 /// scales, where no rank shares a node (the hierarchical schedule's cross-node step, clusters of
-/// one rank a node; ranks that share nodes: the ring, or hierarchical as auto measures it): the ring's sums of j codes need lanes ceil(log2 j) bits wider than a contribution's
-/// (its all-gather: 4 bits at 16 ranks, 10 at 1,024), sra's owner sums 2 bits wider whatever p.
-/// At 16 ranks sra sends 0.79x the ring's bytes at 8 bits (0.60x at 2) for the ring's error on
-/// independent inputs; where the ranks' inputs agree in part, the owner's rounding of the sum
-/// costs more than the ring's exact sums (1.15x the ring's error at 16 ranks with half the
-/// variance shared, 2.1x at 256: bench/results/scale-sim).
+/// one rank a node; where ranks share nodes the pairwise exchange crowds their node's link, and
+/// auto keeps the ring, or hierarchical as it measures). The ring's sums of j codes need lanes
+/// ceil(log2 j) bits wider than a contribution's (its all-gather: 4 bits at 16 ranks, 10 at
+/// 1,024), sra's owner sums 2 bits wider whatever p. At 16 ranks sra sends 0.78x the ring's
+/// bytes at 8 bits (0.59x at 2) for the ring's error on independent inputs; where the ranks'
+/// inputs agree in part, the owner's rounding of the sum costs more than the ring's exact sums
+/// (1.15x the ring's error at 16 ranks with half the variance shared, 2.1x at 256:
+/// bench/results/scale-sim).
 inline constexpr int kScatterReduceSummableMinRanks = 16;
 
 /// Whether device codecs run `op` with `a` (auto: always, it picks such a row for them).
