@@ -222,7 +222,9 @@ TEST(ScatterReduce, SummableCodecsKeepAContributionsWidth) {
       const double codes = (p - 1.0) / p * n * (2.0 * bits + 2) / 8;
       EXPECT_LE(static_cast<double>(e.bytes), 1.01 * codes + 64.0 * p) << "p=" << p;
       EXPECT_LE(e.bytes, ring.bytes) << "p=" << p;
-      if (p == 16) EXPECT_LE(static_cast<double>(e.bytes), at16 * static_cast<double>(ring.bytes));
+      if (p == 16) {
+        EXPECT_LE(static_cast<double>(e.bytes), at16 * static_cast<double>(ring.bytes));
+      }
     }
   }
 }
