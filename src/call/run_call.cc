@@ -85,7 +85,7 @@ struct Flow {
 
 // What decides the schedule (the same on every rank: the agreement checked its inputs).
 coll::ScheduleQuery schedule_query(const Flow& f, const codec::Codec& codec, bool device_codecs,
-                                   bool exact_lengths) {
+                                   bool exact_lengths, bool topology = false) {
   coll::ScheduleQuery q;
   q.allreduce = f.call.allreduce();
   q.requested = f.c.algorithm;
@@ -97,10 +97,14 @@ coll::ScheduleQuery schedule_query(const Flow& f, const codec::Codec& codec, boo
   q.summable = codec.capabilities().summable;
   q.rescales = codec.encodes_rescaled();
   // where auto could take sra for summable codecs: whether ranks share nodes (the topology, a
-  // collective on the communicator's first such call; every rank gets here with equal values).
-  // A hierarchical call's cross-node step has one rank a node.
-  if (!f.call.nested && q.summable && q.rescales && q.allreduce &&
-      q.requested == coll::Algorithm::kAuto && q.ranks >= coll::kScatterReduceSummableMinRanks &&
+  // collective on the communicator's first such call), asked only by the schedule's own choice
+  // (`topology`), after the agreement, from values equal on every rank (device_codecs agreed,
+  // the spec agreed); elsewhere the ranks count as apart, which only a prediction of the
+  // schedule (the 16-bit input's reader) sees. A hierarchical call's cross-node step has one
+  // rank a node.
+  if (topology && !f.call.nested && !device_codecs && f.c.spec.summable && f.c.spec.rescales &&
+      q.allreduce && q.requested == coll::Algorithm::kAuto &&
+      q.ranks >= coll::kScatterReduceSummableMinRanks &&
       q.count * q.elem_bytes > coll::kTreeAllreduceMaxBytes) {
     // (uneven nodes: their sizes differ between ranks, while `uniform` is the same on all)
     const Topology& topo = f.ctx.topology();
@@ -296,7 +300,7 @@ void run_flat_schedule(Flow& f, ScheduleSetup& s, const void* input) {
   auto* recv = static_cast<std::byte*>(call.recvbuf);
   std::byte* own = call.own_block(es, f.rank());
   const coll::ScheduleRow& row = coll::schedule_row(coll::select_schedule(
-      schedule_query(f, codec, f.agreed.device_codecs, f.agreed.exact_lengths)));
+      schedule_query(f, codec, f.agreed.device_codecs, f.agreed.exact_lengths, true)));
   f.stats.algorithm = row.name;
   const bool allreduce = call.allreduce();
   if (call.input_half != Half::kNone &&
