@@ -208,16 +208,19 @@ std::string check_algorithm(Algorithm a, Op op, CodecSums sums, const std::strin
   const CodecNeed need = need_of(r, op);
   if (codec_fits(need, sums)) return {};
   code = Status::kUnsupported;
-  const char* why = need == CodecNeed::kNotSummable ? " is for codecs that cannot add codes; "
-                    : need == CodecNeed::kSummable  ? " is for codecs that add codes; "
-                                                    : " encodes each owner's sum once on scales "
-                                                      "of its own, which ";
-  const char* what = need == CodecNeed::kNotSummable ? " adds them"
-                     : need == CodecNeed::kSummable
-                         ? " cannot"
-                         : " cannot: it adds codes on agreed scales only";
-  return head + why + codec + what + " (valid for " + op_function(op) +
-         " with it: " + valid_list(op, sums) + ")";
+  std::string why;
+  switch (need) {
+    case CodecNeed::kNotSummable:
+      why = " is for codecs that cannot add codes; " + codec + " adds them";
+      break;
+    case CodecNeed::kSummable:
+      why = " is for codecs that add codes; " + codec + " cannot";
+      break;
+    default:  // kOwnerEncodes
+      why = " encodes each owner's sum once on scales of its own, which " + codec +
+            " cannot: it adds codes on agreed scales only";
+  }
+  return head + why + " (valid for " + op_function(op) + " with it: " + valid_list(op, sums) + ")";
 }
 
 bool device_codecs_run(Algorithm a, Op op) {

@@ -175,12 +175,12 @@ void prepare_plan(Flow& f) {
     out.codec = pl.kernels() ? plan->device_codec.get() : plan->codec.get();
     // a hierarchical cross-node step on the ring or sra of a codec that encodes sums: the
     // node's sum rounded at one rank's step (the other paths encode it as any input)
-    const auto cross = [&] {
-      return coll::select_schedule(schedule_query(f, *out.codec, false, false));
+    const auto cross_adds_node_sums = [&] {
+      const coll::Schedule s = coll::select_schedule(schedule_query(f, *out.codec, false, false));
+      return s == coll::Schedule::kRing || s == coll::Schedule::kScatterReduce;
     };
     if (call.node_sums != nullptr && !pl.kernels() && call.allreduce() &&
-        node_sums_apply(*out.codec) && !ctx.transport().exact_lengths() &&
-        (cross() == coll::Schedule::kRing || cross() == coll::Schedule::kScatterReduce)) {
+        node_sums_apply(*out.codec) && !ctx.transport().exact_lengths() && cross_adds_node_sums()) {
       out.node_sums = make_node_sums_codec(*out.codec, *call.node_sums);
       out.codec = out.node_sums.get();
     }
