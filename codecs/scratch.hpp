@@ -13,11 +13,13 @@
 #include <cstddef>
 #include <vector>
 
+#include "rank_local.hpp"
+
 namespace ccoll::codec {
 
 template <class Tag, class T>
 std::vector<T>& thread_scratch(std::size_t at_least = 0) {
-  thread_local std::vector<T> v;
+  static CCOLL_RANK_LOCAL std::vector<T> v;
   if (v.size() < at_least) v.resize(at_least);
   return v;
 }

@@ -15,6 +15,7 @@
 
 #include "collectives.hpp"
 #include "engine.hpp"
+#include "rank_local.hpp"
 
 namespace ccoll::coll {
 namespace {
@@ -192,7 +193,7 @@ void plain_doubling(Transport& t, T* buf, std::size_t count, Counters& counters)
   const int p = t.size();
   const int r = t.rank();
   const std::size_t bytes = count * sizeof(T);
-  thread_local std::vector<T> tmp;
+  static CCOLL_RANK_LOCAL std::vector<T> tmp;
   tmp.resize(count);
   const Doubling d(p);
   const int rem = d.rem;

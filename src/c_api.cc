@@ -6,10 +6,11 @@
 #include "ccoll/ccoll.h"
 #include "ccoll/ccoll.hpp"
 #include "data_path.hpp"
+#include "rank_local.hpp"
 
 namespace {
 
-thread_local std::string g_last_error;
+CCOLL_RANK_LOCAL std::string g_last_error;
 
 ccoll::Options to_options(const ccoll_options_t* o) {
   ccoll::Options opt;

@@ -18,11 +18,13 @@
 #include <thread>
 #include <utility>
 
+#include "rank_local.hpp"
+
 namespace ccoll {
 namespace detail {
 
 namespace {
-thread_local bool t_patient = false;
+CCOLL_RANK_LOCAL bool t_patient = false;
 }  // namespace
 
 bool waits_patiently() noexcept { return t_patient; }

@@ -3,20 +3,26 @@
 # MPICH's, MVAPICH2's and the classic ones) against ccoll's codecs under each schedule and under
 # auto, the same driver (bench/sim/build.sh) on the same platform:
 #   bench/sim/scale_study.sh [-b SMPI_BUILD] [-p PLATFORM] [-k RANKS_PER_HOST] [-r RANKS,...]
-#                            [-m [MIN:]MAX,...] [-i ITERS] [-s HOST_SPEED] OUT_DIR
-#   (defaults build-smpi, platforms/gpu-fattree-200g.xml, 8, 16,64, 1M:16M, 3, 1e9)
+#                            [-m [MIN:]MAX,...] [-i ITERS] [-s HOST_SPEED] [-a SCHEDULES]
+#                            [-M MPI_ALGORITHMS] [-e] OUT_DIR
+#   (defaults build-smpi, platforms/gpu-fattree-200g.xml, 8, 16,64, 1M:16M, 3, 1e9, all five
+#   schedules, all eight algorithms)
 # Each run: ITERS timed calls after one warm-up (auto: after 7, past its tuning calls), CM02 network model (no correction factors, as
 # calibrated against the 1 Gbit/s test network), smpi/host-speed HOST_SPEED: the time the real
 # code spends between MPI calls on this machine, times the host's speed over HOST_SPEED, is
 # simulated time (the GPU platform's hosts at 1e11 flop/s with 1e9: a hundredth, the H200's
-# kernels against this CPU's codec; see bench/sim/README.md). Results validated (-c).
+# kernels against this CPU's codec; see bench/sim/README.md). Results validated (-c), or with -e
+# not (the driver's --no-error: no exact reference, for runs whose reference would not fit in
+# memory).
 # Each -m range (sizes doubling from MIN to MAX) is a job of its own. OUT_DIR gets raw/ (every
 # job's output and command; a job already there is kept, not run again) and summary.md.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 build=build-smpi platform=bench/sim/platforms/gpu-fattree-200g.xml per=8 ranks=16,64
-sizes=1M:16M iters=3 speed=1e9
-while getopts "b:p:k:r:m:i:s:" opt; do
+sizes=1M:16M iters=3 speed=1e9 check=-c
+mpi_algos=(ompi mpich mvapich2 lr rab_rdb rdb ompi_ring_segmented smp_rsag)
+ccoll_algos=(auto ring tree sra hierarchical)
+while getopts "b:p:k:r:m:i:s:a:M:e" opt; do
   case $opt in
     b) build=$OPTARG ;;
     p) platform=$OPTARG ;;
@@ -25,6 +31,9 @@ while getopts "b:p:k:r:m:i:s:" opt; do
     m) sizes=$OPTARG ;;
     i) iters=$OPTARG ;;
     s) speed=$OPTARG ;;
+    a) IFS=, read -ra ccoll_algos <<< "$OPTARG" ;;
+    M) IFS=, read -ra mpi_algos <<< "$OPTARG" ;;
+    e) check=--no-error ;;
     *) exit 2 ;;
   esac
 done
@@ -34,8 +43,6 @@ out=$1
 prog=$build/bench/ccoll_osu_allreduce
 [ -x "$prog" ] || { echo "scale_study.sh: $prog missing (bench/sim/build.sh)" >&2; exit 1; }
 mkdir -p "$out/raw"
-mpi_algos=(ompi mpich mvapich2 lr rab_rdb rdb ompi_ring_segmented smp_rsag)
-ccoll_algos=(auto ring tree sra hierarchical)
 codecs=none,bf16,maxnorm:bits=8,maxnorm:bits=4,maxnorm:bits=2
 run() {  # run FILE SMPI_OPTION... -- DRIVER_ARGS...: one simulated job into raw/FILE
   local file=$1 opts=()
@@ -44,10 +51,12 @@ run() {  # run FILE SMPI_OPTION... -- DRIVER_ARGS...: one simulated job into raw
   shift
   local cmd=(bench/sim/smpirun.sh -n "$p" -k "$per" -p "$platform" -o --cfg=network/model:CM02
     -o "--cfg=smpi/host-speed:$speed" -o --log=root.thresh:error -o --log=smpi_colls.thresh:error
-    "${opts[@]}" "$prog" -m "$range" -i "$iters" -x 1 -c "$@")
+    "${opts[@]}" "$prog" -m "$range" -i "$iters" -x 1 "$check" "$@")
   local t0=$SECONDS
+  # kept: a validated job, or one that ran to its end without validation (-e)
   if grep -q "Validation: Pass" "$out/raw/$file" 2>/dev/null; then return; fi
-  { echo "# command: ${cmd[*]}"; "${cmd[@]}" 2>&1; } > "$out/raw/$file" ||
+  if [ "$check" = --no-error ] && grep -q "^# end" "$out/raw/$file" 2>/dev/null; then return; fi
+  { echo "# command: ${cmd[*]}"; "${cmd[@]}" 2>&1 && echo "# end"; } > "$out/raw/$file" ||
     echo "scale_study.sh: $file failed (exit $?)" >&2
   echo "$file: $((SECONDS - t0)) s" >&2
 }

@@ -5,7 +5,8 @@ RAW_DIR holds p<RANKS>_mpi_<ALGORITHM>[_<SIZES>].txt (the driver's --baseline-on
 SMPI's all-reduce ALGORITHM) and p<RANKS>_ccoll_<SCHEDULE>[_<SIZES>].txt (its codec rows under
 ccoll's --algorithm SCHEDULE). For every rank count and size: the fastest SMPI algorithm, the baseline;
 each codec's time under every schedule as a speed-up over it; auto's time over the fastest
-schedule's. A run that failed or did not validate is marked, not left out silently.
+schedule's. A run that failed or did not validate is marked, not left out silently; runs made
+without a reference (scale_study.sh -e, the driver's --no-error) are listed as not validated.
 """
 import collections
 import pathlib
@@ -21,14 +22,18 @@ SCHEDULES = ["ring", "tree", "sra", "hierarchical", "auto"]
 def read(raw):
     mpi = collections.defaultdict(dict)  # (p, size) -> {algorithm: us}
     ccoll = collections.defaultdict(dict)  # (p, size, codec) -> {schedule: us}
-    failed = []
+    failed, unchecked = [], []
     for f in sorted(raw.iterdir()):
         m = NAME.match(f.name)
         if not m:
             continue
         p, kind, what = int(m.group(1)), m.group(2), m.group(3)
         text = f.read_text()
-        if "Validation: Pass" not in text:
+        if "Validation: Pass" in text:
+            pass
+        elif "--no-error" in text and "\n# end" in text:
+            unchecked.append(f.name)
+        else:
             failed.append(f.name)
         for line in text.splitlines():
             r = ROW.match(line)
@@ -39,7 +44,7 @@ def read(raw):
                 mpi[(p, size)][what] = us
             else:
                 ccoll[(p, size, name)][what] = us
-    return mpi, ccoll, failed
+    return mpi, ccoll, failed, unchecked
 
 
 def size_text(n):
@@ -49,9 +54,11 @@ def size_text(n):
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: scale_summary.py RAW_DIR")
-    mpi, ccoll, failed = read(pathlib.Path(sys.argv[1]))
+    mpi, ccoll, failed, unchecked = read(pathlib.Path(sys.argv[1]))
     if failed:
         print("**Not validated or failed:** " + ", ".join(failed) + "\n")
+    if unchecked:
+        print("Run without a reference (not validated): " + ", ".join(unchecked) + "\n")
     for (p, size), algos in sorted(mpi.items()):
         best_algo = min(algos, key=algos.get)
         best = algos[best_algo]

@@ -3,10 +3,10 @@
 #   bench/sim/smpirun.sh -n RANKS -p PLATFORM.xml [-k RANKS_PER_HOST] [-o SMPIRUN_OPTION]...
 #                        PROGRAM [ARGS...]
 # RANKS ranks fill the platform's hosts in order (its <cluster> prefix and radical), K to a host
-# (default 1): ranks of one host share it as MPI_COMM_TYPE_SHARED does on a node. Each rank runs
-# on a thread of its own (--cfg=contexts/factory:thread), so that ccoll's thread-local buffers
-# are each rank's, as they are each process's on a cluster. Each -o passes one option to
-# smpirun, e.g. -o --cfg=smpi/allreduce:lr for SMPI's own all-reduce algorithm.
+# (default 1): ranks of one host share it as MPI_COMM_TYPE_SHARED does on a node. The ranks
+# share one operating-system thread (SMPI's default contexts); ccoll's per-rank buffers are
+# statics there, of which SMPI gives each rank a copy (codecs/rank_local.hpp). Each -o passes
+# one option to smpirun, e.g. -o --cfg=smpi/allreduce:lr for SMPI's own all-reduce algorithm.
 set -euo pipefail
 n="" platform="" per=1 extra=()
 while getopts "n:p:k:o:" opt; do
@@ -33,7 +33,11 @@ hostfile=$(mktemp)
 trap 'rm -f "$hostfile"' EXIT
 for ((r = 0; r < n; r++)); do echo "$prefix$(( ${radical%-*} + r / per ))"; done > "$hostfile"
 # Messages of up to 64 KiB leave without waiting for the receiver, as Open MPI's TCP transport
-# sends them (btl_tcp_eager_limit); SMPI's default starts every transfer at the match.
+# sends them (btl_tcp_eager_limit); SMPI's default starts every transfer at the match. The MPI
+# collectives the program calls (ccoll's agreement, scales, communicator set-up, the node steps
+# of algorithm=hierarchical) take Open MPI's algorithms (smpi/coll-selector:ompi); SMPI's
+# default ones are naive (an all-gather of 256 ranks: every rank to every other at once).
+# A later -o overrides it, e.g. -o --cfg=smpi/coll-selector:mpich.
 exec smpirun -np "$n" -platform "$platform" -hostfile "$hostfile" \
-  --cfg=contexts/factory:thread --cfg=smpi/display-timing:no \
+  --cfg=smpi/display-timing:no --cfg=smpi/coll-selector:ompi \
   --cfg=smpi/async-small-thresh:65536 "${extra[@]}" "$@"

@@ -15,6 +15,7 @@
 #include "data_path.hpp"
 #include "half_batch.hpp"
 #include "mpi_check.hpp"
+#include "rank_local.hpp"
 
 namespace ccoll {
 namespace {
@@ -81,10 +82,11 @@ void widen_input(Call& call, std::size_t n, gpu::Backend* device) {
   if (call.input_half == Half::kNone) return;
   float* out = nullptr;
   if (device != nullptr) {
-    thread_local gpu::Buffer widened_device;  // Buffer::get reallocates on another device
+    // Buffer::get reallocates on another device
+    static CCOLL_RANK_LOCAL gpu::Buffer widened_device;
     out = static_cast<float*>(widened_device.get(*device, n * 4 + 4, false));
   } else {
-    thread_local std::vector<float> widened;
+    static CCOLL_RANK_LOCAL std::vector<float> widened;
     widened.resize(n);
     out = widened.data();
   }
@@ -119,7 +121,7 @@ struct HalfCall {
 
 void run_half_on_device(const HalfCall& hc, gpu::Backend& device) {
   // kept by the thread for its next call (Buffer::get reallocates on another device)
-  thread_local gpu::Buffer out32;
+  static CCOLL_RANK_LOCAL gpu::Buffer out32;
   const bool fp16 = hc.h == Half::kFloat16;
   auto* out = static_cast<float*>(out32.get(device, hc.out_n * 4, false));
   hc.c32.sendbuf = hc.src;
@@ -143,9 +145,9 @@ void run_half_on_host(const HalfCall& hc, gpu::Backend* device) {
   const std::uint16_t* src = hc.src;
   const bool bf16 = hc.h == Half::kBFloat16;
   // the fp32 copies, kept by the thread for its next call
-  thread_local std::vector<float> in32;
-  thread_local std::vector<float> out32;
-  thread_local std::vector<std::uint16_t> staged;
+  static CCOLL_RANK_LOCAL std::vector<float> in32;
+  static CCOLL_RANK_LOCAL std::vector<float> out32;
+  static CCOLL_RANK_LOCAL std::vector<std::uint16_t> staged;
   out32.resize(hc.out_n);
   // Host all-reduces hand the 16-bit input itself to the fp32 call (Call::input_half): a codec
   // that can read it does (maxnorm and every ef=1 codec on the ring), every other path widens

@@ -21,6 +21,7 @@
 #include "mpi_check.hpp"
 #include "node_sums.hpp"
 #include "progress.hpp"
+#include "rank_local.hpp"
 #include "run_call.hpp"
 #include "spec.hpp"
 #include "transports.hpp"
@@ -91,8 +92,8 @@ class CrossBuffers {
                std::size_t out_bytes)
       : in_(in), out_(out), host_out_(out), out_bytes_(out_bytes) {
     if (device == nullptr || out_bytes == 0) return;
-    thread_local gpu::Buffer dev_in;
-    thread_local gpu::Buffer dev_out;
+    static CCOLL_RANK_LOCAL gpu::Buffer dev_in;
+    static CCOLL_RANK_LOCAL gpu::Buffer dev_out;
     try {
       void* o = dev_out.get(*device, out_bytes, false);
       void* i = nullptr;
@@ -299,7 +300,7 @@ class NodeLevel {
       host_[slot].resize(bytes);
       return host_[slot].data();
     }
-    thread_local gpu::Buffer kept[2];
+    static CCOLL_RANK_LOCAL gpu::Buffer kept[2];
     return static_cast<std::byte*>(kept[slot].get(*device_, bytes, false));
   }
   // dst = src where the call's data is (on the device: on the caller's stream)
