@@ -10,6 +10,7 @@
 
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
+#include "phase_clock.hpp"
 
 namespace ccoll::coll {
 
@@ -116,7 +117,7 @@ class Engine {
   void copy_payload(std::byte* dst, const std::byte* src, std::size_t bytes);
 
  private:
-  using Clock = std::chrono::steady_clock;
+  using Clock = PhaseClock;
   static double since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }

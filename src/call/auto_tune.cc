@@ -71,6 +71,12 @@ void run_with(const Call& call, Stats& stats, const CodecSpec& spec) {
   inner.spec = &spec;
   inner.ctx = call.ctx;
   inner.half = call.half;
+  inner.input_half = call.input_half;
+  inner.half_out = call.half_out;
+  // a hierarchical step's call stays one: its key is the step's own (not the caller's, and not
+  // agreed), and its input the node's sum
+  inner.nested = call.nested;
+  inner.node_sums = call.node_sums;
   run_call(inner, stats);
 }
 

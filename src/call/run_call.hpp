@@ -16,10 +16,12 @@
 
 #include "call.hpp"
 #include "comm_context.hpp"
+#include "phase_clock.hpp"
 
 namespace ccoll::call {
 
-using Clock = std::chrono::steady_clock;
+/// The clock of phase timings and of auto's tuning (simulated time under SMPI).
+using Clock = coll::PhaseClock;
 
 /// Runs `call` (any codec but auto) and fills `stats`; throws ccoll::Error on every rank.
 void run_call(const Call& call, Stats& stats);

@@ -570,6 +570,41 @@ TEST(MpiHierarchical, ReduceScatterForEveryGrouping) {
 // between the flat and the hierarchical schedule (timing both), then every rank keeps the same
 // one; below 1 MiB, and with one rank per node, it stays flat. Results are exact with `none`
 // whichever runs.
+// codec=auto tunes inside the cross-node step too: that step's calls keep its own key (each
+// rank's buffers, so it differs across ranks and is not agreed) through the tuning calls and
+// after them, and its input the node's sum.
+TEST(MpiHierarchical, CodecAutoTunesInsideTheCrossNodeStep) {
+  const int p = world_size();
+  const int r = world_rank();
+  if (p < 4 || p % 2 != 0) GTEST_SKIP() << "needs 2 or more nodes of 2 ranks";
+  const Grouped g(2);
+  const std::size_t n = std::size_t{1} << 18;  // 1 MiB of floats: every candidate is tried
+  double exact_max = 0;
+  for (std::size_t i = 0; i < n; ++i)
+    exact_max = std::max(exact_max, std::fabs(exact_sum<double>(p, i)));
+  for (int call = 0; call < 14; ++call) {
+    SCOPED_TRACE("call " + std::to_string(call));
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = input<float>(r, i);
+    ccoll::Options opt;
+    opt.codec = "auto";
+    opt.algorithm = "hierarchical";
+    std::string err;
+    try {
+      ccoll::compressed_allreduce(MPI_IN_PLACE, x.data(), n, MPI_FLOAT, MPI_SUM, g.comm, opt);
+    } catch (const ccoll::Error& e) {
+      err = e.what();  // (the agreement raises on every rank: no rank is left waiting)
+    }
+    ASSERT_EQ(err, "");
+    double worst = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      worst = std::max(worst, std::fabs(x[i] - exact_sum<double>(p, i)));
+    }
+    EXPECT_LE(worst, 0.02 * exact_max);
+    EXPECT_TRUE(identical_on_all_ranks(x.data(), 4 * n, MPI_COMM_WORLD));
+  }
+}
+
 TEST(MpiHierarchical, AutoMeasuresBothThenKeepsOne) {
   const int p = world_size();
   const int r = world_rank();
