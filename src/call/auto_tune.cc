@@ -66,17 +66,10 @@ void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::si
 void run_with(const Call& call, Stats& stats, const CodecSpec& spec) {
   Options opt = call.options;
   opt.codec = spec.canonical;
-  Call inner{call.kind,     call.fn, call.sendbuf, call.recvbuf, call.count,
-             call.datatype, call.op, call.comm,    opt};
+  // (a hierarchical step's call stays one: its key is the step's own, not the caller's and not
+  // agreed, and its input the node's sum)
+  Call inner = with_options(call, opt);
   inner.spec = &spec;
-  inner.ctx = call.ctx;
-  inner.half = call.half;
-  inner.input_half = call.input_half;
-  inner.half_out = call.half_out;
-  // a hierarchical step's call stays one: its key is the step's own (not the caller's, and not
-  // agreed), and its input the node's sum
-  inner.nested = call.nested;
-  inner.node_sums = call.node_sums;
   run_call(inner, stats);
 }
 

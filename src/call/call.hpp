@@ -92,6 +92,22 @@ struct Call {
   }
 };
 
+/// `call` again with other options: the same buffers, communicator, 16-bit fields and marks (a
+/// call ccoll makes in the caller's place: codec=auto's candidates, the flat schedule for
+/// uneven nodes). Every field but `options` is copied, so that none is lost on the way.
+inline Call with_options(const Call& call, const Options& options) {
+  Call c{call.kind,     call.fn, call.sendbuf, call.recvbuf, call.count,
+         call.datatype, call.op, call.comm,    options};
+  c.spec = call.spec;
+  c.ctx = call.ctx;
+  c.half = call.half;
+  c.input_half = call.input_half;
+  c.half_out = call.half_out;
+  c.nested = call.nested;
+  c.node_sums = call.node_sums;
+  return c;
+}
+
 /// The collective of a call, as the schedule table names it.
 inline coll::Op op_of(const Call& call) {
   return call.allreduce()        ? coll::Op::kAllreduce

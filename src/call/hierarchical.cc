@@ -710,11 +710,9 @@ void run_hierarchical(const LevelsCall& lc) {
             "); running the flat schedule");
     Options flat = call.options;
     flat.algorithm = "auto";
-    Call inner{call.kind,     call.fn, call.sendbuf, call.recvbuf, call.count,
-               call.datatype, call.op, call.comm,    flat};
+    Call inner = with_options(call, flat);
     inner.nested = true;  // not CCOLL_ALGO's choice either
     inner.ctx = &ctx;
-    inner.half = call.half;
     run_call(inner, lc.stats);
     return;
   }
