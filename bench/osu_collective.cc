@@ -86,8 +86,9 @@ struct Args {
   bool baseline_mpi = false;
   bool baseline_only = false;
   bool profile = false;
-  bool reference = true;  // --no-error clears it
-  std::string iface;      // Gloo: the interface its TCP device binds to
+  bool reference = true;   // --no-error clears it
+  bool time_only = false;  // --time-only (SMPI build)
+  std::string iface;       // Gloo: the interface its TCP device binds to
   std::string algorithm = "auto";
   std::vector<std::string> codecs;
 };
@@ -113,6 +114,11 @@ void usage() {
       "                                algorithm chosen with --mca coll_tuned_*)\n"
       "  --no-error                    no exact reference (its three vectors of doubles a rank)\n"
       "                                and '-' for the error: for runs too large to hold it\n"
+      "  --time-only                   (SMPI build, with CCOLL_SIM_MODEL) buffers in SMPI's "
+      "shared\n"
+      "                                memory, messages above 64 KiB carry their first 64 bytes:\n"
+      "                                times only, for sizes no machine could hold; implies\n"
+      "                                --no-error, and no Ratio ('-')\n"
       "  --profile                     after each ccoll row, a '# profile' line: per call, the\n"
       "                                mean over ranks of ms in encode, in transport waits,\n"
       "                                in decode, and the rest (agreement, copies, scales)\n"
@@ -157,6 +163,72 @@ int parse_count(const char* text, const char* opt, int min) {
   return static_cast<int>(v);
 }
 
+// A rank's floats: a vector, or with --time-only SMPI's shared memory, where every rank's
+// buffers are the same few pages (only times are measured).
+class Floats {
+ public:
+  Floats(std::size_t n, bool shared) : n_(n) {
+#if defined(CCOLL_SMPI)
+    if (shared) {
+      p_ = static_cast<float*>(SMPI_SHARED_MALLOC(n * sizeof(float)));
+      shared_ = true;
+      return;
+    }
+#else
+    (void)shared;
+#endif
+    v_.resize(n);
+    p_ = v_.data();
+  }
+  ~Floats() {
+#if defined(CCOLL_SMPI)
+    if (shared_) SMPI_SHARED_FREE(p_);
+#endif
+  }
+  Floats(const Floats&) = delete;
+  Floats& operator=(const Floats&) = delete;
+  float* data() { return p_; }
+  const float* data() const { return p_; }
+  float operator[](std::size_t i) const { return p_[i]; }
+  std::size_t size() const { return n_; }
+  float* begin() { return p_; }
+  float* end() { return p_ + n_; }
+  const float* begin() const { return p_; }
+  const float* end() const { return p_ + n_; }
+
+ private:
+  std::size_t n_;
+  float* p_ = nullptr;
+  bool shared_ = false;
+  std::vector<float> v_;
+};
+
+#if defined(CCOLL_SMPI)
+// --time-only's copy of a message's data: above 64 KiB only its first 64 bytes (ccoll's wire
+// header; the modelled codecs read nothing else), so that receive buffers stay untouched pages
+void copy_heads(smx_activity_t comm, void* buff, std::size_t bytes) {
+  smpi_comm_copy_buffer_callback(reinterpret_cast<simgrid::kernel::activity::CommImpl*>(comm), buff,
+                                 bytes > 65536 ? 64 : bytes);
+}
+#endif
+
+void check_time_only(const Args& a) {
+#if defined(CCOLL_SMPI)
+  const char* model = std::getenv("CCOLL_SIM_MODEL");
+  if (model == nullptr || *model == '\0') {
+    fail(
+        "--time-only needs CCOLL_SIM_MODEL (the codecs' modelled rates, e.g. "
+        "encode=585,decode=1014,add=720,scan=1291): real codecs would read garbage");
+  }
+  if (kGloo) fail("--time-only: only the ccoll and MPI rows can be modelled");
+  smpi_comm_set_copy_data_callback(&copy_heads);
+  (void)a;
+#else
+  (void)a;
+  fail("--time-only: only the SimGrid SMPI build (bench/sim/build.sh) has shared memory");
+#endif
+}
+
 // Splits "none,fp16,qsgd:bits=4,bucket=512" into specs: a piece with '=' continues the previous.
 void add_codecs(std::vector<std::string>& out, const std::string& list) {
   std::size_t pos = 0;
@@ -184,7 +256,8 @@ Args parse(int argc, char** argv) {
     kIface,
     kProfile,
     kThreads,
-    kNoError
+    kNoError,
+    kTimeOnly
   };
   const option longopts[] = {{"message-size", required_argument, nullptr, 'm'},
                              {"iterations", required_argument, nullptr, 'i'},
@@ -200,6 +273,7 @@ Args parse(int argc, char** argv) {
                              {"profile", no_argument, nullptr, kProfile},
                              {"thread-multiple", no_argument, nullptr, kThreads},
                              {"no-error", no_argument, nullptr, kNoError},
+                             {"time-only", no_argument, nullptr, kTimeOnly},
                              {nullptr, 0, nullptr, 0}};
   opterr = rank_ == 0 ? 1 : 0;
   int c;
@@ -257,6 +331,10 @@ Args parse(int argc, char** argv) {
       case kNoError:
         a.reference = false;
         break;
+      case kTimeOnly:
+        a.time_only = true;
+        a.reference = false;
+        break;
       default:
         usage();
         fail("unknown option");
@@ -266,7 +344,10 @@ Args parse(int argc, char** argv) {
   if (a.min_bytes > a.max_bytes) fail("-m: MIN is larger than MAX");
   if (a.baseline_only && !a.baseline_mpi) fail("--baseline-only needs --baseline mpi");
   if (a.baseline_only && !a.codecs.empty()) fail("--baseline-only takes no --codec");
-  if (a.validate && !a.reference) fail("-c needs the exact reference that --no-error drops");
+  if (a.validate && !a.reference) {
+    fail("-c needs the exact reference that --no-error and --time-only drop");
+  }
+  if (a.time_only) check_time_only(a);
   if (a.profile && kGloo) fail("--profile: Gloo reports no phases (valid only for ccoll drivers)");
   if (a.codecs.empty() && !a.baseline_only) a.codecs.push_back(kGloo ? "ring" : "none");
   if (a.iface.empty()) {
@@ -307,8 +388,8 @@ double busbw_gbps(std::size_t bytes, double us) {
   return static_cast<double>(bytes) / (us * 1e3) * 2 * (p - 1) / p;
 }
 
-std::size_t wire_bytes(const std::string& codec, const std::string& algorithm,
-                       const std::vector<float>& send, std::vector<float>& recv) {
+std::size_t wire_bytes(const std::string& codec, const std::string& algorithm, const Floats& send,
+                       Floats& recv) {
   ccoll::Options opt;
   opt.codec = codec;
   opt.algorithm = algorithm;
@@ -402,6 +483,10 @@ int main(int argc, char** argv) {
                                    : "MPI_SUM");
     }
 #endif
+    if (args.time_only) {
+      std::printf("# Time only: codecs modelled (CCOLL_SIM_MODEL=%s), no element computed\n",
+                  std::getenv("CCOLL_SIM_MODEL"));
+    }
     std::printf("# %-10s %-26s %15s", "Size", "Codec", "Avg Latency(us)");
     if (args.full)
       std::printf(" %15s %15s %10s", "Min Latency(us)", "Max Latency(us)", "Iterations");
@@ -420,12 +505,14 @@ int main(int argc, char** argv) {
     const bool small = bytes <= 8192;
     const int iters = args.iterations > 0 ? args.iterations : (small ? 1000 : 100);
     const int warm = args.warmup >= 0 ? args.warmup : (small ? 100 : 10);
-    std::vector<float> send(count);
-    for (auto& v : send) v = dist(gen);
+    Floats send(count, args.time_only);
+    if (!args.time_only) {
+      for (auto& v : send) v = dist(gen);
+    }
     const std::size_t out_count = kAllgather       ? count * static_cast<std::size_t>(size_)
                                   : kReduceScatter ? recvcount
                                                    : count;
-    std::vector<float> recv(out_count);
+    Floats recv(out_count, args.time_only);
 
     // exact reference (double) and Σ_i max|x_i| for the error bound
     std::vector<double> exact(args.reference ? out_count : 0);
@@ -443,7 +530,9 @@ int main(int argc, char** argv) {
       }
     }
     double local_max = 0;
-    for (const float v : send) local_max = std::max(local_max, std::fabs(static_cast<double>(v)));
+    if (!args.time_only) {
+      for (const float v : send) local_max = std::max(local_max, std::fabs(static_cast<double>(v)));
+    }
     double sum_max = 0;
     MPI_Allreduce(&local_max, &sum_max, 1, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
     double exact_max = 0;
@@ -506,8 +595,9 @@ int main(int argc, char** argv) {
       mpi_call();
       print_row("MPI", t, "1.00", "1.00", max_err() / (exact_max > 0 ? exact_max : 1));
     }
-    const std::size_t none_wire =
-        kGloo || args.codecs.empty() ? 0 : wire_bytes("none", args.algorithm, send, recv);
+    // --time-only: no Ratio (two more calls a codec, as costly as the timed ones to simulate)
+    const bool with_ratio = !kGloo && !args.codecs.empty() && !args.time_only;
+    const std::size_t none_wire = with_ratio ? wire_bytes("none", args.algorithm, send, recv) : 0;
     for (const auto& codec : args.codecs) {
 #ifdef CCOLL_BENCH_GLOO
       {
@@ -563,7 +653,7 @@ int main(int argc, char** argv) {
       };
       const Timing t = time_op(iters, warm, call);
       opt.stats = nullptr;
-      const std::size_t wire = wire_bytes(codec, args.algorithm, send, recv);
+      const std::size_t wire = with_ratio ? wire_bytes(codec, args.algorithm, send, recv) : 0;
       const double err = max_err();
       char ratio[32] = "-";
       if (wire > 0) {

@@ -15,6 +15,7 @@
 #include "error_feedback.hpp"
 #include "maxnorm_wire.hpp"
 #include "quantizers.hpp"
+#include "sim_model.hpp"
 #include "temporal_rules.hpp"
 
 namespace ccoll {
@@ -533,9 +534,10 @@ const Entry& entry_of(const CodecSpec& spec) {
 std::unique_ptr<codec::Codec> make_codec(const CodecSpec& spec, codec::DType dtype) {
   const Entry& e = entry_of(spec);
   auto c = e.make(spec, dtype);
-  if (spec.ef21) return codec::make_ef21_codec(std::move(c), spec.canonical);
+  if (spec.ef21) return sim::modelled(codec::make_ef21_codec(std::move(c), spec.canonical));
   const bool wrap = spec.ef && (e.traits & kOwnEf) == 0;
-  return wrap ? codec::make_error_feedback_codec(std::move(c), spec.canonical) : std::move(c);
+  if (wrap) c = codec::make_error_feedback_codec(std::move(c), spec.canonical);
+  return sim::modelled(std::move(c));  // itself, unless time-only simulation (CCOLL_SIM_MODEL)
 }
 
 std::size_t state_bytes(const CodecSpec& spec, std::size_t count, std::size_t elem_bytes) {

@@ -9,6 +9,7 @@
 #include "data_path.hpp"
 #include "mpi_check.hpp"
 #include "run_call.hpp"
+#include "sim_model.hpp"
 
 namespace ccoll::call {
 namespace {
@@ -57,7 +58,8 @@ void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::si
   Plan& plan = ctx.plan(key, none_spec());
   plan.workspace.set_allocator(nullptr);  // host payloads (run_call.cc, run_schedule)
   coll::Context cx{ctx.transport(), *plan.codec, plan.workspace, counters};
-  cx.call = ctx.next_call();  // every rank takes the same candidate on the same call
+  cx.payloads = sim::payload_ops();  // null: plain copies (but in time-only simulation)
+  cx.call = ctx.next_call();         // every rank takes the same candidate on the same call
   coll::allgather_bruck(cx, own, call.count, recv);
   copy_counters(counters, stats);
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 #include <utility>
@@ -23,6 +24,7 @@
 #include "progress.hpp"
 #include "rank_local.hpp"
 #include "run_call.hpp"
+#include "sim_model.hpp"
 #include "spec.hpp"
 #include "transports.hpp"
 #include "uniforms.hpp"
@@ -225,6 +227,34 @@ NodeParts node_parts(std::size_t total, int parts) {
   return p;
 }
 
+// Host scratch of the node's steps, grown as needed, contents not kept. It only holds elements,
+// so time-only simulation gives it SMPI's shared memory (sim_model.hpp).
+class HostScratch {
+ public:
+  HostScratch() = default;
+  HostScratch(const HostScratch&) = delete;
+  HostScratch& operator=(const HostScratch&) = delete;
+  ~HostScratch() { release(); }
+  std::byte* get(std::size_t bytes) {
+    if (bytes > cap_) {
+      release();
+      p_ = static_cast<std::byte*>(sim::alloc_elements(bytes));
+      if (p_ == nullptr) throw std::bad_alloc();
+      cap_ = bytes;
+    }
+    return p_;
+  }
+
+ private:
+  void release() {
+    if (p_ != nullptr) sim::free_elements(p_);
+    p_ = nullptr;
+    cap_ = 0;
+  }
+  std::byte* p_ = nullptr;
+  std::size_t cap_ = 0;
+};
+
 // The node's steps on the call's buffers: host memory (the host steps), or device buffers
 // themselves (node_path kNccl: NCCL's reduces and broadcasts on the node's communicator, on the
 // caller's stream; kNcclEmulated: the host steps on the emulated device's host memory, after
@@ -296,10 +326,7 @@ class NodeLevel {
   }
   // `bytes` of scratch where the call's data is (slot 0 or 1; kept by the thread on the device)
   std::byte* scratch(int slot, std::size_t bytes) {
-    if (!on_device_) {
-      host_[slot].resize(bytes);
-      return host_[slot].data();
-    }
+    if (!on_device_) return host_[slot].get(bytes);
     static CCOLL_RANK_LOCAL gpu::Buffer kept[2];
     return static_cast<std::byte*>(kept[slot].get(*device_, bytes, false));
   }
@@ -354,7 +381,7 @@ class NodeLevel {
   bool on_device_ = false;
   DeviceTransport* mover_ = nullptr;  // the node's own transport (NCCL), when made
   CrossStep failure_;
-  std::vector<std::byte> host_[2];
+  HostScratch host_[2];
 };
 
 // The sizes of a hierarchical all-gather or reduce-scatter: elements per block, nodes, ranks

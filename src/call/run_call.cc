@@ -18,6 +18,7 @@
 #include "node_sums.hpp"
 #include "placement.hpp"
 #include "setup_rounds.hpp"
+#include "sim_model.hpp"
 #include "stream_allreduce.hpp"
 
 namespace ccoll::call {
@@ -234,6 +235,7 @@ class ScheduleSetup {
       // tensor, codec and count) last ran with payloads in device memory (another algorithm,
       // NCCL or CUDA-aware MPI)
       plan.workspace.set_allocator(nullptr);
+      cx.payloads = sim::payload_ops();  // null: plain copies (but in time-only simulation)
     }
     const std::size_t es = f.es();
     cx.segment_elems = f.c.env.segment_bytes / es;

@@ -1,13 +1,16 @@
 // Spec-string parsing: canonical forms, and errors that name the argument and the valid choices.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
 #include "config.hpp"
 #include "data_path.hpp"
+#include "sim_model.hpp"
 #include "spec.hpp"
 
 namespace ccoll {
@@ -40,6 +43,40 @@ TEST(Config, LogLevelInAnyCase) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Time-only simulation's codec model (CCOLL_SIM_MODEL) exists only in the SMPI build: elsewhere
+// a set variable is refused, not ignored, and a malformed one is named with the valid form.
+TEST(Spec, SimModelOnlyInTheSmpiBuild) {
+  const auto make = [] {
+    return make_codec(parse_codec_spec("maxnorm:bits=8"), codec::DType::kFloat32);
+  };
+  // the error make() throws with CCOLL_SIM_MODEL=value: its status and message
+  const auto error = [&](const char* value) -> std::pair<Status, std::string> {
+    setenv("CCOLL_SIM_MODEL", value, 1);
+    std::pair<Status, std::string> got{Status::kSuccess, "no error"};
+    try {
+      make();
+    } catch (const Error& e) {
+      got = {e.code(), e.what()};
+    }
+    unsetenv("CCOLL_SIM_MODEL");
+    return got;
+  };
+  const auto [code, text] = error("encode=585,decode=1014");
+  EXPECT_EQ(code, Status::kUnsupported);
+  EXPECT_NE(text.find("CCOLL_SIM_MODEL is set, but only the SimGrid SMPI build"), std::string::npos)
+      << text;
+  for (const char* bad :
+       {"encode=585", "encode=585,decode=-1", "encode=585,decode=1,speed=2", "fast"}) {
+    const auto [bad_code, bad_text] = error(bad);
+    EXPECT_EQ(bad_code, Status::kInvalidArgument) << bad;
+    EXPECT_NE(bad_text.find("(valid: encode=GBPS,decode=GBPS[,add=GBPS][,scan=GBPS]"),
+              std::string::npos)
+        << bad_text;
+  }
+  EXPECT_FALSE(sim::model_on());  // unset: the codecs themselves
+  EXPECT_EQ(make()->spec(), "maxnorm:bits=8");
 }
 
 TEST(Spec, ParsesRegisteredNames) {
