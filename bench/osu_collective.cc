@@ -134,7 +134,7 @@ void usage() {
             "                                $CCOLL_CLUSTER_IFACE, else lo)\n"
           : "  --codec SPEC                  ccoll codec spec (repeatable; a comma list of plain\n"
             "                                names works too). Default: none\n"
-            "  --algorithm auto|ring|tree|allgather|sra|hierarchical\n"
+            "  --algorithm auto|ring|tree|allgather|sra|halving|hierarchical\n"
             "                                ccoll schedule (default auto)\n",
       kAllgather       ? "Allgather"
       : kReduceScatter ? "Reduce_scatter_block"
@@ -597,7 +597,13 @@ int main(int argc, char** argv) {
     }
     // --time-only: no Ratio (two more calls a codec, as costly as the timed ones to simulate)
     const bool with_ratio = !kGloo && !args.codecs.empty() && !args.time_only;
-    const std::size_t none_wire = with_ratio ? wire_bytes("none", args.algorithm, send, recv) : 0;
+    std::size_t none_wire = 0;
+    try {
+      if (with_ratio) none_wire = wire_bytes("none", args.algorithm, send, recv);
+    } catch (const ccoll::Error& e) {
+      // a schedule for codes that add only (halving) refuses none, on every rank: Ratio '-'
+      if (e.code() != ccoll::Status::kUnsupported) throw;
+    }
     for (const auto& codec : args.codecs) {
 #ifdef CCOLL_BENCH_GLOO
       {

@@ -214,6 +214,9 @@ void reduce_scatter_sra(Context& cx, const void* in, void* out, std::size_t coun
 /// Recursive doubling all-reduce for small messages; non-powers of two fold the extra ranks in
 /// and out around it.
 void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, bool average);
+/// All-reduce by recursive halving and doubling (Rabenseifner's) for summable codecs: the
+/// ring's traffic in 2·ceil(log2 p) steps (allreduce_halving.cc). `in` == `out`: in place.
+void allreduce_halving(Context& cx, const void* in, void* out, std::size_t count, bool average);
 
 /// The sum of `count` host elements at `buf`, in place, by recursive doubling with no codec and
 /// no headers: one exchange of the raw elements per level, as lean as MPI's own (codec=auto's

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <string>
 #include <type_traits>
 
@@ -23,8 +24,44 @@ inline constexpr int kTagFoldOut = 105;
 inline constexpr int kTagBruck = 106;
 inline constexpr int kTagPlainDoubling = 107;
 inline constexpr int kTagScatterReduce = 108;
+inline constexpr int kTagHalving = 109;
+inline constexpr int kTagGathering = 110;
 
 inline int ring_mod(int a, int p) { return ((a % p) + p) % p; }
+
+/// Random streams of encodes (and re-quantizing adds) done by groups rather than single ranks
+/// (32 bits, as the codecs' RNG takes them): the top bit set, then log2(mask) and the group's
+/// first new rank.
+inline std::uint64_t group_stream(int mask, int group) {
+  int level = 0;
+  while ((1 << level) < mask) ++level;
+  return 0x80000000ull | (static_cast<std::uint64_t>(level) << 24) |
+         (static_cast<std::uint64_t>(group) & 0xFFFFFFull);
+}
+/// The stream of the last encode of a result before it goes to the folded ranks.
+inline constexpr std::uint64_t kFinalStream = 0xFFFFFFFFull;
+
+/// Rank arithmetic of recursive doubling and halving over p = pof2 + rem ranks: ranks below
+/// 2·rem pair up, the even one of each pair folds into the odd one (new rank r/2); the others
+/// get r - rem.
+struct Doubling {
+  explicit Doubling(int p) {
+    while (pof2 * 2 <= p) pof2 *= 2;
+    rem = p - pof2;
+  }
+  /// New rank in the power-of-two group, or -1 for a rank that folds its data away.
+  int newrank(int r) const {
+    if (r >= 2 * rem) return r - rem;
+    return r % 2 == 0 ? -1 : r / 2;
+  }
+  /// Real rank of the partner at distance `mask`.
+  int partner(int newrank, int mask) const {
+    const int n = newrank ^ mask;
+    return n < rem ? 2 * n + 1 : n + rem;
+  }
+  int pof2 = 1;
+  int rem = 0;
+};
 
 class Engine {
  public:

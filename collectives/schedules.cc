@@ -6,7 +6,9 @@
 // that cannot add codes take the scatter-reduce-allgather from 3 ranks on: the same traffic as
 // the ring, and each element quantized at most twice instead of up to p times. Codecs that add
 // codes take it from 16 ranks where they can encode an owner's sum on its own scales: the ring's
-// sums need a bit more per lane for every doubling of the ranks, sra's two bits more in all.
+// sums need a bit more per lane for every doubling of the ranks, sra's two bits more in all;
+// there the recursive halving and doubling all-reduce goes first, for a power of two of ranks or
+// up to 1 MiB: the ring's traffic and lanes in 2 log2 p steps.
 #include "schedules.hpp"
 
 #include "collectives.hpp"
@@ -43,6 +45,8 @@ const std::vector<ScheduleRow>& rows() {
        CodecNeed::kOwnerEncodes, CodecNeed::kNotSummable,
        bit(Op::kAllreduce) | bit(Op::kReduceScatter), 0, false, false, false,
        allreduce_scatter_reduce, nullptr, reduce_scatter_sra},
+      {Algorithm::kHalving, "halving", "", bit(Op::kAllreduce), CodecNeed::kSummable,
+       CodecNeed::kAny, 0, 0, false, false, false, allreduce_halving, nullptr, nullptr},
       {Algorithm::kHierarchical, "hierarchical", "hierarchical", kAllOps, CodecNeed::kAny,
        CodecNeed::kAny, 0, 0, false, true, false, nullptr, nullptr, nullptr},
   };
@@ -122,6 +126,11 @@ Schedule select_auto(const ScheduleQuery& q, Op op) {
     const int sra_from = q.reencodes  ? kScatterReduceMinRanks
                          : owner_sums ? kScatterReduceSummableMinRanks
                                       : 0;
+    const bool pow2 = (q.ranks & (q.ranks - 1)) == 0;
+    if (owner_sums && q.ranks >= kScatterReduceSummableMinRanks &&
+        (pow2 || bytes <= kHalvingAnyRanksMaxBytes) && allowed(Algorithm::kHalving, op, q)) {
+      return Algorithm::kHalving;
+    }
     if (sra_from != 0 && q.ranks >= sra_from && allowed(Algorithm::kScatterReduce, op, q)) {
       return Algorithm::kScatterReduce;
     }

@@ -23,6 +23,7 @@ enum class Algorithm {
   kAllgather,      ///< all-reduce by all-gather of every rank's payload
   kScatterReduce,  ///< scatter-reduce-allgather ("sra"), for codecs that cannot add codes
   kHierarchical,   ///< the API layer's two-level all-reduce (src/call/hierarchical.hpp)
+  kHalving,        ///< recursive halving + doubling all-reduce, for codecs that add codes
   kAllgatherReduce = kAllgather,  ///< the name Schedule uses for kAllgather
 };
 /// The schedule a call runs: a row of the table (never kAuto once selected).
@@ -118,6 +119,15 @@ inline constexpr int kScatterReduceMinRanks = 3;
 /// (1.15x the ring's error at 16 ranks with half the variance shared, 2.1x at 256:
 /// bench/results/scale-sim).
 inline constexpr int kScatterReduceSummableMinRanks = 16;
+/// Where those codecs take the recursive halving and doubling all-reduce instead ("halving"):
+/// the same ranks apart, when they are a power of two, or any number of them when the per-rank
+/// input is at most this many bytes. It moves the ring's traffic in 2 log2 p steps, each
+/// contribution in lanes as narrow as the ring's; p not a power of two folds the odd ranks' whole
+/// data into a neighbour first, which costs more than the steps save above this size. Simulated
+/// (bench/results/scale-sim, maxnorm:bits=8, one rank a host at 200 Gbit/s): at 64 ranks
+/// 1.2-3.4x faster than the ring and 1.6-4.5x than sra from 64 KiB to 16 MiB; at 12 and 24
+/// ranks faster up to 1 MiB (24: 2 MiB), slower from 4 MiB.
+inline constexpr std::size_t kHalvingAnyRanksMaxBytes = std::size_t{1} << 20;
 
 /// Whether device codecs run `op` with `a` (auto: always, it picks such a row for them).
 bool device_codecs_run(Algorithm a, Op op);

@@ -1,7 +1,7 @@
 // Configuration from the environment (NCCL-style), read once per process.
 //   CCOLL_CODEC          codec spec used when Options::codec is empty (default "none")
 //   CCOLL_ALGO           algorithm used when Options::algorithm is "auto" (auto, ring, tree,
-//                        allgather, sra, hierarchical)
+//                        allgather, sra, halving, hierarchical)
 //   CCOLL_MIN_BYTES      per-rank inputs below this many bytes go to plain MPI (default 0)
 //   CCOLL_SEGMENT_BYTES  ring pipelining segment, uncompressed bytes (default 192K)
 //   CCOLL_DEBUG          WARN, INFO or TRACE: log to stderr

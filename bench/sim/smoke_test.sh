@@ -38,7 +38,7 @@ run() {  # run NAME ROWS RANKS PER_HOST PLATFORM ARGS...: ROWS result rows expec
 }
 run "16 ranks, auto" 15 16 4 "$platform" --baseline mpi --codec none,bf16,maxnorm:bits=8,maxnorm:bits=4
 run "16 ranks, hierarchical" 3 16 4 "$platform" --codec maxnorm:bits=8 --algorithm hierarchical
-# 16 nodes of 2: the cross-node step of node sums on sra (auto's from 16 ranks)
+# 16 nodes of 2: the cross-node step of node sums on halving (auto's for 16 nodes)
 run "32 ranks, 16 nodes, hierarchical" 3 32 2 bench/sim/platforms/gpu-fattree-200g.xml \
   --codec maxnorm:bits=8 --algorithm hierarchical
 # time-only simulation (the driver's --time-only, codecs modelled by CCOLL_SIM_MODEL at rates

@@ -213,7 +213,7 @@ TEST(Spec, Algorithms) {
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("algorithm: unknown algorithm 'butterfly' (valid: auto, "
-                                         "ring, tree, allgather, sra, hierarchical)"),
+                                         "ring, tree, allgather, sra, halving, hierarchical)"),
               std::string::npos)
         << e.what();
   }

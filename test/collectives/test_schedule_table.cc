@@ -154,7 +154,7 @@ TEST(ScheduleTable, ChecksFollowTheRows) {
   EXPECT_EQ(m,
             "algorithm: 'sra' encodes each owner's sum once on scales of its own, which fp8 "
             "cannot: it adds codes on agreed scales only (valid for compressed_allreduce with "
-            "it: auto, ring, tree, allgather, hierarchical)");
+            "it: auto, ring, tree, allgather, halving, hierarchical)");
   // a summable codec that encodes owner sums on their own scales (maxnorm) takes sra's
   // all-reduce, not its pairwise reduce-scatter
   EXPECT_EQ(coll::check_algorithm(Algorithm::kScatterReduce, Op::kAllreduce, {true, true},

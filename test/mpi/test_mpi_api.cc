@@ -286,7 +286,7 @@ TEST(MpiErrors, BadArgumentOnOneRankRaisesOnEveryRank) {
       ccoll::Status::kInvalidArgument);
   EXPECT_NE(
       msg.find("algorithm: unknown algorithm 'butterfly' (valid: auto, ring, tree, allgather, sra, "
-               "hierarchical)"),
+               "halving, hierarchical)"),
       std::string::npos)
       << msg;
   msg = expect_error_everywhere(

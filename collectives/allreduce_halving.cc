@@ -1,0 +1,147 @@
+// Recursive halving and doubling all-reduce (Rabenseifner's) for codecs whose codes add: the
+// ring's traffic in 2·log2(p) steps instead of 2(p-1), what many ranks with little data each
+// need.
+//
+// The vector is split into P blocks (P = 2^m, p = P + rem ranks; the first 2·rem ranks pair up,
+// the even one folding its codes into the odd one, as recursive doubling does). Every rank
+// encodes each of its blocks once. Reduce-scatter by recursive halving: at distance P/2, ..., 1
+// a rank sends its partner the payloads of the half of its blocks that the partner keeps, and
+// adds the partner's payloads of its own half to its own in the compressed domain; after m steps
+// new rank k holds block k summed over every rank, in the lanes of p contributions (a bit more
+// per doubling, as the ring's). All-gather by recursive doubling (distance 1, ..., P/2) hands
+// the summed blocks around, and the folded ranks get them all back; every rank decodes the same
+// bytes. One message per block and step; a re-quantizing add (sum=requant) draws from the
+// stream of the group that shares the block after the step.
+#include <vector>
+
+#include "collectives.hpp"
+#include "engine.hpp"
+
+namespace ccoll::coll {
+namespace {
+
+class Halving {
+ public:
+  Halving(Engine& e, Context& cx, std::size_t count)
+      : e_(e), count_(count), d_(e.size()), nblocks_(static_cast<std::size_t>(d_.pof2)) {
+    cap_ = (cx.codec.max_encoded_bytes(chunk_count(count, d_.pof2, 0)) + 15) / 16 * 16;
+    // per block: its payload, the next sum, a receive
+    slots_ = cx.workspace.bytes(3 * nblocks_ * cap_);
+    len_ = cx.workspace.sizes(nblocks_);
+    reqs_ = cx.workspace.requests(2 * nblocks_);
+    which_.assign(nblocks_, 0);
+  }
+
+  std::size_t elems(int b) const { return chunk_count(count_, d_.pof2, b); }
+  std::size_t offset(int b) const { return chunk_offset(count_, d_.pof2, b); }
+  std::byte* cur(int b) { return slot(b, which_[static_cast<std::size_t>(b)]); }
+  std::byte* next(int b) { return slot(b, 1 - which_[static_cast<std::size_t>(b)]); }
+  std::byte* inbox(int b) { return slot(b, 2); }
+  std::size_t& len(int b) { return len_[static_cast<std::size_t>(b)]; }
+  const Doubling& d() const { return d_; }
+
+  void encode_all(const std::byte* in, std::size_t es) {
+    for (int b = 0; b < d_.pof2; ++b) {
+      if (elems(b) == 0) continue;
+      len(b) = e_.encode(in + offset(b) * es, elems(b), static_cast<std::uint64_t>(e_.rank()),
+                         offset(b), cur(b));
+    }
+  }
+  // Sends blocks [lo, hi) (their current payloads) to `peer` and waits for the sends.
+  void send_blocks(int lo, int hi, int peer, int tag) {
+    std::size_t n = 0;
+    for (int b = lo; b < hi; ++b) {
+      if (elems(b) != 0) reqs_[n++] = e_.send(cur(b), len(b), peer, tag);
+    }
+    for (std::size_t i = 0; i < n; ++i) e_.wait_send(reqs_[i]);
+  }
+  // Receives blocks [lo, hi) from `peer`: added to this rank's payloads (`stream` keys a
+  // re-quantizing add), or (add false) as the blocks' payloads. Sends of [slo, shi) to the same
+  // peer go out meanwhile.
+  void exchange(int lo, int hi, int slo, int shi, int peer, int tag, bool add,
+                std::uint64_t stream) {
+    std::size_t nr = 0;
+    for (int b = lo; b < hi; ++b) {
+      if (elems(b) != 0) reqs_[nr++] = e_.recv(add ? inbox(b) : cur(b), cap_, peer, tag);
+    }
+    std::size_t ns = 0;
+    for (int b = slo; b < shi; ++b) {
+      if (elems(b) != 0) reqs_[nblocks_ + ns++] = e_.send(cur(b), len(b), peer, tag);
+    }
+    std::size_t i = 0;
+    for (int b = lo; b < hi; ++b) {
+      if (elems(b) == 0) continue;
+      const std::size_t got = e_.wait_recv(reqs_[i++]);
+      if (!add) {
+        len(b) = got;
+        continue;
+      }
+      len(b) = e_.add(inbox(b), got, cur(b), len(b), elems(b), stream, offset(b), next(b));
+      which_[static_cast<std::size_t>(b)] ^= 1;
+    }
+    for (std::size_t k = 0; k < ns; ++k) e_.wait_send(reqs_[nblocks_ + k]);
+  }
+  void decode_all(std::byte* out, std::size_t es) {
+    for (int b = 0; b < d_.pof2; ++b) {
+      if (elems(b) != 0) e_.decode(cur(b), len(b), elems(b), out + offset(b) * es, false);
+    }
+  }
+
+ private:
+  std::byte* slot(int b, int k) {
+    return slots_ + (static_cast<std::size_t>(k) * nblocks_ + static_cast<std::size_t>(b)) * cap_;
+  }
+
+  Engine& e_;
+  std::size_t count_;
+  Doubling d_;
+  std::size_t nblocks_;
+  std::size_t cap_ = 0;
+  std::byte* slots_ = nullptr;
+  std::size_t* len_ = nullptr;
+  Request* reqs_ = nullptr;
+  std::vector<int> which_;  // per block: which of its two slots holds its payload
+};
+
+}  // namespace
+
+void allreduce_halving(Context& cx, const void* in, void* out, std::size_t count, bool average) {
+  Engine e(cx);
+  const int p = e.size();
+  const int r = e.rank();
+  const std::size_t es = e.elem_bytes();
+  Halving h(e, cx, count);
+  const Doubling& d = h.d();
+  const int nr = d.newrank(r);
+  const int all = d.pof2;
+  h.encode_all(static_cast<const std::byte*>(in), es);
+  if (nr < 0) {
+    // folded: hand every block to the odd neighbour, then take the sums back
+    h.send_blocks(0, all, r + 1, kTagFoldIn);
+    h.exchange(0, all, 0, 0, r + 1, kTagFoldOut, false, 0);
+  } else {
+    if (r < 2 * d.rem) h.exchange(0, all, 0, 0, r - 1, kTagFoldIn, true, r);
+    // reduce-scatter: keep the half of [lo, lo + size) that holds block nr
+    int lo = 0;
+    for (int mask = all / 2; mask >= 1; mask /= 2) {
+      const int keep = (nr & mask) != 0 ? lo + mask : lo;
+      const int give = (nr & mask) != 0 ? lo : lo + mask;
+      h.exchange(keep, keep + mask, give, give + mask, d.partner(nr, mask), kTagHalving, true,
+                 group_stream(2 * mask, nr & ~(2 * mask - 1)));
+      lo = keep;
+    }
+    // all-gather: the blocks of this rank's group of `mask` new ranks for the partner's
+    for (int mask = 1; mask < all; mask *= 2) {
+      const int mine = nr & ~(mask - 1);
+      const int theirs = mine ^ mask;
+      h.exchange(theirs, theirs + mask, mine, mine + mask, d.partner(nr, mask), kTagGathering,
+                 false, 0);
+    }
+    if (r < 2 * d.rem) h.send_blocks(0, all, r - 1, kTagFoldOut);
+  }
+  h.decode_all(static_cast<std::byte*>(out), es);
+  if (average) divide_elements(cx, out, count, p);
+  e.finish();
+}
+
+}  // namespace ccoll::coll

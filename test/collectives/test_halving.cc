@@ -1,0 +1,136 @@
+// The recursive halving and doubling all-reduce (allreduce_halving.cc) over the in-process
+// transport: codes that add exactly give the ring's bytes on every rank, at every rank count
+// (folded ranks included) and size; a re-quantizing add stays identical across ranks and no
+// further from the exact sum than the ring; and each rank exchanges with log2(p) partners only.
+#include "schedules_test_support.hpp"
+
+namespace ccoll {
+namespace {
+
+// Each rank's gradient-like input, agreed scales, then `run` on every rank: outputs.
+std::vector<RankResult> run_summable(const std::string& codec, int p, std::size_t count,
+                                     bool average, bool separate, bool halving) {
+  std::vector<std::vector<float>> xs;
+  for (int r = 0; r < p; ++r) {
+    xs.push_back(testing_support::gradient_like(count, 100 + static_cast<unsigned>(r)));
+  }
+  RunConfig rc;
+  rc.codec = codec;
+  rc.segment_elems = 300;  // several ring segments a chunk: the split must not matter
+  rc.prepare = [&](codec::Codec& c, int) { testing_support::agree(c, xs); };
+  return run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+    std::vector<float> in = xs[static_cast<std::size_t>(r)];
+    std::vector<float> out(count, std::numeric_limits<float>::quiet_NaN());
+    float* dst = separate ? out.data() : in.data();
+    if (halving) {
+      coll::allreduce_halving(cx, in.data(), dst, count, average);
+    } else {
+      coll::allreduce_ring(cx, in.data(), dst, count, average);
+    }
+    if (separate && in != xs[static_cast<std::size_t>(r)]) {
+      ADD_FAILURE() << "rank " << r << ": the schedule wrote to its input";
+    }
+    return as_bytes(separate ? out : in);
+  });
+}
+
+TEST(Halving, ExactSumsAreTheRingsBytesOnEveryRank) {
+  for (const char* codec : {"maxnorm:bits=8", "maxnorm:bits=2", "maxnorm:bits=4,block=256"}) {
+    for (const int p : {1, 2, 3, 4, 5, 6, 7, 8, 11, 16}) {
+      for (const std::size_t count :
+           {std::size_t{0}, std::size_t{1}, std::size_t{3}, static_cast<std::size_t>(p - 1),
+            std::size_t{1000}, std::size_t{70001}}) {
+        for (const bool average : {false, true}) {
+          SCOPED_TRACE(std::string(codec) + " p " + std::to_string(p) + " count " +
+                       std::to_string(count) + (average ? " mean" : " sum"));
+          const bool separate = count % 2 == 1;
+          const auto halving = run_summable(codec, p, count, average, separate, true);
+          const auto ring = run_summable(codec, p, count, average, separate, false);
+          ASSERT_FALSE(halving[0].failed) << halving[0].message;
+          ASSERT_FALSE(ring[0].failed) << ring[0].message;
+          expect_identical(halving);
+          ASSERT_EQ(halving[0].out.size(), count * sizeof(float));
+          EXPECT_TRUE(halving[0].out == ring[0].out);
+        }
+      }
+    }
+  }
+}
+
+// sum=requant re-quantizes at every add (log2 p of them on a block's way, against the ring's
+// p - 1): still the same bytes on every rank, and no further from the exact sum than the ring.
+TEST(Halving, RequantizedSumsStayIdenticalAndNoWorseThanTheRing) {
+  const std::size_t count = 20000;
+  for (const int p : {3, 8, 13}) {
+    SCOPED_TRACE("p " + std::to_string(p));
+    const auto halving = run_summable("maxnorm:bits=4,sum=requant", p, count, false, true, true);
+    const auto ring = run_summable("maxnorm:bits=4,sum=requant", p, count, false, true, false);
+    ASSERT_FALSE(halving[0].failed) << halving[0].message;
+    expect_identical(halving);
+    double err_h = 0;
+    double err_r = 0;
+    const auto h = from_bytes<float>(halving[0].out);
+    const auto g = from_bytes<float>(ring[0].out);
+    std::vector<double> exact(count, 0.0);
+    for (int r = 0; r < p; ++r) {
+      const auto x = testing_support::gradient_like(count, 100 + static_cast<unsigned>(r));
+      for (std::size_t i = 0; i < count; ++i) exact[i] += x[i];
+    }
+    for (std::size_t i = 0; i < count; ++i) {
+      err_h += (h[i] - exact[i]) * (h[i] - exact[i]);
+      err_r += (g[i] - exact[i]) * (g[i] - exact[i]);
+    }
+    EXPECT_LE(err_h, 1.1 * err_r);
+  }
+}
+
+// The structure: each rank of the power-of-two group exchanges with the log2(P) partners at
+// distances 1, 2, ..., P/2 only (each step's blocks go out together, so the steps, not the
+// messages, set the latency: 2 log2 P of them, where the ring has 2 (p-1)), folded ranks with
+// their neighbour only; and the bytes sent are the ring's, 2 (P-1)/P of the codes.
+TEST(Halving, ExchangesWithLog2PartnersAtTheRingsTraffic) {
+  for (const int p : {8, 16, 12}) {
+    SCOPED_TRACE("p " + std::to_string(p));
+    const std::size_t count = 4096;
+    std::vector<std::vector<char>> peers(static_cast<std::size_t>(p),
+                                         std::vector<char>(static_cast<std::size_t>(p), 0));
+    std::mutex mu;
+    RunConfig rc;
+    rc.codec = "maxnorm:bits=8";
+    rc.tamper = [&](int src, int dst, int, std::vector<std::byte>&) {
+      std::lock_guard<std::mutex> lock(mu);
+      peers[static_cast<std::size_t>(src)][static_cast<std::size_t>(dst)] = 1;
+    };
+    std::vector<std::vector<float>> xs;
+    for (int r = 0; r < p; ++r) xs.push_back(testing_support::gradient_like(count, 7u + r));
+    rc.prepare = [&](codec::Codec& c, int) { testing_support::agree(c, xs); };
+    const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+      std::vector<float> buf = xs[static_cast<std::size_t>(r)];
+      coll::allreduce_halving(cx, buf.data(), buf.data(), count, false);
+      return as_bytes(buf);
+    });
+    expect_identical(res);
+    const coll::Doubling d(p);
+    for (int r = 0; r < p; ++r) {
+      const int nr = d.newrank(r);
+      std::vector<char> want(static_cast<std::size_t>(p), 0);
+      if (nr < 0) {
+        want[static_cast<std::size_t>(r + 1)] = 1;
+      } else {
+        for (int mask = 1; mask < d.pof2; mask *= 2) {
+          want[static_cast<std::size_t>(d.partner(nr, mask))] = 1;
+        }
+        if (r < 2 * d.rem) want[static_cast<std::size_t>(r - 1)] = 1;
+      }
+      EXPECT_EQ(peers[static_cast<std::size_t>(r)], want) << "rank " << r;
+    }
+    // a rank that folds nobody in: 2 (P-1) blocks of count/P codes, a byte each, plus headers
+    const auto& last = res[static_cast<std::size_t>(p - 1)].counters;
+    const double codes = 2.0 * (d.pof2 - 1) * static_cast<double>(count) / d.pof2;
+    EXPECT_GT(static_cast<double>(last.bytes_sent), codes);
+    EXPECT_LT(static_cast<double>(last.bytes_sent), 1.6 * codes);  // the lanes widen
+  }
+}
+
+}  // namespace
+}  // namespace ccoll
