@@ -6,7 +6,8 @@ SMPI's all-reduce ALGORITHM) and p<RANKS>_ccoll_<SCHEDULE>[_<SIZES>].txt (its co
 ccoll's --algorithm SCHEDULE). For every rank count and size: the fastest SMPI algorithm, the baseline;
 each codec's time under every schedule as a speed-up over it; auto's time over the fastest
 schedule's. A run that failed or did not validate is marked, not left out silently; runs made
-without a reference (scale_study.sh -e, the driver's --no-error) are listed as not validated.
+without a reference (scale_study.sh -e or -T, the driver's --no-error or --time-only) are listed
+as not validated.
 """
 import collections
 import pathlib
@@ -31,7 +32,7 @@ def read(raw):
         text = f.read_text()
         if "Validation: Pass" in text:
             pass
-        elif "--no-error" in text and "\n# end" in text:
+        elif ("--no-error" in text or "--time-only" in text) and "\n# end" in text:
             unchecked.append(f.name)
         else:
             failed.append(f.name)
@@ -58,7 +59,8 @@ def main():
     if failed:
         print("**Not validated or failed:** " + ", ".join(failed) + "\n")
     if unchecked:
-        print("Run without a reference (not validated): " + ", ".join(unchecked) + "\n")
+        print("Run without a reference (not validated; --time-only: times only): "
+              + ", ".join(unchecked) + "\n")
     for (p, size), algos in sorted(mpi.items()):
         best_algo = min(algos, key=algos.get)
         best = algos[best_algo]
