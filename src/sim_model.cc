@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -71,21 +72,29 @@ Rates parse(const std::string& text) {
   return r;
 }
 
-// The rates, read once (the variable is the process's, hence every simulated rank's); checked
-// in every build, so that a malformed value gets its own error everywhere.
+// The rates (the variable is the process's, hence every simulated rank's), parsed again only
+// when the variable changes; checked in every build, so that a malformed value gets its own
+// error everywhere.
 const Rates* rates() {
-  static const std::optional<Rates> kRates = []() -> std::optional<Rates> {
-    const char* v = std::getenv(kVar);
-    if (v == nullptr || *v == '\0') return std::nullopt;
-    const Rates r = parse(v);
+  static std::mutex mu;  // codecs are made on several threads (progress, hierarchical helper)
+  static std::string seen;
+  static std::optional<Rates> parsed;
+  const char* v = std::getenv(kVar);
+  const std::string now = v != nullptr ? v : "";
+  std::lock_guard<std::mutex> lock(mu);
+  if (now.empty()) return nullptr;
+  if (now != seen || !parsed) {
+    parsed.reset();
+    const Rates r = parse(now);
 #if !defined(CCOLL_SMPI)
     throw Error(Status::kUnsupported, std::string(kVar) +
                                           " is set, but only the SimGrid SMPI build "
                                           "(bench/sim/build.sh) models codecs (valid here: unset)");
 #endif
-    return r;
-  }();
-  return kRates ? &*kRates : nullptr;
+    parsed = r;
+    seen = now;
+  }
+  return &*parsed;
 }
 
 class ModelledCodec final : public codec::ForwardingCodec {
