@@ -76,13 +76,19 @@ Rates parse(const std::string& text) {
 // when the variable changes; checked in every build, so that a malformed value gets its own
 // error everywhere.
 const Rates* rates() {
-  static std::mutex mu;  // codecs are made on several threads (progress, hierarchical helper)
-  static std::string seen;
-  static std::optional<Rates> parsed;
+  // never destroyed: a codec may be made while the process exits (a queued call at finalize)
+  struct State {
+    std::mutex mu;  // codecs are made on several threads (progress, hierarchical helper)
+    std::string seen;
+    std::optional<Rates> parsed;
+  };
+  static State* const state = new State;
   const char* v = std::getenv(kVar);
   const std::string now = v != nullptr ? v : "";
-  std::lock_guard<std::mutex> lock(mu);
   if (now.empty()) return nullptr;
+  std::lock_guard<std::mutex> lock(state->mu);
+  std::string& seen = state->seen;
+  std::optional<Rates>& parsed = state->parsed;
   if (now != seen || !parsed) {
     parsed.reset();
     const Rates r = parse(now);
