@@ -114,8 +114,7 @@ void usage() {
       "                                algorithm chosen with --mca coll_tuned_*)\n"
       "  --no-error                    no exact reference (its three vectors of doubles a rank)\n"
       "                                and '-' for the error: for runs too large to hold it\n"
-      "  --time-only                   (SMPI build, with CCOLL_SIM_MODEL) buffers in SMPI's "
-      "shared\n"
+      "  --time-only                   (SMPI build, with CCOLL_SIM_MODEL) buffers in shared\n"
       "                                memory, messages above 64 KiB carry their first 64 bytes:\n"
       "                                times only, for sizes no machine could hold; implies\n"
       "                                --no-error, and no Ratio ('-')\n"
@@ -212,7 +211,7 @@ void copy_heads(smx_activity_t comm, void* buff, std::size_t bytes) {
 }
 #endif
 
-void check_time_only(const Args& a) {
+void check_time_only() {
 #if defined(CCOLL_SMPI)
   const char* model = std::getenv("CCOLL_SIM_MODEL");
   if (model == nullptr || *model == '\0') {
@@ -222,9 +221,7 @@ void check_time_only(const Args& a) {
   }
   if (kGloo) fail("--time-only: only the ccoll and MPI rows can be modelled");
   smpi_comm_set_copy_data_callback(&copy_heads);
-  (void)a;
 #else
-  (void)a;
   fail("--time-only: only the SimGrid SMPI build (bench/sim/build.sh) has shared memory");
 #endif
 }
@@ -347,7 +344,7 @@ Args parse(int argc, char** argv) {
   if (a.validate && !a.reference) {
     fail("-c needs the exact reference that --no-error and --time-only drop");
   }
-  if (a.time_only) check_time_only(a);
+  if (a.time_only) check_time_only();
   if (a.profile && kGloo) fail("--profile: Gloo reports no phases (valid only for ccoll drivers)");
   if (a.codecs.empty() && !a.baseline_only) a.codecs.push_back(kGloo ? "ring" : "none");
   if (a.iface.empty()) {

@@ -19,7 +19,8 @@
 
 namespace ccoll::sim {
 
-/// True when CCOLL_SIM_MODEL is set (the SMPI build; elsewhere it throws kUnsupported).
+/// True when CCOLL_SIM_MODEL is set, in the SMPI build; false elsewhere, where modelled() (every
+/// codec make_codec builds) refuses a set variable as unsupported.
 bool model_on();
 
 /// `c` wrapped in the modelled codec when model_on(), else `c` itself.
