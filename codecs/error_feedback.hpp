@@ -12,9 +12,9 @@
 // converges as O(1/T) only while the residual stays bounded, which needs a contractive inner
 // codec (||C(p) - p|| < ||p||). Unbiased stochastic rounding with one or a few levels per sign
 // is not one (the residual random-walks: about 1/sqrt(T)), so under ef=1 the registry builds
-// the inner codec with round=nearest (src/spec.cc): with a max-norm grid every element then errs
-// by at most half a step of a scale that covers x + e, so |e| stays below half the largest
-// |x + e| and the residual is bounded by the largest input.
+// the inner codec with round=nearest (src/support/spec.cc): with a max-norm grid every
+// element then errs by at most half a step of a scale that covers x + e, so |e| stays below
+// half the largest |x + e| and the residual is bounded by the largest input.
 // Invariant (tested): Σ_t D(C(p_t)) + e_T = Σ_t x_t for the own residual, up to fp rounding.
 #pragma once
 

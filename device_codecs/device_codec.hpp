@@ -7,8 +7,9 @@
 // way, so the schedules and the peers' decoders are unchanged: a rank with device buffers and
 // one with host buffers interoperate.
 //
-// One file per codec here; the codec registry (src/spec.cc) says for each codec how to make its
-// CPU codec and its device codec, and has_device_kernels()/make_device_codec() (spec.hpp) ask it.
+// One file per codec here; the codec registry (src/support/spec.cc) says for each codec how to make
+// its CPU codec and its device codec, and has_device_kernels()/make_device_codec() (spec.hpp) ask
+// it.
 #pragma once
 
 #include <memory>

@@ -714,14 +714,6 @@ class AllreduceLevels {
 
 }  // namespace
 
-std::uint64_t segment_key(std::uint64_t tensor_key, std::size_t segment, std::size_t segments) {
-  if (segments == 1) return tensor_key;
-  std::uint64_t z = tensor_key + 0x9E3779B97F4A7C15ull * (segment + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return (z ^ (z >> 31)) | 1;
-}
-
 void run_hierarchical(const LevelsCall& lc) {
   const Call& call = lc.call;
   CommContext& ctx = lc.ctx;

@@ -47,12 +47,4 @@ struct LevelsCall {
 /// CCOLL_RANKS_PER_NODE raises on every rank.
 void run_hierarchical(const LevelsCall& lc);
 
-/// The most segments a hierarchical all-reduce is pipelined in.
-constexpr std::size_t kMaxSegments = 8;
-
-/// The key of the state (stateful codecs) of segment `segment` of `segments` of tensor
-/// `tensor_key` on the cross-node step: the tensor's own key when there is one segment, else
-/// one key per segment, since each segment keeps its own residual.
-std::uint64_t segment_key(std::uint64_t tensor_key, std::size_t segment, std::size_t segments);
-
 }  // namespace ccoll::call

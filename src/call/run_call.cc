@@ -414,7 +414,7 @@ bool runs_stream_ordered(Flow& f) {
 // waited for.
 void run_stream(Flow& f) {
   gpu::Backend& b = *f.pl.device;
-  StreamState& st = f.ctx.stream_state(b);
+  StreamState& st = stream_state(f.ctx, b);
   // the emulated device: MPI as host functions of its queue; a real one: NCCL's transport
   StreamCollectives* coll = f.ctx.emulated_stream_collectives(b);
   if (coll == nullptr) {
@@ -495,7 +495,7 @@ Proposal proposal_of(Flow& f) {
   mine.every_rank_transport =
       pl.kernels() && pl.transport()->every_rank ? static_cast<int>(pl.transport()->kind) : 0;
   mine.stream = f.stream;
-  if (StreamState* st = f.ctx.stream_state_if_made()) mine.async_error = take_stream_error(*st);
+  if (StreamState* st = stream_state_if_made(f.ctx)) mine.async_error = take_stream_error(*st);
   return mine;
 }
 

@@ -76,6 +76,10 @@ StreamState::StreamState(gpu::Backend& b) : b_(b) {
   *error_ = 0;
 }
 
+std::unique_ptr<StreamStore> StreamState::make(gpu::Backend& b) {
+  return std::make_unique<StreamState>(b);
+}
+
 StreamState::~StreamState() {
   for (Space& s : spaces_) b_.device_free(s.p);
   for (void* p : retired_) b_.device_free(p);

@@ -34,6 +34,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "call_state.hpp"
 #include "ccoll/ccoll.hpp"
 #include "maxnorm_device.hpp"
 #include "spec.hpp"
@@ -56,14 +57,14 @@ bool stream_codec(const CodecSpec& spec, StreamCodec& out);
 /// A communicator's state for stream-ordered calls: device workspace (grown, never shrunk), the
 /// error word, the event that orders a call's workspace after the previous call's, and the
 /// residuals of ef=1.
-class StreamState {
+class StreamState final : public StreamStore {
  public:
   explicit StreamState(gpu::Backend& b);
-  ~StreamState();
+  ~StreamState() override;
   StreamState(const StreamState&) = delete;
   StreamState& operator=(const StreamState&) = delete;
 
-  gpu::Backend& backend() { return b_; }
+  gpu::Backend& backend() override { return b_; }
   /// Device memory for the next call, `bytes` at least; slot k of a few. A slot that grows
   /// keeps its old memory until the state is freed (freeing device memory waits for the
   /// device, which a stream-ordered call never does): it at least doubles, so what it keeps
@@ -81,19 +82,14 @@ class StreamState {
   /// the stream when made. Kept until the state is freed; reset() zeroes it.
   float* residual(std::uint64_t key, std::size_t count, const std::string& spec);
   /// Zeroes the residual of tensor `key` (0: of every tensor) on the calling thread's stream.
-  void reset(std::uint64_t key);
-  /// A residual's identity and values (save_state / load_state).
-  struct SavedResidual {
-    std::uint64_t key = 0;
-    std::size_t count = 0;
-    std::string spec;
-    std::vector<float> values;
-  };
+  void reset(std::uint64_t key) override;
   /// Host copies of the residuals of tensor `key` (0: every tensor), after the last call's
   /// stream has reached its end (waited for).
-  std::vector<SavedResidual> save_residuals(std::uint64_t key);
+  std::vector<SavedResidual> save_residuals(std::uint64_t key) override;
   /// Sets a residual to `r.values` (made if new), waited for.
-  void load_residual(const SavedResidual& r);
+  void load_residual(const SavedResidual& r) override;
+  /// StreamStoreMaker: a StreamState on `b`.
+  static std::unique_ptr<StreamStore> make(gpu::Backend& b);
 
   static constexpr int kSlots = 8;
 

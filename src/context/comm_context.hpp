@@ -15,20 +15,17 @@
 #include <vector>
 
 #include "backend.hpp"
-#include "call/node_steps.hpp"
-#include "call/stream_allreduce.hpp"
+#include "call_state.hpp"
 #include "codec.hpp"
 #include "collectives.hpp"
+#include "mpi_transport.hpp"
+#include "node_steps.hpp"
 #include "progress.hpp"
 #include "spec.hpp"
-#include "transport/mpi_transport.hpp"
-#include "transport/transports.hpp"
+#include "stream_collectives.hpp"
+#include "transports.hpp"
 
 namespace ccoll {
-
-namespace call {
-class StreamState;  // call/stream_allreduce.hpp
-}  // namespace call
 
 /// What a plan is for; plans with equal keys share codec instance and workspace.
 struct PlanKey {
@@ -164,7 +161,7 @@ struct Topology {
   /// uniform: the rank (on this communicator) of local rank i on cross rank j, at i·nodes + j
   std::vector<int> who;
   /// The node's exact steps (a shared-memory window where the node's ranks share memory).
-  std::unique_ptr<call::NodeSteps> steps;
+  std::unique_ptr<NodeSteps> steps;
 };
 
 class CommContext {
@@ -244,10 +241,11 @@ class CommContext {
   /// The progress queue if it was made, else null.
   ProgressQueue* progress_if_made() { return progress_.get(); }
 
-  /// The stream-ordered all-reduce's state on backend `b`, made on first use.
-  call::StreamState& stream_state(gpu::Backend& b);
+  /// The stream-ordered calls' state on backend `b`, made by `make` on first use (and again
+  /// when `b` is another backend), given the residuals load_state() holds for it.
+  StreamStore& stream_store(gpu::Backend& b, StreamStoreMaker make);
   /// That state if it was made, else null.
-  call::StreamState* stream_state_if_made() { return stream_.get(); }
+  StreamStore* stream_store_if_made() { return stream_.get(); }
   /// The emulated device's stream collectives (MPI over this communicator as host functions of
   /// its queue), made on first use; null on a real device.
   StreamCollectives* emulated_stream_collectives(gpu::Backend& b);
@@ -286,10 +284,10 @@ class CommContext {
   std::unique_ptr<Topology> topology_;
   // load_state()'s bytes of plans and stream-ordered residuals not made yet
   std::unordered_map<PlanKey, std::vector<std::byte>, PlanKeyHash> loaded_plans_;
-  std::vector<call::StreamState::SavedResidual> loaded_residuals_;
+  std::vector<StreamStore::SavedResidual> loaded_residuals_;
   // before stream_: destroyed after it, whose end may run queued host functions that use it
   std::unique_ptr<StreamCollectives> emulated_stream_;
-  std::unique_ptr<call::StreamState> stream_;
+  std::unique_ptr<StreamStore> stream_;
   // last: destroyed first, after running its queued calls, which use everything above
   std::unique_ptr<ProgressQueue> progress_;
 };

@@ -7,7 +7,7 @@
 #include "mpi_check.hpp"
 #include "progress.hpp"
 
-namespace ccoll::call {
+namespace ccoll {
 namespace {
 
 // out = Σ src[0..n) elementwise, in that order, a block at a time so that `out` may be one of
@@ -188,4 +188,4 @@ void NodeSteps::allgather(void* data, const std::vector<int>& counts,
   }
 }
 
-}  // namespace ccoll::call
+}  // namespace ccoll

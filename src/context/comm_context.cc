@@ -15,12 +15,10 @@
 #include <mutex>
 
 #include "config.hpp"
-#include "hierarchical.hpp"
 #include "mpi_check.hpp"
 #include "mpi_stream.hpp"
 #include "spec.hpp"
 #include "state_io.hpp"
-#include "stream_allreduce.hpp"
 
 namespace ccoll {
 namespace {
@@ -136,9 +134,9 @@ void CommContext::reset_state(std::uint64_t key) {
     return;
   }
   cross->reset_state(key);
-  for (std::size_t segments = 2; segments <= call::kMaxSegments; ++segments) {
+  for (std::size_t segments = 2; segments <= kMaxSegments; ++segments) {
     for (std::size_t s = 0; s < segments; ++s) {
-      cross->reset_state(call::segment_key(key, s, segments));
+      cross->reset_state(segment_key(key, s, segments));
     }
   }
 }
@@ -215,7 +213,7 @@ const Topology& CommContext::topology() {
       const auto j = static_cast<std::size_t>(all[2 * static_cast<std::size_t>(q) + 1]);
       t->who[i * static_cast<std::size_t>(t->nodes) + j] = q;
     }
-    t->steps = std::make_unique<call::NodeSteps>(t->node, env_config().node_window_bytes);
+    t->steps = std::make_unique<NodeSteps>(t->node, env_config().node_window_bytes);
     int provided = MPI_THREAD_SINGLE;
     CCOLL_MPI_CHECK(MPI_Query_thread(&provided));
     int multiple = provided == MPI_THREAD_MULTIPLE ? 1 : 0;
@@ -226,9 +224,9 @@ const Topology& CommContext::topology() {
   return *topology_;
 }
 
-call::StreamState& CommContext::stream_state(gpu::Backend& b) {
+StreamStore& CommContext::stream_store(gpu::Backend& b, StreamStoreMaker make) {
   if (stream_ == nullptr || &stream_->backend() != &b) {
-    stream_ = std::make_unique<call::StreamState>(b);
+    stream_ = make(b);
     for (const auto& r : loaded_residuals_) stream_->load_residual(r);
     loaded_residuals_.clear();
   }
@@ -270,7 +268,7 @@ std::vector<std::byte> CommContext::save_state(std::uint64_t key) {
     (q.device_codec != nullptr ? *q.device_codec : *q.codec).save_state(s);
     plans.emplace_back(&q, std::move(s));
   }
-  std::vector<call::StreamState::SavedResidual> residuals;
+  std::vector<StreamStore::SavedResidual> residuals;
   if (stream_ != nullptr) residuals = stream_->save_residuals(key);
   std::vector<std::pair<std::uint64_t, std::uint64_t>> counts;  // named tensors' calls
   for (const auto& [k, n] : tensor_calls_) {
@@ -310,7 +308,7 @@ void CommContext::load_state(const std::byte* data, std::size_t bytes) {
   const std::uint64_t calls = r.u64();
   const std::uint64_t n = r.u64();
   std::vector<std::pair<PlanKey, std::vector<std::byte>>> plans;
-  std::vector<call::StreamState::SavedResidual> residuals;
+  std::vector<StreamStore::SavedResidual> residuals;
   std::vector<std::pair<std::uint64_t, std::uint64_t>> counts;
   for (std::uint64_t i = 0; i < n; ++i) {
     const std::uint64_t type = r.u64();
@@ -325,7 +323,7 @@ void CommContext::load_state(const std::byte* data, std::size_t bytes) {
       k.tensor_key = r.u64();
       plans.emplace_back(std::move(k), r.bytes());
     } else if (type == kStreamEntry) {
-      call::StreamState::SavedResidual s;
+      StreamStore::SavedResidual s;
       s.key = r.u64();
       s.count = static_cast<std::size_t>(r.u64());
       s.spec = r.text();

@@ -20,7 +20,7 @@
 
 #include "codec.hpp"
 
-namespace ccoll::call {
+namespace ccoll {
 
 class NodeSteps {
  public:
@@ -66,4 +66,4 @@ class NodeSteps {
   unsigned long long phase_ = 0;  // pieces run so far (equal on the node's ranks)
 };
 
-}  // namespace ccoll::call
+}  // namespace ccoll

@@ -291,7 +291,7 @@ void check_stream_errors(MPI_Comm comm) {
                 "the communicator of the stream-ordered calls)");
   }
   CommContext& ctx = CommContext::get(comm);  // collective where it is new: every rank calls
-  call::StreamState* st = ctx.stream_state_if_made();
+  call::StreamState* st = call::stream_state_if_made(ctx);
   int mine = st != nullptr && call::take_stream_error(*st) ? 1 : 0;
   int any = 0;
   CCOLL_MPI_CHECK(MPI_Allreduce(&mine, &any, 1, MPI_INT, MPI_MAX, ctx.comm()));

@@ -1,4 +1,4 @@
-// ccoll::Error and status names (shared by the C++ and C APIs).
+// ccoll::Error and status names (every layer and both APIs use them; the lowest layer has them).
 #include "ccoll/error.hpp"
 
 namespace ccoll {
