@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ccoll/error.hpp"
+#include "stream_ring.hpp"
 
 namespace ccoll::coll {
 
@@ -76,12 +77,19 @@ struct ScheduleRow {
   AllreduceFn allreduce;
   AllgatherFn allgather;
   ReduceScatterFn reduce_scatter;
+  /// The collectives it runs stream-ordered (bits of Op), through a codec's stream form
+  /// (codecs/stream_form.hpp), and the function that does; 0 and null: none.
+  unsigned stream_ops;
+  StreamFn stream;
 };
 
 /// Every row, in the order the documentation and the error messages list them.
 const std::vector<ScheduleRow>& schedule_table();
 /// The row of `a` (not kAuto).
 const ScheduleRow& schedule_row(Algorithm a);
+
+/// The row that runs `op` stream-ordered under `a` (kAuto: the first row that can), or null.
+const ScheduleRow* stream_schedule(Algorithm a, Op op);
 
 /// "auto", "ring", "tree", "allgather", "sra", "hierarchical" ("unknown" for no row).
 const char* algorithm_name(Algorithm a);

@@ -17,7 +17,9 @@
 #include "backend.hpp"
 #include "bucketed_device.hpp"  // BucketKind
 #include "codec.hpp"
+#include "maxnorm_device.hpp"  // gpu::Input
 #include "quantizers.hpp"
+#include "stream_form.hpp"
 
 namespace ccoll {
 
@@ -57,6 +59,28 @@ std::unique_ptr<codec::Codec> make_device_error_feedback(codec::Codec& cpu, gpu:
                                                          bool resident,
                                                          std::unique_ptr<codec::Codec> cpu_inner,
                                                          std::unique_ptr<codec::Codec> dev_inner);
+
+/// What a stream form (codecs/stream_form.hpp) is made for: this rank's input of one
+/// stream-ordered call, in device memory.
+struct StreamInput {
+  const void* data = nullptr;               ///< `count` elements of `input`
+  gpu::Input input = gpu::Input::kFloat32;  ///< fp32, or 16-bit values the kernels widen
+  std::size_t count = 0;
+  float* residual = nullptr;  ///< ef=1: this rank's residual of the tensor (count floats)
+  std::uint64_t seed = 0;
+  std::uint64_t call = 0;  ///< the call's number (the codes' random stream)
+  int rank = 0;
+  int ranks = 1;
+};
+
+/// Whether maxnorm of `p` has a stream form: one scale, exact sums, no randk.
+bool maxnorm_streams(const codec::MaxNormParams& p);
+/// maxnorm's stream form (device_stream_maxnorm.cc), its steps on `b`'s current stream;
+/// `space` outlives it.
+std::unique_ptr<codec::StreamForm> make_stream_maxnorm(gpu::Backend& b,
+                                                       const codec::MaxNormParams& p,
+                                                       const StreamInput& in,
+                                                       codec::StreamSpace& space);
 
 }  // namespace device_codecs
 

@@ -100,6 +100,8 @@ Backend* backend(const char** why, const char* cuda_off) {
       r.current = b.get();
       r.owned.push_back(std::move(b));
     }
+#else
+    (void)cuda_off;  // no CUDA backend to turn off
 #endif
   }
   if (why != nullptr) *why = r.why;

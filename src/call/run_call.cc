@@ -77,7 +77,6 @@ struct Flow {
   bool compress = false;   // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
   // the call runs stream-ordered (stream_allreduce.hpp), with this codec
   bool stream = false;
-  StreamCodec stream_codec;
 
   int p() const { return ctx.size(); }
   int rank() const { return ctx.rank(); }
@@ -393,11 +392,15 @@ void record_levels(LevelChoice& l, int candidate, Clock::time_point t0) {
 // then the data path, the plan and the codec's scan.
 // Whether this rank's call runs stream-ordered (stream_allreduce.hpp): asked for, an
 // all-reduce of float32 or 16-bit device buffers, or a reduce-scatter or all-gather of float32
-// ones, on the current device, whose codec the stream-ordered ring runs, under
-// CCOLL_TRANSPORT=nccl, with the ring.
+// ones, on the current device, whose codec has a stream form, on a transport whose row queues
+// collectives on the stream (CCOLL_TRANSPORT=nccl), under a schedule with a stream function
+// (ring, or auto).
 bool runs_stream_ordered(Flow& f) {
   const Call& call = f.call;
   const Placement& pl = f.pl;
+  const coll::Op op = call.allreduce()        ? coll::Op::kAllreduce
+                      : call.reduce_scatter() ? coll::Op::kReduceScatter
+                                              : coll::Op::kAllgather;
   // 16-bit buffers: the fp32 call on the caller's 16-bit input, writing its 16-bit output
   const bool half_ok = call.half == Half::kNone
                            ? call.input_half == Half::kNone
@@ -405,9 +408,8 @@ bool runs_stream_ordered(Flow& f) {
   return call.options.stream_ordered && pl.kernels() && pl.staged_recv == nullptr &&
          (call.allreduce() || call.reduce_scatter() || call.kind == Kind::kAllgather) && half_ok &&
          f.c.dtype == codec::DType::kFloat32 &&
-         resolve_transport(f.c.transport) == TransportKind::kNccl &&
-         (f.c.algorithm == coll::Algorithm::kAuto || f.c.algorithm == coll::Algorithm::kRing) &&
-         stream_codec(f.c.spec, f.stream_codec);
+         transport_row(resolve_transport(f.c.transport)).stream_ordered &&
+         coll::stream_schedule(f.c.algorithm, op) != nullptr && has_stream_form(f.c.spec);
 }
 
 // The stream-ordered all-reduce, after the agreement: queued on the caller's stream, not
@@ -416,10 +418,9 @@ void run_stream(Flow& f) {
   gpu::Backend& b = *f.pl.device;
   StreamState& st = stream_state(f.ctx, b);
   // the emulated device: MPI as host functions of its queue; a real one: NCCL's transport
+  const TransportRow& row = transport_row(resolve_transport(f.c.transport));
   StreamCollectives* coll = f.ctx.emulated_stream_collectives(b);
-  if (coll == nullptr) {
-    coll = f.ctx.device_transport(TransportKind::kNccl).stream_collectives();
-  }
+  if (coll == nullptr) coll = f.ctx.device_transport(row.kind).stream_collectives();
   coll->set_stream(f.call.options.cuda_stream);
   const void* in = f.call.input(f.es(), f.rank());
   const Half h = f.call.input_half;
@@ -432,8 +433,9 @@ void run_stream(Flow& f) {
                     f.c.in_total,
                     f.rank(),
                     f.p(),
-                    f.stream_codec,
-                    f.stream_codec.ef
+                    &f.c.spec,
+                    f.c.algorithm,
+                    f.c.spec.ef
                         ? st.residual(tensor_key_of(f.call, f.pl), f.c.in_total, f.c.spec.canonical)
                         : nullptr,
                     f.call.options.average,
@@ -443,10 +445,9 @@ void run_stream(Flow& f) {
                     f.call.reduce_scatter(),
                     f.call.kind == Kind::kAllgather};
   run_stream_allreduce(a, st, *coll, f.stats);
-  f.stats.bits = f.stream_codec.bits;
-  // NCCL moved the data (the reduce-scatter's placement named the staged path it would take)
-  f.stats.transport =
-      data_path_name(transport_row(TransportKind::kNccl).path_on(b.host_accessible()));
+  // the stream transport moved the data (the reduce-scatter's placement named the staged path
+  // it would take)
+  f.stats.transport = data_path_name(row.path_on(b.host_accessible()));
 }
 
 void local_stage(Flow& f) {

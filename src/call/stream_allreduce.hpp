@@ -1,24 +1,16 @@
-// The stream-ordered compressed all-reduce: every step of a maxnorm all-reduce of device
-// buffers queued on the caller's stream, the host never waiting for the device inside the call.
+// The stream-ordered compressed all-reduce, reduce-scatter and all-gather: every step of a call
+// on device buffers queued on the caller's stream, the host never waiting for the device inside
+// the call. A codec with a stream form (codecs/stream_form.hpp; the registry's
+// has_stream_form()) and a schedule row with a stream function (collectives/schedules.hpp)
+// make the call:
 //
-// Steps, all on the stream: the block maxima of this rank's input (a kernel), their maximum over
-// the ranks (one all-reduce of 32-bit words in device memory: the maxima's sign-cleared bit
-// patterns, whose integer max is the float max), which are the agreed scales as they are (a
-// float maximum is its own rounded-up scale); one encode of the whole input (this rank's
-// stream, Philox keyed by the element); a ring reduce-scatter of the codes, each hop adding
-// this rank's codes of the chunk to the partial sum in integers (the lanes widen with the
-// contributions); a ring all-gather of the full sums; one decode of every chunk. The codes of
-// an element depend only on the seed, the call, the rank, the element and its block's scale,
-// and the sums are exact, so the result equals the host ring's bit for bit.
-//
-// ef=1: p = x + e (this rank's residual) is what is scanned and encoded, and e becomes
-// p - decode(p's codes), as the blocking paths' error feedback does.
-//
-// Non-finite input: a block whose agreed maximum is beyond maxnorm's limit for the rank count
-// (an Inf or NaN on any rank, or a value whose sum over the ranks could overflow) encodes as
-// zeros and decodes to NaN in all its 65,536 elements on every rank, so that a trainer's
-// overflow check sees a non-finite value wherever the plain sum has one. (The host paths fall
-// back to an uncompressed MPI all-reduce instead, which they decide on the host.)
+// on the stream, the form's scan of this rank's input (maxnorm: its block maxima) and the
+// maximum of its words over the ranks (one all-reduce of 32-bit words in device memory), which
+// the form encodes and decodes with; then the schedule (the ring: every chunk's codes summed
+// hop by hop, lanes widening, the full sums gathered and each decoded once); then the mean's
+// division and the cast to the caller's 16-bit type where asked. A form's codes depend only on
+// the seed, the call, the rank, the element and the agreed words, and its sums are exact, so the
+// result equals the host ring's bit for bit.
 //
 // Corrupt data: a lane out of range in an add or the final decode sets the communicator's
 // error word (pinned host memory the kernels write); the next call on the communicator reads
@@ -36,28 +28,18 @@
 #include "backend.hpp"
 #include "call_state.hpp"
 #include "ccoll/ccoll.hpp"
-#include "maxnorm_device.hpp"
+#include "maxnorm_device.hpp"  // gpu::Input
+#include "schedules.hpp"
 #include "spec.hpp"
 #include "stream_collectives.hpp"
+#include "stream_form.hpp"
 
 namespace ccoll::call {
-
-/// The codec of a stream-ordered all-reduce.
-struct StreamCodec {
-  unsigned bits = 0;
-  bool nearest = false;       ///< round=nearest
-  bool ef = false;            ///< ef=1: this rank's residual is added before and updated after
-  unsigned block_shift = 16;  ///< block=: 1 << block_shift elements per scale
-};
-
-/// True when `spec` is a codec the stream-ordered all-reduce runs: maxnorm with one scale and
-/// exact sums, also with ef=1 (`out` then says which).
-bool stream_codec(const CodecSpec& spec, StreamCodec& out);
 
 /// A communicator's state for stream-ordered calls: device workspace (grown, never shrunk), the
 /// error word, the event that orders a call's workspace after the previous call's, and the
 /// residuals of ef=1.
-class StreamState final : public StreamStore {
+class StreamState final : public StreamStore, public codec::StreamSpace {
  public:
   explicit StreamState(gpu::Backend& b);
   ~StreamState() override;
@@ -69,7 +51,7 @@ class StreamState final : public StreamStore {
   /// keeps its old memory until the state is freed (freeing device memory waits for the
   /// device, which a stream-ordered call never does): it at least doubles, so what it keeps
   /// is at most what it holds.
-  void* space(int slot, std::size_t bytes);
+  void* space(int slot, std::size_t bytes) override;
   /// The error word (pinned host memory the kernels write), zeroed at creation.
   std::uint32_t* error_word() const { return error_; }
   /// Makes the calling thread's compute queue (on `stream`) wait for the previous call's end
@@ -91,8 +73,6 @@ class StreamState final : public StreamStore {
   /// StreamStoreMaker: a StreamState on `b`.
   static std::unique_ptr<StreamStore> make(gpu::Backend& b);
 
-  static constexpr int kSlots = 8;
-
  private:
   struct Space {
     void* p = nullptr;
@@ -100,7 +80,7 @@ class StreamState final : public StreamStore {
     int device = -1;
   };
   gpu::Backend& b_;
-  Space spaces_[kSlots];
+  Space spaces_[codec::StreamSpace::kSlots];
   std::vector<void*> retired_;
   gpu::Buffer error_buf_;
   std::uint32_t* error_ = nullptr;
@@ -117,8 +97,9 @@ class StreamState final : public StreamStore {
 /// One stream-ordered all-reduce: `count` elements of device memory at `in` (fp32, or 16-bit
 /// values the kernels widen as they read them: `input`) summed (or averaged) over the `ranks`
 /// ranks of `coll` into `out` (fp32), or with `out16` set into `out16` (the input's 16-bit type,
-/// rounded once to nearest even; `in` may be `out16` or `out`), with maxnorm of `bits` bits, the
-/// call's seed and number.
+/// rounded once to nearest even; `in` may be `out16` or `out`), with the stream form of `spec`,
+/// the call's seed and number, under the schedule `algorithm` names (auto: the table's first
+/// with a stream function for the collective).
 struct StreamAllreduce {
   const void* in;
   gpu::Input input;
@@ -127,7 +108,8 @@ struct StreamAllreduce {
   std::size_t count;
   int rank;
   int ranks;
-  StreamCodec codec;
+  const CodecSpec* spec;  ///< a spec with a stream form (has_stream_form)
+  coll::Algorithm algorithm;
   float* residual;  ///< ef=1: this rank's residual of the tensor (count floats); else null
   bool average;
   std::uint64_t seed;

@@ -1,9 +1,10 @@
 // libccoll_nccl: compression for unmodified NCCL programs. Loaded ahead of libnccl (LD_PRELOAD,
 // or linked before it), it defines ncclAllReduce, ncclReduceScatter and ncclAllGather and runs
-// the calls it can compress through the stream-ordered maxnorm pipeline
-// (call/stream_allreduce.hpp) on the caller's communicator and stream: its block maxima agreed
-// by an ncclAllReduce max, its codes moved by ncclSend/ncclRecv in groups, all queued on the
-// stream, the host never waiting. Every other call, and every call of a program that sets no
+// the calls it can compress through the stream-ordered calls (call/stream_allreduce.hpp: the
+// codec's stream form under the schedule table's stream-ordered ring) on the caller's
+// communicator and stream: the form's words (maxnorm: block maxima) agreed by an ncclAllReduce
+// max, its codes moved by ncclSend/ncclRecv in groups, all queued on the stream, the host never
+// waiting. Every other call, and every call of a program that sets no
 // codec, goes to the next library's NCCL untouched (dlsym(RTLD_NEXT)). ncclGroupStart/End are
 // counted (a call inside a group is passed through: the group is NCCL's to schedule), the
 // communicator's teardown frees ccoll's state, and ncclGetLastError/ncclCommGetAsyncError carry
@@ -130,7 +131,6 @@ struct Config {
   bool intercept = true;  // CCOLL_NCCL_INTERCEPT
   bool compress = false;  // a codec the pipeline runs, and no error
   CodecSpec spec;
-  call::StreamCodec codec;
   const PreloadConfig* preload = nullptr;
   std::string error;        // a malformed variable or a codec the pipeline cannot run
   SharedSettings settings;  // what the ranks agree on (config.hpp), with the preload library
@@ -145,11 +145,12 @@ Config read_config() {
   if (c.error.empty() && !p.error.empty()) c.error = p.error;
   if (c.error.empty() && p.compress) {
     c.spec = parse_codec_spec(p.codec);  // valid: preload_config() parsed it
-    if (!call::stream_codec(c.spec, c.codec)) {
+    if (!has_stream_form(c.spec)) {
       c.error = "CCOLL_CODEC=" + p.codec +
-                ": libccoll_nccl compresses with the stream-ordered pipeline, which runs maxnorm "
-                "of one scale with exact sums (valid: maxnorm:bits=B, B from 2 to 8, with "
-                "block=, round=nearest or stochastic and ef=1; unset: no compression)";
+                ": libccoll_nccl compresses with the stream-ordered calls, which run codecs "
+                "with a stream form: maxnorm of one scale with exact sums (valid: "
+                "maxnorm:bits=B, B from 2 to 8, with block=, round=nearest or stochastic and "
+                "ef=1; unset: no compression)";
     } else {
       c.compress = true;
     }
@@ -331,7 +332,7 @@ ncclResult_t try_compress(Kind kind, const void* in, void* out, std::size_t coun
     return ncclSuccess;
   }
   if (kind != Kind::kAllreduce && type != ncclFloat32) return ncclSuccess;  // fp32 only there
-  if (kind != Kind::kAllreduce && c.codec.ef) return ncclSuccess;
+  if (kind != Kind::kAllreduce && c.spec.ef) return ncclSuccess;
   const std::size_t elements =
       kind == Kind::kAllreduce ? count : count * static_cast<std::size_t>(s.ranks);
   if (elements * size_of(type) < p.min_bytes) return ncclSuccess;
@@ -359,10 +360,11 @@ ncclResult_t try_compress(Kind kind, const void* in, void* out, std::size_t coun
                             kind == Kind::kReduceScatter ? elements : count,
                             s.rank,
                             s.ranks,
-                            c.codec,
-                            c.codec.ef ? s.stream->residual(reinterpret_cast<std::uintptr_t>(out),
-                                                            count, c.spec.canonical)
-                                       : nullptr,
+                            &c.spec,
+                            coll::Algorithm::kAuto,
+                            c.spec.ef ? s.stream->residual(reinterpret_cast<std::uintptr_t>(out),
+                                                           count, c.spec.canonical)
+                                      : nullptr,
                             op == ncclAvg,
                             0,
                             s.calls++,

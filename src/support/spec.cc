@@ -161,8 +161,12 @@ enum Traits : unsigned {
 using DeviceMaker = std::function<std::unique_ptr<codec::Codec>(const CodecSpec&, codec::Codec& cpu,
                                                                 gpu::Backend&, bool resident)>;
 
+using StreamMaker = std::function<std::unique_ptr<codec::StreamForm>(
+    const CodecSpec&, gpu::Backend&, const device_codecs::StreamInput&, codec::StreamSpace&)>;
+
 // A codec: its parameters, how to make its CPU codec and (null: it has no kernels) its device
-// codec (device_codecs/device_codec.hpp) for float32 elements.
+// codec (device_codecs/device_codec.hpp) for float32 elements, and (null: none) its stream
+// form where `streams` says the spec's variant has one.
 struct Entry {
   const char* name;
   std::vector<Param> params;
@@ -174,6 +178,8 @@ struct Entry {
   // per-element arrays of state the codec itself keeps per tensor (temporal: its prediction, the
   // previous output and the previous input), besides what ef=1 adds
   unsigned state_arrays = 0;
+  std::function<bool(const CodecSpec&)> streams = nullptr;
+  StreamMaker make_stream = nullptr;
 };
 
 const std::string& value_of(const CodecSpec& s, const char* key) {
@@ -289,6 +295,15 @@ const std::vector<Entry>& registry() {
                "': error feedback cannot compensate the re-quantizing add (valid with error "
                "feedback: sum=exact)");
          }
+       },
+       0,
+       // one scale and exact sums (ef=1 included: the form keeps the residual in its pass)
+       [](const CodecSpec& s) {
+         return !s.ef21 && device_codecs::maxnorm_streams(maxnorm_params(s));
+       },
+       [](const CodecSpec& s, gpu::Backend& b, const device_codecs::StreamInput& in,
+          codec::StreamSpace& space) {
+         return device_codecs::make_stream_maxnorm(b, maxnorm_params(s), in, space);
        }},
       {"randk",
        {ratio_param("ratio"), uint_param("bits", 2, 8, "8"), round_param(),
@@ -570,6 +585,18 @@ std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Co
   auto dev_inner = e.make_device(spec, *cpu_inner, backend, resident);
   return device_codecs::make_device_error_feedback(cpu, backend, resident, std::move(cpu_inner),
                                                    std::move(dev_inner));
+}
+
+bool has_stream_form(const CodecSpec& spec) {
+  const Entry& e = entry_of(spec);
+  return e.make_stream != nullptr && e.streams(spec);
+}
+
+std::unique_ptr<codec::StreamForm> make_stream_form(const CodecSpec& spec, gpu::Backend& backend,
+                                                    const device_codecs::StreamInput& in,
+                                                    codec::StreamSpace& space) {
+  if (!has_stream_form(spec)) return nullptr;
+  return entry_of(spec).make_stream(spec, backend, in, space);
 }
 
 double allreduce_error_bound(const codec::Codec& codec, int ranks) {

@@ -16,6 +16,13 @@ namespace ccoll {
 namespace gpu {
 class Backend;
 }  // namespace gpu
+namespace codec {
+class StreamForm;
+class StreamSpace;
+}  // namespace codec
+namespace device_codecs {
+struct StreamInput;
+}  // namespace device_codecs
 
 struct CodecSpec {
   std::string name;
@@ -64,6 +71,17 @@ bool has_device_kernels(const CodecSpec& spec, codec::DType dtype);
 /// has_device_kernels() is false.
 std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,
                                                 gpu::Backend& backend, bool resident = false);
+
+/// True when `spec`'s codec has a stream form (codecs/stream_form.hpp) on float32 elements, so
+/// that the stream-ordered calls (and the NCCL interposer) run it: the registry's entry has a
+/// stream maker that takes this variant (maxnorm of one scale with exact sums, also ef=1).
+bool has_stream_form(const CodecSpec& spec);
+
+/// The stream form of `spec` for one call's input on `backend` (null where has_stream_form()
+/// is false); `space` outlives it.
+std::unique_ptr<codec::StreamForm> make_stream_form(const CodecSpec& spec, gpu::Backend& backend,
+                                                    const device_codecs::StreamInput& in,
+                                                    codec::StreamSpace& space);
 
 /// Names of all registered codecs, in the order the documentation lists them.
 std::vector<std::string> codec_names();

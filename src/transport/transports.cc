@@ -21,14 +21,15 @@ bool mpi_available(bool emulated, std::string& why) {
 
 const std::vector<TransportRow>& rows() {
   static const std::vector<TransportRow> table = {
-      // kind, name, device memory, exact lengths, every rank, available, make, path, emulated
-      {TransportKind::kAuto, "auto", false, false, false, nullptr, nullptr, DataPath::kStaged,
-       DataPath::kStaged},
-      {TransportKind::kStaged, "staged", false, false, false, nullptr, nullptr, DataPath::kStaged,
-       DataPath::kStaged},
-      {TransportKind::kMpi, "mpi", true, false, false, mpi_available, nullptr,
+      // kind, name, device memory, exact lengths, every rank, stream-ordered, available, make,
+      // path, emulated path
+      {TransportKind::kAuto, "auto", false, false, false, false, nullptr, nullptr,
+       DataPath::kStaged, DataPath::kStaged},
+      {TransportKind::kStaged, "staged", false, false, false, false, nullptr, nullptr,
+       DataPath::kStaged, DataPath::kStaged},
+      {TransportKind::kMpi, "mpi", true, false, false, false, mpi_available, nullptr,
        DataPath::kCudaAwareMpi, DataPath::kCudaAwareMpi},
-      {TransportKind::kNccl, "nccl", true, true, true, nccl_available, make_nccl_transport,
+      {TransportKind::kNccl, "nccl", true, true, true, true, nccl_available, make_nccl_transport,
        DataPath::kNccl, DataPath::kNcclEmulated},
   };
   return table;

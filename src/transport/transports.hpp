@@ -57,6 +57,10 @@ struct TransportRow {
   bool device_memory;  ///< payloads stay in device memory
   bool exact_lengths;  ///< receives name exact lengths: only lock-step schedules run on it
   bool every_rank;     ///< all ranks take it or none (its own communicator)
+  /// Its transport queues collectives on the caller's stream (DeviceTransport::
+  /// stream_collectives; on the emulated device, MPI as host functions of its queue): the
+  /// stream-ordered calls run on it.
+  bool stream_ordered;
   /// Whether this build and process can use it, on a real (`emulated` false) or the emulated
   /// device; `why` says why not. Null: always.
   bool (*available)(bool emulated, std::string& why);

@@ -1,4 +1,4 @@
-// The collectives the stream-ordered all-reduce (src/call/stream_allreduce.hpp) moves its data
+// The collectives the stream-ordered schedules (stream_ring.cc) move their data
 // with: MPI-free, so that the NCCL interposer (libccoll_nccl) implements them over the caller's
 // communicator too.
 #pragma once
@@ -9,7 +9,7 @@
 namespace ccoll {
 
 /// Collectives queued on the calling thread's device stream, never waited for by the host: what
-/// the stream-ordered all-reduce (src/call/stream_allreduce.hpp) moves its data with. NCCL's
+/// the stream-ordered schedules (stream_ring.cc) move their data with. NCCL's
 /// transport is one (ncclAllReduce, ncclSend/ncclRecv on the caller's stream); on the emulated
 /// device MPI stands in (mpi_stream.cc: MPI calls queued as host functions of the emulated
 /// queue, run when the queue runs).
