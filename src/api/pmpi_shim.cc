@@ -32,6 +32,7 @@
 #include "agreement.hpp"
 #include "ccoll/ccoll.hpp"
 #include "config.hpp"
+#include "settings_agreement.hpp"
 #include "spec.hpp"
 
 namespace {
@@ -74,6 +75,26 @@ const ccoll::SharedSettings& settings() {
   return s;
 }
 
+// The agreement's collectives on `comm`, through PMPI (the gather's MPI calls go to PMPI too:
+// marked as ccoll's own).
+class PmpiPlane final : public ccoll::ControlPlane {
+ public:
+  explicit PmpiPlane(MPI_Comm comm) : comm_(comm) {}
+  void max_words(std::uint64_t* words, std::size_t n) override {
+    if (PMPI_Allreduce(MPI_IN_PLACE, words, static_cast<int>(n), MPI_UINT64_T, MPI_MAX, comm_) !=
+        MPI_SUCCESS) {
+      throw ccoll::Error(ccoll::Status::kMpiError, "MPI_Allreduce failed");
+    }
+  }
+  std::vector<std::string> gather_texts(const std::string& mine) override {
+    Inside inside;
+    return ccoll::call::gather_texts(mine, comm_);
+  }
+
+ private:
+  MPI_Comm comm_;
+};
+
 // Null where every rank of `comm` runs with the same valid settings; else why not. The first
 // call on `comm` agrees: every rank's first intercepted collective on a communicator is the same
 // call (MPI orders a communicator's collectives alike on every rank), so the PMPI_Allreduce
@@ -89,24 +110,13 @@ const std::string* disagreement(MPI_Comm comm) {
   PMPI_Comm_get_attr(comm, keyval, &value, &found);
   if (found == 0) {
     auto a = std::make_unique<Agreement>();
-    const ccoll::SharedSettings& mine = settings();
-    const std::uint64_t fp = mine.fingerprint();
-    std::uint64_t words[3] = {fp, ~fp, mine.error.empty() ? 0u : 1u};
-    if (PMPI_Allreduce(MPI_IN_PLACE, words, 3, MPI_UINT64_T, MPI_MAX, comm) != MPI_SUCCESS) {
-      a->failed = true;
-      a->why = "the agreement on ccoll's settings failed in MPI_Allreduce";
-    } else if (words[2] != 0 || words[0] != fp || ~words[1] != fp) {
-      a->failed = true;
-      try {
-        Inside inside;  // the gather's MPI_Allgather goes to PMPI, not back here
-        a->why = ccoll::settings_disagreement(ccoll::call::gather_texts(mine.text(), comm));
-      } catch (const ccoll::Error& e) {
-        a->why =
-            "the ranks' ccoll settings differ (gathering them to name the difference failed: " +
-            e.message() + ")";
-      }
-      a->why += " (this rank: " + mine.describe() + ")";
+    try {
+      PmpiPlane plane(comm);
+      a->why = ccoll::agree_settings(settings(), plane);
+    } catch (const ccoll::Error& e) {
+      a->why = "the agreement on ccoll's settings failed: " + e.message();
     }
+    a->failed = !a->why.empty();
     value = a.get();
     PMPI_Comm_set_attr(comm, keyval, a.release());
   }

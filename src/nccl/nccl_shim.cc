@@ -12,15 +12,18 @@
 //
 // Agreement: NCCL calls carry the same arguments on every rank, so which calls are candidates
 // (type, op, not in a group) is the same everywhere; the configuration (CCOLL_CODEC, ...) need
-// not be. The first candidate call on a communicator therefore agrees on it once: an
-// ncclAllReduce max of a fingerprint of the configuration, its complement and a local error
-// flag, waited for (the one time the host waits; a call being captured into a CUDA graph is
-// passed through until then). A rank whose configuration is invalid, or ranks that disagree,
-// make every later candidate call fail on every rank with ncclInvalidUsage and the reason in
-// ncclGetLastError, never a hang.
+// not be. The first candidate call on a communicator therefore agrees on it once, as the
+// preload library does (settings_agreement.hpp): an ncclAllReduce max of a fingerprint of the
+// configuration, its complement and a local error flag, and where they differ an ncclAllGather
+// of every rank's settings, waited for (the one time the host waits; a call being captured
+// into a CUDA graph is passed through until then). A rank whose configuration is invalid, or
+// ranks that disagree, make every later candidate call fail on every rank with
+// ncclInvalidUsage and the same reason in ncclGetLastError (the invalid rank and why, or the
+// setting two ranks differ in with both values), never a hang.
 #include <dlfcn.h>
 #include <nccl.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <functional>
@@ -28,11 +31,13 @@
 #include <mutex>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "backend.hpp"
 #include "ccoll/ccoll.hpp"
 #include "ccoll/error.hpp"
 #include "config.hpp"
+#include "settings_agreement.hpp"
 #include "spec.hpp"
 #include "stream_allreduce.hpp"
 #include "stream_collectives.hpp"
@@ -243,7 +248,79 @@ void forget(ncclComm_t comm) {
 
 thread_local int t_group_depth = 0;
 
-// The once-per-communicator agreement (see the top of the file), on the caller's stream.
+// Device memory for one of the agreement's collectives, freed however it ends.
+struct DeviceWords {
+  DeviceWords(gpu::Backend& backend, std::size_t bytes)
+      : b(backend), p(backend.device_alloc(bytes == 0 ? 1 : bytes)) {}
+  ~DeviceWords() { b.device_free(p); }
+  DeviceWords(const DeviceWords&) = delete;
+  DeviceWords& operator=(const DeviceWords&) = delete;
+  gpu::Backend& b;
+  void* p;
+};
+
+// The agreement's collectives on the caller's communicator and stream, waited for: the next
+// NCCL's ncclAllReduce (max) and ncclAllGather on device memory.
+class NcclPlane final : public ControlPlane {
+ public:
+  NcclPlane(ncclComm_t comm, cudaStream_t stream, gpu::Backend& b, int ranks)
+      : comm_(comm), stream_(stream), b_(b), ranks_(ranks) {}
+  void max_words(std::uint64_t* words, std::size_t n) override {
+    DeviceWords dev(b_, 8 * n);
+    b_.set_stream(stream_);
+    b_.copy(dev.p, words, 8 * n);
+    settle(next().all_reduce(dev.p, dev.p, n, ncclUint64, ncclMax, comm_, stream_),
+           "ncclAllReduce");
+    b_.copy(words, dev.p, 8 * n);
+    b_.synchronize();
+  }
+  // the lengths, then the texts padded to the longest
+  std::vector<std::string> gather_texts(const std::string& mine) override {
+    if (next().all_gather == nullptr) {
+      throw Error(Status::kNcclError, "ncclAllGather of a real NCCL was not found");
+    }
+    const auto p = static_cast<std::size_t>(ranks_);
+    const std::vector<std::uint64_t> lens = gather(std::vector<std::uint64_t>{mine.size()});
+    std::uint64_t longest = 0;
+    for (std::uint64_t l : lens) longest = std::max(longest, l);
+    std::string padded = mine;
+    padded.resize(longest, '\0');
+    const std::vector<char> all = gather(std::vector<char>(padded.begin(), padded.end()));
+    std::vector<std::string> texts;
+    for (std::size_t r = 0; r < p; ++r) texts.emplace_back(all.data() + r * longest, lens[r]);
+    return texts;
+  }
+  /// The NCCL code of the last failure (ncclSuccess: none).
+  ncclResult_t result = ncclSuccess;
+
+ private:
+  template <class T>
+  std::vector<T> gather(const std::vector<T>& mine) {
+    const std::size_t bytes = mine.size() * sizeof(T);
+    const auto p = static_cast<std::size_t>(ranks_);
+    std::vector<T> all(mine.size() * p);
+    DeviceWords send(b_, bytes);
+    DeviceWords recv(b_, bytes * p);
+    b_.set_stream(stream_);
+    if (bytes != 0) b_.copy(send.p, mine.data(), bytes);
+    settle(next().all_gather(send.p, recv.p, bytes, ncclUint8, comm_, stream_), "ncclAllGather");
+    if (bytes != 0) b_.copy(all.data(), recv.p, bytes * p);
+    b_.synchronize();
+    return all;
+  }
+  void settle(ncclResult_t r, const char* what) {
+    if (r == ncclSuccess) return;
+    result = r;
+    throw Error(Status::kNcclError, std::string(what) + " failed in the agreement");
+  }
+  ncclComm_t comm_;
+  cudaStream_t stream_;
+  gpu::Backend& b_;
+  int ranks_;
+};
+
+// The once-per-communicator agreement (see the top of the file), on the caller's stream: the
+// shared settings' agreement of the preload library (settings_agreement.hpp) over NCCL.
 ncclResult_t agree(CommState& s, ncclComm_t comm, cudaStream_t stream, gpu::Backend& b) {
   const Config& c = config();
   if (next().comm_count == nullptr || next().comm_user_rank == nullptr) {
@@ -252,33 +329,15 @@ ncclResult_t agree(CommState& s, ncclComm_t comm, cudaStream_t stream, gpu::Back
   ncclResult_t r = next().comm_count(comm, &s.ranks);
   if (r == ncclSuccess) r = next().comm_user_rank(comm, &s.rank);
   if (r != ncclSuccess) return passed(r);
-  const std::uint64_t fingerprint = c.settings.fingerprint();
-  std::uint64_t words[3] = {fingerprint, ~fingerprint, c.error.empty() ? 0u : 1u};
+  if (next().all_reduce == nullptr) return missing("ncclAllReduce");
+  NcclPlane plane(comm, stream, b, s.ranks);
   try {
-    b.set_stream(stream);
-    void* dev = b.device_alloc(sizeof words);
-    b.copy(dev, words, sizeof words);
-    r = next().all_reduce(dev, dev, 3, ncclUint64, ncclMax, comm, stream);
-    if (r == ncclSuccess) b.copy(words, dev, sizeof words);
-    b.synchronize();
-    b.device_free(dev);
+    s.failure = agree_settings(c.settings, plane);
   } catch (const Error& e) {
+    if (plane.result != ncclSuccess) return passed(plane.result);  // NCCL's own error
     return fail(nccl_code(e.code()), std::string("libccoll_nccl's agreement: ") + e.message());
   }
-  if (r != ncclSuccess) return passed(r);
-  if (words[2] != 0 || words[0] != fingerprint || words[1] != ~fingerprint) {
-    s.agreed = CommState::Agreed::kFailed;
-    s.failure =
-        !c.error.empty() ? c.error
-        : words[2] != 0
-            ? "another rank's ccoll configuration is invalid (this rank: " + c.settings.describe() +
-                  "); see its ncclGetLastError"
-            : "the ranks of this communicator differ in their ccoll settings (this "
-              "rank: " +
-                  c.settings.describe() + "); set them equal on every rank";
-  } else {
-    s.agreed = CommState::Agreed::kYes;
-  }
+  s.agreed = s.failure.empty() ? CommState::Agreed::kYes : CommState::Agreed::kFailed;
   return ncclSuccess;
 }
 

@@ -8,9 +8,10 @@
 #    gathers of at least CCOLL_MIN_BYTES outside a group are compressed within maxnorm's bound,
 #    the same bits on every rank; small, integer, max and grouped calls pass through unchanged;
 #    with ef=1 (and CCOLL_STATE_BY_BUFFER=1) the all-reduces, the others passing through;
-# 3. refused configurations fail every candidate call on every rank with the reason in
-#    ncclGetLastError, never a hang: a codec the pipeline cannot run, ef=1 without
-#    CCOLL_STATE_BY_BUFFER, a malformed CCOLL_NCCL_INTERCEPT, and ranks whose codecs differ;
+# 3. refused configurations fail every candidate call on every rank with the same reason in
+#    ncclGetLastError, never a hang: a codec with no stream form, ef=1 without
+#    CCOLL_STATE_BY_BUFFER, a malformed CCOLL_NCCL_INTERCEPT, and ranks whose codecs differ
+#    (the reason names the setting and both values);
 # 4. a corrupt payload on one rank is reported by ncclCommGetAsyncError on every rank.
 set -euo pipefail
 MPIEXEC=$1
@@ -63,8 +64,10 @@ run bad_switch "error CCOLL_NCCL_INTERCEPT" LD_PRELOAD="$LIB" CCOLL_NCCL_INTERCE
   CCOLL_CODEC=maxnorm:bits=8
 # ranks that differ: rank 0 with another codec (MPMD: one app context per codec)
 rc=0
-timeout 120 "$MPIEXEC" -n 1 env LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=4 "$APP" error differ : \
-  -n $((P - 1)) env LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=8 "$APP" error differ \
+# (every rank's reason names the setting and both ranks' values, as the preload library's does)
+why="CCOLL_CODEC is maxnorm:bits=4"
+timeout 120 "$MPIEXEC" -n 1 env LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=4 "$APP" error "$why" : \
+  -n $((P - 1)) env LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=8 "$APP" error "$why" \
   > "$work/differ.out" 2> "$work/differ.err" || rc=$?
 [ "$rc" -ne 124 ] || fail "differ: timed out (hang)"
 [ "$rc" -eq 0 ] || fail "differ: exit status $rc"

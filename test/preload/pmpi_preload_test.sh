@@ -12,6 +12,8 @@
 # 4. A malformed CCOLL_CODEC fails the run on every rank with a message naming the codecs.
 # 5. A stateful codec (ef=1) is refused, naming CCOLL_STATE_BY_BUFFER; with
 #    CCOLL_STATE_BY_BUFFER=1 it runs and the ranks agree.
+# 6. Ranks whose codecs differ fail the run, no hang, the reason naming the setting and both
+#    values (the agreement the NCCL interposer shares).
 set -euo pipefail
 MPIEXEC=$1
 P=$2
@@ -105,4 +107,15 @@ run optin LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=4,ef=1 CCOLL_STATE_BY_BUFFE
 while read -r name hash err agree; do
   [ "$agree" = 1 ] || fail "$name (ef=1): ranks hold different results"
 done < "$work/optin.out"
+# 6. ranks that differ: rank 0 with another codec (MPMD: one app context per codec)
+if [ "$P" -ge 2 ]; then
+  rc=0
+  timeout 120 "$MPIEXEC" -n 1 env LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=4 "${PROG[@]}" : \
+    -n $((P - 1)) env LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=8 "${PROG[@]}" \
+    > "$work/differ.out" 2> "$work/differ.err" || rc=$?
+  [ "$rc" -ne 124 ] || fail "differ: timed out (hang)"
+  [ "$rc" -ne 0 ] || fail "ranks with different codecs ran"
+  grep -q "CCOLL_CODEC is maxnorm:bits=4.* on rank 0 and maxnorm:bits=8" "$work/differ.err" ||
+    fail "the refusal of differing codecs does not name both"
+fi
 echo "pmpi_preload_test: $P ranks passed"
