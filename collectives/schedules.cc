@@ -170,9 +170,15 @@ const ScheduleRow& schedule_row(Algorithm a) {
               "schedule_row: no row for algorithm " + std::to_string(static_cast<int>(a)));
 }
 
+bool runs_two_level(Algorithm a) {
+  const ScheduleRow* r = find_row(a);
+  return r != nullptr && r->two_level;
+}
+
 const ScheduleRow* stream_schedule(Algorithm a, Op op) {
   for (const ScheduleRow& r : rows()) {
-    if ((a == Algorithm::kAuto || r.id == a) && r.stream != nullptr && (r.stream_ops & bit(op)))
+    if ((a == Algorithm::kAuto || r.id == a) && r.stream != nullptr &&
+        (r.stream_ops & bit(op)) != 0)
       return &r;
   }
   return nullptr;

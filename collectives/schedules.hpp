@@ -88,6 +88,10 @@ const std::vector<ScheduleRow>& schedule_table();
 /// The row of `a` (not kAuto).
 const ScheduleRow& schedule_row(Algorithm a);
 
+/// Whether `a` is run above the schedules, by the API layer (a row with `two_level`: the
+/// hierarchical schedule); false for kAuto.
+bool runs_two_level(Algorithm a);
+
 /// The row that runs `op` stream-ordered under `a` (kAuto: the first row that can), or null.
 const ScheduleRow* stream_schedule(Algorithm a, Op op);
 

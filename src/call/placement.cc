@@ -117,7 +117,7 @@ void choose_device_path(Call& call, Placement& pl, Checked& c, CommContext& ctx,
   // algorithm=hierarchical on a transport of its own (NCCL): the node's steps on the device
   // buffers through it (on the emulated device MPI stands in), the cross-node step on device
   // memory, which takes its own path
-  if (compress && tr.every_rank && c.algorithm == coll::Algorithm::kHierarchical) {
+  if (compress && tr.every_rank && coll::runs_two_level(c.algorithm)) {
     pl.path = tr.path_on(emulated);
     if (const Topology* topo = ctx.topology_if_made()) {
       CommContext* node = topo->node != MPI_COMM_NULL ? CommContext::find(topo->node) : nullptr;

@@ -461,7 +461,7 @@ void local_stage(Flow& f) {
   f.stream = f.compress && runs_stream_ordered(f);
   // the hierarchical schedule's cross-node call makes its own plan; the stream-ordered
   // all-reduce needs none (its scan and scales are on the device)
-  if (f.compress && !f.stream && c.algorithm != coll::Algorithm::kHierarchical) prepare_plan(f);
+  if (f.compress && !f.stream && !coll::runs_two_level(c.algorithm)) prepare_plan(f);
   // the stream-ordered all-reduce's kernels read 16-bit input themselves
   if (f.stream) f.prep.reads_half = call.input_half != Half::kNone;
   // 16-bit input that no codec reads is widened before any later stage reads it
@@ -588,7 +588,7 @@ void run_flat(Flow& f) {
 // takes the flat schedule or the hierarchical one, as measured (every rank takes the same
 // candidate: the inputs were agreed); algorithm=hierarchical the two levels.
 void run_compressed(Flow& f) {
-  const bool hierarchical = f.c.algorithm == coll::Algorithm::kHierarchical;
+  const bool hierarchical = coll::runs_two_level(f.c.algorithm);
   LevelChoice* level = nullptr;
   int candidate = LevelChoice::kFlat;
   if (!hierarchical && f.c.algorithm == coll::Algorithm::kAuto && !f.call.nested &&

@@ -179,5 +179,25 @@ TEST(ScheduleTable, ChecksFollowTheRows) {
   EXPECT_EQ(coll::select_reduce_scatter(Algorithm::kAuto, false), Algorithm::kScatterReduce);
 }
 
+// The table's stream-ordered and two-level columns answer what the call layer asks of them.
+TEST(ScheduleTable, StreamOrderedAndTwoLevelFollowTheRows) {
+  const coll::Op ops[] = {coll::Op::kAllreduce, coll::Op::kReduceScatter, coll::Op::kAllgather};
+  for (const coll::Op op : ops) {
+    const coll::ScheduleRow* first = nullptr;
+    for (const coll::ScheduleRow& r : coll::schedule_table()) {
+      const bool streams = r.stream != nullptr && (r.stream_ops & coll::bit(op)) != 0;
+      EXPECT_EQ(coll::stream_schedule(r.id, op), streams ? &r : nullptr) << r.name;
+      if (streams && first == nullptr) first = &r;
+    }
+    EXPECT_EQ(coll::stream_schedule(Algorithm::kAuto, op), first);
+    ASSERT_NE(first, nullptr) << "no row runs " << coll::op_function(op) << " stream-ordered";
+  }
+  for (const coll::ScheduleRow& r : coll::schedule_table()) {
+    EXPECT_EQ(coll::runs_two_level(r.id), r.two_level) << r.name;
+  }
+  EXPECT_FALSE(coll::runs_two_level(Algorithm::kAuto));
+  EXPECT_TRUE(coll::runs_two_level(Algorithm::kHierarchical));
+}
+
 }  // namespace
 }  // namespace ccoll
