@@ -17,7 +17,7 @@
 #include "call.hpp"
 #include "comm_context.hpp"
 #include "phase_clock.hpp"
-#include "stream_allreduce.hpp"
+#include "stream_allreduce.hpp"  // stream_state()
 
 namespace ccoll::call {
 
@@ -37,16 +37,5 @@ void copy_counters(const coll::Counters& c, Stats& s);
 /// The input of a path without agreement: this rank's block of recvbuf (all of it for an
 /// all-reduce), with sendbuf copied in unless in place. Returns the block.
 std::byte* place_own_input(const Call& call, std::size_t es, int rank);
-
-/// The communicator's stream-ordered state on backend `b`, made on first use. (The context
-/// holds it as a StreamStore; StreamState::make is the only maker, so the cast is exact.)
-inline StreamState& stream_state(CommContext& ctx, gpu::Backend& b) {
-  return static_cast<StreamState&>(ctx.stream_store(b, &StreamState::make));
-}
-
-/// That state if it was made, else null.
-inline StreamState* stream_state_if_made(CommContext& ctx) {
-  return static_cast<StreamState*>(ctx.stream_store_if_made());
-}
 
 }  // namespace ccoll::call

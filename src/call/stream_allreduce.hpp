@@ -28,6 +28,7 @@
 #include "backend.hpp"
 #include "call_state.hpp"
 #include "ccoll/ccoll.hpp"
+#include "comm_core.hpp"
 #include "maxnorm_device.hpp"  // gpu::Input
 #include "schedules.hpp"
 #include "spec.hpp"
@@ -93,6 +94,17 @@ class StreamState final : public StreamStore, public codec::StreamSpace {
   };
   std::map<std::tuple<std::uint64_t, std::size_t, std::string>, Residual> residuals_;
 };
+
+/// A communicator's stream-ordered state on backend `b`, made on first use. (Its core holds it
+/// as a StreamStore; StreamState::make is the only maker, so the cast is exact.)
+inline StreamState& stream_state(CommCore& comm, gpu::Backend& b) {
+  return static_cast<StreamState&>(comm.stream_store(b, &StreamState::make));
+}
+
+/// That state if it was made, else null.
+inline StreamState* stream_state_if_made(CommCore& comm) {
+  return static_cast<StreamState*>(comm.stream_store_if_made());
+}
 
 /// One stream-ordered all-reduce: `count` elements of device memory at `in` (fp32, or 16-bit
 /// values the kernels widen as they read them: `input`) summed (or averaged) over the `ranks`

@@ -118,7 +118,7 @@ DeviceTransport& CommContext::device_transport(TransportKind kind) {
 }
 
 void CommContext::reset_state(std::uint64_t key) {
-  if (stream_ != nullptr) stream_->reset(key);  // stream-ordered ef=1 residuals
+  if (StreamStore* st = stream_store_if_made()) st->reset(key);  // stream-ordered ef=1 residuals
   for (Plan& q : plans_) {
     if (q.key.tensor_key != 0 && (key == 0 || q.key.tensor_key == key)) {
       q.codec->reset_state();
@@ -158,6 +158,7 @@ CommContext::~CommContext() {
     if (topology_->node != MPI_COMM_NULL) MPI_Comm_free(&topology_->node);
   }
   if (dup_ != MPI_COMM_NULL) MPI_Comm_free(&dup_);
+  drop_stream_store();  // before the members, emulated_stream_ among them
 }
 
 const Topology& CommContext::topology() {
@@ -224,15 +225,6 @@ const Topology& CommContext::topology() {
   return *topology_;
 }
 
-StreamStore& CommContext::stream_store(gpu::Backend& b, StreamStoreMaker make) {
-  if (stream_ == nullptr || &stream_->backend() != &b) {
-    stream_ = make(b);
-    for (const auto& r : loaded_residuals_) stream_->load_residual(r);
-    loaded_residuals_.clear();
-  }
-  return *stream_;
-}
-
 namespace {
 
 constexpr std::uint64_t kStateMagic = 0x31747365636F6363ull;  // "ccoestt1": ccoll's state, v1
@@ -268,15 +260,11 @@ std::vector<std::byte> CommContext::save_state(std::uint64_t key) {
     (q.device_codec != nullptr ? *q.device_codec : *q.codec).save_state(s);
     plans.emplace_back(&q, std::move(s));
   }
-  std::vector<StreamStore::SavedResidual> residuals;
-  if (stream_ != nullptr) residuals = stream_->save_residuals(key);
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> counts;  // named tensors' calls
-  for (const auto& [k, n] : tensor_calls_) {
-    if (key == 0 || k == key) counts.emplace_back(k, n);
-  }
-  std::sort(counts.begin(), counts.end());
+  const Saved core = save_core(key);
+  const auto& residuals = core.residuals;
+  const auto& counts = core.tensor_calls;  // named tensors' calls
   w.u64(kStateMagic);
-  w.u64(calls_);  // the calls so far: the stochastic rounding's counter
+  w.u64(core.calls);  // the calls so far: the stochastic rounding's counter
   w.u64(plans.size() + residuals.size() + counts.size());
   for (const auto& [q, s] : plans) {
     w.u64(kPlanEntry);
@@ -308,8 +296,8 @@ void CommContext::load_state(const std::byte* data, std::size_t bytes) {
   const std::uint64_t calls = r.u64();
   const std::uint64_t n = r.u64();
   std::vector<std::pair<PlanKey, std::vector<std::byte>>> plans;
-  std::vector<StreamStore::SavedResidual> residuals;
-  std::vector<std::pair<std::uint64_t, std::uint64_t>> counts;
+  Saved core;
+  core.calls = calls;
   for (std::uint64_t i = 0; i < n; ++i) {
     const std::uint64_t type = r.u64();
     if (type == kPlanEntry) {
@@ -329,17 +317,16 @@ void CommContext::load_state(const std::byte* data, std::size_t bytes) {
       s.spec = r.text();
       s.values = r.array<float>();
       if (s.values.size() != s.count) r.bad("a malformed stream-ordered residual");
-      residuals.push_back(std::move(s));
+      core.residuals.push_back(std::move(s));
     } else if (type == kTensorCallsEntry) {
       const std::uint64_t k = r.u64();
-      counts.emplace_back(k, r.u64());
+      core.tensor_calls.emplace_back(k, r.u64());
     } else {
       r.bad("an entry of unknown type " + std::to_string(type));
     }
   }
   r.done();
-  if (calls != 0) calls_ = calls;  // the resumed calls draw what the uninterrupted ones would
-  for (const auto& [k, c] : counts) tensor_calls_[k] = c;
+  load_core(std::move(core));
   for (auto& [k, s] : plans) {
     const auto found = index_.find(k);
     if (found == index_.end()) {
@@ -352,13 +339,6 @@ void CommContext::load_state(const std::byte* data, std::size_t bytes) {
       q.device_codec->load_state(s.data(), s.size());
     } else {
       q.loaded_state = std::move(s);
-    }
-  }
-  for (auto& s : residuals) {
-    if (stream_ != nullptr) {
-      stream_->load_residual(s);
-    } else {
-      loaded_residuals_.push_back(std::move(s));
     }
   }
 }

@@ -18,6 +18,7 @@
 #include "call_state.hpp"
 #include "codec.hpp"
 #include "collectives.hpp"
+#include "comm_core.hpp"
 #include "mpi_transport.hpp"
 #include "node_steps.hpp"
 #include "progress.hpp"
@@ -164,7 +165,9 @@ struct Topology {
   std::unique_ptr<NodeSteps> steps;
 };
 
-class CommContext {
+/// An MPI communicator's context: the core every communicator keeps (CommCore: call counters,
+/// stream-ordered state) and what MPI adds: the duplicate, transports, plans, topology, tuning.
+class CommContext final : public CommCore {
  public:
   /// The context of `user`, created on the first call (collective: MPI_Comm_dup).
   static CommContext& get(MPI_Comm user);
@@ -197,10 +200,6 @@ class CommContext {
   /// Frees it (the next device_transport() makes a new one): for a communicator whose peers
   /// elsewhere failed to make theirs, so that every rank starts over together.
   void drop_device_transport(TransportKind kind) { own_.erase(kind); }
-  /// Counts every collective call on this communicator; equal on all ranks.
-  std::uint64_t next_call() { return calls_++; }
-  /// The calls so far of the tensor the caller named `key` (Options::key), counted up.
-  std::uint64_t next_tensor_call(std::uint64_t key) { return tensor_calls_[key]++; }
   /// Finds (one hash lookup) or creates the plan for `key`, whose codec `spec` describes
   /// (key.codec is spec.canonical). Beyond kMaxStatelessPlans the least recently used
   /// stateless plan is freed (it only holds workspace). Plans of stateful codecs (ef=1) hold a
@@ -241,11 +240,6 @@ class CommContext {
   /// The progress queue if it was made, else null.
   ProgressQueue* progress_if_made() { return progress_.get(); }
 
-  /// The stream-ordered calls' state on backend `b`, made by `make` on first use (and again
-  /// when `b` is another backend), given the residuals load_state() holds for it.
-  StreamStore& stream_store(gpu::Backend& b, StreamStoreMaker make);
-  /// That state if it was made, else null.
-  StreamStore* stream_store_if_made() { return stream_.get(); }
   /// The emulated device's stream collectives (MPI over this communicator as host functions of
   /// its queue), made on first use; null on a real device.
   StreamCollectives* emulated_stream_collectives(gpu::Backend& b);
@@ -258,9 +252,7 @@ class CommContext {
   static constexpr std::size_t kMaxStatefulPlans = 4096;
 
   explicit CommContext(MPI_Comm user);
-  ~CommContext();
-  CommContext(const CommContext&) = delete;
-  CommContext& operator=(const CommContext&) = delete;
+  ~CommContext() override;
 
  private:
   void evict();
@@ -269,9 +261,7 @@ class CommContext {
   MPI_Comm dup_ = MPI_COMM_NULL;
   std::unique_ptr<MpiTransport> transport_;
   std::map<TransportKind, std::unique_ptr<DeviceTransport>> own_;
-  std::uint64_t calls_ = 0;
-  std::unordered_map<std::uint64_t, std::uint64_t> tensor_calls_;  // next_tensor_call()
-  std::list<Plan> plans_;                                          // most recently used first
+  std::list<Plan> plans_;  // most recently used first
   std::unordered_map<PlanKey, std::list<Plan>::iterator, PlanKeyHash> index_;  // into plans_
   std::size_t stateful_ = 0;     // plans of plans_ with a tensor key
   std::size_t stateless_ = 0;    // the others
@@ -282,12 +272,11 @@ class CommContext {
   gpu::Buffer stage_send_;
   gpu::Buffer stage_recv_;
   std::unique_ptr<Topology> topology_;
-  // load_state()'s bytes of plans and stream-ordered residuals not made yet
+  // load_state()'s bytes of plans not made yet
   std::unordered_map<PlanKey, std::vector<std::byte>, PlanKeyHash> loaded_plans_;
-  std::vector<StreamStore::SavedResidual> loaded_residuals_;
-  // before stream_: destroyed after it, whose end may run queued host functions that use it
+  // outlives the stream-ordered state (freed at the end of ~CommContext's body), whose end may
+  // run queued host functions that use it
   std::unique_ptr<StreamCollectives> emulated_stream_;
-  std::unique_ptr<StreamStore> stream_;
   // last: destroyed first, after running its queued calls, which use everything above
   std::unique_ptr<ProgressQueue> progress_;
 };

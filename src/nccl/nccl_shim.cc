@@ -10,6 +10,10 @@
 // communicator's teardown frees ccoll's state, and ncclGetLastError/ncclCommGetAsyncError carry
 // ccoll's errors.
 //
+// State: each communicator's CommCore (context/comm_core.hpp, as the library's MPI contexts keep
+// it: the call counter, the stream-ordered state with the ef=1 residuals per tensor), made on
+// its first candidate call and freed by ncclCommDestroy / ncclCommAbort.
+//
 // Agreement: NCCL calls carry the same arguments on every rank, so which calls are candidates
 // (type, op, not in a group) is the same everywhere; the configuration (CCOLL_CODEC, ...) need
 // not be. The first candidate call on a communicator therefore agrees on it once, as the
@@ -208,14 +212,15 @@ class CommCollectives final : public StreamCollectives {
 
 // ---- a communicator's state ----
 
-struct CommState {
+// The core every communicator keeps (comm_core.hpp: the call counter, the stream-ordered
+// state with its per-tensor residuals), and what the interposer adds: the agreement's verdict,
+// the communicator's place, its stream collectives.
+struct CommState final : CommCore {
   enum class Agreed { kNo, kYes, kFailed };
   Agreed agreed = Agreed::kNo;
   std::string failure;  // why kFailed
   int rank = 0;
   int ranks = 1;
-  std::uint64_t calls = 0;
-  std::unique_ptr<call::StreamState> stream;
   std::unique_ptr<CommCollectives> coll;
   // a compressed call flagged a corrupt payload (here or, through the next call's agreed scales,
   // on another rank): reported by ncclCommGetAsyncError from then on
@@ -399,39 +404,37 @@ ncclResult_t try_compress(Kind kind, const void* in, void* out, std::size_t coun
   handled = true;
   try {
     b->set_stream(stream);
-    if (s.stream == nullptr) {
-      s.stream = std::make_unique<call::StreamState>(*b);
-      s.coll = std::make_unique<CommCollectives>(comm);
-    }
+    call::StreamState& st = call::stream_state(s, *b);
+    if (s.coll == nullptr) s.coll = std::make_unique<CommCollectives>(comm);
     // a corrupt payload is reported as NCCL reports asynchronous errors (ncclCommGetAsyncError),
     // never by refusing a call here: ranks read the word at different times, and a refusal on
     // some ranks only would leave the others waiting
-    if (call::stream_error_seen(*s.stream)) s.corrupt = true;
+    if (call::stream_error_seen(st)) s.corrupt = true;
     s.coll->set_stream(stream);
     s.coll->result = ncclSuccess;
     const bool half = type != ncclFloat32;
-    call::StreamAllreduce a{in,
-                            type == ncclFloat32   ? gpu::Input::kFloat32
-                            : type == ncclFloat16 ? gpu::Input::kFloat16
-                                                  : gpu::Input::kBFloat16,
-                            half ? nullptr : static_cast<float*>(out),
-                            half ? static_cast<std::uint16_t*>(out) : nullptr,
-                            kind == Kind::kReduceScatter ? elements : count,
-                            s.rank,
-                            s.ranks,
-                            &c.spec,
-                            coll::Algorithm::kAuto,
-                            c.spec.ef ? s.stream->residual(reinterpret_cast<std::uintptr_t>(out),
-                                                           count, c.spec.canonical)
-                                      : nullptr,
-                            op == ncclAvg,
-                            0,
-                            s.calls++,
-                            stream,
-                            kind == Kind::kReduceScatter,
-                            kind == Kind::kAllgather};
+    call::StreamAllreduce a{
+        in,
+        type == ncclFloat32   ? gpu::Input::kFloat32
+        : type == ncclFloat16 ? gpu::Input::kFloat16
+                              : gpu::Input::kBFloat16,
+        half ? nullptr : static_cast<float*>(out),
+        half ? static_cast<std::uint16_t*>(out) : nullptr,
+        kind == Kind::kReduceScatter ? elements : count,
+        s.rank,
+        s.ranks,
+        &c.spec,
+        coll::Algorithm::kAuto,
+        c.spec.ef ? st.residual(reinterpret_cast<std::uintptr_t>(out), count, c.spec.canonical)
+                  : nullptr,
+        op == ncclAvg,
+        0,
+        s.next_call(),
+        stream,
+        kind == Kind::kReduceScatter,
+        kind == Kind::kAllgather};
     Stats stats;
-    call::run_stream_allreduce(a, *s.stream, *s.coll, stats);
+    call::run_stream_allreduce(a, st, *s.coll, stats);
     if (log_enabled(LogLevel::kInfo)) {
       log(LogLevel::kInfo, s.rank,
           std::string(name_of(kind)) + " of " + std::to_string(elements * size_of(type)) +
@@ -525,9 +528,11 @@ CCOLL_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult
   if (r != ncclSuccess || asyncError == nullptr || *asyncError != ncclSuccess) return r;
   std::lock_guard<std::mutex> lock(g_mutex);
   auto it = comms().find(comm);
-  if (it != comms().end() && it->second->stream != nullptr) {
+  ccoll::call::StreamState* st =
+      it != comms().end() ? ccoll::call::stream_state_if_made(*it->second) : nullptr;
+  if (st != nullptr) {
     CommState& s = *it->second;
-    if (ccoll::call::stream_error_seen(*s.stream)) s.corrupt = true;
+    if (ccoll::call::stream_error_seen(*st)) s.corrupt = true;
     if (s.corrupt) {
       *asyncError = ncclRemoteError;
       t_error =
