@@ -1,6 +1,8 @@
 # Installs the build tree into a scratch prefix, builds test/consumer against it with
-# find_package(ccoll), checks pkg-config, and runs the consumer on 2 MPI ranks.
-# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, MPIEXEC, PKG_CONFIG.
+# find_package(ccoll), checks pkg-config, and runs the consumer on 2 MPI ranks; then builds the
+# README's complete programs (each ```cpp block that opens with "// NAME.cc:") against the same
+# prefix and runs each on 2 ranks, so that the README's code compiles and runs as it stands.
+# Inputs: BUILD_DIR, SOURCE_DIR, WORK_DIR, MPIEXEC, PKG_CONFIG, README.
 file(REMOVE_RECURSE "${WORK_DIR}")
 set(prefix "${WORK_DIR}/prefix")
 function(run)
@@ -20,3 +22,34 @@ if(PKG_CONFIG)
 endif()
 set(ENV{LD_LIBRARY_PATH} "${prefix}/lib:${prefix}/lib64:$ENV{LD_LIBRARY_PATH}")
 run(${MPIEXEC} -n 2 "${WORK_DIR}/build/consumer")
+
+# the README's programs
+file(READ "${README}" readme)
+string(REPLACE ";" "@SEMICOLON@" readme "${readme}")  # a CMake list would split the code at ;
+string(REGEX MATCHALL "```cpp\n// [a-z_]+\\.cc:[^`]*```" blocks "${readme}")
+list(LENGTH blocks nblocks)
+if(nblocks EQUAL 0)
+  message(FATAL_ERROR "no complete program found in ${README}")
+endif()
+set(rdir "${WORK_DIR}/readme")
+set(lists "cmake_minimum_required(VERSION 3.25)\nproject(ccoll_readme LANGUAGES CXX)\n")
+string(APPEND lists "find_package(ccoll REQUIRED)\n")
+set(names)
+foreach(block IN LISTS blocks)
+  string(REGEX MATCH "// ([a-z_]+)\\.cc:" _ "${block}")
+  set(name "${CMAKE_MATCH_1}")
+  string(REGEX REPLACE "^```cpp\n" "" code "${block}")
+  string(REGEX REPLACE "```$" "" code "${code}")
+  string(REPLACE "@SEMICOLON@" ";" code "${code}")
+  file(WRITE "${rdir}/${name}.cc" "${code}")
+  string(APPEND lists "add_executable(${name} ${name}.cc)\n")
+  string(APPEND lists "target_link_libraries(${name} PRIVATE ccoll::ccoll)\n")
+  list(APPEND names ${name})
+endforeach()
+file(WRITE "${rdir}/CMakeLists.txt" "${lists}")
+run(${CMAKE_COMMAND} -S "${rdir}" -B "${rdir}/build" "-DCMAKE_PREFIX_PATH=${prefix}")
+run(${CMAKE_COMMAND} --build "${rdir}/build")
+foreach(name IN LISTS names)
+  run(${MPIEXEC} -n 2 "${rdir}/build/${name}")
+endforeach()
+message("README programs built and run: ${names}")
