@@ -1,5 +1,7 @@
-// Communicator cache: an attribute on the user's communicator whose delete callback frees the
-// duplicate; a second attribute on MPI_COMM_SELF frees whatever is left at MPI_Finalize (the
+// Communicator cache: the contexts live in the communicators' registry (comm_registry.hpp,
+// shared with the NCCL interposer), keyed by the user's communicator; an attribute on it, whose
+// delete callback frees the context (and its duplicate), ties the entry to the communicator's
+// life; a second attribute on MPI_COMM_SELF frees whatever is left at MPI_Finalize (the
 // standard deletes MPI_COMM_SELF's attributes first thing in MPI_Finalize), newest first: every
 // rank created its contexts in the same order (collectively), so every rank frees them in the
 // same order too, as freeing a duplicate (MPI_Comm_free) and an NCCL communicator
@@ -11,9 +13,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <map>
 #include <mutex>
 
+#include "comm_registry.hpp"
 #include "config.hpp"
 #include "mpi_check.hpp"
 #include "mpi_stream.hpp"
@@ -23,36 +25,27 @@
 namespace ccoll {
 namespace {
 
-std::mutex g_mu;
 // Made once per process by the first get(), whichever thread calls it first: threads that make
 // their first calls at once (MPI_THREAD_MULTIPLE, each on its own communicator) must not each
 // make keyvals and each attach a finalize hook to MPI_COMM_SELF (the second hook would free
-// keyvals the first had freed, and MPI_Finalize would fail). find() reads it from any thread.
+// keyvals the first had freed, and MPI_Finalize would fail).
 std::once_flag g_keyvals_made;
 std::atomic<int> g_keyval{MPI_KEYVAL_INVALID};
 int g_self_keyval = MPI_KEYVAL_INVALID;
-std::map<CommContext*, std::uint64_t> g_live;  // each live context's creation number
-std::uint64_t g_created = 0;
 
-int delete_context(MPI_Comm, int, void* attr, void*) {
-  auto* c = static_cast<CommContext*>(attr);
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    g_live.erase(c);
-  }
-  delete c;
+constexpr CommRegistry::Kind kMpi = CommRegistry::Kind::kMpi;
+
+// The attribute's delete callback: the communicator is being freed, and its context with it.
+int delete_context(MPI_Comm comm, int, void*, void*) {
+  CommRegistry::instance().take(kMpi, CommRegistry::key_of(comm));  // destroyed here
   return MPI_SUCCESS;
 }
 
 int at_finalize(MPI_Comm, int, void*, void*) {
-  std::map<std::uint64_t, CommContext*> by_creation;
-  {
-    std::lock_guard<std::mutex> lock(g_mu);
-    for (const auto& [c, n] : g_live) by_creation.emplace(n, c);
-  }
+  const std::vector<CommCore*> live = CommRegistry::instance().live(kMpi);  // oldest first
   // non-blocking calls still queued run first, while every communicator is intact
-  for (const auto& [n, c] : by_creation) {
-    if (ProgressQueue* q = c->progress_if_made()) q->quiesce();
+  for (CommCore* c : live) {
+    if (ProgressQueue* q = static_cast<CommContext*>(c)->progress_if_made()) q->quiesce();
   }
 #if defined(CCOLL_SMPI)
   // SimGrid's SMPI frees the communicators before MPI_COMM_SELF's attributes and fails the
@@ -61,8 +54,8 @@ int at_finalize(MPI_Comm, int, void*, void*) {
 #endif
   // newest first, the same order on every rank (runs delete_context)
   int keyval = g_keyval.load();
-  for (auto it = by_creation.rbegin(); it != by_creation.rend(); ++it) {
-    MPI_Comm_delete_attr(it->second->user(), keyval);
+  for (auto it = live.rbegin(); it != live.rend(); ++it) {
+    MPI_Comm_delete_attr(static_cast<CommContext*>(*it)->user(), keyval);
   }
   g_keyval.store(MPI_KEYVAL_INVALID);
   MPI_Comm_free_keyval(&keyval);
@@ -82,26 +75,22 @@ CommContext& CommContext::get(MPI_Comm user) {
     CCOLL_MPI_CHECK(MPI_Comm_set_attr(MPI_COMM_SELF, g_self_keyval, nullptr));
     g_keyval.store(keyval);
   });
-  const int keyval = g_keyval.load();
-  void* value = nullptr;
-  int found = 0;
-  CCOLL_MPI_CHECK(MPI_Comm_get_attr(user, keyval, &value, &found));
-  if (found != 0) return *static_cast<CommContext*>(value);
-  auto owned = std::make_unique<CommContext>(user);
-  CCOLL_MPI_CHECK(MPI_Comm_set_attr(user, keyval, owned.get()));
-  CommContext* c = owned.release();
-  std::lock_guard<std::mutex> lock(g_mu);
-  g_live.emplace(c, g_created++);
-  return *c;
+  if (CommContext* c = find(user)) return *c;
+  // the registry owns the context; the attribute frees it with the communicator
+  CommContext& c = static_cast<CommContext&>(CommRegistry::instance().insert(
+      kMpi, CommRegistry::key_of(user), std::make_unique<CommContext>(user)));
+  try {
+    CCOLL_MPI_CHECK(MPI_Comm_set_attr(user, g_keyval.load(), &c));
+  } catch (...) {
+    CommRegistry::instance().take(kMpi, CommRegistry::key_of(user));  // no hook would free it
+    throw;
+  }
+  return c;
 }
 
 CommContext* CommContext::find(MPI_Comm user) {
-  const int keyval = g_keyval.load();
-  if (keyval == MPI_KEYVAL_INVALID || user == MPI_COMM_NULL) return nullptr;
-  void* value = nullptr;
-  int found = 0;
-  CCOLL_MPI_CHECK(MPI_Comm_get_attr(user, keyval, &value, &found));
-  return found != 0 ? static_cast<CommContext*>(value) : nullptr;
+  if (user == MPI_COMM_NULL) return nullptr;
+  return static_cast<CommContext*>(CommRegistry::instance().find(kMpi, CommRegistry::key_of(user)));
 }
 
 DeviceTransport& CommContext::device_transport(TransportKind kind) {

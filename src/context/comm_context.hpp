@@ -1,6 +1,7 @@
 // Per-communicator state: the library's duplicate of the user's communicator (so the library's
-// messages never match the caller's receives), its transport, a call counter and the plan
-// cache. Cached as an MPI attribute on the user's communicator and freed with it, or at
+// messages never match the caller's receives), its transport, the plan cache, on the core every
+// communicator keeps (CommCore). Kept in the communicators' registry (comm_registry.hpp) under
+// the user's communicator, and freed with it (an MPI attribute's delete callback) or at
 // MPI_Finalize.
 #pragma once
 

@@ -11,8 +11,9 @@
 // ccoll's errors.
 //
 // State: each communicator's CommCore (context/comm_core.hpp, as the library's MPI contexts keep
-// it: the call counter, the stream-ordered state with the ef=1 residuals per tensor), made on
-// its first candidate call and freed by ncclCommDestroy / ncclCommAbort.
+// it: the call counter, the stream-ordered state with the ef=1 residuals per tensor), in the
+// same registry as theirs (comm_registry.hpp), made on its first candidate call and freed by
+// ncclCommDestroy / ncclCommAbort.
 //
 // Agreement: NCCL calls carry the same arguments on every rank, so which calls are candidates
 // (type, op, not in a group) is the same everywhere; the configuration (CCOLL_CODEC, ...) need
@@ -32,14 +33,13 @@
 #include <cstring>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "backend.hpp"
 #include "ccoll/ccoll.hpp"
 #include "ccoll/error.hpp"
+#include "comm_registry.hpp"
 #include "config.hpp"
 #include "settings_agreement.hpp"
 #include "spec.hpp"
@@ -227,29 +227,19 @@ struct CommState final : CommCore {
   bool corrupt = false;
 };
 
-std::mutex g_mutex;
-std::unordered_map<ncclComm_t, std::unique_ptr<CommState>>& comms() {
-  static auto* m = new std::unordered_map<ncclComm_t, std::unique_ptr<CommState>>;
-  return *m;
-}
+constexpr CommRegistry::Kind kNccl = CommRegistry::Kind::kNccl;
 
+// The communicator's state in the communicators' registry (the library's cache), made on
+// first use.
 CommState& state_of(ncclComm_t comm) {
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto& s = comms()[comm];
-  if (s == nullptr) s = std::make_unique<CommState>();
-  return *s;
+  const std::uintptr_t key = CommRegistry::key_of(comm);
+  if (CommCore* c = CommRegistry::instance().find(kNccl, key)) return static_cast<CommState&>(*c);
+  return static_cast<CommState&>(
+      CommRegistry::instance().insert(kNccl, key, std::make_unique<CommState>()));
 }
 
-void forget(ncclComm_t comm) {
-  std::unique_ptr<CommState> s;
-  {
-    std::lock_guard<std::mutex> lock(g_mutex);
-    auto it = comms().find(comm);
-    if (it == comms().end()) return;
-    s = std::move(it->second);
-    comms().erase(it);
-  }
-}
+// Frees the communicator's state (before NCCL frees the communicator).
+void forget(ncclComm_t comm) { CommRegistry::instance().take(kNccl, CommRegistry::key_of(comm)); }
 
 thread_local int t_group_depth = 0;
 
@@ -526,19 +516,21 @@ CCOLL_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult
   if (next().get_async_error == nullptr) return missing("ncclCommGetAsyncError");
   const ncclResult_t r = next().get_async_error(comm, asyncError);
   if (r != ncclSuccess || asyncError == nullptr || *asyncError != ncclSuccess) return r;
-  std::lock_guard<std::mutex> lock(g_mutex);
-  auto it = comms().find(comm);
-  ccoll::call::StreamState* st =
-      it != comms().end() ? ccoll::call::stream_state_if_made(*it->second) : nullptr;
-  if (st != nullptr) {
-    CommState& s = *it->second;
-    if (ccoll::call::stream_error_seen(*st)) s.corrupt = true;
-    if (s.corrupt) {
-      *asyncError = ncclRemoteError;
-      t_error =
-          "ccoll: a compressed call on this communicator received a corrupt payload (a code out "
-          "of range, on this rank or another): its result is not valid; abort the communicator";
-    }
-  }
+  // under the registry's lock: not freed meanwhile by a concurrent ncclCommDestroy
+  ccoll::CommRegistry::instance().with(
+      kNccl, ccoll::CommRegistry::key_of(comm), [&](ccoll::CommCore* c) {
+        auto* s = static_cast<CommState*>(c);
+        ccoll::call::StreamState* st =
+            s != nullptr ? ccoll::call::stream_state_if_made(*s) : nullptr;
+        if (st == nullptr) return;
+        if (ccoll::call::stream_error_seen(*st)) s->corrupt = true;
+        if (s->corrupt) {
+          *asyncError = ncclRemoteError;
+          t_error =
+              "ccoll: a compressed call on this communicator received a corrupt payload (a code "
+              "out "
+              "of range, on this rank or another): its result is not valid; abort the communicator";
+        }
+      });
   return ncclSuccess;
 }

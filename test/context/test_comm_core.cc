@@ -1,6 +1,7 @@
 // CommCore (src/context/comm_core.hpp), the state the library's MPI communicators and the NCCL
 // interposer's communicators both keep: counters, the stream-ordered state made on first use,
-// and the save and load of both, residuals loaded before the state exists included.
+// and the save and load of both, residuals loaded before the state exists included; and the
+// registry both keep them in (comm_registry.hpp).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -10,6 +11,7 @@
 
 #include "backend.hpp"
 #include "comm_core.hpp"
+#include "comm_registry.hpp"
 
 namespace ccoll {
 namespace {
@@ -104,6 +106,34 @@ TEST(CommCore, SavesAndLoadsCountersAndResiduals) {
   b.load_core(later);
   EXPECT_EQ(got.residuals.at(5).values[2], -4.0f);
   EXPECT_EQ(b.next_call(), 3u);
+}
+
+// Kinds apart, one core a handle, creation order, taken out for the caller to free.
+TEST(CommRegistry, KeepsOneCoreAHandleOfEachKind) {
+  CommRegistry& r = CommRegistry::instance();
+  using Kind = CommRegistry::Kind;
+  int a = 0;
+  int b = 0;
+  const std::uintptr_t ka = CommRegistry::key_of(&a);
+  const std::uintptr_t kb = CommRegistry::key_of(&b);
+  EXPECT_EQ(r.find(Kind::kNccl, ka), nullptr);
+  CommCore& first = r.insert(Kind::kNccl, ka, std::make_unique<CommCore>());
+  CommCore& again = r.insert(Kind::kNccl, ka, std::make_unique<CommCore>());
+  EXPECT_EQ(&first, &again) << "a second core for the same handle replaced the first";
+  EXPECT_EQ(r.find(Kind::kNccl, ka), &first);
+  EXPECT_EQ(r.find(Kind::kMpi, ka), nullptr) << "kinds must not share entries";
+  CommCore& second = r.insert(Kind::kNccl, kb, std::make_unique<CommCore>());
+  const std::vector<CommCore*> live = r.live(Kind::kNccl);
+  ASSERT_EQ(live.size(), 2u);
+  EXPECT_EQ(live[0], &first);  // oldest first
+  EXPECT_EQ(live[1], &second);
+  EXPECT_TRUE(r.with(Kind::kNccl, kb, [&](CommCore* c) { return c == &second; }));
+  std::unique_ptr<CommCore> taken = r.take(Kind::kNccl, ka);
+  EXPECT_EQ(taken.get(), &first);
+  EXPECT_EQ(r.find(Kind::kNccl, ka), nullptr);
+  EXPECT_EQ(r.take(Kind::kNccl, ka), nullptr);
+  r.take(Kind::kNccl, kb);
+  EXPECT_TRUE(r.live(Kind::kNccl).empty());
 }
 
 }  // namespace
