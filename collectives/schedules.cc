@@ -32,25 +32,26 @@ void gather_allreduce(Context& cx, const void*, void* out, std::size_t count, bo
 const std::vector<ScheduleRow>& rows() {
   static const std::vector<ScheduleRow> table = {
       // id, name, reduce-scatter's name, ops, all-reduce codec, reduce-scatter codec,
-      // device, lock step, half input, two-level, all-reduce in place only, functions,
-      // stream-ordered collectives and their function
+      // device, lock step, half input, two-level, all-reduce in place only, functions, node
+      // sums, stream-ordered collectives and their function
       {Algorithm::kRing, "ring", "ring", kAllOps, CodecNeed::kAny, CodecNeed::kSummable, kAllOps,
        bit(Op::kAllreduce) | bit(Op::kAllgather), true, false, false, allreduce_ring,
-       allgather_ring, reduce_scatter_ring, kAllOps, stream_ring},
+       allgather_ring, reduce_scatter_ring, true, kAllOps, stream_ring},
       {Algorithm::kTree, "tree", "", bit(Op::kAllreduce) | bit(Op::kAllgather), CodecNeed::kAny,
-       CodecNeed::kAny, 0, 0, false, false, true, tree_allreduce, tree_allgather, nullptr, 0,
+       CodecNeed::kAny, 0, 0, false, false, true, tree_allreduce, tree_allgather, nullptr, false, 0,
        nullptr},
       {Algorithm::kAllgather, "allgather", "", bit(Op::kAllreduce), CodecNeed::kAny,
        CodecNeed::kAny, bit(Op::kAllreduce), 0, false, false, true, gather_allreduce, nullptr,
-       nullptr, 0, nullptr},
+       nullptr, false, 0, nullptr},
       {Algorithm::kScatterReduce, "sra", "pairwise", bit(Op::kAllreduce) | bit(Op::kReduceScatter),
        CodecNeed::kOwnerEncodes, CodecNeed::kNotSummable,
        bit(Op::kAllreduce) | bit(Op::kReduceScatter), 0, false, false, false,
-       allreduce_scatter_reduce, nullptr, reduce_scatter_sra, 0, nullptr},
+       allreduce_scatter_reduce, nullptr, reduce_scatter_sra, true, 0, nullptr},
       {Algorithm::kHalving, "halving", "", bit(Op::kAllreduce), CodecNeed::kSummable,
-       CodecNeed::kAny, 0, 0, false, false, false, allreduce_halving, nullptr, nullptr, 0, nullptr},
+       CodecNeed::kAny, 0, 0, false, false, false, allreduce_halving, nullptr, nullptr, false, 0,
+       nullptr},
       {Algorithm::kHierarchical, "hierarchical", "hierarchical", kAllOps, CodecNeed::kAny,
-       CodecNeed::kAny, 0, 0, false, true, false, nullptr, nullptr, nullptr, 0, nullptr},
+       CodecNeed::kAny, 0, 0, false, true, false, nullptr, nullptr, nullptr, false, 0, nullptr},
   };
   return table;
 }

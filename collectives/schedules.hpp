@@ -77,6 +77,9 @@ struct ScheduleRow {
   AllreduceFn allreduce;
   AllgatherFn allgather;
   ReduceScatterFn reduce_scatter;
+  /// Its all-reduce takes a hierarchical cross-node step's node sums, each rounded at one
+  /// rank's step (the API layer's node-sums codec, src/call/node_sums.hpp)
+  bool node_sums;
   /// The collectives it runs stream-ordered (bits of Op), through a codec's stream form
   /// (codecs/stream_form.hpp), and the function that does; 0 and null: none.
   unsigned stream_ops;

@@ -173,11 +173,12 @@ void prepare_plan(Flow& f) {
                    : std::string("are staged through host memory")));
     }
     out.codec = pl.kernels() ? plan->device_codec.get() : plan->codec.get();
-    // a hierarchical cross-node step on the ring or sra of a codec that encodes sums: the
-    // node's sum rounded at one rank's step (the other paths encode it as any input)
+    // a hierarchical cross-node step on a schedule that takes node sums (the table's
+    // node_sums: ring, sra) with a codec that encodes sums: the node's sum rounded at one
+    // rank's step (the other paths encode it as any input)
     const auto cross_adds_node_sums = [&] {
-      const coll::Schedule s = coll::select_schedule(schedule_query(f, *out.codec, false, false));
-      return s == coll::Schedule::kRing || s == coll::Schedule::kScatterReduce;
+      return coll::schedule_row(coll::select_schedule(schedule_query(f, *out.codec, false, false)))
+          .node_sums;
     };
     if (call.node_sums != nullptr && !pl.kernels() && call.allreduce() &&
         node_sums_apply(*out.codec) && !ctx.transport().exact_lengths() && cross_adds_node_sums()) {
