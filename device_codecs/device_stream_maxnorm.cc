@@ -30,8 +30,7 @@ class MaxnormStream final : public codec::StreamForm {
  public:
   MaxnormStream(gpu::Backend& b, const codec::MaxNormParams& p, const StreamInput& in,
                 codec::StreamSpace& space)
-      : b_(b),
-        mx_(b.kernels<gpu::MaxnormKernels>()),
+      : mx_(b.kernels<gpu::MaxnormKernels>()),
         in_(in),
         space_(space),
         bits_(p.bits),
@@ -115,7 +114,6 @@ class MaxnormStream final : public codec::StreamForm {
     return j == 1 ? bits_ : codec::bits_for(2ull * static_cast<std::uint64_t>(j) * levels_);
   }
 
-  gpu::Backend& b_;
   gpu::MaxnormKernels& mx_;
   StreamInput in_;
   codec::StreamSpace& space_;

@@ -17,7 +17,6 @@
 #include "call.hpp"
 #include "comm_context.hpp"
 #include "phase_clock.hpp"
-#include "stream_allreduce.hpp"  // stream_state()
 
 namespace ccoll::call {
 

@@ -243,17 +243,6 @@ void forget(ncclComm_t comm) { CommRegistry::instance().take(kNccl, CommRegistry
 
 thread_local int t_group_depth = 0;
 
-// Device memory for one of the agreement's collectives, freed however it ends.
-struct DeviceWords {
-  DeviceWords(gpu::Backend& backend, std::size_t bytes)
-      : b(backend), p(backend.device_alloc(bytes == 0 ? 1 : bytes)) {}
-  ~DeviceWords() { b.device_free(p); }
-  DeviceWords(const DeviceWords&) = delete;
-  DeviceWords& operator=(const DeviceWords&) = delete;
-  gpu::Backend& b;
-  void* p;
-};
-
 // The agreement's collectives on the caller's communicator and stream, waited for: the next
 // NCCL's ncclAllReduce (max) and ncclAllGather on device memory.
 class NcclPlane final : public ControlPlane {
@@ -261,12 +250,12 @@ class NcclPlane final : public ControlPlane {
   NcclPlane(ncclComm_t comm, cudaStream_t stream, gpu::Backend& b, int ranks)
       : comm_(comm), stream_(stream), b_(b), ranks_(ranks) {}
   void max_words(std::uint64_t* words, std::size_t n) override {
-    DeviceWords dev(b_, 8 * n);
+    gpu::Buffer dev_buf;  // freed however this ends
+    void* dev = dev_buf.get(b_, 8 * n, false);
     b_.set_stream(stream_);
-    b_.copy(dev.p, words, 8 * n);
-    settle(next().all_reduce(dev.p, dev.p, n, ncclUint64, ncclMax, comm_, stream_),
-           "ncclAllReduce");
-    b_.copy(words, dev.p, 8 * n);
+    b_.copy(dev, words, 8 * n);
+    settle(next().all_reduce(dev, dev, n, ncclUint64, ncclMax, comm_, stream_), "ncclAllReduce");
+    b_.copy(words, dev, 8 * n);
     b_.synchronize();
   }
   // the lengths, then the texts padded to the longest
@@ -294,12 +283,14 @@ class NcclPlane final : public ControlPlane {
     const std::size_t bytes = mine.size() * sizeof(T);
     const auto p = static_cast<std::size_t>(ranks_);
     std::vector<T> all(mine.size() * p);
-    DeviceWords send(b_, bytes);
-    DeviceWords recv(b_, bytes * p);
+    gpu::Buffer send_buf;  // freed however this ends
+    gpu::Buffer recv_buf;
+    void* send = send_buf.get(b_, bytes, false);
+    void* recv = recv_buf.get(b_, bytes * p, false);
     b_.set_stream(stream_);
-    if (bytes != 0) b_.copy(send.p, mine.data(), bytes);
-    settle(next().all_gather(send.p, recv.p, bytes, ncclUint8, comm_, stream_), "ncclAllGather");
-    if (bytes != 0) b_.copy(all.data(), recv.p, bytes * p);
+    if (bytes != 0) b_.copy(send, mine.data(), bytes);
+    settle(next().all_gather(send, recv, bytes, ncclUint8, comm_, stream_), "ncclAllGather");
+    if (bytes != 0) b_.copy(all.data(), recv, bytes * p);
     b_.synchronize();
     return all;
   }
@@ -528,8 +519,8 @@ CCOLL_NCCL_EXPORT ncclResult_t ncclCommGetAsyncError(ncclComm_t comm, ncclResult
           *asyncError = ncclRemoteError;
           t_error =
               "ccoll: a compressed call on this communicator received a corrupt payload (a code "
-              "out "
-              "of range, on this rank or another): its result is not valid; abort the communicator";
+              "out of range, on this rank or another): its result is not valid; abort the "
+              "communicator";
         }
       });
   return ncclSuccess;
