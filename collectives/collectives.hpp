@@ -215,7 +215,9 @@ void reduce_scatter_sra(Context& cx, const void* in, void* out, std::size_t coun
 /// and out around it.
 void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, bool average);
 /// All-reduce by recursive halving and doubling (Rabenseifner's) for summable codecs: the
-/// ring's traffic in 2·ceil(log2 p) steps (allreduce_halving.cc). `in` == `out`: in place.
+/// ring's traffic in 2·ceil(log2 p) steps (allreduce_halving.cc); from 5 ranks, codecs that
+/// encode a sum on scales of their own send each owner's sum rescaled, in the lanes of
+/// owner_sum_lanes(p) contributions, as allreduce_scatter_reduce does. `in` == `out`: in place.
 void allreduce_halving(Context& cx, const void* in, void* out, std::size_t count, bool average);
 
 /// The sum of `count` host elements at `buf`, in place, by recursive doubling with no codec and

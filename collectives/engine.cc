@@ -8,11 +8,12 @@
 namespace ccoll::coll {
 
 std::size_t Engine::encode(const void* in, std::size_t count, std::uint64_t stream,
-                           std::uint64_t offset, std::byte* out, codec::BlockContext::Role role) {
+                           std::uint64_t offset, std::byte* out, codec::BlockContext::Role role,
+                           std::uint32_t rescale) {
   const auto t0 = Clock::now();
   std::size_t n = 0;
   try {
-    n = cx_.codec.encode(in, count, {cx_.seed, cx_.call, stream, offset, role}, out);
+    n = cx_.codec.encode(in, count, {cx_.seed, cx_.call, stream, offset, role, rescale}, out);
   } catch (const Error& err) {
     // a failed encode (a device error) must not leave peers waiting: send a poisoned payload,
     // finish the schedule, and throw at the end on every rank that depends on it

@@ -87,9 +87,11 @@ class Engine {
   bool poisoned() const { return poisoned_; }
 
   /// Encodes with the shared seed and call counter; marks the payload poisoned when this rank is.
+  /// `rescale` is BlockContext::rescale (0: the agreed scales).
   std::size_t encode(const void* in, std::size_t count, std::uint64_t stream, std::uint64_t offset,
                      std::byte* out,
-                     codec::BlockContext::Role role = codec::BlockContext::Role::kOwn);
+                     codec::BlockContext::Role role = codec::BlockContext::Role::kOwn,
+                     std::uint32_t rescale = 0);
   /// Decodes (or decode-accumulates) a received payload. A poisoned, empty or malformed payload
   /// poisons this rank instead of throwing; returns false then (the output is left untouched).
   bool decode(const std::byte* in, std::size_t bytes, std::size_t count, void* out,

@@ -8,7 +8,7 @@
 // codes take it from 16 ranks where they can encode an owner's sum on its own scales: the ring's
 // sums need a bit more per lane for every doubling of the ranks, sra's two bits more in all;
 // there the recursive halving and doubling all-reduce goes first, for a power of two of ranks or
-// up to 1 MiB: the ring's traffic and lanes in 2 log2 p steps.
+// up to 1 MiB: the ring's traffic in 2 log2 p steps, its all-gather in sra's lanes.
 #include "schedules.hpp"
 
 #include "collectives.hpp"

@@ -136,8 +136,9 @@ inline constexpr int kScatterReduceMinRanks = 3;
 inline constexpr int kScatterReduceSummableMinRanks = 16;
 /// Where those codecs take the recursive halving and doubling all-reduce instead ("halving"):
 /// the same ranks apart, when they are a power of two, or any number of them when the per-rank
-/// input is at most this many bytes. It moves the ring's traffic in 2 log2 p steps, each
-/// contribution in lanes as narrow as the ring's; p not a power of two folds the odd ranks' whole
+/// input is at most this many bytes. It moves the ring's traffic in 2 log2 p steps, the
+/// reduce-scatter's partial sums in the ring's lanes and the all-gather's owner sums rescaled in
+/// sra's (the same rounding as sra's owners); p not a power of two folds the odd ranks' whole
 /// data into a neighbour first, which costs more than the steps save above this size. Simulated
 /// (bench/results/scale-sim, maxnorm:bits=8, one rank a host at 200 Gbit/s): at 64 ranks
 /// 1.2-3.4x faster than the ring and 1.6-4.5x than sra from 64 KiB to 16 MiB; at 12 and 24

@@ -4,7 +4,8 @@
 # auto, the same driver (bench/sim/build.sh) on the same platform:
 #   bench/sim/scale_study.sh [-b SMPI_BUILD] [-p PLATFORM] [-k RANKS_PER_HOST] [-r RANKS,...]
 #                            [-m [MIN:]MAX,...] [-i ITERS] [-s HOST_SPEED] [-a SCHEDULES]
-#                            [-M MPI_ALGORITHMS] [-c CODECS] [-e] [-T RATES] OUT_DIR
+#                            [-M MPI_ALGORITHMS] [-c CODECS] [-e] [-T RATES] [-H HUGETLBFS]
+#                            OUT_DIR
 #   (defaults build-smpi, platforms/gpu-fattree-200g.xml, 8, 16,64, 1M:16M, 3, 1e9, all five
 #   schedules, all eight algorithms, none,bf16,maxnorm:bits=8,maxnorm:bits=4,maxnorm:bits=2;
 #   an empty -a or -M runs none of them)
@@ -18,7 +19,7 @@
 # the codecs' work modelled at those rates, buffers in SMPI's shared memory), and ccoll's node
 # steps take SMPI's algorithms that keep no full-size private copy (reduce-scatter mpich_pair,
 # all-gatherv ring), for sizes and rank counts whose buffers would not fit (see
-# bench/sim/README.md).
+# bench/sim/README.md); -H HUGETLBFS puts that shared memory on huge pages (smpirun.sh -H).
 # Each -m range (sizes doubling from MIN to MAX) is a job of its own. OUT_DIR gets raw/ (every
 # job's output and command; a job already there is kept, not run again) and summary.md.
 set -euo pipefail
@@ -27,9 +28,9 @@ build=build-smpi platform=bench/sim/platforms/gpu-fattree-200g.xml per=8 ranks=1
 sizes=1M:16M iters=3 speed=1e9 check=-c
 mpi_algos=(ompi mpich mvapich2 lr rab_rdb rdb ompi_ring_segmented smp_rsag)
 ccoll_algos=(auto ring tree sra hierarchical)
-model=""
+model="" huge=()
 codecs=none,bf16,maxnorm:bits=8,maxnorm:bits=4,maxnorm:bits=2
-while getopts "b:p:k:r:m:i:s:a:M:c:eT:" opt; do
+while getopts "b:p:k:r:m:i:s:a:M:c:eT:H:" opt; do
   case $opt in
     b) build=$OPTARG ;;
     p) platform=$OPTARG ;;
@@ -43,6 +44,7 @@ while getopts "b:p:k:r:m:i:s:a:M:c:eT:" opt; do
     c) codecs=$OPTARG ;;
     e) check=--no-error ;;
     T) model=$OPTARG check=--time-only ;;
+    H) huge=(-H "$OPTARG") ;;
     *) exit 2 ;;
   esac
 done
@@ -58,10 +60,10 @@ run() {  # run FILE SMPI_OPTION... -- DRIVER_ARGS...: one simulated job into raw
   while [ "$1" != "--" ]; do opts+=(-o "$1"); shift; done
   shift
   if [ -n "$model" ]; then
-    opts+=(-o --cfg=smpi/reduce_scatter:mpich_pair -o --cfg=smpi/allgatherv:ring
-      -o --cfg=smpi/shared-malloc-blocksize:67108864)
+    opts+=(-o --cfg=smpi/reduce_scatter:mpich_pair -o --cfg=smpi/allgatherv:ring)
+    [ ${#huge[@]} -gt 0 ] || opts+=(-o --cfg=smpi/shared-malloc-blocksize:67108864)
   fi
-  local cmd=(bench/sim/smpirun.sh -n "$p" -k "$per" -p "$platform" -o --cfg=network/model:CM02
+  local cmd=(bench/sim/smpirun.sh -n "$p" -k "$per" -p "$platform" "${huge[@]}" -o --cfg=network/model:CM02
     -o "--cfg=smpi/host-speed:$speed" -o --log=root.thresh:error -o --log=smpi_colls.thresh:error
     "${opts[@]}" "$prog" -m "$range" -i "$iters" -x 1 "$check" "$@")
   local t0=$SECONDS

@@ -103,6 +103,18 @@ const Rates* rates() {
   return &*parsed;
 }
 
+// count elements of elem_bytes' worth of work at `gbps` on the simulated clock
+void charge_clock(std::size_t count, std::size_t elem_bytes, double gbps) {
+#if defined(CCOLL_SMPI)
+  const double bytes = static_cast<double>(count) * static_cast<double>(elem_bytes);
+  if (bytes > 0) smpi_execute_benched(bytes / (gbps * 1e9));
+#else
+  (void)count;
+  (void)elem_bytes;
+  (void)gbps;
+#endif
+}
+
 class ModelledCodec final : public codec::ForwardingCodec {
  public:
   ModelledCodec(std::unique_ptr<codec::Codec> real, const Rates& rates)
@@ -166,16 +178,7 @@ class ModelledCodec final : public codec::ForwardingCodec {
   static void ones(double* out, std::size_t n) {
     for (std::size_t i = 0; i < n; ++i) out[i] = 1.0;
   }
-  // count elements' worth of work at `gbps` on the simulated clock
-  void charge(std::size_t count, double gbps) const {
-#if defined(CCOLL_SMPI)
-    const double bytes = static_cast<double>(count) * static_cast<double>(elem_);
-    if (bytes > 0) smpi_execute_benched(bytes / (gbps * 1e9));
-#else
-    (void)count;
-    (void)gbps;
-#endif
-  }
+  void charge(std::size_t count, double gbps) const { charge_clock(count, elem_, gbps); }
   // the real payload's length, with a header that says how many contributions it sums
   std::size_t write(std::size_t count, std::uint64_t offset, std::uint32_t j, std::byte* out) {
     const std::size_t n = real_->payload_bytes(count, offset, j);
@@ -228,6 +231,12 @@ bool model_on() {
 #else
   return false;  // nothing to read on every call: make_codec (modelled) refuses the variable
 #endif
+}
+
+bool modelled_scan(std::size_t count, std::size_t elem_bytes) {
+  if (!model_on()) return false;
+  charge_clock(count, elem_bytes, rates()->scan);
+  return true;
 }
 
 std::unique_ptr<codec::Codec> modelled(std::unique_ptr<codec::Codec> c) {

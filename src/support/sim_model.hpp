@@ -31,6 +31,12 @@ std::unique_ptr<codec::Codec> modelled(std::unique_ptr<codec::Codec> c);
 /// (host memory, plain copies).
 coll::PayloadOps* payload_ops();
 
+/// A scale pass over `count` elements of `elem_bytes` bytes outside a codec (the hierarchical
+/// schedule's node maxima): when model_on(), advances SMPI's simulated clock at the model's scan
+/// rate and returns true, and the caller reads no element (its maxima are then ones, as a
+/// modelled codec's scales are); else false, and the caller scans the elements.
+bool modelled_scan(std::size_t count, std::size_t elem_bytes);
+
 /// `bytes` of element scratch: SMPI's shared memory when model_on() (every rank's and every
 /// allocation's the same pages), else the heap. Free with free_elements().
 void* alloc_elements(std::size_t bytes);
