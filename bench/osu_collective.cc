@@ -203,11 +203,13 @@ class Floats {
 };
 
 #if defined(CCOLL_SMPI)
-// --time-only's copy of a message's data: above 64 KiB only its first 64 bytes (ccoll's wire
-// header; the modelled codecs read nothing else), so that receive buffers stay untouched pages
+// --time-only's copy of a message's data: above 64 KiB only its first 16 KiB (ccoll's wire
+// headers: a payload's, or those of the up to 680 payloads that a halving step packs, which
+// lead its message; the modelled codecs read nothing else), so that receive buffers stay
+// untouched pages
 void copy_heads(smx_activity_t comm, void* buff, std::size_t bytes) {
   smpi_comm_copy_buffer_callback(reinterpret_cast<simgrid::kernel::activity::CommImpl*>(comm), buff,
-                                 bytes > 65536 ? 64 : bytes);
+                                 bytes > 65536 ? 16384 : bytes);
 }
 #endif
 

@@ -14,13 +14,19 @@
 // traffic, then sends a contribution's width plus two bits instead of plus log2(p), for one
 // more rounding of the sum (about 1% more error on independent inputs: test_halving.cc).
 // All-gather by recursive doubling (distance 1, ..., P/2) hands the summed blocks around, and
-// the folded ranks get them all back; every rank decodes the same bytes. One message per block
-// and step; a re-quantizing add (sum=requant) draws from the stream of the group that shares
-// the block after the step, and its lanes do not widen, so it keeps its sums.
+// the folded ranks get them all back; every rank decodes the same bytes. Each step's blocks go
+// to the partner in one message (pack()), whatever P. A re-quantizing add (sum=requant) draws
+// from the stream of the group that shares the block after the step, and its lanes do not
+// widen, so it keeps its sums.
+#include <algorithm>
+#include <cstring>
+#include <string>
 #include <vector>
 
+#include "ccoll/error.hpp"
 #include "collectives.hpp"
 #include "engine.hpp"
+#include "wire.hpp"
 
 namespace ccoll::coll {
 namespace {
@@ -30,11 +36,14 @@ class Halving {
   Halving(Engine& e, Context& cx, std::size_t count)
       : e_(e), count_(count), d_(e.size()), nblocks_(static_cast<std::size_t>(d_.pof2)) {
     cap_ = (cx.codec.max_encoded_bytes(chunk_count(count, d_.pof2, 0)) + 15) / 16 * 16;
-    // per block: its payload, the next sum, a receive
-    slots_ = cx.workspace.bytes(3 * nblocks_ * cap_);
+    // per block: its payload, the next sum, a receive; then a step's message out and in
+    pack_cap_ = (frame_bytes(nblocks_) + nblocks_ * cap_ + 15) / 16 * 16;
+    slots_ = cx.workspace.bytes(3 * nblocks_ * cap_ + 2 * pack_cap_);
+    send_ = slots_ + 3 * nblocks_ * cap_;
+    recv_ = send_ + pack_cap_;
     len_ = cx.workspace.sizes(nblocks_);
-    reqs_ = cx.workspace.requests(2 * nblocks_);
     which_.assign(nblocks_, 0);
+    got_.assign(nblocks_, 0);
   }
 
   std::size_t elems(int b) const { return chunk_count(count_, d_.pof2, b); }
@@ -52,39 +61,34 @@ class Halving {
                          offset(b), cur(b));
     }
   }
-  // Sends blocks [lo, hi) (their current payloads) to `peer` and waits for the sends.
+  // Sends blocks [lo, hi) (their current payloads) to `peer` in one message and waits for it.
   void send_blocks(int lo, int hi, int peer, int tag) {
-    std::size_t n = 0;
-    for (int b = lo; b < hi; ++b) {
-      if (elems(b) != 0) reqs_[n++] = e_.send(cur(b), len(b), peer, tag);
-    }
-    for (std::size_t i = 0; i < n; ++i) e_.wait_send(reqs_[i]);
+    const std::size_t bytes = pack(lo, hi);
+    if (bytes == 0) return;
+    Request s = e_.send(send_, bytes, peer, tag);
+    e_.wait_send(s);
   }
-  // Receives blocks [lo, hi) from `peer`: added to this rank's payloads (`stream` keys a
-  // re-quantizing add), or (add false) as the blocks' payloads. Sends of [slo, shi) to the same
-  // peer go out meanwhile.
+  // Receives blocks [lo, hi) from `peer` in one message: added to this rank's payloads (`stream`
+  // keys a re-quantizing add), or (add false) as the blocks' payloads. Blocks [slo, shi) go to
+  // the same peer meanwhile, in one message.
   void exchange(int lo, int hi, int slo, int shi, int peer, int tag, bool add,
                 std::uint64_t stream) {
-    std::size_t nr = 0;
-    for (int b = lo; b < hi; ++b) {
-      if (elems(b) != 0) reqs_[nr++] = e_.recv(add ? inbox(b) : cur(b), cap_, peer, tag);
-    }
-    std::size_t ns = 0;
-    for (int b = slo; b < shi; ++b) {
-      if (elems(b) != 0) reqs_[nblocks_ + ns++] = e_.send(cur(b), len(b), peer, tag);
-    }
-    std::size_t i = 0;
-    for (int b = lo; b < hi; ++b) {
-      if (elems(b) == 0) continue;
-      const std::size_t got = e_.wait_recv(reqs_[i++]);
-      if (!add) {
-        len(b) = got;
-        continue;
+    const bool receives = blocks(lo, hi) != 0;
+    Request r{};
+    if (receives) r = e_.recv(recv_, pack_cap_, peer, tag);
+    const std::size_t bytes = pack(slo, shi);
+    Request s{};
+    if (bytes != 0) s = e_.send(send_, bytes, peer, tag);
+    if (receives) {
+      unpack(lo, hi, e_.wait_recv(r), peer, add);
+      for (int b = lo; b < hi && add; ++b) {
+        if (elems(b) == 0) continue;
+        const std::size_t got = got_[static_cast<std::size_t>(b)];
+        len(b) = e_.add(inbox(b), got, cur(b), len(b), elems(b), stream, offset(b), next(b));
+        which_[static_cast<std::size_t>(b)] ^= 1;
       }
-      len(b) = e_.add(inbox(b), got, cur(b), len(b), elems(b), stream, offset(b), next(b));
-      which_[static_cast<std::size_t>(b)] ^= 1;
     }
-    for (std::size_t k = 0; k < ns; ++k) e_.wait_send(reqs_[nblocks_ + k]);
+    if (bytes != 0) e_.wait_send(s);
   }
   // Block b's sum of every rank, decoded into `out` and encoded once more on scales of its
   // own in the lanes of `lanes` contributions (ef=1: the owner's residual, as a ring hop's). A
@@ -103,6 +107,86 @@ class Halving {
   }
 
  private:
+  // A step's payloads travel in one message: [u64 n][u64 length x n][the first kHeaderBytes of
+  // each payload, zero-filled][the rest of each payload]. The headers come first, so that
+  // time-only simulation, whose large messages bring only their first bytes, still delivers
+  // every payload's header (bench/osu_collective.cc).
+  static constexpr std::size_t kLen = sizeof(std::uint64_t);
+  static constexpr std::size_t kHead = wire::kHeaderBytes;
+  static std::size_t frame_bytes(std::size_t n) { return kLen + n * (kLen + kHead); }
+  static void put(std::byte* p, std::uint64_t v) { std::memcpy(p, &v, kLen); }
+  static std::uint64_t get(const std::byte* p) {
+    std::uint64_t v = 0;
+    std::memcpy(&v, p, kLen);
+    return v;
+  }
+  std::size_t blocks(int lo, int hi) const {
+    std::size_t n = 0;
+    for (int b = lo; b < hi; ++b) n += elems(b) != 0 ? 1 : 0;
+    return n;
+  }
+  // Blocks [lo, hi)'s payloads into send_; returns the message's length (0: no block).
+  std::size_t pack(int lo, int hi) {
+    const std::size_t n = blocks(lo, hi);
+    if (n == 0) return 0;
+    put(send_, n);
+    std::byte* heads = send_ + kLen + n * kLen;
+    std::memset(heads, 0, n * kHead);
+    std::size_t body = frame_bytes(n);
+    std::size_t i = 0;
+    for (int b = lo; b < hi; ++b) {
+      if (elems(b) == 0) continue;
+      const std::size_t l = len(b);
+      const std::size_t h = std::min(l, kHead);
+      put(send_ + kLen + i * kLen, l);
+      e_.copy_payload(heads + i * kHead, cur(b), h);
+      if (l > h) e_.copy_payload(send_ + body, cur(b) + h, l - h);
+      body += l - h;
+      ++i;
+    }
+    return body;
+  }
+  // recv_'s `got` bytes from `peer` into blocks [lo, hi) (their inbox when adding, else their
+  // payload), lengths in got_. A message of other blocks or lengths poisons this rank and gives
+  // every block a poisoned payload, so the schedule's steps stay intact; so does a failed
+  // receive (got 0, already poisoned).
+  void unpack(int lo, int hi, std::size_t got, int peer, bool add) {
+    const std::size_t n = blocks(lo, hi);
+    bool ok = got >= kLen && get(recv_) == n && got >= frame_bytes(n);
+    std::size_t total = frame_bytes(n);
+    for (std::size_t i = 0; ok && i < n; ++i) {
+      const std::uint64_t l = get(recv_ + kLen + i * kLen);
+      ok = l != 0 && l <= cap_;
+      total += ok ? l - std::min<std::size_t>(l, kHead) : 0;
+    }
+    ok = ok && total == got;
+    if (!ok && !e_.poisoned()) {  // a failed receive poisoned this rank already
+      e_.fail(Status::kCorruptData, "algorithm 'halving': a malformed step message from rank " +
+                                        std::to_string(peer) + " (" + std::to_string(got) +
+                                        " bytes)");
+    }
+    const std::byte* heads = recv_ + kLen + n * kLen;
+    std::size_t body = frame_bytes(n);
+    std::size_t i = 0;
+    for (int b = lo; b < hi; ++b) {
+      if (elems(b) == 0) continue;
+      std::byte* dst = add ? inbox(b) : cur(b);
+      std::size_t& out = got_[static_cast<std::size_t>(b)];
+      if (!ok) {
+        out = e_.write_poisoned(dst);
+      } else {
+        const auto l = static_cast<std::size_t>(get(recv_ + kLen + i * kLen));
+        const std::size_t h = std::min(l, kHead);
+        e_.copy_payload(dst, heads + i * kHead, h);
+        if (l > h) e_.copy_payload(dst + h, recv_ + body, l - h);
+        body += l - h;
+        out = l;
+      }
+      if (!add) len(b) = out;
+      ++i;
+    }
+  }
+
   std::byte* slot(int b, int k) {
     return slots_ + (static_cast<std::size_t>(k) * nblocks_ + static_cast<std::size_t>(b)) * cap_;
   }
@@ -113,9 +197,12 @@ class Halving {
   std::size_t nblocks_;
   std::size_t cap_ = 0;
   std::byte* slots_ = nullptr;
+  std::size_t pack_cap_ = 0;
+  std::byte* send_ = nullptr;
+  std::byte* recv_ = nullptr;
   std::size_t* len_ = nullptr;
-  Request* reqs_ = nullptr;
-  std::vector<int> which_;  // per block: which of its two slots holds its payload
+  std::vector<int> which_;        // per block: which of its two slots holds its payload
+  std::vector<std::size_t> got_;  // per block: the length of the payload last received
 };
 
 }  // namespace

@@ -133,8 +133,8 @@ TEST(Halving, RequantizedSumsStayIdenticalAndNoWorseThanTheRing) {
 // The structure: each rank of the power-of-two group exchanges with the log2(P) partners at
 // distances 1, 2, ..., P/2 only (each step's blocks go out together, so the steps, not the
 // messages, set the latency: 2 log2 P of them, where the ring has 2 (p-1)), folded ranks with
-// their neighbour only; the all-gather's payloads sum 4 contributions (the owner's rescaled
-// sum); and the bytes sent are about the ring's, 2 (P-1)/P of the codes.
+// their neighbour only, one message a step; the all-gather's payloads sum 4 contributions (the
+// owner's rescaled sum); and the bytes sent are about the ring's, 2 (P-1)/P of the codes.
 TEST(Halving, ExchangesWithLog2PartnersAtTheRingsTraffic) {
   for (const int p : {8, 16, 12}) {
     SCOPED_TRACE("p " + std::to_string(p));
@@ -145,12 +145,20 @@ TEST(Halving, ExchangesWithLog2PartnersAtTheRingsTraffic) {
     RunConfig rc;
     rc.codec = "maxnorm:bits=8";
     std::uint32_t gathered_lanes = 0;  // the most contributions an all-gather payload sums
+    std::vector<int> messages(static_cast<std::size_t>(p), 0);  // sent, per rank
     rc.tamper = [&](int src, int dst, int tag, std::vector<std::byte>& msg) {
       std::lock_guard<std::mutex> lock(mu);
       peers[static_cast<std::size_t>(src)][static_cast<std::size_t>(dst)] = 1;
+      ++messages[static_cast<std::size_t>(src)];
       if (tag == coll::kTagGathering) {
-        const wire::Header h = wire::read_header(msg.data(), msg.size());
-        gathered_lanes = std::max(gathered_lanes, (h.param >> 8) & 0x7FFFFu);  // maxnorm's j
+        // a step's message: [u64 n][u64 length x n][each payload's header]...
+        std::uint64_t n = 0;
+        std::memcpy(&n, msg.data(), sizeof n);
+        for (std::uint64_t i = 0; i < n; ++i) {
+          const std::size_t at = 8 + 8 * n + i * wire::kHeaderBytes;
+          const wire::Header h = wire::read_header(msg.data() + at, wire::kHeaderBytes);
+          gathered_lanes = std::max(gathered_lanes, (h.param >> 8) & 0x7FFFFu);  // maxnorm's j
+        }
       }
     };
     std::vector<std::vector<float>> xs;
@@ -178,11 +186,77 @@ TEST(Halving, ExchangesWithLog2PartnersAtTheRingsTraffic) {
     }
     // the owners' sums go around in the lanes of 4 contributions, not of p
     EXPECT_EQ(gathered_lanes, 4u);
+    // one message a step: 2 log2 P for the group's ranks, one more for a folding partner
+    const int steps = 2 * static_cast<int>(std::log2(d.pof2));
+    for (int r = 0; r < p; ++r) {
+      const int want = d.newrank(r) < 0 ? 1 : steps + (r < 2 * d.rem ? 1 : 0);
+      EXPECT_EQ(messages[static_cast<std::size_t>(r)], want) << "rank " << r;
+    }
     // a rank that folds nobody in: 2 (P-1) blocks of count/P codes, a byte each, plus headers
     const auto& last = res[static_cast<std::size_t>(p - 1)].counters;
     const double codes = 2.0 * (d.pof2 - 1) * static_cast<double>(count) / d.pof2;
     EXPECT_GT(static_cast<double>(last.bytes_sent), codes);
     EXPECT_LT(static_cast<double>(last.bytes_sent), 1.6 * codes);  // the lanes widen
+  }
+}
+
+// Corrupt step messages (their framing, a payload's header inside, cut short, grown, empty) of
+// each kind (reduce-scatter, all-gather, folding in and out): kCorruptData on the receiver and
+// every rank whose result depends on it, no hang, and every other rank holds a clean run's bytes.
+TEST(Halving, CorruptStepMessagesFailWithoutHanging) {
+  auto corrupts = corruptions();
+  corrupts.push_back({"flip a payload's header", [](std::vector<std::byte>& m) {
+                        std::uint64_t n = 0;
+                        std::memcpy(&n, m.data(), sizeof n);
+                        m[8 + 8 * n + 2] ^= std::byte{0x7};  // the first payload's codec id
+                      }});
+  const std::size_t count = 5000;
+  for (const int p : {5, 8}) {
+    const auto clean = run_summable("maxnorm:bits=8", p, count, false, false, true);
+    for (const auto& corrupt : corrupts) {
+      for (const int tag :
+           {coll::kTagHalving, coll::kTagGathering, coll::kTagFoldIn, coll::kTagFoldOut}) {
+        if (p == 8 && (tag == coll::kTagFoldIn || tag == coll::kTagFoldOut)) continue;
+        SCOPED_TRACE(std::string(corrupt.name) + " p " + std::to_string(p) + " tag " +
+                     std::to_string(tag));
+        std::mutex mu;
+        bool done = false;
+        std::vector<std::vector<float>> xs;
+        for (int r = 0; r < p; ++r) {
+          xs.push_back(testing_support::gradient_like(count, 100 + static_cast<unsigned>(r)));
+        }
+        RunConfig rc;
+        rc.codec = "maxnorm:bits=8";
+        rc.segment_elems = 300;
+        rc.prepare = [&](codec::Codec& c, int) { testing_support::agree(c, xs); };
+        rc.tamper = [&](int, int, int t, std::vector<std::byte>& m) {
+          std::lock_guard<std::mutex> lock(mu);
+          if (!done && t == tag) {
+            corrupt.apply(m);
+            done = true;
+          }
+        };
+        const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+          std::vector<float> buf = xs[static_cast<std::size_t>(r)];
+          coll::allreduce_halving(cx, buf.data(), buf.data(), count, false);
+          return as_bytes(buf);
+        });
+        ASSERT_TRUE(done);
+        int failed = 0;
+        bool named = false;  // a rank says what it received, not only that a peer failed
+        for (std::size_t r = 0; r < res.size(); ++r) {
+          if (res[r].failed) {
+            EXPECT_EQ(res[r].code, Status::kCorruptData) << res[r].message;
+            named = named || res[r].message.find("a peer rank") == std::string::npos;
+            ++failed;
+          } else {
+            EXPECT_TRUE(res[r].out == clean[0].out) << "rank " << r;
+          }
+        }
+        EXPECT_GE(failed, 1);
+        EXPECT_TRUE(named);
+      }
+    }
   }
 }
 
