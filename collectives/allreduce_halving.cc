@@ -73,9 +73,10 @@ class Halving {
   // the same peer meanwhile, in one message.
   void exchange(int lo, int hi, int slo, int shi, int peer, int tag, bool add,
                 std::uint64_t stream) {
-    const bool receives = blocks(lo, hi) != 0;
+    const std::size_t n = blocks(lo, hi);
+    const bool receives = n != 0;
     Request r{};
-    if (receives) r = e_.recv(recv_, pack_cap_, peer, tag);
+    if (receives) r = e_.recv(recv_, frame_bytes(n) + n * cap_, peer, tag);
     const std::size_t bytes = pack(slo, shi);
     Request s{};
     if (bytes != 0) s = e_.send(send_, bytes, peer, tag);
