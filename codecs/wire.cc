@@ -12,9 +12,6 @@ namespace {
 void put_u32(std::byte* p, std::uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
 }
-void put_u64(std::byte* p, std::uint64_t v) {
-  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
-}
 std::uint64_t get_le(const std::byte* p, int n) {
   std::uint64_t v = 0;
   for (int i = 0; i < n; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
@@ -25,6 +22,11 @@ std::uint64_t get_le(const std::byte* p, int n) {
 }
 
 }  // namespace
+
+void put_u64(std::byte* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::byte>(v >> (8 * i));
+}
+std::uint64_t get_u64(const std::byte* p) { return get_le(p, 8); }
 
 void write_header(std::byte* out, const Header& h) {
   out[0] = std::byte{kMagic};

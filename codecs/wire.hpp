@@ -40,6 +40,11 @@ struct Header {
   std::uint64_t count = 0;
 };
 
+/// A u64 in the wire's byte order (little-endian), e.g. the lengths that frame several payloads
+/// in one message (the Bruck all-gather's blocks, a halving step's).
+void put_u64(std::byte* p, std::uint64_t v);
+std::uint64_t get_u64(const std::byte* p);
+
 void write_header(std::byte* out, const Header& h);
 
 /// Parses and checks magic, version and flags; throws ccoll::Error(kCorruptData) if malformed.

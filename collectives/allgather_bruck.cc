@@ -5,7 +5,6 @@
 // distance d a rank sends its first min(d, p - d) blocks to rank r - d and appends the blocks it
 // receives from rank r + d. Received blocks are forwarded unchanged and every rank decodes the
 // same bytes, its own block included, so all ranks end bit-identical.
-#include <cstring>
 
 #include "collectives.hpp"
 #include "engine.hpp"
@@ -15,13 +14,6 @@ namespace ccoll::coll {
 namespace {
 
 constexpr std::size_t kLenBytes = sizeof(std::uint64_t);
-
-void put_len(std::byte* p, std::uint64_t v) { std::memcpy(p, &v, kLenBytes); }
-std::uint64_t get_len(const std::byte* p) {
-  std::uint64_t v;
-  std::memcpy(&v, p, kLenBytes);
-  return v;
-}
 
 }  // namespace
 
@@ -39,7 +31,7 @@ void allgather_bruck(Context& cx, const void* send, std::size_t count, void* rec
   start[0] = 0;
   const std::size_t own =
       e.encode(send, count, static_cast<std::uint64_t>(r), 0, stream + kLenBytes);
-  put_len(stream, own);
+  wire::put_u64(stream, own);
   start[1] = kLenBytes + own;
   int have = 1;
 
@@ -58,7 +50,7 @@ void allgather_bruck(Context& cx, const void* send, std::size_t count, void* rec
         ok = false;
         break;
       }
-      const std::uint64_t len = get_len(tail + pos);
+      const std::uint64_t len = wire::get_u64(tail + pos);
       if (len > cap || len > got - pos - kLenBytes) {
         ok = false;
         break;
@@ -72,7 +64,7 @@ void allgather_bruck(Context& cx, const void* send, std::size_t count, void* rec
       std::size_t at = 0;
       for (int i = 0; i < n; ++i) {
         const std::size_t len = wire::write_poisoned(tail + at + kLenBytes);
-        put_len(tail + at, len);
+        wire::put_u64(tail + at, len);
         at += kLenBytes + len;
         start[have + i + 1] = start[have] + at;
       }
@@ -84,7 +76,7 @@ void allgather_bruck(Context& cx, const void* send, std::size_t count, void* rec
   for (int i = 0; i < p; ++i) {
     const std::byte* block = stream + start[i];
     const int src = ring_mod(r + i, p);
-    e.decode(block + kLenBytes, get_len(block), count,
+    e.decode(block + kLenBytes, wire::get_u64(block), count,
              out + static_cast<std::size_t>(src) * count * es, /*accumulate=*/false);
   }
   e.finish();

@@ -115,12 +115,6 @@ class Halving {
   static constexpr std::size_t kLen = sizeof(std::uint64_t);
   static constexpr std::size_t kHead = wire::kHeaderBytes;
   static std::size_t frame_bytes(std::size_t n) { return kLen + n * (kLen + kHead); }
-  static void put(std::byte* p, std::uint64_t v) { std::memcpy(p, &v, kLen); }
-  static std::uint64_t get(const std::byte* p) {
-    std::uint64_t v = 0;
-    std::memcpy(&v, p, kLen);
-    return v;
-  }
   std::size_t blocks(int lo, int hi) const {
     std::size_t n = 0;
     for (int b = lo; b < hi; ++b) n += elems(b) != 0 ? 1 : 0;
@@ -130,7 +124,7 @@ class Halving {
   std::size_t pack(int lo, int hi) {
     const std::size_t n = blocks(lo, hi);
     if (n == 0) return 0;
-    put(send_, n);
+    wire::put_u64(send_, n);
     std::byte* heads = send_ + kLen + n * kLen;
     std::memset(heads, 0, n * kHead);
     std::size_t body = frame_bytes(n);
@@ -139,7 +133,7 @@ class Halving {
       if (elems(b) == 0) continue;
       const std::size_t l = len(b);
       const std::size_t h = std::min(l, kHead);
-      put(send_ + kLen + i * kLen, l);
+      wire::put_u64(send_ + kLen + i * kLen, l);
       e_.copy_payload(heads + i * kHead, cur(b), h);
       if (l > h) e_.copy_payload(send_ + body, cur(b) + h, l - h);
       body += l - h;
@@ -153,10 +147,10 @@ class Halving {
   // receive (got 0, already poisoned).
   void unpack(int lo, int hi, std::size_t got, int peer, bool add) {
     const std::size_t n = blocks(lo, hi);
-    bool ok = got >= kLen && get(recv_) == n && got >= frame_bytes(n);
+    bool ok = got >= kLen && wire::get_u64(recv_) == n && got >= frame_bytes(n);
     std::size_t total = frame_bytes(n);
     for (std::size_t i = 0; ok && i < n; ++i) {
-      const std::uint64_t l = get(recv_ + kLen + i * kLen);
+      const std::uint64_t l = wire::get_u64(recv_ + kLen + i * kLen);
       ok = l != 0 && l <= cap_;
       total += ok ? l - std::min<std::size_t>(l, kHead) : 0;
     }
@@ -176,7 +170,7 @@ class Halving {
       if (!ok) {
         out = e_.write_poisoned(dst);
       } else {
-        const auto l = static_cast<std::size_t>(get(recv_ + kLen + i * kLen));
+        const auto l = static_cast<std::size_t>(wire::get_u64(recv_ + kLen + i * kLen));
         const std::size_t h = std::min(l, kHead);
         e_.copy_payload(dst, heads + i * kHead, h);
         if (l > h) e_.copy_payload(dst + h, recv_ + body, l - h);

@@ -152,8 +152,7 @@ TEST(Halving, ExchangesWithLog2PartnersAtTheRingsTraffic) {
       ++messages[static_cast<std::size_t>(src)];
       if (tag == coll::kTagGathering) {
         // a step's message: [u64 n][u64 length x n][each payload's header]...
-        std::uint64_t n = 0;
-        std::memcpy(&n, msg.data(), sizeof n);
+        const std::uint64_t n = wire::get_u64(msg.data());
         for (std::uint64_t i = 0; i < n; ++i) {
           const std::size_t at = 8 + 8 * n + i * wire::kHeaderBytes;
           const wire::Header h = wire::read_header(msg.data() + at, wire::kHeaderBytes);
@@ -206,8 +205,7 @@ TEST(Halving, ExchangesWithLog2PartnersAtTheRingsTraffic) {
 TEST(Halving, CorruptStepMessagesFailWithoutHanging) {
   auto corrupts = corruptions();
   corrupts.push_back({"flip a payload's header", [](std::vector<std::byte>& m) {
-                        std::uint64_t n = 0;
-                        std::memcpy(&n, m.data(), sizeof n);
+                        const std::uint64_t n = wire::get_u64(m.data());
                         m[8 + 8 * n + 2] ^= std::byte{0x7};  // the first payload's codec id
                       }});
   const std::size_t count = 5000;
