@@ -1,7 +1,8 @@
 // ccoll_error_vs_ranks: the all-reduce error of every lossy codec against the rank count, for the
-// ring and the scatter-reduce-allgather, on ranks as threads in one process (the in-process
-// transport; the schedules and codecs are the ones MPI calls run), and what each rank sends.
-// Prints two Markdown tables: the error, then the bits sent per element.
+// ring, the scatter-reduce-allgather and (codecs whose codes add) recursive halving, on ranks as
+// threads in one process (the in-process transport; the schedules and codecs are the ones MPI calls
+// run), and what each rank sends. Prints two Markdown tables: the error, then the bits sent per
+// element.
 //
 //   ccoll_error_vs_ranks [--elements N] [--ranks 2,4,8,16] [--shared F] [--codec SPEC]...
 //
@@ -133,12 +134,13 @@ int main(int argc, char** argv) {
     for (const auto& spec : codecs) {
       const auto probe =
           ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
-      for (const Algorithm algo : {Algorithm::kRing, Algorithm::kScatterReduce}) {
-        // the scatter-reduce-allgather refuses summable codecs on agreed scales only
-        if (algo == Algorithm::kScatterReduce && probe->capabilities().summable &&
-            !probe->encodes_rescaled()) {
-          continue;
-        }
+      const bool summable = probe->capabilities().summable;
+      for (const Algorithm algo :
+           {Algorithm::kRing, Algorithm::kScatterReduce, Algorithm::kHalving}) {
+        // the scatter-reduce-allgather refuses summable codecs on agreed scales only; halving
+        // takes summable codecs only
+        if (algo == Algorithm::kScatterReduce && summable && !probe->encodes_rescaled()) continue;
+        if (algo == Algorithm::kHalving && !summable) continue;
         std::printf("| `%s` | %s |", spec.c_str(), ccoll::coll::algorithm_name(algo));
         std::string bits = "| `" + spec + "` | " + ccoll::coll::algorithm_name(algo) + " |";
         Result first;

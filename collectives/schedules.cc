@@ -129,8 +129,10 @@ Schedule select_auto(const ScheduleQuery& q, Op op) {
     const int sra_from = q.reencodes  ? kScatterReduceMinRanks
                          : owner_sums ? kScatterReduceSummableMinRanks
                                       : 0;
+    // a re-quantizing add rounds every partial sum: log2 p times on halving, p - 1 on the ring
+    const bool requant = q.summable && q.lossy_add && q.node_ranks <= 1;
     const bool pow2 = (q.ranks & (q.ranks - 1)) == 0;
-    if (owner_sums && q.ranks >= kScatterReduceSummableMinRanks &&
+    if ((owner_sums || requant) && q.ranks >= kScatterReduceSummableMinRanks &&
         (pow2 || bytes <= kHalvingAnyRanksMaxBytes) && allowed(Algorithm::kHalving, op, q)) {
       return Algorithm::kHalving;
     }

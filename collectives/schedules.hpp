@@ -142,7 +142,9 @@ inline constexpr int kScatterReduceSummableMinRanks = 16;
 /// data into a neighbour first, which costs more than the steps save above this size. Simulated
 /// (bench/results/scale-sim, maxnorm:bits=8, one rank a host at 200 Gbit/s): at 64 ranks
 /// 1.2-3.4x faster than the ring and 1.6-4.5x than sra from 64 KiB to 16 MiB; at 12 and 24
-/// ranks faster up to 1 MiB (24: 2 MiB), slower from 4 MiB.
+/// ranks faster up to 1 MiB (24: 2 MiB), slower from 4 MiB. Codecs whose add re-quantizes
+/// (sum=requant) take it on the same terms: each element's sum is rounded log2 p times instead
+/// of the ring's p - 1 (at 1,024 ranks a third of the ring's error, bench/results/scale-sim).
 inline constexpr std::size_t kHalvingAnyRanksMaxBytes = std::size_t{1} << 20;
 
 /// Whether device codecs run `op` with `a` (auto: always, it picks such a row for them).
@@ -163,6 +165,7 @@ struct ScheduleQuery {
   bool reencodes = false;      ///< the codec is lossy and not summable
   bool summable = false;       ///< the codec's codes add (Capabilities::summable)
   bool rescales = false;       ///< ... and it encodes an owner's sum on its own scales
+  bool lossy_add = false;      ///< ... or its add re-quantizes the sum (sum=requant)
   /// Ranks that share a node with each rank (1: none, or not known). The pairwise exchange
   /// puts that many ranks' flows on a node's link at once where the ring puts one.
   int node_ranks = 1;

@@ -96,14 +96,15 @@ coll::ScheduleQuery schedule_query(const Flow& f, const codec::Codec& codec, boo
   q.reencodes = !codec.capabilities().lossless && !codec.capabilities().summable;
   q.summable = codec.capabilities().summable;
   q.rescales = codec.encodes_rescaled();
+  q.lossy_add = codec.capabilities().lossy_add;
   // where auto could take sra for summable codecs: whether ranks share nodes (the topology, a
   // collective on the communicator's first such call), asked only by the schedule's own choice
   // (`topology`), after the agreement, from values equal on every rank (device_codecs agreed,
   // the spec agreed); elsewhere the ranks count as apart, which only a prediction of the
   // schedule (the 16-bit input's reader) sees. A hierarchical call's cross-node step has one
   // rank a node.
-  if (topology && !f.call.nested && !device_codecs && f.c.spec.summable && f.c.spec.rescales &&
-      q.allreduce && q.requested == coll::Algorithm::kAuto &&
+  if (topology && !f.call.nested && !device_codecs && f.c.spec.summable &&
+      (f.c.spec.rescales || q.lossy_add) && q.allreduce && q.requested == coll::Algorithm::kAuto &&
       q.ranks >= coll::kScatterReduceSummableMinRanks &&
       q.count * q.elem_bytes > coll::kTreeAllreduceMaxBytes) {
     // (uneven nodes: their sizes differ between ranks, while `uniform` is the same on all)

@@ -231,7 +231,8 @@ TEST(ScatterReduce, SummableCodecsKeepAContributionsWidth) {
 
 // Selection: auto takes it for codecs that re-encode, from 3 ranks, and for summable codecs that
 // encode owner sums, from 16 ranks apart, above the tree's sizes, where the recursive halving and
-// doubling does not go first (a power of two of ranks, or at most 1 MiB).
+// doubling does not go first (a power of two of ranks, or at most 1 MiB; it goes first for
+// re-quantizing adds too).
 TEST(ScatterReduce, ChosenByAutoForCodecsThatReencode) {
   coll::ScheduleQuery q;
   q.count = 1 << 20;
@@ -257,6 +258,15 @@ TEST(ScatterReduce, ChosenByAutoForCodecsThatReencode) {
   q.summable = true;  // codes that add: sra where the codec encodes owner sums, from 16 ranks
   q.ranks = 16;
   EXPECT_EQ(coll::select_schedule(q), coll::Schedule::kRing);
+  q.lossy_add = true;  // a re-quantizing add: halving rounds log2 p times, the ring p - 1
+  EXPECT_EQ(coll::select_schedule(q), coll::Schedule::kHalving);
+  q.ranks = 8;
+  EXPECT_EQ(coll::select_schedule(q), coll::Schedule::kRing);
+  q.ranks = 16;
+  q.node_ranks = 8;
+  EXPECT_EQ(coll::select_schedule(q), coll::Schedule::kRing);
+  q.node_ranks = 1;
+  q.lossy_add = false;
   q.rescales = true;  // 16 ranks apart, a power of two: the recursive halving and doubling
   EXPECT_EQ(coll::select_schedule(q), coll::Schedule::kHalving);
   q.ranks = 24;  // not a power of two: halving up to 1 MiB, sra above
