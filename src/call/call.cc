@@ -147,6 +147,11 @@ void check_codec_and_algorithm(const Call& call, Checked& c) {
                 (call.reduce_scatter() ? "reduce-scatter" : "all-gather") + " form (valid for " +
                 call.fn + ": any codec but temporal)");
   }
+  if (bad.ok() && c.spec.rotate != 0 && !call.allreduce()) {
+    bad.set(kArgCodec, Status::kUnsupported,
+            "codec: " + c.spec.canonical + " rotates all-reduce inputs only (valid for " + call.fn +
+                ": rotate=none)");
+  }
   try {
     c.algorithm = coll::parse_algorithm(
         opt.algorithm == "auto" && !c.env.algorithm.empty() && !call.nested ? c.env.algorithm

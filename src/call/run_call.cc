@@ -17,6 +17,7 @@
 #include "mpi_check.hpp"
 #include "node_sums.hpp"
 #include "placement.hpp"
+#include "rotation.hpp"
 #include "setup_rounds.hpp"
 #include "sim_model.hpp"
 #include "stream_allreduce.hpp"
@@ -27,6 +28,12 @@ namespace {
 // A call whose tensor the caller named (Options::key), not a nested step of another call (whose
 // keys may derive from this rank's buffer addresses).
 bool named_tensor(const Call& call) { return call.options.key != 0 && !call.nested; }
+
+// rotate=hadamard's signs: the call's seed and its tensor's key, equal on every rank (agreed),
+// the same on every call of the tensor (an ef=1 residual stays in one rotated basis).
+std::uint64_t rotation_seed_of(const Call& call) {
+  return codec::rotation_seed(call.options.seed, named_tensor(call) ? call.options.key : 0);
+}
 
 // The tensor a stateful codec's state belongs to: Options::key, or the caller's receive buffer
 // and count.
@@ -73,8 +80,9 @@ struct Flow {
   Prepared prep;
   Agreed agreed;
   std::uint64_t call_no = 0;
-  std::uint64_t seed = 0;  // the seed the codec draws with (agree_stage)
-  bool compress = false;   // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
+  std::uint64_t seed = 0;      // the seed the codec draws with (agree_stage)
+  bool compress = false;       // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
+  std::vector<float> rotated;  // rotate=hadamard: this rank's rotated input (the call's sendbuf)
   // the call runs stream-ordered (stream_allreduce.hpp), with this codec
   bool stream = false;
 
@@ -452,13 +460,39 @@ void run_stream(Flow& f) {
   f.stats.transport = data_path_name(row.path_on(b.host_accessible()));
 }
 
+// rotate=hadamard's local checks: float32 host buffers.
+void check_rotation(const Call& call, const Placement& pl, Checked& c) {
+  if (c.spec.rotate == 0 || !c.bad.ok()) return;
+  if (c.dtype != codec::DType::kFloat32 || call.input_half != Half::kNone) {
+    c.bad.set(kArgCodec, Status::kUnsupported,
+              "codec: " + c.spec.canonical + " rotates float32 only (valid datatype with " +
+                  "rotate=hadamard: MPI_FLOAT; other datatypes: rotate=none)");
+  } else if (pl.device != nullptr) {
+    c.bad.set(kArgCodec, Status::kUnsupported,
+              "codec: " + c.spec.canonical +
+                  " has no device rotation yet (valid with device buffers: rotate=none)");
+  }
+}
+
+// rotate=hadamard: this rank's input rotated into f.rotated, which the call reads from now on.
+void rotate_input(Flow& f) {
+  Call& call = f.call;
+  const auto* in = static_cast<const float*>(call.input(f.es(), f.rank()));
+  f.rotated.resize(call.count);
+  codec::rotate_forward_copy(f.rotated.data(), in, call.count, f.c.spec.rotate,
+                             rotation_seed_of(call));
+  call.sendbuf = f.rotated.data();
+}
+
 void local_stage(Flow& f) {
   Call& call = f.call;
   Placement& pl = f.pl;
   Checked& c = f.c;
   c = check_arguments(call, pl.facts, f.p());
   if (pl.device != nullptr) check_device_transport(pl, c);
+  check_rotation(call, pl, c);
   f.compress = c.bad.ok() && call.count > 0 && f.p() > 1 && c.in_total * f.es() >= c.env.min_bytes;
+  if (f.compress && c.spec.rotate != 0) rotate_input(f);
   if (pl.device != nullptr) choose_device_path(call, pl, c, f.ctx, f.compress);
   f.stream = f.compress && runs_stream_ordered(f);
   // the hierarchical schedule's cross-node call makes its own plan; the stream-ordered
@@ -637,6 +671,10 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
     run_stream(f);
   } else {
     run_compressed(f);
+  }
+  if (!f.rotated.empty()) {
+    codec::rotate_inverse(static_cast<float*>(call.recvbuf), call.count, f.c.spec.rotate,
+                          rotation_seed_of(call));
   }
   // the buffers the call grew in its plan count against the state limit, whichever path ran
   if (f.prep.plan != nullptr) ctx.recount(*f.prep.plan);

@@ -278,7 +278,8 @@ const std::vector<Entry>& registry() {
        device_cast(false)},
       {"maxnorm",
        {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact"), round_param(),
-        block_param("1024")},  // codec::kMaxnormDefaultBlock
+        block_param("1024"),  // codec::kMaxnormDefaultBlock
+        hidden_default(choice_param("rotate", {"none", "hadamard"}, "none"))},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_maxnorm_codec(t, maxnorm_params(s));
        },
@@ -519,6 +520,9 @@ CodecSpec parse_codec_spec(const std::string& text) {
   spec.summable = (it->traits & kSummable) != 0;
   spec.rescales = spec.name == "maxnorm" && !spec.ef21 && value_of(spec, "sum") == "exact" &&
                   value_of(spec, "bits").find('/') == std::string::npos;
+  spec.rotate = spec.name == "maxnorm" && value_of(spec, "rotate") == "hadamard"
+                    ? std::stoul(value_of(spec, "block"))
+                    : 0;
   spec.lossless = (it->traits & kLossless) != 0;
   spec.gather_reduce = (it->traits & kGatherReduce) != 0;
   spec.prescale_mean = (it->traits & kPrescaleMean) != 0;

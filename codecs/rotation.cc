@@ -1,0 +1,147 @@
+// The randomized Hadamard rotation (rotation.hpp).
+#include "rotation.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+namespace ccoll::codec {
+namespace {
+
+std::uint64_t mix(std::uint64_t z) {  // splitmix64's finalizer
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// x[i] <- -x[i] where element `at + i`'s sign bit is set, for i in [0, m).
+void flip(float* x, std::size_t m, std::size_t at, const RotationSigns& s) {
+  for (std::size_t i = 0; i < m; ++i) {
+    const std::size_t e = at + i;
+    const auto bit =
+        static_cast<std::uint32_t>((s.words[(e >> 6) - s.first_word] >> (e & 63)) & 1u);
+    std::uint32_t u;
+    std::memcpy(&u, &x[i], 4);
+    u ^= bit << 31;
+    std::memcpy(&x[i], &u, 4);
+  }
+}
+
+unsigned log2_of(std::size_t m) {
+  unsigned k = 0;
+  while ((std::size_t{1} << k) < m) ++k;
+  return k;
+}
+
+void scale(float* x, std::size_t m, float f) {
+  for (std::size_t i = 0; i < m; ++i) x[i] *= f;
+}
+
+// Calls f(start, length) for each piece of [0, n): whole blocks, then the tail in powers of two.
+template <class F>
+void for_pieces(std::size_t n, std::size_t block, F f) {
+  std::size_t at = 0;
+  for (; at + block <= n; at += block) f(at, block);
+  for (std::size_t m = block / 2; m >= 2 && at < n; m /= 2) {
+    if (n - at >= m) {
+      f(at, m);
+      at += m;
+    }
+  }
+}
+
+}  // namespace
+
+std::uint64_t rotation_seed(std::uint64_t seed, std::uint64_t key) {
+  return mix(seed ^ mix(key + 0x6A09E667F3BCC909ull));
+}
+
+void fwht(float* x, std::size_t m) {
+  // the first three stages in groups of 8 (in registers), then one pass per stage whose inner
+  // loop runs over contiguous halves (vectorized by the compiler)
+  std::size_t h = 1;
+  if (m >= 8) {
+    for (std::size_t i = 0; i < m; i += 8) {
+      float* v = x + i;
+      const float a0 = v[0] + v[1], a1 = v[0] - v[1], a2 = v[2] + v[3], a3 = v[2] - v[3];
+      const float a4 = v[4] + v[5], a5 = v[4] - v[5], a6 = v[6] + v[7], a7 = v[6] - v[7];
+      const float b0 = a0 + a2, b2 = a0 - a2, b1 = a1 + a3, b3 = a1 - a3;
+      const float b4 = a4 + a6, b6 = a4 - a6, b5 = a5 + a7, b7 = a5 - a7;
+      v[0] = b0 + b4;
+      v[4] = b0 - b4;
+      v[1] = b1 + b5;
+      v[5] = b1 - b5;
+      v[2] = b2 + b6;
+      v[6] = b2 - b6;
+      v[3] = b3 + b7;
+      v[7] = b3 - b7;
+    }
+    h = 8;
+  }
+  for (; h < m; h *= 2) {
+    for (std::size_t i = 0; i < m; i += 2 * h) {
+      float* __restrict lo = x + i;
+      float* __restrict hi = x + i + h;
+      for (std::size_t j = 0; j < h; ++j) {
+        const float a = lo[j];
+        const float b = hi[j];
+        lo[j] = a + b;
+        hi[j] = a - b;
+      }
+    }
+  }
+}
+
+namespace {
+
+void rotate(float* x, const float* src, std::size_t n, std::size_t block, std::uint64_t seed,
+            bool forward, bool vector) {
+  std::vector<std::uint64_t> words(block / 64 + 2);
+  for_pieces(n, block, [&](std::size_t at, std::size_t m) {
+    const unsigned k = log2_of(m);
+    const float f = std::ldexp(1.0f, -static_cast<int>(forward ? (k + 1) / 2 : k / 2));
+    const std::size_t first = at >> 6;
+    const std::size_t last = (at + m - 1) >> 6;
+    for (std::size_t w = first; w <= last; ++w) {
+      words[w - first] = mix(seed + w * 0x9E3779B97F4A7C15ull);
+    }
+    const RotationSigns s{words.data(), first};
+    float* b = x + at;
+    if (src != x) std::memcpy(b, src + at, m * sizeof(float));  // a block at a time: in cache
+    if (vector && rotate_block_hwy(b, m, at, s, forward, f)) return;
+    if (forward) flip(b, m, at, s);
+    fwht(b, m);
+    scale(b, m, f);
+    if (!forward) flip(b, m, at, s);
+  });
+}
+
+}  // namespace
+
+void rotate_forward(float* x, std::size_t n, std::size_t block, std::uint64_t seed) {
+  rotate(x, x, n, block, seed, true, true);
+}
+
+void rotate_forward_copy(float* out, const float* in, std::size_t n, std::size_t block,
+                         std::uint64_t seed) {
+  if (n % 2 != 0) out[n - 1] = in[n - 1];  // the last element of an odd count stays as it is
+  rotate(out, in, n, block, seed, true, true);
+}
+
+void rotate_inverse(float* x, std::size_t n, std::size_t block, std::uint64_t seed) {
+  rotate(x, x, n, block, seed, false, true);
+}
+
+void rotate_reference(float* x, std::size_t n, std::size_t block, std::uint64_t seed,
+                      bool forward) {
+  rotate(x, x, n, block, seed, forward, false);
+}
+
+#if !defined(CCOLL_HAVE_HWY)
+bool rotate_block_hwy(float*, std::size_t, std::size_t, const RotationSigns&, bool, float) {
+  return false;
+}
+#endif
+
+}  // namespace ccoll::codec

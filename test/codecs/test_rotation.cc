@@ -1,0 +1,202 @@
+// rotate=hadamard's transform (codecs/rotation.hpp): the inverse returns the input up to
+// rounding, the rotation keeps the norm, flattens heavy tails, depends on its seed, and is
+// linear, so that maxnorm codes of rotated inputs add up to the rotated sum.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "rotation.hpp"
+#include "spec.hpp"
+
+namespace ccoll {
+namespace {
+
+using codec::rotate_forward;
+using codec::rotate_inverse;
+
+// Gaussian values with one element in 64 a hundred times larger: a heavy-tailed gradient.
+std::vector<float> heavy_tailed(std::size_t n, unsigned seed) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = d(g) * (i % 64 == 7 ? 100.0f : 1.0f);
+  return x;
+}
+
+double norm(const std::vector<float>& x, std::size_t from = 0, std::size_t to = SIZE_MAX) {
+  double s = 0;
+  for (std::size_t i = from; i < std::min(to, x.size()); ++i) s += double(x[i]) * x[i];
+  return std::sqrt(s);
+}
+
+TEST(Rotation, WalshHadamardTwiceIsMTimesTheInput) {
+  for (const std::size_t m : {2, 4, 8, 16, 1024}) {
+    std::vector<float> x(m);
+    for (std::size_t i = 0; i < m; ++i) x[i] = static_cast<float>(int(i * 7 % 13) - 6);
+    std::vector<float> y = x;
+    codec::fwht(y.data(), m);
+    // row 0 of H is all ones: the sum
+    double sum = 0;
+    for (const float v : x) sum += v;
+    EXPECT_EQ(y[0], static_cast<float>(sum));
+    codec::fwht(y.data(), m);
+    for (std::size_t i = 0; i < m; ++i) ASSERT_EQ(y[i], x[i] * static_cast<float>(m)) << i;
+  }
+}
+
+TEST(Rotation, InverseReturnsTheInputAndEveryBlockKeepsItsNorm) {
+  for (const std::size_t block : {std::size_t{256}, std::size_t{1024}}) {
+    for (const std::size_t n : {0, 1, 2, 3, 255, 1000, 1024, 1025, 4097, 70001}) {
+      SCOPED_TRACE("block " + std::to_string(block) + " n " + std::to_string(n));
+      const std::vector<float> x = heavy_tailed(n, 5);
+      std::vector<float> y = x;
+      rotate_forward(y.data(), n, block, 42);
+      // whole blocks of 4^k elements are orthonormal: each keeps its norm
+      if (block == 256) {
+        for (std::size_t b = 0; b + block <= n; b += block) {
+          EXPECT_NEAR(norm(y, b, b + block), norm(x, b, b + block), 1e-5 * norm(x, b, b + block));
+        }
+      }
+      rotate_inverse(y.data(), n, block, 42);
+      const double rms = n != 0 ? norm(x) / std::sqrt(double(n)) : 0.0;
+      for (std::size_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(y[i], x[i], 1e-5 * (1 + std::fabs(x[i])) + 1e-5 * rms) << i;
+      }
+    }
+  }
+}
+
+TEST(Rotation, FlattensHeavyTailsAndDependsOnTheSeed) {
+  const std::size_t n = 1 << 16;
+  const std::size_t block = 1024;
+  const std::vector<float> x = heavy_tailed(n, 9);
+  std::vector<float> y = x;
+  rotate_forward(y.data(), n, block, 1);
+  std::vector<float> z = x;
+  rotate_forward(z.data(), n, block, 2);
+  // max / rms per block: about 12 for the input (one spike in 64), near-Gaussian (below 5) after
+  double worst_in = 0;
+  double worst_out = 0;
+  std::size_t differ = 0;
+  for (std::size_t b = 0; b < n; b += block) {
+    auto peak = [&](const std::vector<float>& v) {
+      double m = 0;
+      for (std::size_t i = b; i < b + block; ++i) m = std::max(m, double(std::fabs(v[i])));
+      return m / (norm(v, b, b + block) / std::sqrt(double(block)));
+    };
+    worst_in = std::max(worst_in, peak(x));
+    worst_out = std::max(worst_out, peak(y));
+    for (std::size_t i = b; i < b + block; ++i) differ += y[i] != z[i];
+  }
+  EXPECT_GT(worst_in, 8.0);
+  EXPECT_LT(worst_out, 5.0);
+  EXPECT_GT(differ, n / 2);  // another seed, other signs
+}
+
+// Linear and the same on every rank: each rank's maxnorm codes of its rotated input add (in
+// the compressed domain) to codes of the rotated sum; decoded and rotated back they are the sum
+// of the inputs, with the codec's error.
+TEST(Rotation, RotatedCodesAddToTheRotatedSum) {
+  const std::size_t n = 8192;
+  const int p = 4;
+  auto c = make_codec(parse_codec_spec("maxnorm:bits=8"), codec::DType::kFloat32);
+  std::vector<std::vector<float>> xs;
+  std::vector<double> exact(n, 0.0);
+  std::vector<float> rotated_sum(n, 0.0f);
+  std::vector<double> scales(c->scale_slots(n), 0.0);
+  for (int r = 0; r < p; ++r) {
+    xs.push_back(heavy_tailed(n, 20 + static_cast<unsigned>(r)));
+    for (std::size_t i = 0; i < n; ++i) exact[i] += xs.back()[i];
+    rotate_forward(xs.back().data(), n, 1024, 77);
+    for (std::size_t i = 0; i < n; ++i) rotated_sum[i] += xs.back()[i];
+    std::vector<double> mine(scales.size());
+    c->local_scales(xs.back().data(), n, mine.data());
+    for (std::size_t k = 0; k < scales.size(); ++k) scales[k] = std::max(scales[k], mine[k]);
+  }
+  c->begin_call(p);
+  c->set_call(1, 0);
+  c->set_scales(scales.data(), scales.size());
+  std::vector<std::byte> acc(c->max_encoded_bytes(n));
+  std::vector<std::byte> one(acc.size());
+  std::vector<std::byte> next(acc.size());
+  codec::BlockContext ctx;
+  std::size_t acc_len = c->encode(xs[0].data(), n, ctx, acc.data());
+  for (int r = 1; r < p; ++r) {
+    ctx.stream = static_cast<std::uint64_t>(r);
+    const std::size_t len = c->encode(xs[static_cast<std::size_t>(r)].data(), n, ctx, one.data());
+    acc_len = c->add_encoded(acc.data(), acc_len, one.data(), len, n, ctx, next.data());
+    std::swap(acc, next);
+  }
+  std::vector<float> out(n);
+  c->decode(acc.data(), acc_len, n, out.data());
+  // the decoded sum is the rotated sum within the codec's error...
+  std::vector<float> diff(n);
+  for (std::size_t i = 0; i < n; ++i) diff[i] = out[i] - rotated_sum[i];
+  EXPECT_LT(norm(diff), 0.02 * norm(rotated_sum));
+  // ... and rotated back, the sum of the inputs
+  rotate_inverse(out.data(), n, 1024, 77);
+  double err = 0;
+  double ref = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    err += (out[i] - exact[i]) * (out[i] - exact[i]);
+    ref += exact[i] * exact[i];
+  }
+  EXPECT_LT(std::sqrt(err / ref), 0.02);
+}
+
+// The vectorized blocks give the scalar path's floats bit for bit, forward and back, for every
+// block size and tail (and signs of zeros, infinities and NaNs as the scalar flip sets them).
+TEST(Rotation, VectorizedIsTheScalarPathBitForBit) {
+  for (const std::size_t block : {std::size_t{256}, std::size_t{1024}, std::size_t{65536}}) {
+    for (const std::size_t n : {7, 8, 24, 1000, 4097, 70001, 200000}) {
+      SCOPED_TRACE("block " + std::to_string(block) + " n " + std::to_string(n));
+      std::vector<float> x = heavy_tailed(n, 3);
+      if (n > 100) {
+        x[5] = 0.0f;
+        x[6] = -0.0f;
+        x[50] = 1e-40f;  // subnormal
+      }
+      for (const bool forward : {true, false}) {
+        std::vector<float> v = x;
+        std::vector<float> r = x;
+        if (forward) {
+          rotate_forward(v.data(), n, block, 11);
+        } else {
+          rotate_inverse(v.data(), n, block, 11);
+        }
+        codec::rotate_reference(r.data(), n, block, 11, forward);
+        ASSERT_EQ(std::memcmp(v.data(), r.data(), n * sizeof(float)), 0);
+        if (forward) {  // the copying form: the same floats
+          std::vector<float> c(n, 123.0f);
+          codec::rotate_forward_copy(c.data(), x.data(), n, block, 11);
+          ASSERT_EQ(std::memcmp(c.data(), r.data(), n * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+}
+
+TEST(Rotation, SpecTakesRotateOnMaxnormOnly) {
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,rotate=hadamard").rotate, 1024u);
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,block=256,rotate=hadamard").rotate, 256u);
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=4").rotate, 0u);
+  // the default stays out of the canonical spec
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,rotate=none").canonical,
+            parse_codec_spec("maxnorm:bits=4").canonical);
+  EXPECT_NE(parse_codec_spec("maxnorm:bits=4,rotate=hadamard").canonical.find("rotate=hadamard"),
+            std::string::npos);
+  try {
+    parse_codec_spec("maxnorm:rotate=fourier");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("none, hadamard"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(parse_codec_spec("qsgd:rotate=hadamard"), Error);
+}
+
+}  // namespace
+}  // namespace ccoll
