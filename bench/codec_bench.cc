@@ -1,8 +1,9 @@
 // Codec throughput (Google Benchmark): scan, encode, decode and decode-accumulate of every codec at
 // 1, 16 and 64 MiB of fp32 input on one thread, next to memcpy of the same size in the same
-// binary. bytes_per_second counts uncompressed input bytes, so each codec's figure divided by
-// memcpy's is the ratio that travels between machines. Built on the codec layer directly
-// (ccoll_base), which the public API does not expose.
+// binary, and rotate=hadamard's two passes (the input rotated into a buffer, the output rotated
+// back in place) at 1,024- and 65,536-element blocks. bytes_per_second counts uncompressed input
+// bytes, so each codec's figure divided by memcpy's is the ratio that travels between machines.
+// Built on the codec layer directly (ccoll_base), which the public API does not expose.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "codec.hpp"
+#include "rotation.hpp"
 #include "spec.hpp"
 
 namespace {
@@ -51,6 +53,24 @@ void bm_memcpy(benchmark::State& state) {
   for (auto _ : state) {
     std::memcpy(b.data(), a.data(), bytes);
     benchmark::DoNotOptimize(b.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+}
+
+// rotate=hadamard's passes: forward into another buffer (as the call does), back in place.
+void bm_rotate(benchmark::State& state, std::size_t block, bool forward) {
+  const std::size_t bytes = static_cast<std::size_t>(state.range(0));
+  const std::size_t n = bytes / sizeof(float);
+  const auto x = input(n);
+  std::vector<float> y = x;
+  for (auto _ : state) {
+    if (forward) {
+      ccoll::codec::rotate_forward_copy(y.data(), x.data(), n, block, 1);
+    } else {
+      ccoll::codec::rotate_inverse(y.data(), n, block, 1);
+    }
+    benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
@@ -129,6 +149,15 @@ void bm_codec(benchmark::State& state, const std::string& spec, Op op) {
 int main(int argc, char** argv) {
   const std::vector<int64_t> sizes = {1 << 20, 16 << 20, 64 << 20};
   for (const auto s : sizes) benchmark::RegisterBenchmark("memcpy", bm_memcpy)->Arg(s);
+  for (const std::size_t block : {std::size_t{1024}, std::size_t{65536}}) {
+    for (const bool forward : {true, false}) {
+      const std::string name =
+          "rotate:block=" + std::to_string(block) + (forward ? "/forward_copy" : "/inverse");
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), bm_rotate, block, forward);
+      for (const auto s : sizes) b->Arg(s);
+      b->Unit(benchmark::kMillisecond)->MinTime(0.2);
+    }
+  }
   for (const auto& spec : kCodecs) {
     for (const auto& [name, op] :
          {std::pair{"scan", Op::kScan}, std::pair{"encode", Op::kEncode},

@@ -4,8 +4,9 @@
 // A block of m >= 8 elements: the first three butterfly stages in registers on groups of 8
 // (two 128-bit vectors: the pair swaps Shuffle2301 and Shuffle1032, then the two vectors), the
 // rest two stages a pass (radix 4) over native vectors where the stride allows, 128-bit ones
-// below it, and a last radix-2 pass where log2 m leaves one. The signs are applied as the first
-// pass loads (forward) or as the last pass stores (inverse), the scale on the last pass. Every
+// below it, and a last radix-2 pass where log2 m leaves one; the scale on the last pass. The
+// signs (an XOR of the sign bits from a table of 16 masks) as the first pass loads (forward)
+// or in a pass of their own over the block while it is in cache (inverse). Every
 // element goes through the same adds in the same order as the scalar transform's stages, so
 // the floats are the scalar path's, bit for bit, on every target (tested).
 #include <cstddef>
@@ -28,27 +29,27 @@ namespace hn = hwy::HWY_NAMESPACE;
 // One lane: nothing to gain; the caller's scalar transform runs.
 bool RotateBlock(float*, size_t, size_t, const RotationSigns&, bool, float) { return false; }
 #else
-// v with the signs of elements e, e+1, ... flipped where their bit is set (rotation.hpp).
+// v (elements e, e + 1, ...) with the signs flipped where their bits are set (rotation.hpp):
+// lane l tests bit l of the element's word from e on; the sign bit is flipped by an XOR, as the
+// scalar path does.
 template <class D>
 HWY_INLINE hn::Vec<D> Flip(D d, hn::Vec<D> v, const RotationSigns& s, size_t e) {
-  const uint64_t bits = s.words[(e >> 6) - s.first_word] >> (e & 63);
-  uint8_t bytes[8];
-  std::memcpy(bytes, &bits, 8);
-  return hn::IfThenElse(hn::LoadMaskBits(d, bytes), hn::Neg(v), v);
+  const hn::RebindToUnsigned<D> du;
+  const auto bits = static_cast<uint32_t>(s.words[(e >> 6) - s.first_word] >> (e & 63));
+  const auto lane_bit = hn::Shl(hn::Set(du, 1u), hn::Iota(du, 0));
+  const auto flip = hn::TestBit(hn::Set(du, bits), lane_bit);
+  const auto sign = hn::IfThenElseZero(flip, hn::Set(du, 0x80000000u));
+  return hn::BitCast(d, hn::Xor(hn::BitCast(du, v), sign));
 }
 
 // One pass over x[0, m) at stride h: radix 4 (stages h and 2h) or radix 2 (stage h); on the
-// last pass the scale, and the inverse's signs.
+// last pass the scale.
 template <class D>
-void Pass(D d, float* HWY_RESTRICT x, size_t m, size_t h, bool radix4, bool last,
-          const RotationSigns& s, size_t at, bool forward, float scale) {
+void Pass(D d, float* HWY_RESTRICT x, size_t m, size_t h, bool radix4, bool last, float scale) {
   const size_t n = hn::Lanes(d);
   const auto k = hn::Set(d, scale);
   auto out = [&](hn::Vec<D> v, size_t i) {
-    if (last) {
-      v = hn::Mul(v, k);
-      if (!forward) v = Flip(d, v, s, at + i);
-    }
+    if (last) v = hn::Mul(v, k);
     hn::StoreU(v, d, x + i);
   };
   for (size_t i = 0; i < m; i += (radix4 ? 4 : 2) * h) {
@@ -74,8 +75,68 @@ void Pass(D d, float* HWY_RESTRICT x, size_t m, size_t h, bool radix4, bool last
   }
 }
 
+void FirstStages4(float* HWY_RESTRICT x, size_t m, const RotationSigns& s, size_t at, bool forward,
+                  float scale);
+
+// Stages 1, 2 and 4 of a block of m >= n elements on native vectors of n >= 8 lanes (the pair
+// swaps within 128-bit blocks, then the adjacent blocks), the forward's signs as they load.
+template <class D>
+void FirstStages(D d, float* HWY_RESTRICT x, size_t m, const RotationSigns& s, size_t at,
+                 bool forward) {
+  const hn::RebindToUnsigned<D> du;
+  const auto lane = hn::Iota(du, 0);
+  const auto upper2 = hn::RebindMask(d, hn::TestBit(lane, hn::Set(du, 2u)));
+  const auto upper4 = hn::RebindMask(d, hn::TestBit(lane, hn::Set(du, 4u)));
+  for (size_t i = 0; i < m; i += hn::Lanes(d)) {
+    auto v = hn::LoadU(d, x + i);
+    if (forward) v = Flip(d, v, s, at + i);
+    auto w = hn::Shuffle2301(v);
+    v = hn::OddEven(hn::Sub(w, v), hn::Add(v, w));
+    w = hn::Shuffle1032(v);
+    v = hn::IfThenElse(upper2, hn::Sub(w, v), hn::Add(v, w));
+    w = hn::SwapAdjacentBlocks(v);
+    v = hn::IfThenElse(upper4, hn::Sub(w, v), hn::Add(v, w));
+    hn::StoreU(v, d, x + i);
+  }
+}
+
 bool RotateBlock(float* HWY_RESTRICT x, size_t m, size_t at, const RotationSigns& s, bool forward,
                  float scale) {
+  const hn::Full128<float> d4;
+  const hn::ScalableTag<float> d;
+  const size_t n = hn::Lanes(d);
+  if (n >= 8 && m >= n && m > 8) {
+    FirstStages(d, x, m, s, at, forward);
+  } else {
+    FirstStages4(x, m, s, at, forward, scale);
+  }
+  for (size_t h = 8; h < m;) {
+    const bool radix4 = 4 * h <= m;
+    const bool last = (radix4 ? 4 : 2) * h == m;
+    if (h >= n) {
+      Pass(d, x, m, h, radix4, last, scale);
+    } else {
+      Pass(hn::CappedTag<float, 8>(), x, m, h, radix4, last, scale);
+    }
+    h *= radix4 ? 4 : 2;
+  }
+  if (!forward && m > 8) {  // the inverse's signs, over the block while it is in cache
+    if (n <= m) {
+      for (size_t i = 0; i < m; i += n)
+        hn::StoreU(Flip(d, hn::LoadU(d, x + i), s, at + i), d, x + i);
+    } else {
+      for (size_t i = 0; i < m; i += 4) {
+        hn::StoreU(Flip(d4, hn::LoadU(d4, x + i), s, at + i), d4, x + i);
+      }
+    }
+  }
+  return true;
+}
+
+// Stages 1, 2 and 4 of a block of m >= 8 elements on 128-bit vectors (two a group of 8); a
+// block of 8 is done here, with its scale and the inverse's signs.
+void FirstStages4(float* HWY_RESTRICT x, size_t m, const RotationSigns& s, size_t at, bool forward,
+                  float scale) {
   const hn::Full128<float> d4;
   const auto upper = hn::Not(hn::FirstN(d4, 2));  // lanes 2 and 3
   const auto k = hn::Set(d4, scale);
@@ -110,19 +171,8 @@ bool RotateBlock(float* HWY_RESTRICT x, size_t m, size_t at, const RotationSigns
     hn::StoreU(lo, d4, x + i);
     hn::StoreU(hi, d4, x + i + 4);
   }
-  const hn::ScalableTag<float> d;
-  for (size_t h = 8; h < m;) {
-    const bool radix4 = 4 * h <= m;
-    const bool last = (radix4 ? 4 : 2) * h == m;
-    if (h >= hn::Lanes(d)) {
-      Pass(d, x, m, h, radix4, last, s, at, forward, scale);
-    } else {
-      Pass(d4, x, m, h, radix4, last, s, at, forward, scale);
-    }
-    h *= radix4 ? 4 : 2;
-  }
-  return true;
 }
+
 #endif  // HWY_TARGET == HWY_SCALAR
 
 }  // namespace HWY_NAMESPACE

@@ -17,6 +17,7 @@
 #include "mpi_check.hpp"
 #include "node_sums.hpp"
 #include "placement.hpp"
+#include "rank_local.hpp"
 #include "rotation.hpp"
 #include "setup_rounds.hpp"
 #include "sim_model.hpp"
@@ -80,9 +81,9 @@ struct Flow {
   Prepared prep;
   Agreed agreed;
   std::uint64_t call_no = 0;
-  std::uint64_t seed = 0;      // the seed the codec draws with (agree_stage)
-  bool compress = false;       // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
-  std::vector<float> rotated;  // rotate=hadamard: this rank's rotated input (the call's sendbuf)
+  std::uint64_t seed = 0;  // the seed the codec draws with (agree_stage)
+  bool compress = false;   // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
+  bool rotated = false;    // rotate=hadamard: the call reads this rank's rotated input
   // the call runs stream-ordered (stream_allreduce.hpp), with this codec
   bool stream = false;
 
@@ -474,14 +475,21 @@ void check_rotation(const Call& call, const Placement& pl, Checked& c) {
   }
 }
 
-// rotate=hadamard: this rank's input rotated into f.rotated, which the call reads from now on.
+// rotate=hadamard: this rank's input rotated into a buffer of the thread's (kept, grown to the
+// largest tensor: no page to fault in on later calls), which the call reads from now on.
 void rotate_input(Flow& f) {
+  static CCOLL_RANK_LOCAL std::unique_ptr<float[]> buffer;
+  static CCOLL_RANK_LOCAL std::size_t capacity = 0;
   Call& call = f.call;
+  if (capacity < call.count) {
+    buffer.reset();
+    buffer.reset(new float[call.count]);  // not value-initialized: every element is written
+    capacity = call.count;
+  }
   const auto* in = static_cast<const float*>(call.input(f.es(), f.rank()));
-  f.rotated.resize(call.count);
-  codec::rotate_forward_copy(f.rotated.data(), in, call.count, f.c.spec.rotate,
-                             rotation_seed_of(call));
-  call.sendbuf = f.rotated.data();
+  codec::rotate_forward_copy(buffer.get(), in, call.count, f.c.spec.rotate, rotation_seed_of(call));
+  call.sendbuf = buffer.get();
+  f.rotated = true;
 }
 
 void local_stage(Flow& f) {
@@ -672,7 +680,7 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
   } else {
     run_compressed(f);
   }
-  if (!f.rotated.empty()) {
+  if (f.rotated) {
     codec::rotate_inverse(static_cast<float*>(call.recvbuf), call.count, f.c.spec.rotate,
                           rotation_seed_of(call));
   }

@@ -123,6 +123,12 @@ Param block_param(const char* def) {
   return choice_param("block", blocks, def);
 }
 
+// rotate=hadamard (codecs/rotation.hpp), a parameter of the codecs with scale blocks; its
+// default stays out of the canonical spec.
+Param rotate_param() {
+  return hidden_default(choice_param("rotate", {"none", "hadamard"}, "none"));
+}
+
 // The default of `p` for a spec with or without ef=1.
 const char* default_of(const Param& p, bool ef) {
   return ef && p.ef_def != nullptr ? p.ef_def : p.def;
@@ -187,6 +193,13 @@ const std::string& value_of(const CodecSpec& s, const char* key) {
     if (kv.first == key) return kv.second;
   }
   throw Error(Status::kInternal, "codec parameter missing after validation");
+}
+
+bool has_param(const CodecSpec& s, const char* key) {
+  for (const auto& kv : s.params) {
+    if (kv.first == key) return true;
+  }
+  return false;
 }
 
 bool nearest(const CodecSpec& s) { return value_of(s, "round") == "nearest"; }
@@ -279,7 +292,7 @@ const std::vector<Entry>& registry() {
       {"maxnorm",
        {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact"), round_param(),
         block_param("1024"),  // codec::kMaxnormDefaultBlock
-        hidden_default(choice_param("rotate", {"none", "hadamard"}, "none"))},
+        rotate_param()},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_maxnorm_codec(t, maxnorm_params(s));
        },
@@ -308,7 +321,8 @@ const std::vector<Entry>& registry() {
        }},
       {"randk",
        {ratio_param("ratio"), uint_param("bits", 2, 8, "8"), round_param(),
-        block_param("65536")},  // codec::kRandkDefaultBlock
+        block_param("65536"),  // codec::kRandkDefaultBlock
+        rotate_param()},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_maxnorm_codec(t, randk_params(s));
        },
@@ -366,7 +380,8 @@ const std::vector<Entry>& registry() {
        {uint_param("bits", 2, 8),
         real_range_param("beta", 0.0, 1.0, true, "a number in [0, 1), e.g. 0.9", "0.9"),
         round_param(), choice_param("shrink", {"1", "0"}, "1"),
-        block_param("65536")},  // codec::kMaxnormBlock
+        block_param("65536"),  // codec::kMaxnormBlock
+        rotate_param()},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_temporal_codec(t, param(s, "bits"), real_param(s, "beta"), s.ef,
                                            nearest(s), value_of(s, "shrink") == "1",
@@ -387,7 +402,8 @@ const std::vector<Entry>& registry() {
         real_range_param("budget", 1e-9, 1e9, false, "a number in [1e-9, 1e9], e.g. 1", "1"),
         hidden_default(uint_param("steps", 0, 999999999, "0")),
         real_range_param("decay", 1e-3, 1.0, false, "a number in [0.001, 1], e.g. 0.999", "1"),
-        round_param(), block_param("65536")},  // codec::kMaxnormBlock
+        round_param(), block_param("65536"),  // codec::kMaxnormBlock
+        rotate_param()},
        [](const CodecSpec& s, codec::DType t) { return codec::make_dq_codec(t, dq_params(s)); },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_dq(cpu, b, resident, dq_params(s));
@@ -520,7 +536,7 @@ CodecSpec parse_codec_spec(const std::string& text) {
   spec.summable = (it->traits & kSummable) != 0;
   spec.rescales = spec.name == "maxnorm" && !spec.ef21 && value_of(spec, "sum") == "exact" &&
                   value_of(spec, "bits").find('/') == std::string::npos;
-  spec.rotate = spec.name == "maxnorm" && value_of(spec, "rotate") == "hadamard"
+  spec.rotate = has_param(spec, "rotate") && value_of(spec, "rotate") == "hadamard"
                     ? std::stoul(value_of(spec, "block"))
                     : 0;
   spec.lossless = (it->traits & kLossless) != 0;

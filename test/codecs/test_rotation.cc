@@ -180,7 +180,7 @@ TEST(Rotation, VectorizedIsTheScalarPathBitForBit) {
   }
 }
 
-TEST(Rotation, SpecTakesRotateOnMaxnormOnly) {
+TEST(Rotation, SpecTakesRotateOnCodecsWithScaleBlocks) {
   EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,rotate=hadamard").rotate, 1024u);
   EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,block=256,rotate=hadamard").rotate, 256u);
   EXPECT_EQ(parse_codec_spec("maxnorm:bits=4").rotate, 0u);
@@ -195,7 +195,11 @@ TEST(Rotation, SpecTakesRotateOnMaxnormOnly) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("none, hadamard"), std::string::npos) << e.what();
   }
+  EXPECT_EQ(parse_codec_spec("randk:ratio=0.1,rotate=hadamard").rotate, 65536u);
+  EXPECT_EQ(parse_codec_spec("temporal:bits=4,block=4096,rotate=hadamard").rotate, 4096u);
+  EXPECT_EQ(parse_codec_spec("dq:min=2,max=8,rotate=hadamard").rotate, 65536u);
   EXPECT_THROW(parse_codec_spec("qsgd:rotate=hadamard"), Error);
+  EXPECT_THROW(parse_codec_spec("fp16:rotate=hadamard"), Error);
 }
 
 }  // namespace
