@@ -19,6 +19,8 @@
 //   with the coarse step M_b/s1; both fit in B1-bit codes, so payloads still add in integers.
 // - randk:ratio=R: only the coordinates of a shared stratified draw (randk_selection.hpp) are
 //   coded; the others decode to zero.
+// - clip=C: a rank's scale of a block is at most C times its root mean square; the values beyond
+//   the agreed scale saturate at the outer level (ef=1's residual keeps what they lose).
 // - a rescaled encode (BlockContext::rescale = j, single scale and exact sums only): scales of
 //   the payload's own values over j, the lanes of j contributions: an owner's sum (sra) sent at
 //   about a contribution's width, which every rank decodes as any payload.
@@ -47,10 +49,8 @@
 namespace ccoll::codec {
 namespace {
 
-// Relative margins of the overflow rules: the encoder's fallback is stricter than the decoder's
-// check by more than the scale's upward rounding (2^-23), and the decoder's covers the float
-// rounding of step and product.
-constexpr double kFallbackMargin = 1e-5;
+// Relative margin of the decoder's overflow check, for the float rounding of step and product
+// (the encoder's fallback, maxnorm_fallback_limit(), is stricter by more than 2^-23).
 constexpr double kDecodeMargin = 1e-6;
 constexpr std::uint32_t kMaxContributions = (1u << 19) - 1;
 constexpr unsigned kBlockShift = 27;  // the block field: 4 bits below the requant flag
@@ -77,6 +77,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
         s_((1u << (p.bits - 1)) - 1),
         s2_(p.fine_bits != 0 ? (1u << (p.fine_bits - 1)) - 1 : 0),
         block_(checked_maxnorm_block(p.block)),
+        clip_(p.clip),
         selection_(p.ratio > 0 ? p.ratio : 1.0),
         spec_(maxnorm_spec(p)) {}
 
@@ -84,17 +85,17 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   Capabilities capabilities() const override {
     Capabilities c;
     c.summable = true;
-    c.unbiased = !sparse_ && !nearest_;  // randk drops coordinates (meant for ef=1)
+    // randk drops coordinates (meant for ef=1); clip= saturates what lies beyond its scale
+    c.unbiased = !sparse_ && !nearest_ && clip_ == 0;
     c.lossy_add = requant_;
     return c;
   }
   DType dtype() const override { return kType; }
   // randk: a coordinate that is not kept loses all of its value (up to M).
   double unit_roundoff() const override {
-    if (sparse_) return 1.0;
-    return (nearest_ ? 0.5 : 1.0) / s_;  // a nearest rounding errs by half a step at most
+    if (sparse_ || clip_ > 0) return 1.0;  // a saturated value loses up to its magnitude
+    return (nearest_ ? 0.5 : 1.0) / s_;    // a nearest rounding errs by half a step at most
   }
-
   void begin_call(int ranks) override { ranks_ = static_cast<std::uint32_t>(std::max(1, ranks)); }
   void set_call(std::uint64_t seed, std::uint64_t call) override {
     seed_ = seed;
@@ -121,12 +122,12 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     const auto* h = static_cast<const std::uint16_t*>(data);
     return !(abs_max_16(h, count, in_ == InputType::kBFloat16, false) <= limit);
   }
-
   unsigned bits_used() const override { return fine_bits_ != 0 ? 0 : bits_; }
   // 16-bit input: the single-scale fp32 codec widens it as it reads (randk's scales and the
-  // two-scale mask read scattered elements: the caller widens those codecs' input)
+  // two-scale mask read scattered elements, clip= a block twice: the caller widens their input)
   bool set_input_type(InputType t) override {
-    if (t != InputType::kNative && (!std::is_same_v<T, float> || sparse_ || fine_bits_ != 0)) {
+    if (t != InputType::kNative &&
+        (!std::is_same_v<T, float> || sparse_ || fine_bits_ != 0 || clip_ > 0)) {
       return false;
     }
     in_ = t;
@@ -161,7 +162,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
         m = 0;
         for (std::size_t i = b * block_; i < end; ++i) m = std::max(m, std::fabs(x[i]));
       }
-      out[b] = static_cast<double>(m);
+      out[b] = static_cast<double>(m);  // clip=: at most clip·rms (a NaN rms leaves m)
+      if (clip_ > 0) out[b] = std::min(out[b], clip_ * rms(x + b * block_, end - b * block_));
     }
   }
   // One pass for both: the block maxima are the scales, and the fallback test (NaN, or beyond
@@ -174,8 +176,9 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     }
     const T* x = static_cast<const T*>(data);
     const auto* h = static_cast<const std::uint16_t*>(data);
-    scan_blocks(count, ranks, scales, fallback, [&](std::size_t at, std::size_t n) {
-      // 16-bit input: the maximum of the bit patterns (NaN when a block holds one)
+    const auto rms_at = [x](std::size_t at, std::size_t n) { return rms(x + at, n); };
+    scan_blocks(count, ranks, scales, fallback, rms_at, [&](std::size_t at, std::size_t n) {
+      // 16-bit input (never clip=): the maximum of the bit patterns (NaN when a block holds one)
       return in_ != InputType::kNative
                  ? static_cast<double>(abs_max_16(h + at, n, in_ == InputType::kBFloat16, false))
                  : static_cast<double>(abs_max(x + at, n));
@@ -189,7 +192,10 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       return std::nullopt;
     } else {
       if (sparse_ || scales == nullptr || in_ != InputType::kNative) return std::nullopt;
-      scan_blocks(count, ranks, scales, fallback, [&](std::size_t at, std::size_t n) {
+      const auto rms_at = [x, e](std::size_t at, std::size_t n) {
+        return rms_sum(x + at, e + at, n);
+      };
+      scan_blocks(count, ranks, scales, fallback, rms_at, [&](std::size_t at, std::size_t n) {
         return static_cast<double>(abs_max_sum(x + at, e + at, n));
       });
       return true;
@@ -199,7 +205,6 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     scales_.resize(n);
     for (std::size_t b = 0; b < n; ++b) scales_[b] = maxnorm_scale_float(shared[b]);
   }
-
   std::size_t mask_bytes(std::size_t count) const override {
     return fine_bits_ != 0 ? (count + 7) / 8 : 0;
   }
@@ -443,7 +448,6 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       return static_cast<std::size_t>(end_of_codes - out);
     }
   }
-
   std::size_t add_encoded(const std::byte* a, std::size_t a_bytes, const std::byte* b,
                           std::size_t b_bytes, std::size_t count, const BlockContext& ctx,
                           std::byte* out) override {
@@ -582,15 +586,18 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     return bits_for(2ull * static_cast<std::uint64_t>(bias(contributions)));
   }
   // scan()'s pass: scales[b] = block_max(first element of block b, its elements) over the
-  // blocks of `count` elements, and the fallback test of those maxima (NaN, or beyond the limit).
-  template <class BlockMax>
+  // blocks of `count` elements (clip=C: at most C·block_rms of them), and the fallback test of
+  // those scales (NaN, or beyond the limit).
+  template <class BlockRms, class BlockMax>
   void scan_blocks(std::size_t count, int ranks, double* scales, bool& fallback,
-                   BlockMax&& block_max) const {
+                   BlockRms&& block_rms, BlockMax&& block_max) const {
     const double limit = maxnorm_fallback_limit(ranks);
     fallback = false;
     for (std::size_t b = 0; b * block_ < count; ++b) {
       const std::size_t at = b * block_;
-      const double m = block_max(at, std::min(count, at + block_) - at);
+      const std::size_t n = std::min(count, at + block_) - at;
+      double m = block_max(at, n);
+      if (clip_ > 0 && m <= limit) m = std::min(m, clip_ * block_rms(at, n));
       fallback |= !(m <= limit);  // NaN compares false
       scales[b] = m;
     }
@@ -753,6 +760,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   std::uint32_t s_;
   std::uint32_t s2_;
   std::size_t block_;  // elements per scale
+  double clip_;        // clip=: a block's scale at most this many root mean squares (0: off)
   Selection selection_;
   std::string spec_;
   std::uint32_t ranks_ = 1;
@@ -764,36 +772,29 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   InputType in_ = InputType::kNative;  // own inputs
 };
 
+const MaxNormCodec<float>& float_maxnorm(const Codec& codec, const char* fn) {
+  const auto* m = dynamic_cast<const MaxNormCodec<float>*>(&codec);
+  if (m == nullptr) throw Error(Status::kInternal, std::string(fn) + ": not a float maxnorm codec");
+  return *m;
+}
+
 }  // namespace
 
 MaxnormLayout maxnorm_layout(const Codec& codec, const std::byte* in, std::size_t bytes,
                              std::size_t count) {
-  const auto* m = dynamic_cast<const MaxNormCodec<float>*>(&codec);
-  if (m == nullptr) throw Error(Status::kInternal, "maxnorm_layout: not a float maxnorm codec");
-  return m->layout(in, bytes, count);
+  return float_maxnorm(codec, "maxnorm_layout").layout(in, bytes, count);
 }
-
 const std::vector<std::uint64_t>& randk_selection(const Codec& codec, std::uint64_t offset,
                                                   std::size_t count) {
-  const auto* m = dynamic_cast<const MaxNormCodec<float>*>(&codec);
-  if (m == nullptr) throw Error(Status::kInternal, "randk_selection: not a float randk codec");
-  return m->selection(offset, count);
+  return float_maxnorm(codec, "randk_selection").selection(offset, count);
 }
-
 bool randk_run(const Codec& codec, std::uint64_t offset, std::size_t count, RandkRun& out) {
-  const auto* m = dynamic_cast<const MaxNormCodec<float>*>(&codec);
-  if (m == nullptr) throw Error(Status::kInternal, "randk_run: not a float randk codec");
-  return m->run(offset, count, out);
+  return float_maxnorm(codec, "randk_run").run(offset, count, out);
 }
 
 std::unique_ptr<Codec> make_maxnorm_codec(DType dtype, const MaxNormParams& params) {
   if (dtype == DType::kFloat64) return std::make_unique<MaxNormCodec<double>>(params);
   return std::make_unique<MaxNormCodec<float>>(params);
-}
-
-double maxnorm_fallback_limit(int ranks) {
-  return static_cast<double>(std::numeric_limits<float>::max()) /
-         (static_cast<double>(std::max(1, ranks)) * (1 + kFallbackMargin));
 }
 
 }  // namespace ccoll::codec

@@ -1,4 +1,6 @@
-// The maxnorm family's parameters: their canonical spec and the block check.
+// The maxnorm family's parameters: their canonical spec, the block check and the fallback limit.
+#include <algorithm>
+#include <limits>
 #include <string>
 
 #include "ccoll/error.hpp"
@@ -19,7 +21,16 @@ std::string maxnorm_spec(const MaxNormParams& p) {
   s += block;
   if (p.nearest) s += ",round=nearest";
   if (p.requant) s += ",sum=requant";
+  if (p.clip > 0) s += ",clip=" + format_real(p.clip);
   return s;
+}
+
+// The encoder's fallback is stricter than the decoder's overflow check (maxnorm.cc) by more
+// than the scale's upward rounding (2^-23).
+double maxnorm_fallback_limit(int ranks) {
+  constexpr double kFallbackMargin = 1e-5;
+  return static_cast<double>(std::numeric_limits<float>::max()) /
+         (static_cast<double>(std::max(1, ranks)) * (1 + kFallbackMargin));
 }
 
 std::size_t checked_maxnorm_block(std::size_t block) {

@@ -86,6 +86,9 @@ struct MaxNormParams {
   double ratio = 0;        ///< randk: keep one coordinate per 1/ratio (stratified); 0: all
   bool nearest = false;    ///< round=nearest: encodes round to the nearer level
   std::size_t block = kMaxnormDefaultBlock;  ///< elements per scale (block=: 256..65536)
+  /// clip=C: a rank's scale of a block is min(its largest magnitude, C times its root mean
+  /// square), and the values beyond it saturate at the outer level; 0: the largest magnitude.
+  double clip = 0;
 };
 
 /// The canonical spec of a maxnorm or randk codec of `p` (parameters in name order, defaults

@@ -4,6 +4,7 @@
 // philox_block() (tested).
 #include "uniforms.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -144,6 +145,36 @@ double abs_max(const double* x, std::size_t n) {
 CCOLL_TARGET_CLONES
 float abs_max_sum(const float* x, const float* e, std::size_t n) {
   return abs_max_of<float, std::uint32_t>(n, [x, e](std::size_t k) { return x[k] + e[k]; });
+}
+
+namespace {
+// Eight partial sums of squares, so that the loop vectorizes.
+template <class F>
+double rms_of(std::size_t n, F&& at) {
+  if (n == 0) return 0;
+  double acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::size_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (std::size_t k = 0; k < 8; ++k) {
+      const double v = at(i + k);
+      acc[k] += v * v;
+    }
+  }
+  for (; i < n; ++i) acc[0] += at(i) * at(i);
+  double s = 0;
+  for (const double a : acc) s += a;
+  return std::sqrt(s / static_cast<double>(n));
+}
+}  // namespace
+
+double rms(const float* x, std::size_t n) {
+  return rms_of(n, [x](std::size_t i) { return static_cast<double>(x[i]); });
+}
+double rms(const double* x, std::size_t n) {
+  return rms_of(n, [x](std::size_t i) { return x[i]; });
+}
+double rms_sum(const float* x, const float* e, std::size_t n) {
+  return rms_of(n, [x, e](std::size_t i) { return static_cast<double>(x[i] + e[i]); });
 }
 
 }  // namespace ccoll::codec

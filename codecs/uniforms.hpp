@@ -73,4 +73,10 @@ double abs_max(const double* x, std::size_t n);
 /// abs_max() of the sums x[k] + e[k] (float additions), without storing them.
 float abs_max_sum(const float* x, const float* e, std::size_t n);
 
+/// The root mean square of x[0, n) (0 for n = 0), squares summed in double (maxnorm's clip=),
+/// and of the sums x[k] + e[k].
+double rms(const float* x, std::size_t n);
+double rms(const double* x, std::size_t n);
+double rms_sum(const float* x, const float* e, std::size_t n);
+
 }  // namespace ccoll::codec

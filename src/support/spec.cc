@@ -220,6 +220,7 @@ codec::MaxNormParams maxnorm_params(const CodecSpec& s) {
   m.requant = value_of(s, "sum") == "requant";
   m.nearest = nearest(s);
   m.block = param(s, "block");
+  m.clip = real_param(s, "clip");
   return m;
 }
 
@@ -292,7 +293,11 @@ const std::vector<Entry>& registry() {
       {"maxnorm",
        {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact"), round_param(),
         block_param("1024"),  // codec::kMaxnormDefaultBlock
-        rotate_param()},
+        rotate_param(),
+        real_range_param("clip", 0.0, 100.0, false,
+                         "a number in [0, 100] (root mean squares of the block; 0: its largest "
+                         "magnitude), e.g. 2",
+                         "0")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_maxnorm_codec(t, maxnorm_params(s));
        },
@@ -539,6 +544,8 @@ CodecSpec parse_codec_spec(const std::string& text) {
   spec.rotate = has_param(spec, "rotate") && value_of(spec, "rotate") == "hadamard"
                     ? std::stoul(value_of(spec, "block"))
                     : 0;
+  // maxnorm:clip= has no device kernels (device buffers take host copies)
+  spec.host_only = spec.name == "maxnorm" && real_param(spec, "clip") != 0;
   spec.lossless = (it->traits & kLossless) != 0;
   spec.gather_reduce = (it->traits & kGatherReduce) != 0;
   spec.prescale_mean = (it->traits & kPrescaleMean) != 0;
@@ -591,6 +598,7 @@ std::size_t state_bytes(const CodecSpec& spec, std::size_t count, std::size_t el
 
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
   if (spec.ef21) return false;  // ef=21 runs on the host codec (device buffers staged)
+  if (spec.host_only) return false;
   return dtype == codec::DType::kFloat32 && entry_of(spec).make_device != nullptr;
 }
 
@@ -609,7 +617,7 @@ std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Co
 
 bool has_stream_form(const CodecSpec& spec) {
   const Entry& e = entry_of(spec);
-  return e.make_stream != nullptr && e.streams(spec);
+  return !spec.host_only && e.make_stream != nullptr && e.streams(spec);
 }
 
 std::unique_ptr<codec::StreamForm> make_stream_form(const CodecSpec& spec, gpu::Backend& backend,

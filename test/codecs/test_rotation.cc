@@ -1,6 +1,7 @@
 // rotate=hadamard's transform (codecs/rotation.hpp): the inverse returns the input up to
 // rounding, the rotation keeps the norm, flattens heavy tails, depends on its seed, and is
-// linear, so that maxnorm codes of rotated inputs add up to the rotated sum.
+// linear, so that maxnorm codes of rotated inputs add up to the rotated sum; and maxnorm's
+// clip=, the scales placed for the near-Gaussian blocks the rotation leaves.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -180,6 +181,65 @@ TEST(Rotation, VectorizedIsTheScalarPathBitForBit) {
   }
 }
 
+// maxnorm:clip=C: a block's scale is at most C root mean squares; what lies beyond saturates at
+// the outer level, the rest is coded on the finer step; codes still add exactly.
+TEST(Rotation, ClipBoundsTheScaleAndSaturates) {
+  const std::size_t n = 4096;
+  std::vector<float> x = heavy_tailed(n, 4);  // a spike of about 100 in every 64
+  auto plain = make_codec(parse_codec_spec("maxnorm:bits=3"), codec::DType::kFloat32);
+  auto clip = make_codec(parse_codec_spec("maxnorm:bits=3,clip=2"), codec::DType::kFloat32);
+  EXPECT_FALSE(clip->capabilities().unbiased);
+  EXPECT_EQ(clip->unit_roundoff(), 1.0);
+  std::vector<double> sp(plain->scale_slots(n));
+  std::vector<double> sc(clip->scale_slots(n));
+  plain->local_scales(x.data(), n, sp.data());
+  clip->local_scales(x.data(), n, sc.data());
+  bool fallback = true;
+  std::vector<double> scanned(sc.size());
+  ASSERT_TRUE(clip->scan(x.data(), n, 2, scanned.data(), fallback));
+  EXPECT_FALSE(fallback);
+  for (std::size_t b = 0; b < sc.size(); ++b) {
+    EXPECT_DOUBLE_EQ(scanned[b], sc[b]);
+    EXPECT_NEAR(sc[b], 2 * norm(x, b * 1024, (b + 1) * 1024) / 32.0, 1e-3 * sc[b]);
+    EXPECT_LT(sc[b], 0.5 * sp[b]);
+  }
+  for (auto* c : {plain.get(), clip.get()}) {
+    c->begin_call(2);
+    c->set_call(1, 0);
+  }
+  plain->set_scales(sp.data(), sp.size());
+  clip->set_scales(sc.data(), sc.size());
+  std::vector<std::byte> a(clip->max_encoded_bytes(n));
+  std::vector<std::byte> b(a.size());
+  std::vector<std::byte> sum(a.size());
+  const std::size_t la = clip->encode(x.data(), n, {1, 0, 0, 0}, a.data());
+  std::vector<float> y = x;
+  for (float& v : y) v = -0.5f * v;
+  const std::size_t lb = clip->encode(y.data(), n, {1, 0, 1, 0}, b.data());
+  const std::size_t ls = clip->add_encoded(a.data(), la, b.data(), lb, n, {1, 0, 0, 0}, sum.data());
+  std::vector<float> da(n);
+  std::vector<float> db(n);
+  std::vector<float> ds(n);
+  clip->decode(a.data(), la, n, da.data());
+  clip->decode(b.data(), lb, n, db.data());
+  clip->decode(sum.data(), ls, n, ds.data());
+  double small_clip = 0;
+  double small_plain = 0;
+  std::vector<float> dp(n);
+  const std::size_t lp = plain->encode(x.data(), n, {1, 0, 0, 0}, a.data());
+  plain->decode(a.data(), lp, n, dp.data());
+  for (std::size_t i = 0; i < n; ++i) {
+    const float m = static_cast<float>(sc[i / 1024]);
+    ASSERT_LE(std::fabs(da[i]), m * (1 + 1e-6f)) << i;  // saturated at the outer level
+    ASSERT_NEAR(ds[i], da[i] + db[i], 1e-5f * m) << i;  // the codes add exactly
+    if (std::fabs(x[i]) < m) {
+      small_clip += (da[i] - x[i]) * (da[i] - x[i]);
+      small_plain += (dp[i] - x[i]) * (dp[i] - x[i]);
+    }
+  }
+  EXPECT_LT(small_clip, 0.1 * small_plain);  // the values within the scale: a finer step
+}
+
 TEST(Rotation, SpecTakesRotateOnCodecsWithScaleBlocks) {
   EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,rotate=hadamard").rotate, 1024u);
   EXPECT_EQ(parse_codec_spec("maxnorm:bits=4,block=256,rotate=hadamard").rotate, 256u);
@@ -199,6 +259,20 @@ TEST(Rotation, SpecTakesRotateOnCodecsWithScaleBlocks) {
   EXPECT_EQ(parse_codec_spec("temporal:bits=4,block=4096,rotate=hadamard").rotate, 4096u);
   EXPECT_EQ(parse_codec_spec("dq:min=2,max=8,rotate=hadamard").rotate, 65536u);
   EXPECT_THROW(parse_codec_spec("qsgd:rotate=hadamard"), Error);
+  // clip=: in the canonical spec when set, a host-only variant (no device kernels)
+  const CodecSpec c = parse_codec_spec("maxnorm:bits=3,clip=2,rotate=hadamard");
+  EXPECT_NE(c.canonical.find("clip=2"), std::string::npos) << c.canonical;
+  EXPECT_TRUE(c.host_only);
+  EXPECT_FALSE(has_device_kernels(c, codec::DType::kFloat32));
+  EXPECT_FALSE(has_stream_form(c));
+  EXPECT_EQ(parse_codec_spec("maxnorm:bits=3,clip=0").canonical,
+            parse_codec_spec("maxnorm:bits=3").canonical);
+  try {
+    parse_codec_spec("maxnorm:clip=-1");
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a number in [0, 100]"), std::string::npos) << e.what();
+  }
   EXPECT_THROW(parse_codec_spec("fp16:rotate=hadamard"), Error);
 }
 
