@@ -461,17 +461,20 @@ void run_stream(Flow& f) {
   f.stats.transport = data_path_name(row.path_on(b.host_accessible()));
 }
 
-// rotate=hadamard's local checks: float32 host buffers.
-void check_rotation(const Call& call, const Placement& pl, Checked& c) {
+// rotate=hadamard's local checks: float32, on host buffers or host copies of device buffers
+// (`placed`: after the device path was chosen).
+void check_rotation(const Call& call, const Placement& pl, Checked& c, bool placed) {
   if (c.spec.rotate == 0 || !c.bad.ok()) return;
-  if (c.dtype != codec::DType::kFloat32 || call.input_half != Half::kNone) {
+  if (!placed && (c.dtype != codec::DType::kFloat32 || call.input_half != Half::kNone)) {
     c.bad.set(kArgCodec, Status::kUnsupported,
               "codec: " + c.spec.canonical + " rotates float32 only (valid datatype with " +
                   "rotate=hadamard: MPI_FLOAT; other datatypes: rotate=none)");
-  } else if (pl.device != nullptr) {
+  } else if (placed && pl.device != nullptr && pl.path != DataPath::kHostCopy) {
     c.bad.set(kArgCodec, Status::kUnsupported,
-              "codec: " + c.spec.canonical +
-                  " has no device rotation yet (valid with device buffers: rotate=none)");
+              "codec: " + c.spec.canonical + " rotates on the host; device buffers on the " +
+                  data_path_name(pl.path) +
+                  " path have no device rotation (valid there: rotate=none; host copies, which "
+                  "rotate, are what the flat schedules take)");
   }
 }
 
@@ -498,10 +501,12 @@ void local_stage(Flow& f) {
   Checked& c = f.c;
   c = check_arguments(call, pl.facts, f.p());
   if (pl.device != nullptr) check_device_transport(pl, c);
-  check_rotation(call, pl, c);
+  check_rotation(call, pl, c, false);
   f.compress = c.bad.ok() && call.count > 0 && f.p() > 1 && c.in_total * f.es() >= c.env.min_bytes;
-  if (f.compress && c.spec.rotate != 0) rotate_input(f);
   if (pl.device != nullptr) choose_device_path(call, pl, c, f.ctx, f.compress);
+  check_rotation(call, pl, c, true);  // (host copies of device buffers are in place now)
+  f.compress = f.compress && c.bad.ok();
+  if (f.compress && c.spec.rotate != 0) rotate_input(f);
   f.stream = f.compress && runs_stream_ordered(f);
   // the hierarchical schedule's cross-node call makes its own plan; the stream-ordered
   // all-reduce needs none (its scan and scales are on the device)
@@ -681,8 +686,9 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
     run_compressed(f);
   }
   if (f.rotated) {
-    codec::rotate_inverse(static_cast<float*>(call.recvbuf), call.count, f.c.spec.rotate,
-                          rotation_seed_of(call));
+    // (f.call's output: host buffers, or the host copy of device buffers, copied back later)
+    codec::rotate_inverse(static_cast<float*>(f.call.recvbuf), f.call.count, f.c.spec.rotate,
+                          rotation_seed_of(f.call));
   }
   // the buffers the call grew in its plan count against the state limit, whichever path ran
   if (f.prep.plan != nullptr) ctx.recount(*f.prep.plan);

@@ -544,8 +544,8 @@ CodecSpec parse_codec_spec(const std::string& text) {
   spec.rotate = has_param(spec, "rotate") && value_of(spec, "rotate") == "hadamard"
                     ? std::stoul(value_of(spec, "block"))
                     : 0;
-  // maxnorm:clip= has no device kernels (device buffers take host copies)
-  spec.host_only = spec.name == "maxnorm" && real_param(spec, "clip") != 0;
+  // rotate= and maxnorm:clip= have no device kernels (device buffers take host copies)
+  spec.host_only = spec.rotate != 0 || (spec.name == "maxnorm" && real_param(spec, "clip") != 0);
   spec.lossless = (it->traits & kLossless) != 0;
   spec.gather_reduce = (it->traits & kGatherReduce) != 0;
   spec.prescale_mean = (it->traits & kPrescaleMean) != 0;

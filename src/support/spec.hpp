@@ -43,8 +43,8 @@ struct CodecSpec {
   /// back (codecs/rotation.hpp; host buffers of float32), in blocks of this many elements (the
   /// scale block); 0: no rotation.
   std::size_t rotate = 0;
-  /// The codec has no device kernels in this variant (maxnorm:clip=): device buffers run the
-  /// host codec on host copies.
+  /// The codec has no device kernels in this variant (rotate=, maxnorm:clip=): device buffers
+  /// run the host codec on host copies.
   bool host_only = false;
   /// Decoding returns the input bit for bit (codec::Capabilities::lossless), from the row.
   bool lossless = false;

@@ -9,6 +9,39 @@ namespace {
 // 16-bit device buffers: widened to fp32 device copies by the cast kernels, the fp32 call on
 // them (on the data path an fp32 call on device buffers takes), narrowed on the device: the same
 // bytes as on 16-bit host buffers, for every collective, in place and not.
+// rotate=hadamard and maxnorm:clip= have no device kernels: device buffers run them on host
+// copies, the same bytes as host buffers, in place or not.
+TEST_F(DeviceBuffers, RotationAndClipRunOnHostCopies) {
+  const std::size_t n = 5003;
+  const std::vector<float> x = input(n, rank_of(MPI_COMM_WORLD), 5);
+  for (const char* codec : {"maxnorm:bits=4,rotate=hadamard", "maxnorm:bits=3,clip=2",
+                            "maxnorm:bits=2,ef=1,rotate=hadamard,clip=1.5"}) {
+    for (const bool in_place : {false, true}) {
+      SCOPED_TRACE(std::string(codec) + (in_place ? " in place" : ""));
+      ccoll::Options opt;
+      opt.codec = codec;
+      opt.key = 11;
+      std::vector<float> want = x;
+      ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : x.data(), want.data(), n, MPI_FLOAT,
+                                  MPI_SUM, host_comm_, opt);
+      DeviceVec dx(x);
+      DeviceVec dout(n);
+      ccoll::Stats st;
+      opt.stats = &st;
+      ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : dx.data(),
+                                  in_place ? dx.data() : dout.data(), n, MPI_FLOAT, MPI_SUM,
+                                  dev_comm_, opt);
+      const std::vector<float> got = in_place ? dx.host() : dout.host();
+      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0);
+      if (size_of(MPI_COMM_WORLD) > 1) {
+        EXPECT_EQ(st.transport, "host-copy");
+      }
+    }
+  }
+  ccoll::reset_state(host_comm_);
+  ccoll::reset_state(dev_comm_);
+}
+
 TEST_F(DeviceBuffers, HalfBuffersEqualHostBuffers) {
   const int p = size_of(MPI_COMM_WORLD);
   const int r = rank_of(MPI_COMM_WORLD);
