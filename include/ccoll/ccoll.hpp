@@ -252,11 +252,13 @@ struct CodecInfo {
   /// |result - exact sum| <= error_bound × Σ_i max_k |x_i[k]| (for the average, divide both sides
   /// by the rank count). 0 for lossless codecs and for one rank. Summable codecs: p·u;
   /// codecs that re-encode partial sums per hop: (1+u)^p - 1, since each hop's error feeds the
-  /// next hop's scale; both plus p·2^-23 (u = unit_roundoff).
+  /// next hop's scale; both plus p·2^-23 (u = unit_roundoff). rotate=hadamard multiplies the
+  /// bound by its block's size m (a worst case: the rotation can raise a block's maximum and
+  /// the inverse spread an element's error over its block).
   double error_bound = 0;
   /// Worst error of one encode relative to the largest magnitude in the encoded block (for
   /// fp16/bf16 also relative to each value); 0 for lossless codecs. An all-gather's output
-  /// differs from the input by at most this times max|input|.
+  /// differs from the input by at most this times max|input| (rotate=hadamard: m times).
   double unit_roundoff = 0;
   /// The codec keeps state between calls (ef=1, temporal, dq): one call's error is not bounded
   /// by error_bound against that call's input alone.

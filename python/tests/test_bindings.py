@@ -64,7 +64,8 @@ def test_allreduce_into_out_leaves_x(n):
 
 
 @pytest.mark.parametrize("codec", ["maxnorm:bits=8", "maxnorm:bits=4", "qsgd:bits=4", "fp16",
-                                   "topk:ratio=0.1"])
+                                   "topk:ratio=0.1", "maxnorm:bits=4,rotate=hadamard",
+                                   "maxnorm:bits=3,rotate=hadamard,clip=2"])
 def test_lossy_allreduce_within_the_codec_bound(codec):
     n = 4097
     x = data(RANK, n)

@@ -60,7 +60,7 @@ def test_codec_none_matches_plain_ddp():
 
 
 @pytest.mark.parametrize("codec", ["maxnorm:bits=4,ef=1", "topk:ratio=0.05,ef=1",
-                                   "qsgd:bits=4"])
+                                   "qsgd:bits=4", "maxnorm:bits=3,ef=1,rotate=hadamard,clip=2"])
 def test_lossy_codecs_keep_every_rank_identical(codec):
     model = DDP(make_net(), bucket_cap_mb=0.02)
     state = ct.register_comm_hook(model, codec=codec, min_numel=1000)

@@ -238,6 +238,14 @@ CodecInfo describe_codec(const std::string& spec_text, int ranks) {
   info.stateful = codec->capabilities().stateful;
   // One rank: the data is copied, never encoded (bound 0).
   info.error_bound = allreduce_error_bound(*codec, ranks);
+  // rotate=hadamard: the codec's error is against the rotated inputs' maxima, which a block of
+  // m elements can raise m / 2^ceil(log2 m / 2) times, and the inverse spreads an element's
+  // error over its block up to m / 2^floor(log2 m / 2) times: m in all (a worst case; a
+  // Gaussian block's errors stay near the unrotated codec's)
+  if (spec.rotate != 0 && ranks > 1) {
+    info.error_bound *= static_cast<double>(spec.rotate);
+    info.unit_roundoff *= static_cast<double>(spec.rotate);
+  }
   return info;
 }
 

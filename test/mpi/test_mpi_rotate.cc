@@ -2,6 +2,7 @@
 // codes, rotated back, is the sum on every schedule, in place or not, bit-identical on every
 // rank; it lowers the error on heavy-tailed input; error feedback still converges; and where
 // it does not run, every rank gets the same error.
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
@@ -160,6 +161,28 @@ TEST(MpiRotate, ErrorFeedbackConverges) {
     EXPECT_LT(at40, first / 5) << "first call " << first;
     EXPECT_LT(at40, 0.4 * at10) << "10 calls " << at10;
     ccoll::reset_state(MPI_COMM_WORLD);
+  }
+}
+
+// The documented bound (describe_codec): the unrotated codec's times the block's size, a worst
+// case the heavy-tailed sums stay within.
+TEST(MpiRotate, DescribedBoundHolds) {
+  EXPECT_DOUBLE_EQ(ccoll::describe_codec("maxnorm:bits=4,block=256,rotate=hadamard", 4).error_bound,
+                   256 * ccoll::describe_codec("maxnorm:bits=4,block=256", 4).error_bound);
+  EXPECT_EQ(ccoll::describe_codec("maxnorm:bits=4,rotate=hadamard", 1).error_bound, 0.0);
+  const std::size_t n = 5000;
+  const std::vector<double> exact = exact_of(n);
+  double sum_max = 0;
+  for (int r = 0; r < world_size(); ++r) {
+    double m = 0;
+    for (const float v : heavy(r, n)) m = std::max(m, std::fabs(double(v)));
+    sum_max += m;
+  }
+  for (const char* codec :
+       {"maxnorm:bits=2,rotate=hadamard", "maxnorm:bits=3,rotate=hadamard,clip=2"}) {
+    const std::vector<float> out = allreduce(codec, "auto", n, false);
+    const double bound = ccoll::describe_codec(codec, world_size()).error_bound * sum_max;
+    for (std::size_t i = 0; i < n; ++i) ASSERT_LE(std::fabs(out[i] - exact[i]), bound) << codec;
   }
 }
 
