@@ -72,7 +72,22 @@ TEST(MpiRotate, SumsOnEverySchedule) {
             allreduce("maxnorm:bits=8,rotate=hadamard", algorithm, n, in_place, &stats);
         EXPECT_NE(stats.codec.find("rotate=hadamard"), std::string::npos) << stats.codec;
         EXPECT_TRUE(identical_on_all_ranks(out.data(), n * sizeof(float), MPI_COMM_WORLD));
-        EXPECT_LT(relative_error(out, exact), 0.02);
+        // a handful of elements: each within the unrotated codec's worst case against the
+        // rotated block (at most 4 elements: twice the inputs' largest magnitude); more: the
+        // sum's relative error of 8-bit codes
+        if (n < 1000) {
+          double sum_max = 0;
+          for (int r = 0; r < world_size(); ++r) {
+            double m = 0;
+            for (const float v : heavy(r, n)) m = std::max(m, std::fabs(double(v)));
+            sum_max += m;
+          }
+          const double bound =
+              2 * ccoll::describe_codec("maxnorm:bits=8", world_size()).error_bound * sum_max;
+          for (std::size_t i = 0; i < n; ++i) EXPECT_LE(std::fabs(out[i] - exact[i]), bound);
+        } else {
+          EXPECT_LT(relative_error(out, exact), 0.02);
+        }
       }
     }
   }
