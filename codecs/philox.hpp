@@ -12,6 +12,14 @@
 
 namespace ccoll::codec {
 
+/// splitmix64's finalizer: a 64-bit value mixed so that nearby inputs give unrelated outputs
+/// (keys and seeds derived from other keys; rotate=hadamard's sign words).
+CCOLL_HOST_DEVICE inline std::uint64_t splitmix64(std::uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 struct Philox4x32 {
   std::uint32_t v[4];
 };

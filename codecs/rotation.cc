@@ -6,14 +6,10 @@
 #include <cstring>
 #include <vector>
 
+#include "philox.hpp"
+
 namespace ccoll::codec {
 namespace {
-
-std::uint64_t mix(std::uint64_t z) {  // splitmix64's finalizer
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
 
 // x[i] <- -x[i] where element `at + i`'s sign bit is set, for i in [0, m).
 void flip(float* x, std::size_t m, std::size_t at, const RotationSigns& s) {
@@ -54,7 +50,7 @@ void for_pieces(std::size_t n, std::size_t block, F f) {
 }  // namespace
 
 std::uint64_t rotation_seed(std::uint64_t seed, std::uint64_t key) {
-  return mix(seed ^ mix(key + 0x6A09E667F3BCC909ull));
+  return splitmix64(seed ^ splitmix64(key + 0x6A09E667F3BCC909ull));
 }
 
 void fwht(float* x, std::size_t m) {
@@ -104,7 +100,7 @@ void rotate(float* x, const float* src, std::size_t n, std::size_t block, std::u
     const std::size_t first = at >> 6;
     const std::size_t last = (at + m - 1) >> 6;
     for (std::size_t w = first; w <= last; ++w) {
-      words[w - first] = mix(seed + w * 0x9E3779B97F4A7C15ull);
+      words[w - first] = splitmix64(seed + w * 0x9E3779B97F4A7C15ull);
     }
     const RotationSigns s{words.data(), first};
     float* b = x + at;

@@ -1,14 +1,15 @@
 // The randomized Hadamard rotation's blocks (rotation.hpp), vectorized with Highway and
 // dispatched at run time (built when libhwy-dev is found; rotation.cc uses it then).
 //
-// A block of m >= 8 elements: the first three butterfly stages in registers on groups of 8
-// (two 128-bit vectors: the pair swaps Shuffle2301 and Shuffle1032, then the two vectors), the
-// rest two stages a pass (radix 4) over native vectors where the stride allows, 128-bit ones
-// below it, and a last radix-2 pass where log2 m leaves one; the scale on the last pass. The
-// signs (an XOR of the sign bits from a table of 16 masks) as the first pass loads (forward)
-// or in a pass of their own over the block while it is in cache (inverse). Every
-// element goes through the same adds in the same order as the scalar transform's stages, so
-// the floats are the scalar path's, bit for bit, on every target (tested).
+// A block of m >= 8 elements: the first three butterfly stages in registers (the pair swaps
+// Shuffle2301 and Shuffle1032 within 128-bit blocks, then the adjacent blocks of native vectors
+// of 8 lanes or more, or two 128-bit vectors a group of 8), the rest two stages a pass (radix
+// 4) over native vectors where the stride allows, 8-lane ones below it, and a last radix-2 pass
+// where log2 m leaves one; the scale on the last pass. The signs (each lane tests its bit of the
+// sign word; an XOR of the sign bit) as the first pass loads (forward) or in a pass of their own
+// over the block while it is in cache (inverse). Every element goes through the same adds in
+// the same order as the scalar transform's stages, so the floats are the scalar path's, bit for
+// bit, on every target (tested).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>

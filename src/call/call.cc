@@ -142,15 +142,14 @@ void check_codec_and_algorithm(const Call& call, Checked& c) {
     }
   }
   if (!call.allreduce() && bad.ok() && c.spec.allreduce_only) {
-    bad.set(kArgCodec, Status::kUnsupported,
-            "codec: " + c.spec.canonical + " transforms all-reduce outputs and has no " +
-                (call.reduce_scatter() ? "reduce-scatter" : "all-gather") + " form (valid for " +
-                call.fn + ": any codec but temporal)");
-  }
-  if (bad.ok() && c.spec.rotate != 0 && !call.allreduce()) {
-    bad.set(kArgCodec, Status::kUnsupported,
-            "codec: " + c.spec.canonical + " rotates all-reduce inputs only (valid for " + call.fn +
-                ": rotate=none)");
+    const std::string form = call.reduce_scatter() ? "reduce-scatter" : "all-gather";
+    bad.set(
+        kArgCodec, Status::kUnsupported,
+        "codec: " + c.spec.canonical +
+            (c.spec.rotate != 0 ? " rotates all-reduce inputs only (valid for " +
+                                      std::string(call.fn) + ": rotate=none)"
+                                : " transforms all-reduce outputs and has no " + form +
+                                      " form (valid for " + call.fn + ": any codec but temporal)"));
   }
   try {
     c.algorithm = coll::parse_algorithm(

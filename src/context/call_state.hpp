@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "philox.hpp"  // splitmix64
 
 namespace ccoll {
 
@@ -48,10 +49,7 @@ constexpr std::size_t kMaxSegments = 8;
 inline std::uint64_t segment_key(std::uint64_t tensor_key, std::size_t segment,
                                  std::size_t segments) {
   if (segments == 1) return tensor_key;
-  std::uint64_t z = tensor_key + 0x9E3779B97F4A7C15ull * (segment + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return (z ^ (z >> 31)) | 1;
+  return codec::splitmix64(tensor_key + 0x9E3779B97F4A7C15ull * (segment + 1)) | 1;
 }
 
 }  // namespace ccoll
