@@ -18,7 +18,8 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
         requant_(p.requant),
         sparse_(p.ratio > 0),
         ratio_(p.ratio),
-        nearest_(p.nearest) {
+        nearest_(p.nearest),
+        clip_(p.clip) {
     block_shift_ = gpu::block_shift_of(p.block);
   }
 
@@ -27,7 +28,7 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
   // as the CPU codec does (randk and two-scale read scattered elements: the caller widens
   // their input)
   bool set_input_type(codec::InputType t) override {
-    if (t != codec::InputType::kNative && (sparse_ || levels2_ != 0)) return false;
+    if (t != codec::InputType::kNative && (sparse_ || levels2_ != 0 || clip_ > 0)) return false;
     input_ = static_cast<gpu::Input>(t);
     return true;
   }
@@ -36,12 +37,14 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
     target()->begin_call(ranks);
   }
   // The scales are the block maxima, as the CPU codec's scan() computes them (randk: of the
-  // call's kept coordinates only, local_scales()).
+  // call's kept coordinates only, local_scales()); clip=C: at most C times the block's root
+  // mean square where the maximum is within the fallback limit.
   bool scan(const void* data, std::size_t count, int ranks, double* scales,
             bool& fallback) const override {
     fallback = needs_fallback(data, count, ranks);
     if (scales == nullptr || sparse_) return false;
     for (std::size_t k = 0; k < maxima_.size(); ++k) scales[k] = static_cast<double>(maxima_[k]);
+    if (clip_ > 0) clip_scales(data, count, scales, codec::maxnorm_fallback_limit(ranks));
     return true;
   }
   void local_scales(const void* data, std::size_t count, double* out) const override {
@@ -154,6 +157,21 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
   }
 
  private:
+  // clip=: scales[b] = min(scales[b], clip · rms of block b) where scales[b] <= limit (a NaN
+  // root mean square leaves the maximum), as the CPU codec's scan_blocks()
+  void clip_scales(const void* data, std::size_t count, double* scales, double limit) const {
+    const std::size_t nb = maxima_.size();
+    if (nb == 0) return;
+    auto* dev = static_cast<double*>(rms_dev_.get(b_, 8 * nb, false));
+    auto* host = static_cast<double*>(rms_host_.get(b_, 8 * nb, true));
+    b_.kernels<gpu::MaxnormKernels>().block_rms(static_cast<const float*>(data), count,
+                                                block_shift_, dev);
+    b_.copy(host, dev, 8 * nb);
+    b_.synchronize();
+    for (std::size_t k = 0; k < nb; ++k) {
+      if (scales[k] <= limit) scales[k] = std::min(scales[k], clip_ * host[k]);
+    }
+  }
   [[noreturn]] void reject_code() const override { corrupt("code out of range"); }
   [[noreturn]] void corrupt(const char* what) const {
     throw Error(Status::kCorruptData, std::string("received ") + (sparse_ ? "randk" : "maxnorm") +
@@ -304,6 +322,9 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
   bool sparse_;   // randk
   double ratio_;  // randk: the kept fraction
   bool nearest_;  // round=nearest
+  double clip_;   // clip=: a block's scale at most this many root mean squares (0: off)
+  mutable gpu::Buffer rms_dev_;
+  mutable gpu::Buffer rms_host_;
   std::uint32_t ranks_ = 1;
   mutable gpu::Buffer sel_dev_;
   mutable gpu::Buffer sel_maxima_;

@@ -130,7 +130,7 @@ class MaxnormStream final : public codec::StreamForm {
 }  // namespace
 
 bool maxnorm_streams(const codec::MaxNormParams& p) {
-  return p.fine_bits == 0 && !p.requant && p.ratio == 0;
+  return p.fine_bits == 0 && !p.requant && p.ratio == 0 && p.clip == 0;
 }
 
 std::unique_ptr<codec::StreamForm> make_stream_maxnorm(gpu::Backend& b,

@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "backend.hpp"
 #include "maxnorm_device.hpp"  // Input, load_input
@@ -22,6 +23,56 @@ CCOLL_HOST_DEVICE inline double square_sum_part(const float* x, std::size_t n, u
     p = p + v * v;
   }
   return p;
+}
+
+/// rotate=hadamard on the device (codecs/rotation.hpp, the same floats bit for bit): the sign of
+/// tensor element e is bit e mod 64 of splitmix64(seed + (e / 64)·golden).
+CCOLL_HOST_DEVICE inline std::uint32_t rotation_sign(std::uint64_t seed, std::uint64_t e) {
+  return static_cast<std::uint32_t>(
+      (codec::splitmix64(seed + (e >> 6) * 0x9E3779B97F4A7C15ull) >> (e & 63)) & 1u);
+}
+
+/// v with its sign bit flipped when `bit` is 1 (exact, NaN included).
+CCOLL_HOST_DEVICE inline float flip_sign(float v, std::uint32_t bit) {
+#if defined(__CUDA_ARCH__)
+  return __uint_as_float(__float_as_uint(v) ^ (bit << 31));
+#else
+  std::uint32_t u;
+  std::memcpy(&u, &v, 4);
+  u ^= bit << 31;
+  std::memcpy(&v, &u, 4);
+  return v;
+#endif
+}
+
+/// Butterfly j of a stage of half-width h = 2^log_h of a Walsh-Hadamard transform: the index
+/// of its low element (the high one is h further on).
+CCOLL_HOST_DEVICE inline std::size_t butterfly_low(std::size_t j, unsigned log_h) {
+  return ((j >> log_h) << (log_h + 1)) | (j & ((std::size_t{1} << log_h) - 1));
+}
+
+/// The power of two a rotated piece of 2^k elements is scaled by: 2^-ceil(k/2) forward,
+/// 2^-floor(k/2) back (rotation.hpp).
+CCOLL_HOST_DEVICE inline float rotation_scale(unsigned k, bool forward) {
+  const unsigned e = forward ? (k + 1) / 2 : k / 2;
+  float f = 1.0f;
+  for (unsigned i = 0; i < e; ++i) f *= 0.5f;
+  return f;
+}
+
+/// Calls f(start, log2 length) for each piece of a rotation of n elements in blocks of 2^log_b:
+/// the whole blocks, then the tail in powers of two, largest first, down to 2 (rotation.hpp).
+template <class F>
+void for_rotation_pieces(std::size_t n, unsigned log_b, F&& f) {
+  const std::size_t block = std::size_t{1} << log_b;
+  std::size_t at = 0;
+  for (; at + block <= n; at += block) f(at, log_b);
+  for (unsigned k = log_b; k-- > 1 && at < n;) {
+    if (n - at >= (std::size_t{1} << k)) {
+      f(at, k);
+      at += std::size_t{1} << k;
+    }
+  }
 }
 
 /// The element-wise kernels; all pointers device memory.
@@ -42,6 +93,12 @@ class ElementKernels : public Kernels {
   /// adds each tile's parts pairwise and the tiles in order, as the CPU does.
   virtual void square_sum_parts(const float* x, std::size_t count, std::size_t tile,
                                 double* parts) = 0;
+  /// rotate=hadamard: out[0, n) <- H·D·in blockwise (forward) or D·H·in (back), in blocks of
+  /// `block` elements (a power of two) and signs from `seed` (codec::rotation_seed), the same
+  /// floats as codec::rotate_forward_copy / rotate_inverse; out may be in (in place). An odd
+  /// count's last element is copied as it is.
+  virtual void rotate(float* out, const float* in, std::size_t n, std::size_t block,
+                      std::uint64_t seed, bool forward) = 0;
   /// *flag |= 1 when *value > limit (one device word each; `flag` may be pinned host memory):
   /// a kernel's violation word turned into an error word without the host reading it.
   virtual void flag_above(const std::uint32_t* value, std::uint32_t limit, std::uint32_t* flag) = 0;

@@ -49,6 +49,40 @@ class EmulatedElement final : public ElementKernels {
     });
   }
 
+  // the pieces one after the other, each as the CUDA kernels take it: signs, the stages in
+  // order, then the scale and (back) the signs
+  void rotate(float* out, const float* in, std::size_t n, std::size_t block, std::uint64_t seed,
+              bool forward) override {
+    emulated::require_current_device(b_, in, "rotate");
+    emulated::require_current_device(b_, out, "rotate");
+    unsigned log_b = 0;
+    while ((std::size_t{1} << log_b) < block) ++log_b;
+    emulated::launch([=] {
+      if (n % 2 != 0) out[n - 1] = in[n - 1];
+      for_rotation_pieces(n, log_b, [&](std::size_t at, unsigned k) {
+        const std::size_t m = std::size_t{1} << k;
+        for (std::size_t i = at; i < at + m; ++i) {
+          out[i] = forward ? flip_sign(in[i], rotation_sign(seed, i)) : in[i];
+        }
+        for (unsigned log_h = 0; log_h < k; ++log_h) {
+          for (std::size_t j = 0; j < m / 2; ++j) {
+            float* lo = out + at + butterfly_low(j, log_h);
+            float* hi = lo + (std::size_t{1} << log_h);
+            const float a = *lo;
+            const float c = *hi;
+            *lo = a + c;
+            *hi = a - c;
+          }
+        }
+        const float f = rotation_scale(k, forward);
+        for (std::size_t i = at; i < at + m; ++i) {
+          const float v = out[i] * f;
+          out[i] = forward ? v : flip_sign(v, rotation_sign(seed, i));
+        }
+      });
+    });
+  }
+
  private:
   Backend& b_;
   void flag_above(const std::uint32_t* value, std::uint32_t limit, std::uint32_t* flag) override {

@@ -164,6 +164,28 @@ __global__ void __launch_bounds__(kThreads, 4)
   if ((threadIdx.x & 31) == 0 && b != 0) atomicOr(bad, b);
 }
 
+// clip=: 8 threads a scale block, each one part of the CPU's sum of squares (rms_part), then
+// the block's first thread adds them in order
+__global__ void block_rms_kernel(const float* x, std::size_t count, unsigned block_shift,
+                                 double* out) {
+  __shared__ double parts[kThreads];
+  const std::size_t nb = (count + (std::size_t{1} << block_shift) - 1) >> block_shift;
+  const unsigned k = threadIdx.x & 7u;
+  for (std::size_t first = std::size_t{blockIdx.x} * (kThreads / 8); first < nb;
+       first += std::size_t{gridDim.x} * (kThreads / 8)) {
+    const std::size_t b = first + threadIdx.x / 8;
+    const std::size_t at = b << block_shift;
+    const std::size_t n =
+        b < nb ? (count - at < (std::size_t{1} << block_shift) ? count - at
+                                                               : std::size_t{1} << block_shift)
+               : 0;
+    parts[threadIdx.x] = b < nb ? rms_part(x + at, n, k) : 0.0;
+    __syncthreads();
+    if (k == 0 && b < nb) out[b] = rms_of_parts(&parts[threadIdx.x], n);
+    __syncthreads();
+  }
+}
+
 class CudaMaxnorm final : public MaxnormKernels {
  public:
   explicit CudaMaxnorm(Backend& b) : b_(b) {}
@@ -180,6 +202,13 @@ class CudaMaxnorm final : public MaxnormKernels {
           <<<grid, kThreads, 0, current_stream()>>>(x, count, tile_n, block_shift, out);
     });
     check_launch("block_abs_max launch");
+  }
+  void block_rms(const float* x, std::size_t count, unsigned block_shift, double* out) override {
+    if (count == 0) return;
+    const std::size_t groups = (blocks_of(count, block_shift) + kThreads / 8 - 1) / (kThreads / 8);
+    const auto grid = static_cast<unsigned>(groups < 65535 ? groups : 65535);
+    block_rms_kernel<<<grid, kThreads, 0, current_stream()>>>(x, count, block_shift, out);
+    check_launch("block_rms launch");
   }
   void add_abs_max(float* p, const void* x, Input input, const float* e, std::size_t count,
                    unsigned block_shift, std::uint32_t* out) override {

@@ -11,6 +11,7 @@
 // as BitWriter (value i in bits [i·w, (i+1)·w)).
 #pragma once
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -573,6 +574,31 @@ CCOLL_HOST_DEVICE inline unsigned maxnorm_add_group(const MaxnormAddArgs& a, std
   return bad;
 }
 
+/// clip=: part k (< 8) of the CPU's root mean square of x[0, n) (codecs/uniforms.hpp rms): the
+/// squares in double of the elements i = k mod 8 below the last whole group of 8, in increasing
+/// i, and in part 0 then the last n mod 8 elements.
+CCOLL_HOST_DEVICE inline double rms_part(const float* x, std::size_t n, unsigned k) {
+  const std::size_t whole = n & ~std::size_t{7};
+  double a = 0;
+  for (std::size_t i = k; i < whole; i += 8) {
+    const double v = static_cast<double>(x[i]);
+    a += v * v;
+  }
+  for (std::size_t i = whole; k == 0 && i < n; ++i) {
+    const double v = static_cast<double>(x[i]);
+    a += v * v;
+  }
+  return a;
+}
+
+/// The root mean square of n elements from their 8 parts (rms_part), added in order.
+CCOLL_HOST_DEVICE inline double rms_of_parts(const double* parts, std::size_t n) {
+  if (n == 0) return 0;
+  double s = 0;
+  for (unsigned k = 0; k < 8; ++k) s += parts[k];
+  return std::sqrt(s / static_cast<double>(n));
+}
+
 /// The maxnorm family's kernels (maxnorm_cuda.cu, maxnorm_emulated.cc); all pointers device
 /// memory, all calls on the calling thread's current queue.
 class MaxnormKernels : public Kernels {
@@ -583,6 +609,9 @@ class MaxnormKernels : public Kernels {
   /// patterns); out must hold ceil(count / block) words.
   virtual void block_abs_max(const void* x, std::size_t count, Input input, unsigned block_shift,
                              std::uint32_t* out) = 0;
+  /// clip=: out[b] = the root mean square of block b of x (fp32; 1 << block_shift elements per
+  /// block, the last one partly), as the CPU computes it, bit for bit (rms_part).
+  virtual void block_rms(const float* x, std::size_t count, unsigned block_shift, double* out) = 0;
   /// The codes of a maxnorm encode of x (fp32, or 16-bit: a.input).
   virtual void encode(const void* x, const MaxnormEncodeArgs& a, std::uint8_t* codes) = 0;
   /// Error feedback's first pass: p[i] = widen(x[i]) + e[i] (x of type `input`) and, as

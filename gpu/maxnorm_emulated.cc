@@ -27,6 +27,18 @@ class EmulatedMaxnorm final : public MaxnormKernels {
       }
     });
   }
+  void block_rms(const float* x, std::size_t count, unsigned block_shift, double* out) override {
+    emulated::require_current_device(b_, x, "block_rms");
+    emulated::launch([=] {
+      const std::size_t block = std::size_t{1} << block_shift;
+      for (std::size_t at = 0; at < count; at += block) {
+        const std::size_t n = count - at < block ? count - at : block;
+        double parts[8];
+        for (unsigned k = 0; k < 8; ++k) parts[k] = rms_part(x + at, n, k);
+        out[at >> block_shift] = rms_of_parts(parts, n);
+      }
+    });
+  }
   void add_abs_max(float* p, const void* x, Input input, const float* e, std::size_t count,
                    unsigned block_shift, std::uint32_t* out) override {
     emulated::require_current_device(b_, x, "add_abs_max");

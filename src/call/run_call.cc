@@ -12,6 +12,7 @@
 #include "collectives.hpp"
 #include "device_codec.hpp"
 #include "device_ops.hpp"
+#include "element_device.hpp"
 #include "half_call.hpp"
 #include "hierarchical.hpp"
 #include "mpi_check.hpp"
@@ -461,38 +462,56 @@ void run_stream(Flow& f) {
   f.stats.transport = data_path_name(row.path_on(b.host_accessible()));
 }
 
-// rotate=hadamard's local checks: float32, on host buffers or host copies of device buffers
-// (`placed`: after the device path was chosen).
-void check_rotation(const Call& call, const Placement& pl, Checked& c, bool placed) {
+// rotate=hadamard's local check: float32 input (host or device buffers).
+void check_rotation(const Call& call, Checked& c) {
   if (c.spec.rotate == 0 || !c.bad.ok()) return;
-  if (!placed && (c.dtype != codec::DType::kFloat32 || call.input_half != Half::kNone)) {
+  if (c.dtype != codec::DType::kFloat32 || call.input_half != Half::kNone) {
     c.bad.set(kArgCodec, Status::kUnsupported,
               "codec: " + c.spec.canonical + " rotates float32 only (valid datatype with " +
                   "rotate=hadamard: MPI_FLOAT; other datatypes: rotate=none)");
-  } else if (placed && pl.device != nullptr && pl.path != DataPath::kHostCopy) {
-    c.bad.set(kArgCodec, Status::kUnsupported,
-              "codec: " + c.spec.canonical + " rotates on the host; device buffers on the " +
-                  data_path_name(pl.path) +
-                  " path have no device rotation (valid there: rotate=none; host copies, which "
-                  "rotate, are what the flat schedules take)");
   }
 }
 
-// rotate=hadamard: this rank's input rotated into a buffer of the thread's (kept, grown to the
-// largest tensor: no page to fault in on later calls), which the call reads from now on.
+// rotate=hadamard: this rank's input rotated, which the call reads from now on. Host buffers
+// (and host copies of device buffers): into a buffer of the thread's (kept, grown to the largest
+// tensor: no page to fault in on later calls). Device buffers with kernels: into recvbuf by the
+// element kernels on the call's stream, the call then in place (no device buffer to keep alive
+// past a stream-ordered call).
 void rotate_input(Flow& f) {
+  Call& call = f.call;
+  const std::size_t block = f.c.spec.rotate;
+  f.rotated = true;
+  if (f.pl.kernels()) {
+    auto* out = static_cast<float*>(call.recvbuf);
+    const auto* in = static_cast<const float*>(call.input(f.es(), f.rank()));
+    f.pl.device->kernels<gpu::ElementKernels>().rotate(out, in, call.count, block,
+                                                       rotation_seed_of(call), true);
+    call.sendbuf = MPI_IN_PLACE;
+    return;
+  }
   static CCOLL_RANK_LOCAL std::unique_ptr<float[]> buffer;
   static CCOLL_RANK_LOCAL std::size_t capacity = 0;
-  Call& call = f.call;
   if (capacity < call.count) {
     buffer.reset();
     buffer.reset(new float[call.count]);  // not value-initialized: every element is written
     capacity = call.count;
   }
   const auto* in = static_cast<const float*>(call.input(f.es(), f.rank()));
-  codec::rotate_forward_copy(buffer.get(), in, call.count, f.c.spec.rotate, rotation_seed_of(call));
+  codec::rotate_forward_copy(buffer.get(), in, call.count, block, rotation_seed_of(call));
   call.sendbuf = buffer.get();
-  f.rotated = true;
+}
+
+// rotate=hadamard: the output rotated back where it is now (after a fallback, the host copy).
+void rotate_output(Flow& f) {
+  auto* out = static_cast<float*>(f.call.recvbuf);
+  const std::uint64_t seed = rotation_seed_of(f.call);
+  if (f.pl.kernels()) {
+    // queued on the call's stream (a stream-ordered call returns without waiting for it)
+    f.pl.device->kernels<gpu::ElementKernels>().rotate(out, out, f.call.count, f.c.spec.rotate,
+                                                       seed, false);
+  } else {
+    codec::rotate_inverse(out, f.call.count, f.c.spec.rotate, seed);
+  }
 }
 
 void local_stage(Flow& f) {
@@ -501,10 +520,9 @@ void local_stage(Flow& f) {
   Checked& c = f.c;
   c = check_arguments(call, pl.facts, f.p());
   if (pl.device != nullptr) check_device_transport(pl, c);
-  check_rotation(call, pl, c, false);
+  check_rotation(call, c);
   f.compress = c.bad.ok() && call.count > 0 && f.p() > 1 && c.in_total * f.es() >= c.env.min_bytes;
   if (pl.device != nullptr) choose_device_path(call, pl, c, f.ctx, f.compress);
-  check_rotation(call, pl, c, true);  // (host copies of device buffers are in place now)
   f.compress = f.compress && c.bad.ok();
   if (f.compress && c.spec.rotate != 0) rotate_input(f);
   f.stream = f.compress && runs_stream_ordered(f);
@@ -674,6 +692,9 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
                                                              : f.prep.plan->codec.get()};
   StageError failed;
   agree_stage(f, failed);
+  // the device rotation's kernel, on the call's stream, done before any copy reads its output
+  // (a stream-ordered call leaves it queued)
+  if (f.rotated && pl.kernels() && !f.agreed.stream) pl.device->synchronize();
   if (call.count == 0) {
     stats.algorithm = "local";
     return;
@@ -685,11 +706,9 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
   } else {
     run_compressed(f);
   }
-  if (f.rotated) {
-    // (f.call's output: host buffers, or the host copy of device buffers, copied back later)
-    codec::rotate_inverse(static_cast<float*>(f.call.recvbuf), f.call.count, f.c.spec.rotate,
-                          rotation_seed_of(f.call));
-  }
+  // (f.call's output: host or device buffers, or the host copy of device buffers, copied back
+  // later)
+  if (f.rotated) rotate_output(f);
   // the buffers the call grew in its plan count against the state limit, whichever path ran
   if (f.prep.plan != nullptr) ctx.recount(*f.prep.plan);
 }

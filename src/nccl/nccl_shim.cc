@@ -41,6 +41,8 @@
 #include "ccoll/error.hpp"
 #include "comm_registry.hpp"
 #include "config.hpp"
+#include "element_device.hpp"
+#include "rotation.hpp"
 #include "settings_agreement.hpp"
 #include "spec.hpp"
 #include "stream_allreduce.hpp"
@@ -158,8 +160,8 @@ Config read_config() {
       c.error = "CCOLL_CODEC=" + p.codec +
                 ": libccoll_nccl compresses with the stream-ordered calls, which run codecs "
                 "with a stream form: maxnorm of one scale with exact sums (valid: "
-                "maxnorm:bits=B, B from 2 to 8, with block=, round=nearest or stochastic and "
-                "ef=1; unset: no compression)";
+                "maxnorm:bits=B, B from 2 to 8, with block=, round=nearest or stochastic, "
+                "ef=1 and rotate=hadamard; unset: no compression)";
     } else {
       c.compress = true;
     }
@@ -378,6 +380,8 @@ ncclResult_t try_compress(Kind kind, const void* in, void* out, std::size_t coun
   }
   if (kind != Kind::kAllreduce && type != ncclFloat32) return ncclSuccess;  // fp32 only there
   if (kind != Kind::kAllreduce && c.spec.ef) return ncclSuccess;
+  // rotate=hadamard: float32 all-reduces only (the rotation's element type and collective)
+  if (c.spec.rotate != 0 && (kind != Kind::kAllreduce || type != ncclFloat32)) return ncclSuccess;
   const std::size_t elements =
       kind == Kind::kAllreduce ? count : count * static_cast<std::size_t>(s.ranks);
   if (elements * size_of(type) < p.min_bytes) return ncclSuccess;
@@ -394,6 +398,15 @@ ncclResult_t try_compress(Kind kind, const void* in, void* out, std::size_t coun
     s.coll->set_stream(stream);
     s.coll->result = ncclSuccess;
     const bool half = type != ncclFloat32;
+    // rotate=hadamard: the input rotated into `out` on the stream, the call in place there,
+    // the result rotated back after it (as the blocking and stream-ordered calls do)
+    const std::uint64_t rotation = codec::rotation_seed(0, 0);
+    if (c.spec.rotate != 0) {
+      b->kernels<gpu::ElementKernels>().rotate(static_cast<float*>(out),
+                                               static_cast<const float*>(in), count, c.spec.rotate,
+                                               rotation, true);
+      in = out;
+    }
     call::StreamAllreduce a{
         in,
         type == ncclFloat32   ? gpu::Input::kFloat32
@@ -416,6 +429,10 @@ ncclResult_t try_compress(Kind kind, const void* in, void* out, std::size_t coun
         kind == Kind::kAllgather};
     Stats stats;
     call::run_stream_allreduce(a, st, *s.coll, stats);
+    if (c.spec.rotate != 0) {
+      b->kernels<gpu::ElementKernels>().rotate(static_cast<float*>(out), static_cast<float*>(out),
+                                               count, c.spec.rotate, rotation, false);
+    }
     if (log_enabled(LogLevel::kInfo)) {
       log(LogLevel::kInfo, s.rank,
           std::string(name_of(kind)) + " of " + std::to_string(elements * size_of(type)) +

@@ -547,8 +547,6 @@ CodecSpec parse_codec_spec(const std::string& text) {
                     : 0;
   // the rotation is undone on an all-reduce's whole output: no all-gather or reduce-scatter form
   spec.allreduce_only = spec.allreduce_only || spec.rotate != 0;
-  // rotate= and maxnorm:clip= have no device kernels (device buffers take host copies)
-  spec.host_only = spec.rotate != 0 || (spec.name == "maxnorm" && real_param(spec, "clip") != 0);
   spec.lossless = (it->traits & kLossless) != 0;
   spec.gather_reduce = (it->traits & kGatherReduce) != 0;
   spec.prescale_mean = (it->traits & kPrescaleMean) != 0;
@@ -601,7 +599,6 @@ std::size_t state_bytes(const CodecSpec& spec, std::size_t count, std::size_t el
 
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
   if (spec.ef21) return false;  // ef=21 runs on the host codec (device buffers staged)
-  if (spec.host_only) return false;
   return dtype == codec::DType::kFloat32 && entry_of(spec).make_device != nullptr;
 }
 
@@ -620,7 +617,7 @@ std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Co
 
 bool has_stream_form(const CodecSpec& spec) {
   const Entry& e = entry_of(spec);
-  return !spec.host_only && e.make_stream != nullptr && e.streams(spec);
+  return e.make_stream != nullptr && e.streams(spec);
 }
 
 std::unique_ptr<codec::StreamForm> make_stream_form(const CodecSpec& spec, gpu::Backend& backend,

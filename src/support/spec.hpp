@@ -40,13 +40,10 @@ struct CodecSpec {
   /// Its codec also encodes an owner's sum on scales of its own (codec::Codec::encodes_rescaled:
   /// maxnorm with one scale and exact sums, alone or with ef=1), so the sra all-reduce takes it.
   bool rescales = false;
-  /// rotate=hadamard: the all-reduce rotates its input blockwise before encoding and its output
-  /// back (codecs/rotation.hpp; host buffers of float32), in blocks of this many elements (the
-  /// scale block); 0: no rotation.
+  /// rotate=hadamard: the all-reduce rotates its float32 input blockwise before encoding and
+  /// its output back (codecs/rotation.hpp on the host, the element kernels' rotate() on the
+  /// device), in blocks of this many elements (the scale block); 0: no rotation.
   std::size_t rotate = 0;
-  /// The codec has no device kernels in this variant (rotate=, maxnorm:clip=): device buffers
-  /// run the host codec on host copies.
-  bool host_only = false;
   /// Decoding returns the input bit for bit (codec::Capabilities::lossless), from the row.
   bool lossless = false;
   /// The registry row's other static traits, as codec::Capabilities names them.

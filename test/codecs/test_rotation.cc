@@ -259,12 +259,13 @@ TEST(Rotation, SpecTakesRotateOnCodecsWithScaleBlocks) {
   EXPECT_EQ(parse_codec_spec("temporal:bits=4,block=4096,rotate=hadamard").rotate, 4096u);
   EXPECT_EQ(parse_codec_spec("dq:min=2,max=8,rotate=hadamard").rotate, 65536u);
   EXPECT_THROW(parse_codec_spec("qsgd:rotate=hadamard"), Error);
-  // clip=: in the canonical spec when set, a host-only variant (no device kernels)
+  // clip=: in the canonical spec when set; device kernels (the scan's root mean squares), but
+  // no stream-ordered form (whose scales never reach the host); rotate= alone keeps both
   const CodecSpec c = parse_codec_spec("maxnorm:bits=3,clip=2,rotate=hadamard");
   EXPECT_NE(c.canonical.find("clip=2"), std::string::npos) << c.canonical;
-  EXPECT_TRUE(c.host_only);
-  EXPECT_FALSE(has_device_kernels(c, codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(c, codec::DType::kFloat32));
   EXPECT_FALSE(has_stream_form(c));
+  EXPECT_TRUE(has_stream_form(parse_codec_spec("maxnorm:bits=3,rotate=hadamard")));
   EXPECT_EQ(parse_codec_spec("maxnorm:bits=3,clip=0").canonical,
             parse_codec_spec("maxnorm:bits=3").canonical);
   try {

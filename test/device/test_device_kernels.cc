@@ -8,6 +8,8 @@
 #include <utility>
 
 #include "device_test_support.hpp"
+#include "rotation.hpp"
+#include "uniforms.hpp"
 
 namespace ccoll {
 namespace {
@@ -266,6 +268,71 @@ TEST(DeviceKernels, DivideMatchesTheHostLoop) {
   }
 }
 
+// rotate=hadamard's kernel against the CPU's rotation, bit for bit: forward into another buffer
+// and in place, back in place, for blocks held in one tile and blocks of several (16384 and
+// 65536 elements: the stages in global memory), whole blocks with tails of every power of two
+// and an odd last element; values of every magnitude, zeros and subnormals among them.
+TEST(DeviceKernels, RotationMatchesTheCpu) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  auto& el = b->kernels<gpu::ElementKernels>();
+  for (const std::size_t block :
+       {std::size_t{256}, std::size_t{1024}, std::size_t{16384}, std::size_t{65536}}) {
+    for (const std::size_t n : {std::size_t{1}, std::size_t{2}, std::size_t{3}, std::size_t{255},
+                                block, 2 * block + block - 1, 3 * block + block / 2 + 7}) {
+      SCOPED_TRACE("block " + std::to_string(block) + " n " + std::to_string(n));
+      std::vector<float> x(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint32_t h = static_cast<std::uint32_t>(i * 2654435761u) >> 7;
+        x[i] = std::ldexp(static_cast<float>(h % 2001) - 1000.0f, static_cast<int>(h % 60) - 40);
+      }
+      if (n > 10) x[5] = 1e-44f;  // a subnormal
+      const std::uint64_t seed = codec::rotation_seed(17, 5);
+      std::vector<float> want(n);
+      codec::rotate_forward_copy(want.data(), x.data(), n, block, seed);
+      const DeviceArray in(*b, x.data(), 4 * n);
+      const DeviceArray out(*b, 4 * n);
+      el.rotate(out.as<float>(), in.as<float>(), n, block, seed, true);
+      ASSERT_EQ(std::memcmp(out.read<float>(n).data(), want.data(), 4 * n), 0) << "forward";
+      el.rotate(in.as<float>(), in.as<float>(), n, block, seed, true);
+      ASSERT_EQ(std::memcmp(in.read<float>(n).data(), want.data(), 4 * n), 0) << "in place";
+      codec::rotate_inverse(want.data(), n, block, seed);
+      el.rotate(out.as<float>(), out.as<float>(), n, block, seed, false);
+      ASSERT_EQ(std::memcmp(out.read<float>(n).data(), want.data(), 4 * n), 0) << "back";
+    }
+  }
+}
+
+// clip='s root mean squares per block against the CPU's (codec::rms), bit for bit: whole and
+// partial blocks, every block size, values whose squares span many exponents.
+TEST(DeviceKernels, BlockRmsMatchesTheCpu) {
+  const char* why = "";
+  gpu::Backend* b = test_backend(&why);
+  if (b == nullptr) GTEST_SKIP() << "no usable CUDA device: " << why;
+  b->set_stream(nullptr);
+  for (const unsigned shift : {8u, 10u, 16u}) {
+    const std::size_t block = std::size_t{1} << shift;
+    for (const std::size_t n : {std::size_t{5}, block, 3 * block + 13, 40 * block + 1}) {
+      std::vector<float> x(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const std::uint32_t h = static_cast<std::uint32_t>(i * 2246822519u) >> 5;
+        x[i] = std::ldexp(static_cast<float>(h % 977) - 488.0f, static_cast<int>(h % 50) - 30);
+      }
+      const std::size_t nb = (n + block - 1) / block;
+      const DeviceArray dx(*b, x.data(), 4 * n);
+      const DeviceArray out(*b, 8 * nb);
+      b->kernels<gpu::MaxnormKernels>().block_rms(dx.as<float>(), n, shift, out.as<double>());
+      const std::vector<double> got = out.read<double>(nb);
+      for (std::size_t k = 0; k < nb; ++k) {
+        const std::size_t len = std::min(block, n - k * block);
+        ASSERT_EQ(got[k], codec::rms(x.data() + k * block, len)) << shift << " " << n << " " << k;
+      }
+    }
+  }
+}
+
 // Two queues ordered by events: a kernel on the compute queue, the copy queue waiting for it and
 // copying the result to pinned memory, the host waiting for the copy; and back (a copy, then a
 // kernel that waits for it). Both backends must give the kernel's result.
@@ -409,6 +476,7 @@ void expect_whole_tensor_same_as_cpu(gpu::Backend& b, std::size_t n) {
                                           "maxnorm:bits=8",
                                           "maxnorm:bits=3",
                                           "maxnorm:bits=3,block=512",
+                                          "maxnorm:bits=3,clip=2",
                                           "maxnorm:bits=4,sum=requant",
                                           "sign",
                                           "dq:max=6,min=2",

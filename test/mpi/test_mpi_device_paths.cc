@@ -9,32 +9,42 @@ namespace {
 // 16-bit device buffers: widened to fp32 device copies by the cast kernels, the fp32 call on
 // them (on the data path an fp32 call on device buffers takes), narrowed on the device: the same
 // bytes as on 16-bit host buffers, for every collective, in place and not.
-// rotate=hadamard and maxnorm:clip= have no device kernels: device buffers run them on host
-// copies, the same bytes as host buffers, in place or not.
-TEST_F(DeviceBuffers, RotationAndClipRunOnHostCopies) {
-  const std::size_t n = 5003;
-  const std::vector<float> x = input(n, rank_of(MPI_COMM_WORLD), 5);
-  for (const char* codec : {"maxnorm:bits=4,rotate=hadamard", "maxnorm:bits=3,clip=2",
-                            "maxnorm:bits=2,ef=1,rotate=hadamard,clip=1.5"}) {
-    for (const bool in_place : {false, true}) {
-      SCOPED_TRACE(std::string(codec) + (in_place ? " in place" : ""));
-      ccoll::Options opt;
-      opt.codec = codec;
-      opt.key = 11;
-      std::vector<float> want = x;
-      ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : x.data(), want.data(), n, MPI_FLOAT,
-                                  MPI_SUM, host_comm_, opt);
-      DeviceVec dx(x);
-      DeviceVec dout(n);
-      ccoll::Stats st;
-      opt.stats = &st;
-      ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : dx.data(),
-                                  in_place ? dx.data() : dout.data(), n, MPI_FLOAT, MPI_SUM,
-                                  dev_comm_, opt);
-      const std::vector<float> got = in_place ? dx.host() : dout.host();
-      EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0);
-      if (size_of(MPI_COMM_WORLD) > 1) {
-        EXPECT_EQ(st.transport, "host-copy");
+// rotate=hadamard and maxnorm:clip= on device buffers: the element kernels rotate the input
+// into recvbuf and the output back, the maxnorm kernels take the blocks' root mean squares; the
+// same bytes as host buffers, in place or not, on the device's path (not host copies).
+TEST_F(DeviceBuffers, RotationAndClipRunOnTheDevice) {
+  const int p = size_of(MPI_COMM_WORLD);
+  for (const std::size_t n : {std::size_t{5003}, std::size_t{70001}, std::size_t{1}}) {
+    const std::vector<float> x = input(n, rank_of(MPI_COMM_WORLD), 5);
+    for (const char* codec :
+         {"maxnorm:bits=4,rotate=hadamard", "maxnorm:bits=3,clip=2",
+          "maxnorm:bits=2,ef=1,rotate=hadamard,clip=1.5",
+          "maxnorm:bits=4,block=16384,rotate=hadamard",
+          "temporal:bits=4,block=4096,rotate=hadamard", "randk:ratio=0.25,ef=1,rotate=hadamard"}) {
+      for (const bool in_place : {false, true}) {
+        SCOPED_TRACE(std::string(codec) + " n=" + std::to_string(n) +
+                     (in_place ? " in place" : ""));
+        ccoll::Options opt;
+        opt.codec = codec;
+        opt.key = 11;
+        std::vector<float> want = x;
+        ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : x.data(), want.data(), n, MPI_FLOAT,
+                                    MPI_SUM, host_comm_, opt);
+        DeviceVec dx(x);
+        DeviceVec dout(n);
+        ccoll::Stats st;
+        opt.stats = &st;
+        ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : dx.data(),
+                                    in_place ? dx.data() : dout.data(), n, MPI_FLOAT, MPI_SUM,
+                                    dev_comm_, opt);
+        const std::vector<float> got = in_place ? dx.host() : dout.host();
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), n * sizeof(float)), 0);
+        if (!in_place) {
+          EXPECT_TRUE(dx.host() == x) << "the input was written";
+        }
+        if (p > 1 && n > 1) {
+          EXPECT_EQ(st.transport, kernel_transport());
+        }
       }
     }
   }
@@ -204,7 +214,9 @@ TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
   MPI_Comm dc = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &hc);
   MPI_Comm_dup(MPI_COMM_WORLD, &dc);
-  for (const char* codec : {"maxnorm:bits=4", "none"}) {
+  // (rotate=hadamard: rotated on the device buffers under NCCL, on the host copies otherwise;
+  // an all-reduce alone)
+  for (const char* codec : {"maxnorm:bits=4", "none", "maxnorm:bits=3,rotate=hadamard,clip=2"}) {
     SCOPED_TRACE(codec);
     const std::size_t n = 20011;
     const std::vector<float> x = input(n, r, 77);
@@ -240,6 +252,7 @@ TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
       }
     }
     opt.average = false;
+    if (std::string(codec).find("rotate") != std::string::npos) continue;
     const std::string node = nccl ? kernel_transport() : "host-copy";
     for (const bool in_place : {false, true}) {
       SCOPED_TRACE(in_place ? "in place" : "");

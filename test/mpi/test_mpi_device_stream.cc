@@ -78,8 +78,10 @@ TEST_F(DeviceBuffers, StreamOrderedAllreduceEqualsTheHostRingWithoutWaiting) {
   for (const std::size_t n : {std::size_t{1}, static_cast<std::size_t>(p) - 1, std::size_t{37},
                               8 * static_cast<std::size_t>(p) + 3, 2 * kBlock + 4099}) {
     if (n == 0) continue;
+    // (rotate=hadamard: the element kernels rotate into recvbuf and back, on the stream)
     for (const char* codec : {"maxnorm:bits=8", "maxnorm:bits=4", "maxnorm:bits=2,round=nearest",
-                              "maxnorm:bits=4,block=256"}) {
+                              "maxnorm:bits=4,block=256", "maxnorm:bits=4,rotate=hadamard",
+                              "maxnorm:bits=2,block=256,rotate=hadamard,round=nearest"}) {
       for (const bool in_place : {false, true}) {
         for (const bool average : {false, true}) {
           SCOPED_TRACE(std::string(codec) + " n=" + std::to_string(n) +
@@ -112,8 +114,9 @@ TEST_F(DeviceBuffers, StreamOrderedAllreduceEqualsTheHostRingWithoutWaiting) {
 TEST_F(DeviceBuffers, StreamOrderedErrorFeedbackEqualsTheHostRingCallAfterCall) {
   REQUIRE_STREAM_PATH();
   const int rank = rank_of(MPI_COMM_WORLD);
-  for (const char* codec : {"maxnorm:bits=4,ef=1", "maxnorm:bits=2,ef=1,round=stochastic",
-                            "maxnorm:bits=3,block=1024,ef=1"}) {
+  for (const char* codec :
+       {"maxnorm:bits=4,ef=1", "maxnorm:bits=2,ef=1,round=stochastic",
+        "maxnorm:bits=3,block=1024,ef=1", "maxnorm:bits=2,ef=1,rotate=hadamard"}) {
     for (const std::size_t n : {kBlock + 4099, std::size_t{29}}) {
       for (int call = 0; call < 4; ++call) {
         SCOPED_TRACE(std::string(codec) + " n=" + std::to_string(n) + " call " +

@@ -2,10 +2,12 @@
 // the stand-in NCCL (standin_nccl.cc: host memory, MPI). It makes a fixed sequence of NCCL calls
 // twice, and checks them against the rank-order sums it computes itself:
 //   nccl_app exact                every result equals the plain NCCL's, bit for bit
-//   nccl_app compressed BITS [allreduce]
+//   nccl_app compressed BITS [allreduce | rotated]
 //                                 the large float sums and gathers are compressed (maxnorm of
 //                                 BITS bits: not bit-equal, within the codec's bound, the same
-//                                 bits on every rank; with `allreduce`, only the all-reduces);
+//                                 bits on every rank; with `allreduce`, only the all-reduces;
+//                                 `rotated`: only the float32 all-reduces, rotate=hadamard's
+//                                 bound);
 //                                 the others still exact
 //   nccl_app error TEXT           the large float calls fail on every rank with an NCCL error
 //                                 whose ncclGetLastError contains TEXT; the others still exact
@@ -69,6 +71,9 @@ struct Expect {
   unsigned bits = 8;
   std::string text;
   bool allreduce_only = false;
+  /// rotate=hadamard: float32 all-reduces alone compressed, each element within the rotated
+  /// codec's documented bound (the unrotated one's times the 1024-element rotation block)
+  bool rotated = false;
 };
 
 // Which calls the interposer takes: a candidate (a float sum, average or gather outside a group)
@@ -112,8 +117,10 @@ void check(const char* name, ncclResult_t r, ncclComm_t comm, const Expect& e, R
   }
   if (equal) failure(std::string(name) + ": bit-equal to the plain result: not compressed");
   // maxnorm: every contribution off by less than one step of its block's scale
-  const double step = mx / ((1u << (e.bits - 1)) - 1);
+  const double step = mx / ((1u << (e.bits - 1)) - 1) * (e.rotated ? 1024 : 1);
   const double round16 = t == ncclBfloat16 ? 0x1p-8 : t == ncclFloat16 ? 0x1p-11 : 0x1p-22;
+  double err2 = 0;  // squared errors and sums, for rotate=hadamard's test below
+  double sum2 = 0;
   for (std::size_t i = 0; i < n; ++i) {
     double v = 0;
     if (t == ncclFloat32) {
@@ -132,6 +139,14 @@ void check(const char* name, ncclResult_t r, ncclComm_t comm, const Expect& e, R
               std::to_string(bound));
       return;
     }
+    err2 += (v - exact[i]) * (v - exact[i]);
+    sum2 += exact[i] * exact[i];
+  }
+  // rotated: the worst-case bound is loose, so also the error's root mean square, a fraction of
+  // the sum's (a result left in the rotated basis is off by more than the sum itself)
+  if (e.rotated && !(err2 <= 0.25 * sum2)) {
+    failure(std::string(name) + ": relative RMS error " + std::to_string(std::sqrt(err2 / sum2)) +
+            " above 0.5: not rotated back?");
   }
   if (identical_everywhere && !same_everywhere(hash_bytes(got, n * es))) {
     failure(std::string(name) + ": the ranks' results differ");
@@ -210,8 +225,8 @@ void allreduces(ncclComm_t comm, const Expect& e, int round) {
       const std::string name = std::string("ncclAllReduce ") +
                                (t == ncclBfloat16 ? "bfloat16" : "float16") +
                                (op == ncclAvg ? " avg" : " sum");
-      check(name.c_str(), r, comm, e, {true, true}, t, out.data(), want.data(), exact, mx, g_size,
-            op == ncclAvg ? g_size : 1.0, true);
+      check(name.c_str(), r, comm, e, {true, !e.rotated}, t, out.data(), want.data(), exact, mx,
+            g_size, op == ncclAvg ? g_size : 1.0, true);
     }
   }
   // int32 sums and float maxima: never compressed
@@ -312,7 +327,8 @@ int main(int argc, char** argv) {
   if (mode == "compressed" && argc > 2) {
     e.mode = Mode::kCompressed;
     e.bits = static_cast<unsigned>(std::atoi(argv[2]));
-    e.allreduce_only = argc > 3 && std::string(argv[3]) == "allreduce";
+    e.rotated = argc > 3 && std::string(argv[3]) == "rotated";
+    e.allreduce_only = e.rotated || (argc > 3 && std::string(argv[3]) == "allreduce");
   } else if (mode == "error" && argc > 2) {
     e.mode = Mode::kError;
     e.text = argv[2];
@@ -320,7 +336,8 @@ int main(int argc, char** argv) {
     e.mode = Mode::kAsyncError;
   } else if (mode != "exact") {
     if (g_rank == 0) {
-      std::fprintf(stderr, "usage: nccl_app exact | compressed BITS [allreduce] | error TEXT\n");
+      std::fprintf(stderr,
+                   "usage: nccl_app exact | compressed BITS [allreduce | rotated] | error TEXT\n");
     }
     MPI_Finalize();
     return 2;
