@@ -115,6 +115,14 @@ case "$cmd" in
     configure
     cmake --build "$BUILD_DIR" -j "$JOBS"
     mpi_env
+    # the outside reference of the low-precision formats' test (test/lowp): ml_dtypes from PyPI
+    # in a virtual environment of the build tree; without it that test is skipped
+    if [ ! -x "$BUILD_DIR/refs-venv/bin/python" ] ||
+       ! "$BUILD_DIR/refs-venv/bin/python" -c 'import ml_dtypes' 2>/dev/null; then
+      { /usr/bin/python3 -m venv "$BUILD_DIR/refs-venv" &&
+        "$BUILD_DIR/refs-venv/bin/python" -m pip install -q ml_dtypes; } ||
+        echo "build.sh: could not install ml_dtypes; test/lowp's comparison will be skipped"
+    fi
     # MPI tests oversubscribe the cores; run one test at a time so none starves.
     ctest --test-dir "$BUILD_DIR" --output-on-failure
     if [ "${CCOLL_SKIP_PIP:-0}" != "1" ]; then

@@ -52,7 +52,7 @@ struct BucketedUniforms;
 struct BucketedCodes;
 
 template <class T>
-class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
+class BucketedCodec final : public FixedLengthCodec<BucketedCodec<T>, T> {
   friend class ApplyingCodec<BucketedCodec<T>, T>;
 
  public:
@@ -108,13 +108,6 @@ class BucketedCodec final : public ApplyingCodec<BucketedCodec<T>, T> {
   }
   std::size_t max_encoded_bytes(std::size_t count) const override {
     return wire::kHeaderBytes + 4 * buckets(count) + packed_bytes(count, width_);
-  }
-  std::size_t payload_bytes(std::size_t count, std::uint64_t, std::uint32_t) const override {
-    return max_encoded_bytes(count);
-  }
-  bool needs_fallback(const void* data, std::size_t count, int ranks) const override {
-    // partial sums of a ring reach ranks × max|x|; keep them finite in the element type
-    return any_beyond<T>(data, count, finite_sum_limit(ranks));
   }
 
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,

@@ -10,6 +10,7 @@
 #include "ccoll/error.hpp"
 #include "half.hpp"
 #include "half_batch.hpp"
+#include "uniforms.hpp"
 #include "wire.hpp"
 
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
@@ -112,13 +113,20 @@ struct Bf16Format {
 };
 
 /// Casts elements of type T to a 16-bit float format F. Doubles are rounded to float first.
+/// bf16:round=stochastic (`stochastic`): each element rounded up or down at random, unbiased,
+/// with Philox draws keyed by (seed, call, stream, element), as NCCLX's quantized
+/// reduce-scatter rounds; the payload is the same.
 template <class T, class F>
 class CastCodec final : public Codec {
  public:
+  explicit CastCodec(bool stochastic = false) : stochastic_(stochastic) {
+    if (stochastic_) spec_ += ":round=stochastic";
+  }
   const std::string& spec() const override { return spec_; }
   Capabilities capabilities() const override {
     Capabilities c;
     c.prescale_mean = F::kMax < 1e30;  // fp16, not bf16 (whose range is fp32's)
+    c.unbiased = stochastic_;
     return c;
   }
   DType dtype() const override { return kType; }
@@ -135,12 +143,22 @@ class CastCodec final : public Codec {
     return any_beyond<T>(data, count, F::kMax / static_cast<double>(ranks > 0 ? ranks : 1));
   }
 
-  std::size_t encode(const void* in, std::size_t count, const BlockContext&,
+  std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {
     wire::write_header(out, {F::kId, 0, static_cast<std::uint32_t>(kType), count});
     const T* x = static_cast<const T*>(in);
     std::byte* dst = out + wire::kHeaderBytes;
-    if constexpr (std::is_same_v<T, float>) {  // in batches through the vectorized conversion
+    if (stochastic_) {  // (bf16 only)
+      for (std::size_t i = 0; i < count; i += kUniformBatch) {
+        const std::size_t n = std::min(kUniformBatch, count - i);
+        const float* u = uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + i, n, draws_);
+        for (std::size_t k = 0; k < n; ++k) {
+          batch_[k] = float_to_bf16_stochastic(static_cast<float>(x[i + k]), u[k]);
+        }
+        std::memcpy(dst + 2 * i, batch_, 2 * n);
+      }
+    } else if constexpr (std::is_same_v<T,
+                                        float>) {  // in batches through the vectorized conversion
       for (std::size_t i = 0; i < count; i += kBatch) {
         const std::size_t n = std::min(kBatch, count - i);
         F::to_many(x + i, n, batch_);
@@ -195,8 +213,10 @@ class CastCodec final : public Codec {
   static void check(const std::byte* in, std::size_t bytes, std::size_t count) {
     wire::expect_payload(in, bytes, F::kId, static_cast<std::uint32_t>(kType), count, 2 * count);
   }
+  bool stochastic_;
   std::string spec_ = F::kName;
-  std::uint16_t batch_[kBatch];  // a codec serves one call at a time
+  std::uint16_t batch_[kBatch];     // a codec serves one call at a time
+  float draws_[kUniformBatch + 8];  // bf16:round=stochastic's (uniforms_for's scratch)
 };
 
 template <template <class> class C>
@@ -213,6 +233,9 @@ using Bf16Codec = CastCodec<T, Bf16Format>;
 
 std::unique_ptr<Codec> make_none_codec(DType dtype) { return make_for<NoneCodec>(dtype); }
 std::unique_ptr<Codec> make_fp16_codec(DType dtype) { return make_for<Fp16Codec>(dtype); }
-std::unique_ptr<Codec> make_bf16_codec(DType dtype) { return make_for<Bf16Codec>(dtype); }
+std::unique_ptr<Codec> make_bf16_codec(DType dtype, bool stochastic) {
+  if (dtype == DType::kFloat64) return std::make_unique<Bf16Codec<double>>(stochastic);
+  return std::make_unique<Bf16Codec<float>>(stochastic);
+}
 
 }  // namespace ccoll::codec

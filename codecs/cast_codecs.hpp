@@ -11,6 +11,7 @@ namespace ccoll::codec {
 
 std::unique_ptr<Codec> make_none_codec(DType dtype);
 std::unique_ptr<Codec> make_fp16_codec(DType dtype);
-std::unique_ptr<Codec> make_bf16_codec(DType dtype);
+/// `stochastic`: bf16:round=stochastic (cast_codecs.cc).
+std::unique_ptr<Codec> make_bf16_codec(DType dtype, bool stochastic = false);
 
 }  // namespace ccoll::codec

@@ -102,6 +102,16 @@ CCOLL_HOST_DEVICE inline std::uint16_t float_to_bf16(float f) {
   return static_cast<std::uint16_t>(x >> 16);
 }
 
+/// bf16:round=stochastic: f rounded up in magnitude with probability equal to the dropped low 16
+/// bits over 2^16 (unbiased), down otherwise, for a draw u in [0, 1); NaN and infinities as
+/// float_to_bf16 casts them.
+CCOLL_HOST_DEVICE inline std::uint16_t float_to_bf16_stochastic(float f, float u) {
+  const std::uint32_t x = float_bits(f);
+  if ((x & 0x7F800000u) == 0x7F800000u) return float_to_bf16(f);
+  const std::uint32_t up = u * 65536.0f < static_cast<float>(x & 0xFFFFu) ? 1u : 0u;
+  return static_cast<std::uint16_t>((x >> 16) + up);
+}
+
 CCOLL_HOST_DEVICE inline float bf16_to_float(std::uint16_t b) {
   return bits_float(static_cast<std::uint32_t>(b) << 16);
 }

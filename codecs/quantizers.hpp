@@ -40,6 +40,18 @@ class ApplyingCodec : public Codec {
   }
 };
 
+/// An ApplyingCodec whose payload length depends on the count alone and whose schedules add
+/// partial sums in the element type (the bucketed and low-precision float codecs): such sums
+/// reach ranks × max|x|, so larger or non-finite input goes uncompressed.
+template <class Derived, class T>
+class FixedLengthCodec : public ApplyingCodec<Derived, T> {
+ public:
+  std::size_t payload_bytes(std::size_t count, std::uint64_t, std::uint32_t) const override {
+    return this->max_encoded_bytes(count);
+  }
+  bool needs_fallback(const void* data, std::size_t count, int ranks) const override;
+};
+
 /// Σ term(x[i]) for i < n in double, over 8 interleaved partial sums (element i into part
 /// i mod 8) added pairwise at the end: independent chains the compiler vectorizes, in a fixed
 /// order that a GPU kernel can reproduce.
@@ -102,6 +114,12 @@ std::size_t checked_maxnorm_block(std::size_t block);
 inline double finite_sum_limit(int ranks) {
   return static_cast<double>(std::numeric_limits<float>::max()) /
          static_cast<double>(std::max(1, ranks));
+}
+
+template <class Derived, class T>
+bool FixedLengthCodec<Derived, T>::needs_fallback(const void* data, std::size_t count,
+                                                  int ranks) const {
+  return any_beyond<T>(data, count, finite_sum_limit(ranks));
 }
 
 /// The largest |x| a maxnorm all-reduce over `ranks` ranks encodes: beyond it the `ranks`-fold

@@ -31,6 +31,9 @@ enum class CodecId : std::uint8_t {
   kRandk = 8,
   kTopk = 9,
   kSketch = 10,
+  kFp8 = 11,
+  kMx = 12,
+  kNvfp4 = 13,
 };
 
 struct Header {

@@ -13,6 +13,7 @@
 #include "collectives.hpp"
 #include "device_codec.hpp"
 #include "error_feedback.hpp"
+#include "lowp.hpp"
 #include "maxnorm_wire.hpp"
 #include "quantizers.hpp"
 #include "sim_model.hpp"
@@ -186,7 +187,18 @@ struct Entry {
   unsigned state_arrays = 0;
   std::function<bool(const CodecSpec&)> streams = nullptr;
   StreamMaker make_stream = nullptr;
+  // where make_device is set: whether the spec's variant has kernels (null: every variant)
+  std::function<bool(const CodecSpec&)> kernels = nullptr;
 };
+
+// mx:format= -> the element format
+codec::Minifloat mx_format(const std::string& f) {
+  return f == "fp8e5m2"   ? codec::Minifloat::kE5M2
+         : f == "fp6e3m2" ? codec::Minifloat::kE3M2
+         : f == "fp6e2m3" ? codec::Minifloat::kE2M3
+         : f == "fp4e2m1" ? codec::Minifloat::kE2M1
+                          : codec::Minifloat::kE4M3;
+}
 
 const std::string& value_of(const CodecSpec& s, const char* key) {
   for (const auto& kv : s.params) {
@@ -287,9 +299,43 @@ const std::vector<Entry>& registry() {
        device_cast(true),
        kPrescaleMean},
       {"bf16",
+       {hidden_default(choice_param("round", {"nearest", "stochastic"}, "nearest"))},
+       [](const CodecSpec& s, codec::DType t) {
+         return codec::make_bf16_codec(t, value_of(s, "round") == "stochastic");
+       },
+       device_cast(false),
+       0,
+       nullptr,
+       0,
+       nullptr,
+       nullptr,
+       // the cast kernels round to nearest: stochastic rounding runs on the host
+       [](const CodecSpec& s) { return value_of(s, "round") == "nearest"; }},
+      {"fp8",
+       {choice_param("format", {"e4m3", "e5m2"}, "e4m3"), block_param("1024"),
+        choice_param("round", {"nearest", "stochastic"}, "nearest")},
+       [](const CodecSpec& s, codec::DType t) {
+         return codec::make_lowp_codec(
+             t, codec::LowpScheme::kFp8,
+             value_of(s, "format") == "e5m2" ? codec::Minifloat::kE5M2 : codec::Minifloat::kE4M3,
+             param(s, "block"), value_of(s, "round") == "stochastic");
+       },
+       nullptr,
+       kSegmentLocal},
+      {"mx",
+       {choice_param("format", {"fp8e4m3", "fp8e5m2", "fp6e3m2", "fp6e2m3", "fp4e2m1"}, "fp8e4m3")},
+       [](const CodecSpec& s, codec::DType t) {
+         return codec::make_lowp_codec(t, codec::LowpScheme::kMx, mx_format(value_of(s, "format")));
+       },
+       nullptr,
+       kSegmentLocal},
+      {"nvfp4",
        {},
-       [](const CodecSpec&, codec::DType t) { return codec::make_bf16_codec(t); },
-       device_cast(false)},
+       [](const CodecSpec&, codec::DType t) {
+         return codec::make_lowp_codec(t, codec::LowpScheme::kNvfp4, codec::Minifloat::kE2M1);
+       },
+       nullptr,
+       kSegmentLocal},
       {"maxnorm",
        {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact"), round_param(),
         block_param("1024"),  // codec::kMaxnormDefaultBlock
@@ -487,11 +533,17 @@ CodecSpec parse_codec_spec(const std::string& text) {
       const std::string item =
           trim(rest.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos));
       const std::size_t eq = item.find('=');
-      if (item.empty() || eq == std::string::npos || eq == 0 || eq + 1 == item.size()) {
+      // the first item of a codec with a format= may be the format alone (fp8:e5m2)
+      const bool format_alone =
+          pos == 0 && !item.empty() && eq == std::string::npos &&
+          std::any_of(it->params.begin(), it->params.end(),
+                      [](const Param& p) { return std::string(p.key) == "format"; });
+      if (!format_alone &&
+          (item.empty() || eq == std::string::npos || eq == 0 || eq + 1 == item.size())) {
         bad("malformed parameter '" + item + "' in '" + s + "' (expected key=value)");
       }
-      const std::string key = trim(item.substr(0, eq));
-      const std::string value = trim(item.substr(eq + 1));
+      const std::string key = format_alone ? "format" : trim(item.substr(0, eq));
+      const std::string value = format_alone ? item : trim(item.substr(eq + 1));
       if (key == "ef") {
         if (value != "0" && value != "1" && value != "21") {
           bad("ef=" + value + " in '" + s + "' (valid: 0, 1, 21)");
@@ -599,7 +651,9 @@ std::size_t state_bytes(const CodecSpec& spec, std::size_t count, std::size_t el
 
 bool has_device_kernels(const CodecSpec& spec, codec::DType dtype) {
   if (spec.ef21) return false;  // ef=21 runs on the host codec (device buffers staged)
-  return dtype == codec::DType::kFloat32 && entry_of(spec).make_device != nullptr;
+  const Entry& e = entry_of(spec);
+  return dtype == codec::DType::kFloat32 && e.make_device != nullptr &&
+         (e.kernels == nullptr || e.kernels(spec));
 }
 
 std::unique_ptr<codec::Codec> make_device_codec(const CodecSpec& spec, codec::Codec& cpu,

@@ -72,9 +72,21 @@ ErrorOf error_of(const std::string& spec, Algorithm algo, int p, std::size_t n) 
 // mean squares caps that scale (1.22x). Also within the bound.
 TEST(ScatterReduce, ErrorDoesNotGrowWithTheRankCount) {
   const std::size_t n = 1 << 14;
-  const std::pair<const char*, double> specs[] = {
-      {"qsgd:bits=4", 1.3},   {"terngrad", 1.3},        {"sign", 1.3}, {"sketch:bits=2", 1.3},
-      {"sketch:bits=3", 1.3}, {"terngrad:clip=0", 1.4}, {"fp16", 1.3}, {"bf16", 1.3}};
+  const std::pair<const char*, double> specs[] = {{"qsgd:bits=4", 1.3},
+                                                  {"terngrad", 1.3},
+                                                  {"sign", 1.3},
+                                                  {"sketch:bits=2", 1.3},
+                                                  {"sketch:bits=3", 1.3},
+                                                  {"terngrad:clip=0", 1.4},
+                                                  {"fp16", 1.3},
+                                                  {"bf16", 1.3},
+                                                  {"bf16:round=stochastic", 1.3},
+                                                  {"fp8", 1.3},
+                                                  {"fp8:e5m2,round=stochastic", 1.3},
+                                                  {"mx:fp8e4m3", 1.3},
+                                                  {"mx:fp6e3m2", 1.3},
+                                                  {"mx:fp4e2m1", 1.3},
+                                                  {"nvfp4", 1.3}};
   for (const auto& [spec, growth] : specs) {
     SCOPED_TRACE(spec);
     double at2 = 0;

@@ -71,7 +71,10 @@ TEST(MpiAllreduce, DoublesAndAverage) {
 
 TEST(MpiAllreduce, LossyCodecsWithinBoundAndIdentical) {
   const int p = world_size();
-  for (const char* codec : {"fp16", "bf16"}) {
+  // (canonical specs: Stats::codec reports them)
+  for (const char* codec :
+       {"fp16", "bf16", "bf16:round=stochastic", "fp8", "fp8:format=e5m2,round=stochastic", "mx",
+        "mx:format=fp6e2m3", "mx:format=fp4e2m1", "nvfp4"}) {
     for (const char* algo : {"ring", "tree", "sra"}) {
       for (const std::size_t count : {std::size_t{1}, std::size_t{3}, std::size_t{77777}}) {
         SCOPED_TRACE(std::string(codec) + " " + algo + " " + std::to_string(count));

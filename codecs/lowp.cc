@@ -1,0 +1,281 @@
+// The low-precision float codecs (docs/codecs.md, "Low-precision float formats"): fp8 (E4M3 or
+// E5M2 elements on an fp32 scale per block), mx (the OCP Microscaling v1.0 formats: 32-element
+// blocks on an E8M0 power of two) and nvfp4 (16-element blocks of E2M1 on an E4M3 scale, under
+// one fp32 scale per payload). The element conversions are minifloat.hpp's. Scales differ from
+// rank to rank, so none is summable: the schedules decode, add in fp32 and re-encode (auto takes
+// the scatter-reduce-allgather from 3 ranks, where each element is rounded at most twice).
+//
+// Payloads (little-endian), after the 16-byte wire header:
+//   fp8    param = format | stochastic << 4 | log2(block) << 8;
+//          an fp32 scale per block (the block's largest magnitude over the format's largest
+//          value), then one byte per element (the code of x / scale, saturating)
+//   mx     param = format; one E8M0 byte per 32 elements (2^(floor(log2 max|x|) - emax), emax
+//          the element format's largest exponent; 2^-127 for a block of zeros), then the
+//          elements' codes of x / 2^(...) packed at 8, 6 or 4 bits: element k in bits
+//          [k·w, (k+1)·w) of the little-endian bit stream (fp4: element 2j in the low nibble of
+//          byte j; fp6: four elements in three bytes)
+//   nvfp4  param = 0; the payload's fp32 scale g = 448·6 / max|x| (1 for zeros, at most the
+//          largest float), one E4M3 byte per 16 elements (the code of (max|x_block| / 6)·g,
+//          saturating), then the E2M1 codes of x / (scale / g), packed as mx's fp4
+// A decoder rejects a header, length, scale or element code the encoder cannot write.
+#include "lowp.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+
+#include "bitpack.hpp"
+#include "ccoll/error.hpp"
+#include "minifloat.hpp"
+#include "quantizers.hpp"
+#include "scratch.hpp"
+#include "uniforms.hpp"
+#include "wire.hpp"
+
+namespace ccoll::codec {
+namespace {
+
+[[noreturn]] void corrupt(const char* name, const std::string& what) {
+  throw Error(Status::kCorruptData, std::string("received ") + name + " payload rejected: " + what);
+}
+struct LowpUniforms;  // thread_scratch tag
+
+constexpr std::size_t kMxBlock = 32;
+constexpr std::size_t kNvBlock = 16;
+constexpr float kNvGlobal = 448.0f * 6.0f;  // E4M3's largest value times E2M1's
+
+// floor(log2 a) of a finite a > 0
+int floor_log2(float a) {
+  const std::uint32_t b = float_bits(a);
+  if (b >= 0x00800000u) return static_cast<int>(b >> 23) - 127;
+  int e = -127;
+  for (std::uint32_t m = b; m < 0x00400000u; m <<= 1) --e;
+  return e;
+}
+
+// A code that decodes to a finite value (the encoders write no other)
+bool finite_code(std::uint32_t code, Minifloat f) {
+  return std::isfinite(minifloat_to_float(code, f));
+}
+
+template <class T>
+class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
+  friend class ApplyingCodec<LowpCodec<T>, T>;
+
+ public:
+  LowpCodec(LowpScheme scheme, Minifloat format, std::size_t block, bool stochastic)
+      : scheme_(scheme),
+        format_(scheme == LowpScheme::kNvfp4 ? Minifloat::kE2M1 : format),
+        block_(scheme == LowpScheme::kMx      ? kMxBlock
+               : scheme == LowpScheme::kNvfp4 ? kNvBlock
+                                              : block),
+        stochastic_(scheme == LowpScheme::kFp8 && stochastic),
+        width_(minifloat_bits(format_)) {
+    const MinifloatInfo info = minifloat_info(format_);
+    switch (scheme) {
+      case LowpScheme::kFp8:
+        name_ = "fp8";
+        id_ = wire::CodecId::kFp8;
+        spec_ = std::string("fp8:format=") + (format_ == Minifloat::kE5M2 ? "e5m2" : "e4m3") +
+                ",block=" + std::to_string(block_) + (stochastic_ ? ",round=stochastic" : "");
+        break;
+      case LowpScheme::kMx:
+        name_ = "mx";
+        id_ = wire::CodecId::kMx;
+        spec_ = std::string("mx:format=") + info.name;
+        break;
+      case LowpScheme::kNvfp4:
+        name_ = "nvfp4";
+        id_ = wire::CodecId::kNvfp4;
+        spec_ = "nvfp4";
+        break;
+    }
+    unsigned log_block = 0;
+    while ((std::size_t{1} << log_block) < block_) ++log_block;
+    param_ = scheme == LowpScheme::kFp8 ? static_cast<std::uint32_t>(format_) |
+                                              (stochastic_ ? 1u << 4 : 0u) | (log_block << 8)
+             : scheme == LowpScheme::kMx ? static_cast<std::uint32_t>(format_)
+                                         : 0u;
+  }
+
+  const std::string& spec() const override { return spec_; }
+  Capabilities capabilities() const override {
+    Capabilities c;
+    c.unbiased = stochastic_;  // (the block's largest magnitude maps to the largest value)
+    c.segment_local = true;    // blocks count from each payload's first element
+    return c;
+  }
+  DType dtype() const override { return kType; }
+  unsigned bits_used() const override { return width_; }
+  // Worst error of one encode relative to the block's largest magnitude: half a step of the top
+  // binade (a step when stochastic); mx also loses what its power-of-two scale saturates (up
+  // to 1 - max / 2^(emax+1) of the largest magnitude); nvfp4's block scale, an E4M3 of the
+  // payload's scale, can be zero for a block far below the payload's largest magnitude.
+  double unit_roundoff() const override {
+    const MinifloatInfo info = minifloat_info(format_);
+    const double step = std::ldexp(1.0, -static_cast<int>(info.man_bits));
+    if (scheme_ == LowpScheme::kNvfp4) return 1.0;
+    if (scheme_ == LowpScheme::kMx) {
+      const double clipped = 1.0 - static_cast<double>(info.max) / std::ldexp(1.0, info.emax + 1);
+      return std::max(step / 2, clipped);
+    }
+    return stochastic_ ? step : step / 2;
+  }
+  std::size_t max_encoded_bytes(std::size_t count) const override {
+    return wire::kHeaderBytes + body_bytes(count);
+  }
+
+  std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
+                     std::byte* out) override {
+    const T* x = static_cast<const T*>(in);
+    wire::write_header(out, {id_, 0, param_, count});
+    std::byte* p = out + wire::kHeaderBytes;
+    const std::size_t nb = blocks(count);
+    float global = 1.0f;
+    if (scheme_ == LowpScheme::kNvfp4) {
+      const float m = max_abs(x, count);
+      if (m > 0) global = std::min(kNvGlobal / m, std::numeric_limits<float>::max());
+      std::memcpy(p, &global, 4);
+      p += 4;
+    }
+    std::byte* scales = p;
+    const std::size_t scale_bytes = scheme_ == LowpScheme::kFp8 ? 4 : 1;
+    BitWriter w(scales + scale_bytes * nb, width_);
+    const MinifloatInfo info = minifloat_info(format_);
+    for (std::size_t b = 0; b < nb; ++b) {
+      const std::size_t begin = b * block_;
+      const std::size_t n = std::min(count, begin + block_) - begin;
+      const float m = max_abs(x + begin, n);
+      // x / div is what the element codes; div == 0: every code 0
+      float div = 0;
+      if (scheme_ == LowpScheme::kFp8) {
+        div = m / info.max;
+        std::memcpy(scales + 4 * b, &div, 4);
+      } else if (scheme_ == LowpScheme::kMx) {
+        const int e = m > 0 ? std::clamp(floor_log2(m) - info.emax, -127, 127) : -127;
+        scales[b] = static_cast<std::byte>(e + 127);
+        div = m > 0 ? pow2f_wide(e) : 0.0f;
+      } else {
+        const std::uint32_t s = float_to_minifloat(m / 6.0f * global, Minifloat::kE4M3, true);
+        scales[b] = static_cast<std::byte>(s);
+        div = minifloat_to_float(s, Minifloat::kE4M3) / global;
+      }
+      // (stochastic: the draws of a batch of elements at a time)
+      for (std::size_t at = 0; at < n; at += kUniformBatch) {
+        const std::size_t len = std::min(kUniformBatch, n - at);
+        const float* u = nullptr;
+        if (stochastic_) {
+          u = uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + begin + at, len,
+                           thread_scratch<LowpUniforms, float>(kUniformBatch + 8).data());
+        }
+        for (std::size_t k = 0; k < len; ++k) {
+          const float v = static_cast<float>(x[begin + at + k]);
+          w.put(div > 0 ? float_to_minifloat(v / div, format_, true, stochastic_,
+                                             stochastic_ ? u[k] : 0.0f)
+                        : 0u);
+        }
+      }
+    }
+    return static_cast<std::size_t>(w.finish() - out);
+  }
+
+ private:
+  static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
+
+  std::size_t blocks(std::size_t count) const { return (count + block_ - 1) / block_; }
+  std::size_t body_bytes(std::size_t count) const {
+    const std::size_t nb = blocks(count);
+    const std::size_t scales = scheme_ == LowpScheme::kFp8  ? 4 * nb
+                               : scheme_ == LowpScheme::kMx ? nb
+                                                            : 4 + nb;
+    return scales + packed_bytes(count, width_);
+  }
+  static float max_abs(const T* x, std::size_t n) {
+    float m = 0;
+    for (std::size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<float>(x[i])));
+    return m;
+  }
+  // 2^e for -127 <= e <= 127 (2^-127 is an fp32 subnormal)
+  static float pow2f_wide(int e) { return std::ldexp(1.0f, e); }
+
+  template <bool kAccumulate>
+  void apply(const std::byte* in, std::size_t bytes, std::size_t count, T* out) const {
+    wire::expect_payload(in, bytes, id_, param_, count, body_bytes(count));
+    const std::byte* p = in + wire::kHeaderBytes;
+    const std::size_t nb = blocks(count);
+    float global = 1.0f;
+    if (scheme_ == LowpScheme::kNvfp4) {
+      std::memcpy(&global, p, 4);
+      if (!(global > 0) || !std::isfinite(global)) corrupt(name_, "invalid payload scale");
+      p += 4;
+    }
+    const std::byte* scales = p;
+    const std::size_t scale_bytes = scheme_ == LowpScheme::kFp8 ? 4 : 1;
+    BitReader r(scales + scale_bytes * nb, width_);
+    // the element values by code, and which codes the encoder can write
+    float value[256];
+    bool valid[256];
+    const std::uint32_t ncodes = 1u << width_;
+    for (std::uint32_t c = 0; c < ncodes; ++c) {
+      value[c] = minifloat_to_float(c, format_);
+      valid[c] = finite_code(c, format_);
+    }
+    for (std::size_t b = 0; b < nb; ++b) {
+      float mul = 0;
+      if (scheme_ == LowpScheme::kFp8) {
+        std::memcpy(&mul, scales + 4 * b, 4);
+        if (!(mul >= 0) || !std::isfinite(mul)) corrupt(name_, "invalid block scale");
+      } else if (scheme_ == LowpScheme::kMx) {
+        const auto e = std::to_integer<std::uint32_t>(scales[b]);
+        if (e == 255) corrupt(name_, "invalid block scale (E8M0 NaN)");
+        mul = pow2f_wide(static_cast<int>(e) - 127);
+      } else {
+        const auto s = std::to_integer<std::uint32_t>(scales[b]);
+        if ((s & 0x80u) != 0 || !finite_code(s, Minifloat::kE4M3)) {
+          corrupt(name_, "invalid block scale");
+        }
+        mul = minifloat_to_float(s, Minifloat::kE4M3) / global;
+      }
+      // (the encoders' scales keep the largest element finite)
+      if (!std::isfinite(mul * minifloat_info(format_).max))
+        corrupt(name_, "block scale too large");
+      const std::size_t begin = b * block_;
+      const std::size_t end = std::min(count, begin + block_);
+      for (std::size_t i = begin; i < end; ++i) {
+        const std::uint32_t c = r.get();
+        if (!valid[c]) corrupt(name_, "element code out of range");
+        // (an mx or fp8 block: x / div coded, so value · div; nvfp4: value · (scale / g))
+        const T v = static_cast<T>(value[c] * mul);
+        if constexpr (kAccumulate) {
+          out[i] += v;
+        } else {
+          out[i] = v;
+        }
+      }
+    }
+  }
+
+  LowpScheme scheme_;
+  Minifloat format_;
+  std::size_t block_;
+  bool stochastic_;
+  unsigned width_;
+  std::uint32_t param_ = 0;
+  wire::CodecId id_ = wire::CodecId::kFp8;
+  const char* name_ = "fp8";
+  std::string spec_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_lowp_codec(DType dtype, LowpScheme scheme, Minifloat format,
+                                       std::size_t block, bool stochastic) {
+  if (dtype == DType::kFloat64) {
+    return std::make_unique<LowpCodec<double>>(scheme, format, block, stochastic);
+  }
+  return std::make_unique<LowpCodec<float>>(scheme, format, block, stochastic);
+}
+
+}  // namespace ccoll::codec

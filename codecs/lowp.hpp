@@ -1,0 +1,23 @@
+// Factories of the low-precision float codecs (lowp.cc): fp8, mx and nvfp4.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "codec.hpp"
+#include "minifloat.hpp"
+
+namespace ccoll::codec {
+
+enum class LowpScheme : std::uint8_t {
+  kFp8,    ///< E4M3 or E5M2 elements on an fp32 scale per block of `block` elements
+  kMx,     ///< OCP Microscaling v1.0: 32-element blocks on an E8M0 scale
+  kNvfp4,  ///< 16-element blocks of E2M1 on an E4M3 scale, one fp32 scale per payload
+};
+
+/// `format`: the element format (fp8: E4M3 or E5M2; mx: any; nvfp4: ignored, E2M1); `block`
+/// (fp8 only): a power of two; `stochastic` (fp8 only): stochastic rounding of the elements.
+std::unique_ptr<Codec> make_lowp_codec(DType dtype, LowpScheme scheme, Minifloat format,
+                                       std::size_t block = 1024, bool stochastic = false);
+
+}  // namespace ccoll::codec
