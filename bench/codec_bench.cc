@@ -37,7 +37,11 @@ const std::vector<std::string> kCodecs = {"fp16",
                                           "qsgd:bits=4",
                                           "terngrad",
                                           "sign",
-                                          "topk:ratio=0.01"};
+                                          "topk:ratio=0.01",
+                                          "fp8",
+                                          "mx:format=fp4e2m1",
+                                          "nvfp4",
+                                          "bf16:round=stochastic"};
 
 std::vector<float> input(std::size_t n) {
   std::mt19937 gen(1);

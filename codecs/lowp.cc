@@ -25,6 +25,7 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <type_traits>
 
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
@@ -40,7 +41,9 @@ namespace {
 [[noreturn]] void corrupt(const char* name, const std::string& what) {
   throw Error(Status::kCorruptData, std::string("received ") + name + " payload rejected: " + what);
 }
-struct LowpUniforms;  // thread_scratch tag
+struct LowpUniforms;  // thread_scratch tags
+struct LowpCodes;
+struct LowpWide;
 
 constexpr std::size_t kMxBlock = 32;
 constexpr std::size_t kNvBlock = 16;
@@ -162,20 +165,31 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
         scales[b] = static_cast<std::byte>(s);
         div = minifloat_to_float(s, Minifloat::kE4M3) / global;
       }
-      // (stochastic: the draws of a batch of elements at a time)
+      // a batch of elements at a time: their codes as bytes (a loop the compiler vectorizes;
+      // stochastic: with the batch's draws), then packed
+      std::uint8_t* codes = thread_scratch<LowpCodes, std::uint8_t>(kUniformBatch).data();
       for (std::size_t at = 0; at < n; at += kUniformBatch) {
         const std::size_t len = std::min(kUniformBatch, n - at);
-        const float* u = nullptr;
-        if (stochastic_) {
-          u = uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + begin + at, len,
-                           thread_scratch<LowpUniforms, float>(kUniformBatch + 8).data());
+        const T* xs = x + begin + at;
+        if (!(div > 0)) {
+          std::fill(codes, codes + len, std::uint8_t{0});
+        } else {
+          const float* u =
+              stochastic_
+                  ? uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + begin + at, len,
+                                 thread_scratch<LowpUniforms, float>(kUniformBatch + 8).data())
+                  : nullptr;
+          const float* xf = nullptr;
+          if constexpr (std::is_same_v<T, float>) {
+            xf = xs;
+          } else {
+            float* wide = thread_scratch<LowpWide, float>(kUniformBatch).data();
+            for (std::size_t k = 0; k < len; ++k) wide[k] = static_cast<float>(xs[k]);
+            xf = wide;
+          }
+          minifloat_codes(xf, len, div, format_, u, codes);
         }
-        for (std::size_t k = 0; k < len; ++k) {
-          const float v = static_cast<float>(x[begin + at + k]);
-          w.put(div > 0 ? float_to_minifloat(v / div, format_, true, stochastic_,
-                                             stochastic_ ? u[k] : 0.0f)
-                        : 0u);
-        }
+        w.put_bytes(codes, len);
       }
     }
     return static_cast<std::size_t>(w.finish() - out);
@@ -243,16 +257,23 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
         corrupt(name_, "block scale too large");
       const std::size_t begin = b * block_;
       const std::size_t end = std::min(count, begin + block_);
-      for (std::size_t i = begin; i < end; ++i) {
-        const std::uint32_t c = r.get();
-        if (!valid[c]) corrupt(name_, "element code out of range");
+      std::uint8_t* codes = thread_scratch<LowpCodes, std::uint8_t>(kUniformBatch).data();
+      for (std::size_t i = begin; i < end;) {
+        const std::size_t len = std::min(kUniformBatch, end - i);
+        r.get_bytes(codes, len);
+        bool ok = true;
+        for (std::size_t k = 0; k < len; ++k) ok &= valid[codes[k]];
+        if (!ok) corrupt(name_, "element code out of range");
         // (an mx or fp8 block: x / div coded, so value · div; nvfp4: value · (scale / g))
-        const T v = static_cast<T>(value[c] * mul);
-        if constexpr (kAccumulate) {
-          out[i] += v;
-        } else {
-          out[i] = v;
+        for (std::size_t k = 0; k < len; ++k) {
+          const T v = static_cast<T>(value[codes[k]] * mul);
+          if constexpr (kAccumulate) {
+            out[i + k] += v;
+          } else {
+            out[i + k] = v;
+          }
         }
+        i += len;
       }
     }
   }
@@ -269,6 +290,25 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
 };
 
 }  // namespace
+
+void minifloat_codes(const float* x, std::size_t n, float div, Minifloat f, const float* u,
+                     std::uint8_t* out) {
+  std::size_t k = 0;
+#if defined(CCOLL_HAVE_HWY)
+  k = minifloat_codes_hwy(x, n, div, f, u, out);
+#endif
+  for (; k < n; ++k) {
+    out[k] = static_cast<std::uint8_t>(
+        finite_to_minifloat_sat(x[k] / div, f, u != nullptr, u != nullptr ? u[k] : 0.0f));
+  }
+}
+
+#if !defined(CCOLL_HAVE_HWY)
+std::size_t minifloat_codes_hwy(const float*, std::size_t, float, Minifloat, const float*,
+                                std::uint8_t*) {
+  return 0;
+}
+#endif
 
 std::unique_ptr<Codec> make_lowp_codec(DType dtype, LowpScheme scheme, Minifloat format,
                                        std::size_t block, bool stochastic) {

@@ -20,4 +20,14 @@ enum class LowpScheme : std::uint8_t {
 std::unique_ptr<Codec> make_lowp_codec(DType dtype, LowpScheme scheme, Minifloat format,
                                        std::size_t block = 1024, bool stochastic = false);
 
+/// out[k] = finite_to_minifloat_sat(x[k] / div, f, u != null, u[k]) for k < n (finite x): the
+/// codecs' element codes, vectorized where Highway is built in.
+void minifloat_codes(const float* x, std::size_t n, float div, Minifloat f, const float* u,
+                     std::uint8_t* out);
+
+/// The vectorized part of minifloat_codes (minifloat_hwy.cc): the codes of the first elements,
+/// a whole number of vectors; returns how many (0 where there are no vectors).
+std::size_t minifloat_codes_hwy(const float* x, std::size_t n, float div, Minifloat f,
+                                const float* u, std::uint8_t* out);
+
 }  // namespace ccoll::codec

@@ -143,6 +143,31 @@ CCOLL_HOST_DEVICE inline std::uint32_t float_to_minifloat(float x, Minifloat f, 
   return code > max_code ? sign | overflow : sign | code;
 }
 
+/// float_to_minifloat(x, f, true, stochastic, u) for finite x, without branches (the codecs'
+/// loops, which the compiler vectorizes): with a = min(|x|, largest), e = max(floor(log2 a),
+/// emin) and n = a / 2^(e - M) rounded, the code is ((e - emin) << M) + n, which also covers
+/// the subnormals (e = emin, n < 2^M) and a rounding up into the next binade (n = 2^(M+1)).
+CCOLL_HOST_DEVICE inline std::uint32_t finite_to_minifloat_sat(float x, Minifloat f,
+                                                               bool stochastic = false,
+                                                               float u = 0) {
+  const MinifloatInfo i = minifloat_info(f);
+  const std::uint32_t bits = float_bits(x);
+  const std::uint32_t sign = (bits >> 31) << (i.exp_bits + i.man_bits);
+  float a = bits_float(bits & 0x7FFFFFFFu);
+  a = a < i.max ? a : i.max;
+  const int emin = 2 - (1 << (i.exp_bits - 1));
+  int e = static_cast<int>(float_bits(a) >> 23) - 127;
+  e = e < emin ? emin : e;
+  const float r =
+      a * bits_float(static_cast<std::uint32_t>(127 + static_cast<int>(i.man_bits) - e) << 23);
+  const auto n0 = static_cast<std::int32_t>(r);  // (r < 2^(M+1): int32 converts in vectors)
+  const float frac = r - static_cast<float>(n0);
+  const std::int32_t up = stochastic ? static_cast<std::int32_t>(u < frac)
+                                     : static_cast<std::int32_t>(frac > 0.5f) |
+                                           (static_cast<std::int32_t>(frac == 0.5f) & n0 & 1);
+  return sign | static_cast<std::uint32_t>(((e - emin) << i.man_bits) + n0 + up);
+}
+
 /// The E8M0 value of code e: 2^(e - 127), NaN for 255.
 CCOLL_HOST_DEVICE inline float e8m0_to_float(std::uint32_t e) {
   if (e == 255) return bits_float(0x7FC00000u);

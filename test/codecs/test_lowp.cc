@@ -13,6 +13,7 @@
 
 #include "ccoll/error.hpp"
 #include "half.hpp"
+#include "lowp.hpp"
 #include "minifloat.hpp"
 #include "spec.hpp"
 #include "wire.hpp"
@@ -76,6 +77,53 @@ TEST(Minifloat, EveryCodeRoundTrips) {
       const float v = minifloat_to_float(c, f);
       if (std::isnan(v)) continue;
       EXPECT_EQ(float_to_minifloat(v, f, false), c) << static_cast<int>(f) << " " << c;
+    }
+  }
+}
+
+// The codecs' branch-free conversion is the saturating one, on every finite bfloat16 value and
+// on random floats, rounding to nearest and stochastically.
+TEST(Minifloat, BranchFreeConversionIsTheSaturatingOne) {
+  std::mt19937 gen(9);
+  std::uniform_int_distribution<std::uint32_t> any;
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  for (const Minifloat f :
+       {Minifloat::kE4M3, Minifloat::kE5M2, Minifloat::kE3M2, Minifloat::kE2M3, Minifloat::kE2M1}) {
+    for (std::uint32_t i = 0; i < 65536 + 200000; ++i) {
+      const float x = bits_float(i < 65536 ? i << 16 : any(gen));
+      if (!std::isfinite(x)) continue;
+      ASSERT_EQ(finite_to_minifloat_sat(x, f), float_to_minifloat(x, f, true))
+          << static_cast<int>(f) << " " << x;
+      const float u = uni(gen);
+      ASSERT_EQ(finite_to_minifloat_sat(x, f, true, u), float_to_minifloat(x, f, true, true, u))
+          << static_cast<int>(f) << " " << x << " u " << u;
+    }
+  }
+}
+
+// The codecs' batch conversion (vectorized where Highway is built in) gives the scalar codes.
+TEST(Minifloat, BatchCodesAreTheScalarOnes) {
+  std::mt19937 gen(10);
+  std::uniform_int_distribution<std::uint32_t> any;
+  std::uniform_real_distribution<float> uni(0.0f, 1.0f);
+  std::vector<float> x;
+  for (std::uint32_t i = 0; i < 65536 + 100000; ++i) {
+    const float v = bits_float(i < 65536 ? i << 16 : any(gen));
+    if (std::isfinite(v)) x.push_back(v);
+  }
+  std::vector<float> u(x.size());
+  for (float& v : u) v = uni(gen);
+  std::vector<std::uint8_t> got(x.size());
+  for (const Minifloat f :
+       {Minifloat::kE4M3, Minifloat::kE5M2, Minifloat::kE3M2, Minifloat::kE2M3, Minifloat::kE2M1}) {
+    for (const float div : {1.0f, 0.37f, 3e-20f}) {
+      for (const bool stochastic : {false, true}) {
+        minifloat_codes(x.data(), x.size(), div, f, stochastic ? u.data() : nullptr, got.data());
+        for (std::size_t k = 0; k < x.size(); ++k) {
+          ASSERT_EQ(got[k], finite_to_minifloat_sat(x[k] / div, f, stochastic, u[k]))
+              << static_cast<int>(f) << " " << x[k] << " / " << div << " k " << k;
+        }
+      }
     }
   }
 }
