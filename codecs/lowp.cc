@@ -45,24 +45,6 @@ struct LowpUniforms;  // thread_scratch tags
 struct LowpCodes;
 struct LowpWide;
 
-constexpr std::size_t kMxBlock = 32;
-constexpr std::size_t kNvBlock = 16;
-constexpr float kNvGlobal = 448.0f * 6.0f;  // E4M3's largest value times E2M1's
-
-// floor(log2 a) of a finite a > 0
-int floor_log2(float a) {
-  const std::uint32_t b = float_bits(a);
-  if (b >= 0x00800000u) return static_cast<int>(b >> 23) - 127;
-  int e = -127;
-  for (std::uint32_t m = b; m < 0x00400000u; m <<= 1) --e;
-  return e;
-}
-
-// A code that decodes to a finite value (the encoders write no other)
-bool finite_code(std::uint32_t code, Minifloat f) {
-  return std::isfinite(minifloat_to_float(code, f));
-}
-
 template <class T>
 class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
   friend class ApplyingCodec<LowpCodec<T>, T>;
@@ -71,9 +53,7 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
   LowpCodec(LowpScheme scheme, Minifloat format, std::size_t block, bool stochastic)
       : scheme_(scheme),
         format_(scheme == LowpScheme::kNvfp4 ? Minifloat::kE2M1 : format),
-        block_(scheme == LowpScheme::kMx      ? kMxBlock
-               : scheme == LowpScheme::kNvfp4 ? kNvBlock
-                                              : block),
+        block_(std::size_t{1} << lowp_layout(scheme, format, block).block_shift),
         stochastic_(scheme == LowpScheme::kFp8 && stochastic),
         width_(minifloat_bits(format_)) {
     const MinifloatInfo info = minifloat_info(format_);
@@ -95,12 +75,8 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
         spec_ = "nvfp4";
         break;
     }
-    unsigned log_block = 0;
-    while ((std::size_t{1} << log_block) < block_) ++log_block;
-    param_ = scheme == LowpScheme::kFp8 ? static_cast<std::uint32_t>(format_) |
-                                              (stochastic_ ? 1u << 4 : 0u) | (log_block << 8)
-             : scheme == LowpScheme::kMx ? static_cast<std::uint32_t>(format_)
-                                         : 0u;
+    layout_ = lowp_layout(scheme, format, block);
+    param_ = lowp_param(layout_, stochastic_);
   }
 
   const std::string& spec() const override { return spec_; }
@@ -134,37 +110,21 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
                      std::byte* out) override {
     const T* x = static_cast<const T*>(in);
     wire::write_header(out, {id_, 0, param_, count});
-    std::byte* p = out + wire::kHeaderBytes;
-    const std::size_t nb = blocks(count);
+    auto* body = reinterpret_cast<std::uint8_t*>(out + wire::kHeaderBytes);
+    const std::size_t nb = layout_.blocks(count);
     float global = 1.0f;
     if (scheme_ == LowpScheme::kNvfp4) {
-      const float m = max_abs(x, count);
-      if (m > 0) global = std::min(kNvGlobal / m, std::numeric_limits<float>::max());
-      std::memcpy(p, &global, 4);
-      p += 4;
+      global = nvfp4_global(max_abs(x, count));
+      std::memcpy(body, &global, 4);
     }
-    std::byte* scales = p;
-    const std::size_t scale_bytes = scheme_ == LowpScheme::kFp8 ? 4 : 1;
-    BitWriter w(scales + scale_bytes * nb, width_);
-    const MinifloatInfo info = minifloat_info(format_);
+    std::uint8_t* scales = body + layout_.scales_at();
+    BitWriter w(out + wire::kHeaderBytes + layout_.codes_at(count), width_);
     for (std::size_t b = 0; b < nb; ++b) {
       const std::size_t begin = b * block_;
       const std::size_t n = std::min(count, begin + block_) - begin;
-      const float m = max_abs(x + begin, n);
       // x / div is what the element codes; div == 0: every code 0
-      float div = 0;
-      if (scheme_ == LowpScheme::kFp8) {
-        div = m / info.max;
-        std::memcpy(scales + 4 * b, &div, 4);
-      } else if (scheme_ == LowpScheme::kMx) {
-        const int e = m > 0 ? std::clamp(floor_log2(m) - info.emax, -127, 127) : -127;
-        scales[b] = static_cast<std::byte>(e + 127);
-        div = m > 0 ? pow2f_wide(e) : 0.0f;
-      } else {
-        const std::uint32_t s = float_to_minifloat(m / 6.0f * global, Minifloat::kE4M3, true);
-        scales[b] = static_cast<std::byte>(s);
-        div = minifloat_to_float(s, Minifloat::kE4M3) / global;
-      }
+      const float div = lowp_block_scale(layout_, max_abs(x + begin, n), global,
+                                         scales + layout_.scale_bytes() * b);
       // a batch of elements at a time: their codes as bytes (a loop the compiler vectorizes;
       // stochastic: with the batch's draws), then packed
       std::uint8_t* codes = thread_scratch<LowpCodes, std::uint8_t>(kUniformBatch).data();
@@ -198,63 +158,40 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
  private:
   static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
 
-  std::size_t blocks(std::size_t count) const { return (count + block_ - 1) / block_; }
   std::size_t body_bytes(std::size_t count) const {
-    const std::size_t nb = blocks(count);
-    const std::size_t scales = scheme_ == LowpScheme::kFp8  ? 4 * nb
-                               : scheme_ == LowpScheme::kMx ? nb
-                                                            : 4 + nb;
-    return scales + packed_bytes(count, width_);
+    return layout_.codes_at(count) + packed_bytes(count, width_);
   }
   static float max_abs(const T* x, std::size_t n) {
     float m = 0;
     for (std::size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<float>(x[i])));
     return m;
   }
-  // 2^e for -127 <= e <= 127 (2^-127 is an fp32 subnormal)
-  static float pow2f_wide(int e) { return std::ldexp(1.0f, e); }
 
   template <bool kAccumulate>
   void apply(const std::byte* in, std::size_t bytes, std::size_t count, T* out) const {
     wire::expect_payload(in, bytes, id_, param_, count, body_bytes(count));
-    const std::byte* p = in + wire::kHeaderBytes;
-    const std::size_t nb = blocks(count);
+    const auto* body = reinterpret_cast<const std::uint8_t*>(in + wire::kHeaderBytes);
+    const std::size_t nb = layout_.blocks(count);
     float global = 1.0f;
     if (scheme_ == LowpScheme::kNvfp4) {
-      std::memcpy(&global, p, 4);
-      if (!(global > 0) || !std::isfinite(global)) corrupt(name_, "invalid payload scale");
-      p += 4;
+      std::memcpy(&global, body, 4);
+      if (!nvfp4_global_valid(global)) corrupt(name_, "invalid payload scale");
     }
-    const std::byte* scales = p;
-    const std::size_t scale_bytes = scheme_ == LowpScheme::kFp8 ? 4 : 1;
-    BitReader r(scales + scale_bytes * nb, width_);
+    const std::uint8_t* scales = body + layout_.scales_at();
+    BitReader r(in + wire::kHeaderBytes + layout_.codes_at(count), width_);
     // the element values by code, and which codes the encoder can write
     float value[256];
     bool valid[256];
     const std::uint32_t ncodes = 1u << width_;
     for (std::uint32_t c = 0; c < ncodes; ++c) {
       value[c] = minifloat_to_float(c, format_);
-      valid[c] = finite_code(c, format_);
+      valid[c] = lowp_code_valid(c, format_);
     }
     for (std::size_t b = 0; b < nb; ++b) {
-      float mul = 0;
-      if (scheme_ == LowpScheme::kFp8) {
-        std::memcpy(&mul, scales + 4 * b, 4);
-        if (!(mul >= 0) || !std::isfinite(mul)) corrupt(name_, "invalid block scale");
-      } else if (scheme_ == LowpScheme::kMx) {
-        const auto e = std::to_integer<std::uint32_t>(scales[b]);
-        if (e == 255) corrupt(name_, "invalid block scale (E8M0 NaN)");
-        mul = pow2f_wide(static_cast<int>(e) - 127);
-      } else {
-        const auto s = std::to_integer<std::uint32_t>(scales[b]);
-        if ((s & 0x80u) != 0 || !finite_code(s, Minifloat::kE4M3)) {
-          corrupt(name_, "invalid block scale");
-        }
-        mul = minifloat_to_float(s, Minifloat::kE4M3) / global;
-      }
-      // (the encoders' scales keep the largest element finite)
-      if (!std::isfinite(mul * minifloat_info(format_).max))
-        corrupt(name_, "block scale too large");
+      // (a scale the encoder can write: its block's largest element stays finite)
+      const std::uint8_t* scale = scales + layout_.scale_bytes() * b;
+      if (!lowp_scale_valid(layout_, scale, global)) corrupt(name_, "invalid block scale");
+      const float mul = lowp_block_mul(layout_, scale, global);
       const std::size_t begin = b * block_;
       const std::size_t end = std::min(count, begin + block_);
       std::uint8_t* codes = thread_scratch<LowpCodes, std::uint8_t>(kUniformBatch).data();
@@ -284,6 +221,7 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
   bool stochastic_;
   unsigned width_;
   std::uint32_t param_ = 0;
+  LowpLayout layout_;
   wire::CodecId id_ = wire::CodecId::kFp8;
   const char* name_ = "fp8";
   std::string spec_;

@@ -5,15 +5,10 @@
 #include <memory>
 
 #include "codec.hpp"
+#include "lowp_rules.hpp"  // LowpScheme
 #include "minifloat.hpp"
 
 namespace ccoll::codec {
-
-enum class LowpScheme : std::uint8_t {
-  kFp8,    ///< E4M3 or E5M2 elements on an fp32 scale per block of `block` elements
-  kMx,     ///< OCP Microscaling v1.0: 32-element blocks on an E8M0 scale
-  kNvfp4,  ///< 16-element blocks of E2M1 on an E4M3 scale, one fp32 scale per payload
-};
 
 /// `format`: the element format (fp8: E4M3 or E5M2; mx: any; nvfp4: ignored, E2M1); `block`
 /// (fp8 only): a power of two; `stochastic` (fp8 only): stochastic rounding of the elements.

@@ -17,6 +17,7 @@
 #include "backend.hpp"
 #include "bucketed_device.hpp"  // BucketKind
 #include "codec.hpp"
+#include "lowp_rules.hpp"
 #include "maxnorm_device.hpp"  // gpu::Input
 #include "quantizers.hpp"
 #include "stream_form.hpp"
@@ -46,6 +47,9 @@ std::unique_ptr<codec::Codec> make_device_bucketed(codec::Codec& cpu, gpu::Backe
 std::unique_ptr<codec::Codec> make_device_sketch(codec::Codec& cpu, gpu::Backend& b, bool resident,
                                                  unsigned bits, unsigned clusters, bool nearest);
 std::unique_ptr<codec::Codec> make_device_topk(codec::Codec& cpu, gpu::Backend& b, bool resident);
+/// fp8, mx, nvfp4 (codecs/lowp_rules.hpp's layout; `stochastic`: fp8:round=stochastic)
+std::unique_ptr<codec::Codec> make_device_lowp(codec::Codec& cpu, gpu::Backend& b, bool resident,
+                                               const codec::LowpLayout& layout, bool stochastic);
 /// temporal around the device maxnorm of `bits`; takes ef=1 itself. `beta`: the predictor
 /// coefficient (codec::temporal_predictor of the spec's beta)
 std::unique_ptr<codec::Codec> make_device_temporal(codec::Codec& cpu, gpu::Backend& b,

@@ -186,8 +186,9 @@ std::size_t node_sums_block(const Call& call, codec::DType dtype) {
   const std::string& text = requested_codec(call.options);
   if (text.rfind("auto", 0) == 0) return 0;
   try {
-    const auto codec = make_codec(parse_codec_spec(text), dtype);
-    return node_sums_apply(*codec) ? codec->scale_block() : 0;
+    const CodecSpec spec = parse_codec_spec(text);
+    const auto codec = make_codec(spec, dtype);
+    return node_sums_apply(*codec, spec) ? codec->scale_block() : 0;
   } catch (const Error&) {
     return 0;  // the cross-node call's checks reject it on every rank
   }

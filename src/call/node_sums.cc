@@ -83,8 +83,9 @@ class NodeSumsCodec final : public codec::ForwardingCodec {
 
 }  // namespace
 
-bool node_sums_apply(const codec::Codec& codec) {
-  return codec.encodes_sums() && codec.sum_slots() == 0 && codec.mask_bytes(1) == 0;
+bool node_sums_apply(const codec::Codec& codec, const CodecSpec& spec) {
+  return codec.encodes_sums() && codec.sum_slots() == 0 && codec.mask_bytes(1) == 0 &&
+         spec.clip == 0;
 }
 
 std::unique_ptr<codec::Codec> make_node_sums_codec(codec::Codec& inner, const NodeSums& node) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "codec.hpp"
+#include "spec.hpp"
 
 namespace ccoll::call {
 
@@ -31,8 +32,10 @@ struct NodeSums {
   int ranks = 1;
 };
 
-/// True when `codec` can encode node sums (Codec::encodes_sums, no sum or mask round).
-bool node_sums_apply(const codec::Codec& codec);
+/// True when `codec` (of `spec`) can encode node sums (Codec::encodes_sums, no sum or mask
+/// round) and takes no clip=: a clipped scale does not cover a node's sum, whose values
+/// beyond it a sum's lanes cannot saturate (clip= codes each node's sum as any input).
+bool node_sums_apply(const codec::Codec& codec, const CodecSpec& spec);
 
 /// A codec for one cross-node ring all-reduce of a node's sums: forwards to `inner` (the
 /// plan's codec) but takes its scales and fallback verdict from `node`'s maxima and from what

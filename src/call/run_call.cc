@@ -192,7 +192,8 @@ void prepare_plan(Flow& f) {
           .node_sums;
     };
     if (call.node_sums != nullptr && !pl.kernels() && call.allreduce() &&
-        node_sums_apply(*out.codec) && !ctx.transport().exact_lengths() && cross_adds_node_sums()) {
+        node_sums_apply(*out.codec, c.spec) && !ctx.transport().exact_lengths() &&
+        cross_adds_node_sums()) {
       out.node_sums = make_node_sums_codec(*out.codec, *call.node_sums);
       out.codec = out.node_sums.get();
     }

@@ -255,6 +255,20 @@ DeviceMaker device_bucketed(gpu::BucketKind kind) {
   };
 }
 
+// fp8, mx and nvfp4's device codec of the spec's layout
+DeviceMaker device_lowp(codec::LowpScheme scheme) {
+  return [scheme](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
+    const bool fp8 = scheme == codec::LowpScheme::kFp8;
+    const codec::Minifloat f =
+        fp8 ? (value_of(s, "format") == "e5m2" ? codec::Minifloat::kE5M2 : codec::Minifloat::kE4M3)
+        : scheme == codec::LowpScheme::kMx ? mx_format(value_of(s, "format"))
+                                           : codec::Minifloat::kE2M1;
+    return device_codecs::make_device_lowp(
+        cpu, b, resident, codec::lowp_layout(scheme, f, fp8 ? param(s, "block") : 0),
+        fp8 && value_of(s, "round") == "stochastic");
+  };
+}
+
 codec::MaxNormParams randk_params(const CodecSpec& s) {
   codec::MaxNormParams m;
   m.bits = param(s, "bits");
@@ -320,21 +334,21 @@ const std::vector<Entry>& registry() {
              value_of(s, "format") == "e5m2" ? codec::Minifloat::kE5M2 : codec::Minifloat::kE4M3,
              param(s, "block"), value_of(s, "round") == "stochastic");
        },
-       nullptr,
+       device_lowp(codec::LowpScheme::kFp8),
        kSegmentLocal},
       {"mx",
        {choice_param("format", {"fp8e4m3", "fp8e5m2", "fp6e3m2", "fp6e2m3", "fp4e2m1"}, "fp8e4m3")},
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_lowp_codec(t, codec::LowpScheme::kMx, mx_format(value_of(s, "format")));
        },
-       nullptr,
+       device_lowp(codec::LowpScheme::kMx),
        kSegmentLocal},
       {"nvfp4",
        {},
        [](const CodecSpec&, codec::DType t) {
          return codec::make_lowp_codec(t, codec::LowpScheme::kNvfp4, codec::Minifloat::kE2M1);
        },
-       nullptr,
+       device_lowp(codec::LowpScheme::kNvfp4),
        kSegmentLocal},
       {"maxnorm",
        {maxnorm_bits_param(), choice_param("sum", {"exact", "requant"}, "exact"), round_param(),
@@ -597,6 +611,7 @@ CodecSpec parse_codec_spec(const std::string& text) {
   spec.rotate = has_param(spec, "rotate") && value_of(spec, "rotate") == "hadamard"
                     ? std::stoul(value_of(spec, "block"))
                     : 0;
+  spec.clip = spec.name == "maxnorm" ? real_param(spec, "clip") : 0.0;
   // the rotation is undone on an all-reduce's whole output: no all-gather or reduce-scatter form
   spec.allreduce_only = spec.allreduce_only || spec.rotate != 0;
   spec.lossless = (it->traits & kLossless) != 0;

@@ -44,6 +44,8 @@ struct CodecSpec {
   /// its output back (codecs/rotation.hpp on the host, the element kernels' rotate() on the
   /// device), in blocks of this many elements (the scale block); 0: no rotation.
   std::size_t rotate = 0;
+  /// maxnorm:clip=C: a rank's scale of a block at most C root mean squares; 0: none.
+  double clip = 0;
   /// Decoding returns the input bit for bit (codec::Capabilities::lossless), from the row.
   bool lossless = false;
   /// The registry row's other static traits, as codec::Capabilities names them.

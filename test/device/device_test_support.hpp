@@ -20,6 +20,7 @@
 #include "config.hpp"
 #include "device_codec.hpp"
 #include "element_device.hpp"
+#include "lowp_device.hpp"
 #include "maxnorm_device.hpp"
 #include "quantizers.hpp"
 #include "sketch_device.hpp"

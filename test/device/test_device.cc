@@ -436,8 +436,10 @@ TEST_P(DeviceCodec, MalformedPayloadsRejected) {
   const bool maxnorm_payload = spec_.name == "maxnorm" || spec_.name == "auto" ||
                                spec_.name == "temporal" || spec_.name == "dq" ||
                                spec_.name == "randk";
-  // every 16-bit pattern is a valid cast, every bit a valid sign, every code a sketch level
-  if (cpu_->bits_used() > 1 && spec_.name != "sketch") {
+  // every 16-bit pattern is a valid cast, every bit a valid sign, every code a sketch level,
+  // every FP6 and FP4 code a value (mx, nvfp4)
+  const bool lowp = spec_.name == "fp8" || spec_.name == "mx" || spec_.name == "nvfp4";
+  if (cpu_->bits_used() > 1 && spec_.name != "sketch" && !(lowp && cpu_->bits_used() < 8)) {
     q = p;
     // maxnorm's codes follow header, offset and the one scale of block 0 (randk: fewer codes)
     const std::size_t code_bytes =
@@ -450,6 +452,7 @@ TEST_P(DeviceCodec, MalformedPayloadsRejected) {
     const std::size_t at = wire::kHeaderBytes + (maxnorm_payload ? 8 : 0);  // after the offset
     const float nan = NAN;
     std::memcpy(q.data() + at, &nan, 4);
+    if (spec_.name == "mx") q[at] = std::byte{0xFF};  // (one byte a scale: E8M0's NaN)
     rejects(q, np, "NaN scale");
   }
 }
@@ -483,7 +486,9 @@ INSTANTIATE_TEST_SUITE_P(
         "maxnorm:bits=2/6,ef=1", "maxnorm:bits=4,sum=requant", "maxnorm:bits=2/5,sum=requant",
         "dq:max=6,min=2", "dq:max=8,min=3,ef=1", "randk:ratio=0.1", "randk:bits=4,ratio=0.01",
         "randk:bits=3,ratio=0.3,ef=1", "sketch:bits=3", "sketch:bits=2,clusters=2",
-        "sketch:bits=4,ef=1", "topk:ratio=0.01", "topk:ratio=0.3", "topk:ratio=0.05,ef=1",
+        "sketch:bits=4,ef=1", "topk:ratio=0.01", "topk:ratio=0.3", "topk:ratio=0.05,ef=1", "fp8",
+        "fp8:format=e5m2,block=256,round=stochastic", "fp8,ef=1", "mx", "mx:format=fp6e3m2",
+        "mx:format=fp6e2m3", "mx:format=fp4e2m1", "mx:format=fp8e5m2,ef=1", "nvfp4",
         // nearest rounding and sign's rms scale (the ef=1 defaults)
         "maxnorm:bits=3,round=nearest", "maxnorm:bits=2/6,round=nearest",
         "qsgd:bits=4,round=nearest", "qsgd:bits=2,bucket=100,ef=1", "terngrad:round=nearest",
@@ -719,7 +724,8 @@ INSTANTIATE_TEST_SUITE_P(Kernels, DeviceCodecResident,
                                            "maxnorm:bits=4,ef=1", "maxnorm:bits=2/6",
                                            "maxnorm:bits=3,sum=requant", "randk:ratio=0.1",
                                            "sketch:bits=3", "topk:ratio=0.1",
-                                           "maxnorm:bits=4,block=256"),
+                                           "maxnorm:bits=4,block=256", "fp8", "mx:format=fp4e2m1",
+                                           "nvfp4"),
                          param_name);
 
 }  // namespace

@@ -28,6 +28,10 @@ TEST(DeviceKernels, WhichCodecsHaveKernels) {
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("qsgd:bits=4"), codec::DType::kFloat32));
   EXPECT_TRUE(has_device_kernels(parse_codec_spec("topk:ratio=0.01"), codec::DType::kFloat32));
   EXPECT_FALSE(has_device_kernels(parse_codec_spec("none"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("mx:fp4e2m1"), codec::DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("nvfp4"), codec::DType::kFloat32));
+  EXPECT_FALSE(
+      has_device_kernels(parse_codec_spec("bf16:round=stochastic"), codec::DType::kFloat32));
 }
 
 // Every kernel family is registered for the backend under test, and for the CUDA backend too
@@ -60,6 +64,7 @@ TEST(Kernels, EveryFamilyIsRegistered) {
   expect_registered<gpu::CastKernels>(*b);
   expect_registered<gpu::TemporalKernels>(*b);
   expect_registered<gpu::ElementKernels>(*b);
+  expect_registered<gpu::LowpKernels>(*b);
   try {
     b->kernels<UnregisteredKernels>();
     ADD_FAILURE() << "an unregistered family was made";
@@ -477,6 +482,9 @@ void expect_whole_tensor_same_as_cpu(gpu::Backend& b, std::size_t n) {
                                           "maxnorm:bits=3",
                                           "maxnorm:bits=3,block=512",
                                           "maxnorm:bits=3,clip=2",
+                                          "fp8:round=stochastic",
+                                          "mx:format=fp6e2m3",
+                                          "nvfp4",
                                           "maxnorm:bits=4,sum=requant",
                                           "sign",
                                           "dq:max=6,min=2",

@@ -123,7 +123,8 @@ inline bool has_kernels(std::string codec) {
   return codec == "fp16" || codec == "bf16" || codec == "sign" || codec.rfind("qsgd:", 0) == 0 ||
          codec.rfind("temporal:", 0) == 0 || codec.rfind("maxnorm:", 0) == 0 ||
          codec.rfind("dq:", 0) == 0 || codec.rfind("randk:", 0) == 0 ||
-         codec.rfind("sketch:", 0) == 0 || codec.rfind("topk:", 0) == 0;
+         codec.rfind("sketch:", 0) == 0 || codec.rfind("topk:", 0) == 0 ||
+         codec.rfind("fp8", 0) == 0 || codec.rfind("mx", 0) == 0 || codec == "nvfp4";
 }
 
 }  // namespace mpi_device

@@ -31,7 +31,10 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
                           "dq:max=8,min=2",
                           "randk:ratio=0.1",
                           "randk:bits=4,ratio=0.05,ef=1",
-                          "sketch:bits=3"};
+                          "sketch:bits=3",
+                          "fp8:round=stochastic",
+                          "mx:format=fp4e2m1",
+                          "nvfp4,ef=1"};
   const std::size_t sizes[] = {1, 3, 1001, 200003};
   unsigned seed = 1;
   for (const char* codec : codecs) {
@@ -81,7 +84,8 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
           // (Capabilities::segment_local); the others take the lock-step ring's larger
           // segments under NCCL, with fewer payload headers
           bool segment_local = false;
-          for (const char* s : {"qsgd", "terngrad", "sign", "sketch", "topk"}) {
+          for (const char* s :
+               {"qsgd", "terngrad", "sign", "sketch", "topk", "fp8", "mx", "nvfp4"}) {
             segment_local = segment_local || std::string(codec).rfind(s, 0) == 0;
           }
           if (nccl && !segment_local) {
