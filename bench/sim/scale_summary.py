@@ -17,7 +17,7 @@ import sys
 ROW = re.compile(r"^(\d+)\s+(\S+)\s+([0-9.]+)")
 # p<RANKS>_<mpi|ccoll>_<ALGORITHM>[_<MIN>-<MAX>].txt
 NAME = re.compile(r"^p(\d+)_(mpi|ccoll)_(.+?)(_\d+[KMG]?-\d+[KMG]?)?\.txt$")
-SCHEDULES = ["ring", "tree", "sra", "hierarchical", "auto"]
+SCHEDULES = ["ring", "tree", "sra", "halving", "hierarchical", "auto"]
 
 
 def read(raw):
