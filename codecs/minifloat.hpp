@@ -88,6 +88,27 @@ CCOLL_HOST_DEVICE inline float minifloat_to_float(std::uint32_t code, Minifloat 
   return sign != 0 ? -v : v;
 }
 
+/// minifloat_to_float(code, f) for a code with a finite value, without branches (the codecs'
+/// decode loops, which the compiler vectorizes): (m + 2^M·[e != 0])·2^(max(e, 1) − bias − M),
+/// then the sign.
+CCOLL_HOST_DEVICE inline float finite_minifloat_value(std::uint32_t code, Minifloat f) {
+  const MinifloatInfo i = minifloat_info(f);
+  const int bias = (1 << (i.exp_bits - 1)) - 1;
+  const auto e = static_cast<std::int32_t>((code >> i.man_bits) & ((1u << i.exp_bits) - 1));
+  const auto m = static_cast<std::int32_t>(code & ((1u << i.man_bits) - 1));
+  const std::int32_t mant = m + (static_cast<std::int32_t>(e != 0) << i.man_bits);
+  const std::int32_t ee = (e > 1 ? e : 1) - bias - static_cast<std::int32_t>(i.man_bits);
+  const float v = static_cast<float>(mant) * bits_float(static_cast<std::uint32_t>(ee + 127) << 23);
+  return bits_float(float_bits(v) ^ (((code >> (i.exp_bits + i.man_bits)) & 1u) << 31));
+}
+
+/// The codes of format f that no encoder writes (their values are not finite) are those with
+/// code & mask == mask for this mask (E4M3: every exponent and mantissa bit; E5M2: every
+/// exponent bit); 0 where every code is a value (FP6, FP4).
+CCOLL_HOST_DEVICE inline std::uint32_t minifloat_special_mask(Minifloat f) {
+  return f == Minifloat::kE4M3 ? 0x7Fu : f == Minifloat::kE5M2 ? 0x7Cu : 0u;
+}
+
 /// A code's sign bit.
 CCOLL_HOST_DEVICE inline std::uint32_t minifloat_sign_bit(Minifloat f) {
   const MinifloatInfo i = minifloat_info(f);

@@ -69,6 +69,23 @@ TEST(Minifloat, LargestValuesTiesAndOverflow) {
   EXPECT_TRUE(std::isnan(e8m0_to_float(255)));
 }
 
+// The decoders' branch-free value is the value of every code that has a finite one, and the
+// special mask picks exactly the codes that have none.
+TEST(Minifloat, BranchFreeValuesAndSpecialCodes) {
+  for (const Minifloat f :
+       {Minifloat::kE4M3, Minifloat::kE5M2, Minifloat::kE3M2, Minifloat::kE2M3, Minifloat::kE2M1}) {
+    const std::uint32_t mask = minifloat_special_mask(f);
+    for (std::uint32_t c = 0; c < (1u << minifloat_bits(f)); ++c) {
+      const float v = minifloat_to_float(c, f);
+      EXPECT_EQ(mask != 0 && (c & mask) == mask, !std::isfinite(v))
+          << static_cast<int>(f) << " " << c;
+      if (!std::isfinite(v)) continue;
+      EXPECT_EQ(float_bits(finite_minifloat_value(c, f)), float_bits(v))
+          << static_cast<int>(f) << " " << c;
+    }
+  }
+}
+
 // Every code of every format decodes to a value that encodes back to the same code (NaN aside).
 TEST(Minifloat, EveryCodeRoundTrips) {
   for (const Minifloat f :
