@@ -50,33 +50,17 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
   friend class ApplyingCodec<LowpCodec<T>, T>;
 
  public:
-  LowpCodec(LowpScheme scheme, Minifloat format, std::size_t block, bool stochastic)
-      : scheme_(scheme),
-        format_(scheme == LowpScheme::kNvfp4 ? Minifloat::kE2M1 : format),
-        block_(std::size_t{1} << lowp_layout(scheme, format, block).block_shift),
-        stochastic_(scheme == LowpScheme::kFp8 && stochastic),
-        width_(minifloat_bits(format_)) {
-    const MinifloatInfo info = minifloat_info(format_);
-    switch (scheme) {
-      case LowpScheme::kFp8:
-        name_ = "fp8";
-        id_ = wire::CodecId::kFp8;
-        spec_ = std::string("fp8:format=") + (format_ == Minifloat::kE5M2 ? "e5m2" : "e4m3") +
-                ",block=" + std::to_string(block_) + (stochastic_ ? ",round=stochastic" : "");
-        break;
-      case LowpScheme::kMx:
-        name_ = "mx";
-        id_ = wire::CodecId::kMx;
-        spec_ = std::string("mx:format=") + info.name;
-        break;
-      case LowpScheme::kNvfp4:
-        name_ = "nvfp4";
-        id_ = wire::CodecId::kNvfp4;
-        spec_ = "nvfp4";
-        break;
+  LowpCodec(const LowpLayout& layout, bool stochastic)
+      : l_(layout),
+        stochastic_(layout.scheme == LowpScheme::kFp8 && stochastic),
+        param_(lowp_param(layout, stochastic_)),
+        spec_(lowp_name(layout.scheme)) {
+    if (l_.scheme == LowpScheme::kFp8) {
+      spec_ += std::string(":format=") + (l_.format == Minifloat::kE5M2 ? "e5m2" : "e4m3") +
+               ",block=" + std::to_string(block()) + (stochastic_ ? ",round=stochastic" : "");
+    } else if (l_.scheme == LowpScheme::kMx) {
+      spec_ += std::string(":format=") + minifloat_info(l_.format).name;
     }
-    layout_ = lowp_layout(scheme, format, block);
-    param_ = lowp_param(layout_, stochastic_);
   }
 
   const std::string& spec() const override { return spec_; }
@@ -87,16 +71,16 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
     return c;
   }
   DType dtype() const override { return kType; }
-  unsigned bits_used() const override { return width_; }
+  unsigned bits_used() const override { return l_.width; }
   // Worst error of one encode relative to the block's largest magnitude: half a step of the top
   // binade (a step when stochastic); mx also loses what its power-of-two scale saturates (up
   // to 1 - max / 2^(emax+1) of the largest magnitude); nvfp4's block scale, an E4M3 of the
   // payload's scale, can be zero for a block far below the payload's largest magnitude.
   double unit_roundoff() const override {
-    const MinifloatInfo info = minifloat_info(format_);
+    const MinifloatInfo info = minifloat_info(l_.format);
     const double step = std::ldexp(1.0, -static_cast<int>(info.man_bits));
-    if (scheme_ == LowpScheme::kNvfp4) return 1.0;
-    if (scheme_ == LowpScheme::kMx) {
+    if (l_.scheme == LowpScheme::kNvfp4) return 1.0;
+    if (l_.scheme == LowpScheme::kMx) {
       const double clipped = 1.0 - static_cast<double>(info.max) / std::ldexp(1.0, info.emax + 1);
       return std::max(step / 2, clipped);
     }
@@ -109,22 +93,21 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {
     const T* x = static_cast<const T*>(in);
-    wire::write_header(out, {id_, 0, param_, count});
+    wire::write_header(out, {lowp_codec_id(l_.scheme), 0, param_, count});
     auto* body = reinterpret_cast<std::uint8_t*>(out + wire::kHeaderBytes);
-    const std::size_t nb = layout_.blocks(count);
     float global = 1.0f;
-    if (scheme_ == LowpScheme::kNvfp4) {
+    if (l_.scheme == LowpScheme::kNvfp4) {
       global = nvfp4_global(max_abs(x, count));
-      std::memcpy(body, &global, 4);
+      store_f32_le(global, body);
     }
-    std::uint8_t* scales = body + layout_.scales_at();
-    BitWriter w(out + wire::kHeaderBytes + layout_.codes_at(count), width_);
-    for (std::size_t b = 0; b < nb; ++b) {
-      const std::size_t begin = b * block_;
-      const std::size_t n = std::min(count, begin + block_) - begin;
+    std::uint8_t* scales = body + l_.scales_at();
+    BitWriter w(out + wire::kHeaderBytes + l_.codes_at(count), l_.width);
+    for (std::size_t b = 0; b < l_.blocks(count); ++b) {
+      const std::size_t begin = b * block();
+      const std::size_t n = std::min(count, begin + block()) - begin;
       // x / div is what the element codes; div == 0: every code 0
-      const float div = lowp_block_scale(layout_, max_abs(x + begin, n), global,
-                                         scales + layout_.scale_bytes() * b);
+      const float div =
+          lowp_block_scale(l_, max_abs(x + begin, n), global, scales + l_.scale_bytes() * b);
       // a batch of elements at a time: their codes as bytes (a loop the compiler vectorizes;
       // stochastic: with the batch's draws), then packed
       std::uint8_t* codes = thread_scratch<LowpCodes, std::uint8_t>(kUniformBatch).data();
@@ -147,7 +130,7 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
             for (std::size_t k = 0; k < len; ++k) wide[k] = static_cast<float>(xs[k]);
             xf = wide;
           }
-          minifloat_codes(xf, len, div, format_, u, codes);
+          minifloat_codes(xf, len, div, l_.format, u, codes);
         }
         w.put_bytes(codes, len);
       }
@@ -158,8 +141,9 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
  private:
   static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
 
+  std::size_t block() const { return std::size_t{1} << l_.block_shift; }
   std::size_t body_bytes(std::size_t count) const {
-    return layout_.codes_at(count) + packed_bytes(count, width_);
+    return l_.codes_at(count) + packed_bytes(count, l_.width);
   }
   static float max_abs(const T* x, std::size_t n) {
     float m = 0;
@@ -169,24 +153,19 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
 
   template <bool kAccumulate>
   void apply(const std::byte* in, std::size_t bytes, std::size_t count, T* out) const {
-    wire::expect_payload(in, bytes, id_, param_, count, body_bytes(count));
+    wire::expect_payload(in, bytes, lowp_codec_id(l_.scheme), param_, count, body_bytes(count));
     const auto* body = reinterpret_cast<const std::uint8_t*>(in + wire::kHeaderBytes);
-    const std::size_t nb = layout_.blocks(count);
     float global = 1.0f;
-    if (scheme_ == LowpScheme::kNvfp4) {
-      std::memcpy(&global, body, 4);
-      if (!nvfp4_global_valid(global)) corrupt(name_, "invalid payload scale");
+    if (const char* what = lowp_check_scales(l_, body, count, global)) {
+      corrupt(lowp_name(l_.scheme), what);
     }
-    const std::uint8_t* scales = body + layout_.scales_at();
-    BitReader r(in + wire::kHeaderBytes + layout_.codes_at(count), width_);
-    const std::uint32_t special = minifloat_special_mask(format_);
-    for (std::size_t b = 0; b < nb; ++b) {
-      // (a scale the encoder can write: its block's largest element stays finite)
-      const std::uint8_t* scale = scales + layout_.scale_bytes() * b;
-      if (!lowp_scale_valid(layout_, scale, global)) corrupt(name_, "invalid block scale");
-      const float mul = lowp_block_mul(layout_, scale, global);
-      const std::size_t begin = b * block_;
-      const std::size_t end = std::min(count, begin + block_);
+    const std::uint8_t* scales = body + l_.scales_at();
+    BitReader r(in + wire::kHeaderBytes + l_.codes_at(count), l_.width);
+    const std::uint32_t special = minifloat_special_mask(l_.format);
+    for (std::size_t b = 0; b < l_.blocks(count); ++b) {
+      const float mul = lowp_block_mul(l_, scales + l_.scale_bytes() * b, global);
+      const std::size_t begin = b * block();
+      const std::size_t end = std::min(count, begin + block());
       std::uint8_t* codes = thread_scratch<LowpCodes, std::uint8_t>(kUniformBatch).data();
       for (std::size_t i = begin; i < end;) {
         const std::size_t len = std::min(kUniformBatch, end - i);
@@ -194,7 +173,7 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
         if (special != 0) {  // (loops the compiler vectorizes)
           std::uint32_t bad = 0;
           for (std::size_t k = 0; k < len; ++k) bad |= (codes[k] & special) == special ? 1u : 0u;
-          if (bad != 0) corrupt(name_, "element code out of range");
+          if (bad != 0) corrupt(lowp_name(l_.scheme), "element code out of range");
         }
         // (an mx or fp8 block: x / div coded, so value · div; nvfp4: value · (scale / g))
         with_format([&](auto f) {
@@ -212,10 +191,10 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
     }
   }
 
-  // fn(std::integral_constant<Minifloat, format_>{}): loops with the format a constant
+  // fn(std::integral_constant<Minifloat, l_.format>{}): loops with the format a constant
   template <class Fn>
   void with_format(Fn&& fn) const {
-    switch (format_) {
+    switch (l_.format) {
       case Minifloat::kE4M3:
         return fn(std::integral_constant<Minifloat, Minifloat::kE4M3>{});
       case Minifloat::kE5M2:
@@ -229,15 +208,9 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
     }
   }
 
-  LowpScheme scheme_;
-  Minifloat format_;
-  std::size_t block_;
-  bool stochastic_;
-  unsigned width_;
-  std::uint32_t param_ = 0;
-  LowpLayout layout_;
-  wire::CodecId id_ = wire::CodecId::kFp8;
-  const char* name_ = "fp8";
+  LowpLayout l_;
+  bool stochastic_;  // fp8:round=stochastic
+  std::uint32_t param_;
   std::string spec_;
 };
 
@@ -262,12 +235,9 @@ std::size_t minifloat_codes_hwy(const float*, std::size_t, float, Minifloat, con
 }
 #endif
 
-std::unique_ptr<Codec> make_lowp_codec(DType dtype, LowpScheme scheme, Minifloat format,
-                                       std::size_t block, bool stochastic) {
-  if (dtype == DType::kFloat64) {
-    return std::make_unique<LowpCodec<double>>(scheme, format, block, stochastic);
-  }
-  return std::make_unique<LowpCodec<float>>(scheme, format, block, stochastic);
+std::unique_ptr<Codec> make_lowp_codec(DType dtype, const LowpLayout& layout, bool stochastic) {
+  if (dtype == DType::kFloat64) return std::make_unique<LowpCodec<double>>(layout, stochastic);
+  return std::make_unique<LowpCodec<float>>(layout, stochastic);
 }
 
 }  // namespace ccoll::codec

@@ -10,10 +10,10 @@
 
 namespace ccoll::codec {
 
-/// `format`: the element format (fp8: E4M3 or E5M2; mx: any; nvfp4: ignored, E2M1); `block`
-/// (fp8 only): a power of two; `stochastic` (fp8 only): stochastic rounding of the elements.
-std::unique_ptr<Codec> make_lowp_codec(DType dtype, LowpScheme scheme, Minifloat format,
-                                       std::size_t block = 1024, bool stochastic = false);
+/// The codec of payloads of `layout` (lowp_layout); `stochastic` (fp8 only): stochastic
+/// rounding of the elements.
+std::unique_ptr<Codec> make_lowp_codec(DType dtype, const LowpLayout& layout,
+                                       bool stochastic = false);
 
 /// out[k] = finite_to_minifloat_sat(x[k] / div, f, u != null, u[k]) for k < n (finite x): the
 /// codecs' element codes, vectorized where Highway is built in.

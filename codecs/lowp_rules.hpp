@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "minifloat.hpp"
+#include "wire.hpp"
 
 namespace ccoll::codec {
 
@@ -62,6 +63,27 @@ inline std::uint32_t lowp_param(const LowpLayout& l, bool stochastic) {
                                        : 0u;
 }
 
+/// The wire id and name of a scheme's payloads.
+inline wire::CodecId lowp_codec_id(LowpScheme s) {
+  return s == LowpScheme::kFp8  ? wire::CodecId::kFp8
+         : s == LowpScheme::kMx ? wire::CodecId::kMx
+                                : wire::CodecId::kNvfp4;
+}
+inline const char* lowp_name(LowpScheme s) {
+  return s == LowpScheme::kFp8 ? "fp8" : s == LowpScheme::kMx ? "mx" : "nvfp4";
+}
+
+/// A little-endian fp32 at p, and its store (bytes: any alignment).
+CCOLL_HOST_DEVICE inline float load_f32_le(const std::uint8_t* p) {
+  return bits_float(static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
+                    static_cast<std::uint32_t>(p[2]) << 16 |
+                    static_cast<std::uint32_t>(p[3]) << 24);
+}
+CCOLL_HOST_DEVICE inline void store_f32_le(float v, std::uint8_t* p) {
+  const std::uint32_t b = float_bits(v);
+  for (unsigned k = 0; k < 4; ++k) p[k] = static_cast<std::uint8_t>(b >> (8 * k));
+}
+
 /// floor(log2 a) of a finite a > 0.
 CCOLL_HOST_DEVICE inline int floor_log2f(float a) {
   const std::uint32_t b = float_bits(a);
@@ -86,8 +108,7 @@ CCOLL_HOST_DEVICE inline float lowp_block_scale(const LowpLayout& l, float m, fl
   const MinifloatInfo info = minifloat_info(l.format);
   if (l.scheme == LowpScheme::kFp8) {
     const float div = m / info.max;
-    const std::uint32_t b = float_bits(div);
-    for (unsigned k = 0; k < 4; ++k) scale[k] = static_cast<std::uint8_t>(b >> (8 * k));
+    store_f32_le(div, scale);
     return div;
   }
   if (l.scheme == LowpScheme::kMx) {
@@ -107,11 +128,7 @@ CCOLL_HOST_DEVICE inline float lowp_block_scale(const LowpLayout& l, float m, fl
 /// What a decoder multiplies a block's element values by, from its scale bytes (validated).
 CCOLL_HOST_DEVICE inline float lowp_block_mul(const LowpLayout& l, const std::uint8_t* scale,
                                               float global) {
-  if (l.scheme == LowpScheme::kFp8) {
-    std::uint32_t b = 0;
-    for (unsigned k = 0; k < 4; ++k) b |= static_cast<std::uint32_t>(scale[k]) << (8 * k);
-    return bits_float(b);
-  }
+  if (l.scheme == LowpScheme::kFp8) return load_f32_le(scale);
   if (l.scheme == LowpScheme::kMx) return pow2f(static_cast<int>(scale[0]) - 127);
   return minifloat_to_float(scale[0], Minifloat::kE4M3) / global;
 }
@@ -132,6 +149,25 @@ CCOLL_HOST_DEVICE inline bool lowp_scale_valid(const LowpLayout& l, const std::u
 
 /// A payload scale a decoder accepts (nvfp4).
 CCOLL_HOST_DEVICE inline bool nvfp4_global_valid(float g) { return g > 0 && g - g == 0.0f; }
+
+/// Checks the scales of a payload body of `count` elements as a decoder must (nvfp4's payload
+/// scale, then every block's): null when they are valid, with nvfp4's payload scale in `global`
+/// (1 for the others), else what is wrong.
+inline const char* lowp_check_scales(const LowpLayout& l, const std::uint8_t* body,
+                                     std::size_t count, float& global) {
+  global = 1.0f;
+  if (l.scheme == LowpScheme::kNvfp4) {
+    global = load_f32_le(body);
+    if (!nvfp4_global_valid(global)) return "invalid payload scale";
+  }
+  // (a scale the encoder can write: its block's largest element stays finite)
+  for (std::size_t b = 0; b < l.blocks(count); ++b) {
+    if (!lowp_scale_valid(l, body + l.scales_at() + l.scale_bytes() * b, global)) {
+      return "invalid block scale";
+    }
+  }
+  return nullptr;
+}
 
 /// An element code the encoder can write (its value is finite).
 CCOLL_HOST_DEVICE inline bool lowp_code_valid(std::uint32_t code, Minifloat f) {

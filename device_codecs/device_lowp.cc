@@ -55,22 +55,13 @@ class DeviceLowp final : public DeviceCodecBase {
   }
 
  private:
-  wire::CodecId id() const {
-    return layout_.scheme == codec::LowpScheme::kFp8  ? wire::CodecId::kFp8
-           : layout_.scheme == codec::LowpScheme::kMx ? wire::CodecId::kMx
-                                                      : wire::CodecId::kNvfp4;
-  }
-  const char* name() const {
-    return layout_.scheme == codec::LowpScheme::kFp8  ? "fp8"
-           : layout_.scheme == codec::LowpScheme::kMx ? "mx"
-                                                      : "nvfp4";
-  }
+  wire::CodecId id() const { return codec::lowp_codec_id(layout_.scheme); }
   std::size_t body_size(std::size_t count) const {
     return layout_.codes_at(count) + gpu::packed_size(count, layout_.width);
   }
   [[noreturn]] void corrupt(const char* what) const {
-    throw Error(Status::kCorruptData,
-                std::string("received ") + name() + " payload rejected: " + what);
+    throw Error(Status::kCorruptData, std::string("received ") + codec::lowp_name(layout_.scheme) +
+                                          " payload rejected: " + what);
   }
   [[noreturn]] void reject_code() const override { corrupt("element code out of range"); }
 
@@ -82,17 +73,7 @@ class DeviceLowp final : public DeviceCodecBase {
     if (count == 0) return;
     const auto* body = reinterpret_cast<const std::uint8_t*>(h + wire::kHeaderBytes);
     float global = 1.0f;
-    if (layout_.scheme == codec::LowpScheme::kNvfp4) {
-      global = gpu::load_f32_le(body);
-      if (!codec::nvfp4_global_valid(global)) corrupt("invalid payload scale");
-    }
-    const std::size_t nb = layout_.blocks(count);
-    for (std::size_t b = 0; b < nb; ++b) {
-      if (!codec::lowp_scale_valid(layout_, body + layout_.scales_at() + layout_.scale_bytes() * b,
-                                   global)) {
-        corrupt("invalid block scale");
-      }
-    }
+    if (const char* what = codec::lowp_check_scales(layout_, body, count, global)) corrupt(what);
     gpu::LowpDecodeArgs a;
     a.layout = layout_;
     a.count = count;

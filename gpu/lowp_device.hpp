@@ -36,13 +36,6 @@ struct LowpDecodeArgs {
   const std::uint8_t* body = nullptr;  ///< the payload after its header (validated scales)
 };
 
-/// A little-endian fp32 at p (bytes: any alignment).
-CCOLL_HOST_DEVICE inline float load_f32_le(const std::uint8_t* p) {
-  return codec::bits_float(
-      static_cast<std::uint32_t>(p[0]) | static_cast<std::uint32_t>(p[1]) << 8 |
-      static_cast<std::uint32_t>(p[2]) << 16 | static_cast<std::uint32_t>(p[3]) << 24);
-}
-
 /// Encodes group g (elements [8g, 8g + 8) ∩ [0, count)) of x into the payload body: its codes,
 /// its block's scale where g starts the block, and nvfp4's payload scale for g = 0.
 CCOLL_HOST_DEVICE inline void lowp_encode_group(const float* x, const LowpEncodeArgs& a,
@@ -59,10 +52,7 @@ CCOLL_HOST_DEVICE inline void lowp_encode_group(const float* x, const LowpEncode
     std::uint8_t* at = body + l.scales_at() + l.scale_bytes() * b;
     for (std::size_t k = 0; k < l.scale_bytes(); ++k) at[k] = scale[k];
   }
-  if (g == 0 && l.scheme == codec::LowpScheme::kNvfp4) {
-    const std::uint32_t gb = codec::float_bits(global);
-    for (unsigned k = 0; k < 4; ++k) body[k] = static_cast<std::uint8_t>(gb >> (8 * k));
-  }
+  if (g == 0 && l.scheme == codec::LowpScheme::kNvfp4) codec::store_f32_le(global, body);
   std::uint32_t v[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   std::uint64_t quad = ~std::uint64_t{0};
   codec::Philox4x32 rnd{};
@@ -91,7 +81,7 @@ CCOLL_HOST_DEVICE inline std::uint32_t lowp_decode_group(const LowpDecodeArgs& a
   const std::size_t i0 = 8 * g;
   const unsigned n = group_size(a.count, g);
   const std::size_t b = i0 >> l.block_shift;
-  const float global = l.scheme == codec::LowpScheme::kNvfp4 ? load_f32_le(a.body) : 1.0f;
+  const float global = l.scheme == codec::LowpScheme::kNvfp4 ? codec::load_f32_le(a.body) : 1.0f;
   const float mul = codec::lowp_block_mul(l, a.body + l.scales_at() + l.scale_bytes() * b, global);
   std::uint32_t v[8];
   get_group(a.body + l.codes_at(a.count), packed_size(a.count, l.width), l.width, g, v, n);

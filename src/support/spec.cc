@@ -165,6 +165,7 @@ enum Traits : unsigned {
   kSegmentLocal = 128,  // results depend on the ring's segments (Capabilities::segment_local)
 };
 
+using Maker = std::function<std::unique_ptr<codec::Codec>(const CodecSpec&, codec::DType)>;
 using DeviceMaker = std::function<std::unique_ptr<codec::Codec>(const CodecSpec&, codec::Codec& cpu,
                                                                 gpu::Backend&, bool resident)>;
 
@@ -255,17 +256,28 @@ DeviceMaker device_bucketed(gpu::BucketKind kind) {
   };
 }
 
-// fp8, mx and nvfp4's device codec of the spec's layout
+// fp8, mx and nvfp4: the payload layout of the spec (its format=, fp8's block=)
+codec::LowpLayout lowp_layout_of(codec::LowpScheme scheme, const CodecSpec& s) {
+  const codec::Minifloat f =
+      scheme == codec::LowpScheme::kFp8
+          ? (value_of(s, "format") == "e5m2" ? codec::Minifloat::kE5M2 : codec::Minifloat::kE4M3)
+      : scheme == codec::LowpScheme::kMx ? mx_format(value_of(s, "format"))
+                                         : codec::Minifloat::kE2M1;
+  return codec::lowp_layout(scheme, f, scheme == codec::LowpScheme::kFp8 ? param(s, "block") : 0);
+}
+// fp8:round=stochastic
+bool lowp_stochastic(const CodecSpec& s) {
+  return has_param(s, "round") && value_of(s, "round") == "stochastic";
+}
+Maker lowp_maker(codec::LowpScheme scheme) {
+  return [scheme](const CodecSpec& s, codec::DType t) {
+    return codec::make_lowp_codec(t, lowp_layout_of(scheme, s), lowp_stochastic(s));
+  };
+}
 DeviceMaker device_lowp(codec::LowpScheme scheme) {
   return [scheme](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
-    const bool fp8 = scheme == codec::LowpScheme::kFp8;
-    const codec::Minifloat f =
-        fp8 ? (value_of(s, "format") == "e5m2" ? codec::Minifloat::kE5M2 : codec::Minifloat::kE4M3)
-        : scheme == codec::LowpScheme::kMx ? mx_format(value_of(s, "format"))
-                                           : codec::Minifloat::kE2M1;
-    return device_codecs::make_device_lowp(
-        cpu, b, resident, codec::lowp_layout(scheme, f, fp8 ? param(s, "block") : 0),
-        fp8 && value_of(s, "round") == "stochastic");
+    return device_codecs::make_device_lowp(cpu, b, resident, lowp_layout_of(scheme, s),
+                                           lowp_stochastic(s));
   };
 }
 
@@ -328,26 +340,17 @@ const std::vector<Entry>& registry() {
       {"fp8",
        {choice_param("format", {"e4m3", "e5m2"}, "e4m3"), block_param("1024"),
         choice_param("round", {"nearest", "stochastic"}, "nearest")},
-       [](const CodecSpec& s, codec::DType t) {
-         return codec::make_lowp_codec(
-             t, codec::LowpScheme::kFp8,
-             value_of(s, "format") == "e5m2" ? codec::Minifloat::kE5M2 : codec::Minifloat::kE4M3,
-             param(s, "block"), value_of(s, "round") == "stochastic");
-       },
+       lowp_maker(codec::LowpScheme::kFp8),
        device_lowp(codec::LowpScheme::kFp8),
        kSegmentLocal},
       {"mx",
        {choice_param("format", {"fp8e4m3", "fp8e5m2", "fp6e3m2", "fp6e2m3", "fp4e2m1"}, "fp8e4m3")},
-       [](const CodecSpec& s, codec::DType t) {
-         return codec::make_lowp_codec(t, codec::LowpScheme::kMx, mx_format(value_of(s, "format")));
-       },
+       lowp_maker(codec::LowpScheme::kMx),
        device_lowp(codec::LowpScheme::kMx),
        kSegmentLocal},
       {"nvfp4",
        {},
-       [](const CodecSpec&, codec::DType t) {
-         return codec::make_lowp_codec(t, codec::LowpScheme::kNvfp4, codec::Minifloat::kE2M1);
-       },
+       lowp_maker(codec::LowpScheme::kNvfp4),
        device_lowp(codec::LowpScheme::kNvfp4),
        kSegmentLocal},
       {"maxnorm",
