@@ -160,11 +160,13 @@ struct MaxnormLayout {
 MaxnormLayout maxnorm_layout(const Codec& codec, const std::byte* in, std::size_t bytes,
                              std::size_t count);
 
-/// sketch: the level table (2^B floats) for a block of n elements from its min and max (first
+/// sketch: the levels (2^B floats) for a block of n elements from its min and max (first
 /// occurrences in order, as std::min/std::max find them) and its strided sample x[k·n/m] for
-/// k < m = sketch_sample_size(n), fitted by the CPU codec's own code; valid until its next
-/// encode. kInternal when `codec` is not a float sketch codec.
-const float* sketch_levels(Codec& codec, float mn, float mx, std::size_t n, const float* sample);
+/// k < m = sketch_sample_size(n), fitted by the CPU codec's own code; their wire table
+/// (sketch_table.hpp) is written to `table`. Valid until its next encode. kInternal when
+/// `codec` is not a float sketch codec.
+const float* sketch_levels(Codec& codec, float mn, float mx, std::size_t n, const float* sample,
+                           std::byte* table);
 std::size_t sketch_sample_size(std::size_t n);
 
 /// topk: elements kept of a block of `count`: ceil(ratio·count), at least 1 (0 when empty).
@@ -224,13 +226,13 @@ std::unique_ptr<Codec> make_terngrad_codec(DType dtype, std::uint32_t bucket, bo
 /// sign[:bucket=N]: per-bucket mean |x| (`rms`: root mean square) times the sign, one bit per
 /// element (biased).
 std::unique_ptr<Codec> make_sign_codec(DType dtype, std::uint32_t bucket, bool rms = false);
-/// sketch:bits=B[,clusters=K]: per-block level table from a quantile sketch and 1-D k-means,
-/// stochastic rounding between adjacent levels (sketch.cc).
-/// `zero`, `refine`: the two steps CASQ does not have (sketch.cc, steps 5 and 6); off for the
-/// ablation (zero=0, refine=0).
+/// sketch:bits=B[,clusters=K][,block=N]: a level table per block of N elements (0: one a
+/// payload) from a quantile sketch and 1-D k-means, stochastic rounding between adjacent levels
+/// (sketch.cc). `zero`, `refine`: the two steps CASQ does not have (sketch.cc, steps 4 and 5);
+/// off for the ablation (zero=0, refine=0).
 std::unique_ptr<Codec> make_sketch_codec(DType dtype, unsigned bits, unsigned clusters,
-                                         bool nearest = false, bool zero = true,
-                                         bool refine = true);
+                                         std::size_t block = 0, bool nearest = false,
+                                         bool zero = true, bool refine = true);
 /// temporal:bits=B[,beta=b][,shrink=0][,ef=1]: closed-loop momentum-difference coding over
 /// maxnorm:bits=B, stateful, all-reduce only (temporal.cc). Takes ef itself (not the generic
 /// wrapper). The prediction's coefficient is temporal_predictor(beta, bits, shrink).

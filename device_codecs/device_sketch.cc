@@ -1,6 +1,7 @@
 // sketch on the device.
 #include "device_base.hpp"
 #include "sketch_device.hpp"
+#include "sketch_table.hpp"
 
 namespace ccoll::device_codecs {
 namespace {
@@ -14,24 +15,24 @@ class DeviceSketch final : public DeviceCodecBase {
       : DeviceCodecBase(cpu, b, resident),
         bits_(bits),
         clusters_(clusters),
-        levels_(1u << bits),
+        levels_count_(std::size_t{1} << bits),
+        table_bytes_(codec::sketch_table_bytes(bits, 4)),
         nearest_(nearest) {}
 
   bool host_writes_body() const override { return true; }  // the level table
   std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
                      std::byte* out) override {
     const auto* x = static_cast<const float*>(in);
-    const std::size_t at = wire::kHeaderBytes + 4 * levels_;
+    const std::size_t at = wire::kHeaderBytes + table_bytes_;
     std::byte* h = resident_ ? host_out(at) : out;  // header and level table
     wire::write_header(h, {wire::CodecId::kSketch, 0, bits_ | (clusters_ << 8), count});
-    const float* lv = fit(x, count);
-    std::memcpy(h + wire::kHeaderBytes, lv, 4 * levels_);
+    const float* lv = fit(x, count, h + wire::kHeaderBytes);
     if (resident_) put_prefix(out, h, at);
     const std::size_t code_bytes = gpu::packed_size(count, bits_);
     std::uint8_t* codes = body_target(out, at, code_bytes);
     if (count != 0) {
-      auto* dev_lv = static_cast<float*>(levels_dev_.get(b_, 4 * levels_, false));
-      b_.copy(dev_lv, lv, 4 * levels_);
+      auto* dev_lv = static_cast<float*>(levels_dev_.get(b_, 4 * levels_count_, false));
+      b_.copy(dev_lv, lv, 4 * levels_count_);
       gpu::SketchArgs a = args(count);
       a.offset = ctx.offset;
       a.seed = ctx.seed;
@@ -46,33 +47,22 @@ class DeviceSketch final : public DeviceCodecBase {
  protected:
   void apply(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
              bool acc) override {
-    const std::size_t at = wire::kHeaderBytes + 4 * levels_;
+    const std::size_t at = wire::kHeaderBytes + table_bytes_;
     const std::byte* h = host_prefix(in, bytes, at, prefix_a_);
     wire::expect_payload(h, bytes, wire::CodecId::kSketch, bits_ | (clusters_ << 8), count,
-                         4 * levels_ + gpu::packed_size(count, bits_));
-    for (std::size_t q = 0; q < levels_; ++q) {  // as the CPU decoder checks them
-      float l;
-      float prev;
-      std::memcpy(&l, h + wire::kHeaderBytes + 4 * q, 4);
-      if (!std::isfinite(l)) corrupt("non-finite level");
-      if (q > 0) {
-        std::memcpy(&prev, h + wire::kHeaderBytes + 4 * (q - 1), 4);
-        if (l < prev) corrupt("levels out of order");
-      }
-    }
+                         table_bytes_ + gpu::packed_size(count, bits_));
+    levels_.resize(levels_count_);
+    codec::sketch_read_table(h + wire::kHeaderBytes, bits_, levels_.data());  // as the CPU checks
     if (count == 0) return;
-    // the table and the codes, together
+    // the table and the codes, together: the kernel reads its levels from the table
     const std::uint8_t* dev =
-        code_source(in, wire::kHeaderBytes, 4 * levels_ + gpu::packed_size(count, bits_));
-    b_.kernels<gpu::SketchKernels>().decode(args(count), reinterpret_cast<const float*>(dev),
-                                            dev + 4 * levels_, static_cast<float*>(out), acc);
+        code_source(in, wire::kHeaderBytes, table_bytes_ + gpu::packed_size(count, bits_));
+    b_.kernels<gpu::SketchKernels>().decode(args(count), dev, dev + table_bytes_,
+                                            static_cast<float*>(out), acc);
     settle();
   }
 
  private:
-  [[noreturn]] static void corrupt(const char* what) {
-    throw Error(Status::kCorruptData, std::string("received sketch payload rejected: ") + what);
-  }
   gpu::SketchArgs args(std::size_t count) const {
     gpu::SketchArgs a;
     a.count = count;
@@ -81,8 +71,9 @@ class DeviceSketch final : public DeviceCodecBase {
     return a;
   }
   // min, max and sample of the block on the device; the table from the CPU codec
-  const float* fit(const float* x, std::size_t count) {
-    if (count == 0) return codec::sketch_levels(*target(), 0.0f, 0.0f, 0, nullptr);
+  // (the table's wire form written to `table`)
+  const float* fit(const float* x, std::size_t count, std::byte* table) {
+    if (count == 0) return codec::sketch_levels(*target(), 0.0f, 0.0f, 0, nullptr, table);
     auto* keys = static_cast<std::uint64_t*>(keys_dev_.get(b_, 16, false));
     const std::size_t m = codec::sketch_sample_size(count);
     auto* sample = static_cast<float*>(sample_dev_.get(b_, 4 * m, false));
@@ -99,14 +90,16 @@ class DeviceSketch final : public DeviceCodecBase {
     b_.copy(&mm[0], x + first_min, 4);
     b_.copy(&mm[1], x + first_max, 4);
     b_.synchronize();
-    return codec::sketch_levels(*target(), mm[0], mm[1], count, sample_.data());
+    return codec::sketch_levels(*target(), mm[0], mm[1], count, sample_.data(), table);
   }
 
   unsigned bits_;
   unsigned clusters_;
-  std::size_t levels_;
+  std::size_t levels_count_;
+  std::size_t table_bytes_;
   bool nearest_;
   std::vector<float> sample_;
+  std::vector<float> levels_;
   gpu::Buffer keys_dev_;
   gpu::Buffer sample_dev_;
   gpu::Buffer levels_dev_;

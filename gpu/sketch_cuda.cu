@@ -45,11 +45,11 @@ __global__ void sketch_encode_kernel(const float* x, SketchArgs a, const float* 
 }
 
 template <bool kAccumulate>
-__global__ void sketch_decode_kernel(SketchArgs a, const float* levels, const std::uint8_t* codes,
-                                     float* out) {
+__global__ void sketch_decode_kernel(SketchArgs a, const std::uint8_t* table,
+                                     const std::uint8_t* codes, float* out) {
   const std::size_t groups = group_count(a.count);
   for (std::size_t g = global_thread(); g < groups; g += grid_threads()) {
-    sketch_decode_group<kAccumulate>(a, levels, codes, g, out);
+    sketch_decode_group<kAccumulate>(a, table, codes, g, out);
   }
 }
 
@@ -80,14 +80,14 @@ class CudaSketch final : public SketchKernels {
         x, a, levels, codes);
     check_launch("sketch_encode launch");
   }
-  void decode(const SketchArgs& a, const float* levels, const std::uint8_t* codes, float* out,
+  void decode(const SketchArgs& a, const std::uint8_t* table, const std::uint8_t* codes, float* out,
               bool accumulate) override {
     if (a.count == 0) return;
     const unsigned grid = grid_for(group_count(a.count));
     if (accumulate) {
-      sketch_decode_kernel<true><<<grid, kThreads, 0, current_stream()>>>(a, levels, codes, out);
+      sketch_decode_kernel<true><<<grid, kThreads, 0, current_stream()>>>(a, table, codes, out);
     } else {
-      sketch_decode_kernel<false><<<grid, kThreads, 0, current_stream()>>>(a, levels, codes, out);
+      sketch_decode_kernel<false><<<grid, kThreads, 0, current_stream()>>>(a, table, codes, out);
     }
     check_launch("sketch_decode launch");
   }

@@ -2,7 +2,9 @@
 // (codecs/sketch.cc), host and device, and its kernel interface (SketchKernels). The level table is
 // fitted on the host by the CPU codec's own code, from the block's min, max and strided sample,
 // which these kernels find; the codes are then the CPU's: the bracketing interval by the same
-// binary search, the unbiased rounding in double with the same Philox uniforms.
+// binary search, the unbiased rounding in double with the same Philox uniforms. Decoding reads
+// the levels from the payload's own table. One table a payload: sketch's block= variants have
+// no kernels.
 #pragma once
 
 #include <cstddef>
@@ -10,6 +12,7 @@
 
 #include "backend.hpp"
 #include "maxnorm_device.hpp"
+#include "sketch_table.hpp"
 
 namespace ccoll::gpu {
 
@@ -93,9 +96,10 @@ CCOLL_HOST_DEVICE inline void sketch_encode_group(const float* x, const SketchAr
   put_group(codes, packed_size(a.count, a.bits), a.bits, g, v, n);
 }
 
-/// Decodes (kAccumulate: adds) group g: every B-bit code is a level.
+/// Decodes (kAccumulate: adds) group g: every B-bit code is a level of the payload's table
+/// (its wire form, codecs/sketch_table.hpp, checked by the host before the launch).
 template <bool kAccumulate>
-CCOLL_HOST_DEVICE inline void sketch_decode_group(const SketchArgs& a, const float* lv,
+CCOLL_HOST_DEVICE inline void sketch_decode_group(const SketchArgs& a, const std::uint8_t* table,
                                                   const std::uint8_t* codes, std::size_t g,
                                                   float* out) {
   const std::size_t i0 = 8 * g;
@@ -105,7 +109,7 @@ CCOLL_HOST_DEVICE inline void sketch_decode_group(const SketchArgs& a, const flo
   CCOLL_UNROLL
   for (unsigned j = 0; j < 8; ++j) {
     if (j >= n) break;
-    const float value = lv[lanes[j]];
+    const float value = codec::sketch_table_level(table, a.bits, lanes[j]);
     if (kAccumulate) {
       out[i0 + j] = out[i0 + j] + value;
     } else {
@@ -125,7 +129,8 @@ class SketchKernels : public Kernels {
   virtual void sample(const float* x, std::size_t count, std::size_t m, float* out) = 0;
   virtual void encode(const float* x, const SketchArgs& a, const float* levels,
                       std::uint8_t* codes) = 0;
-  virtual void decode(const SketchArgs& a, const float* levels, const std::uint8_t* codes,
+  /// `table`: the payload's level table as on the wire, `codes` its codes.
+  virtual void decode(const SketchArgs& a, const std::uint8_t* table, const std::uint8_t* codes,
                       float* out, bool accumulate) = 0;
 };
 

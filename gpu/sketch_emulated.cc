@@ -38,14 +38,14 @@ class EmulatedSketch final : public SketchKernels {
       }
     });
   }
-  void decode(const SketchArgs& a, const float* levels, const std::uint8_t* codes, float* out,
+  void decode(const SketchArgs& a, const std::uint8_t* table, const std::uint8_t* codes, float* out,
               bool accumulate) override {
     emulated::launch([=] {
       for (std::size_t g = 0; g < group_count(a.count); ++g) {
         if (accumulate) {
-          sketch_decode_group<true>(a, levels, codes, g, out);
+          sketch_decode_group<true>(a, table, codes, g, out);
         } else {
-          sketch_decode_group<false>(a, levels, codes, g, out);
+          sketch_decode_group<false>(a, table, codes, g, out);
         }
       }
     });

@@ -124,6 +124,16 @@ Param block_param(const char* def) {
   return choice_param("block", blocks, def);
 }
 
+// sketch's elements per level table: 0 (one table a payload, left out of the canonical spec)
+// or a power of two from 256 to 65536.
+Param sketch_block_param() {
+  std::vector<std::string> blocks{"0"};
+  for (std::size_t b = codec::kMaxnormMinBlock; b <= codec::kMaxnormBlock; b *= 2) {
+    blocks.push_back(std::to_string(b));
+  }
+  return choice_param("block", blocks, "0");
+}
+
 // rotate=hadamard (codecs/rotation.hpp), a parameter of the codecs with scale blocks; its
 // default stays out of the canonical spec.
 Param rotate_param() {
@@ -433,17 +443,25 @@ const std::vector<Entry>& registry() {
        },
        kGatherReduce | kSegmentLocal},
       {"sketch",
-       {uint_param("bits", 1, 8), uint_param("clusters", 1, 64, "4"), round_param(),
-        choice_param("zero", {"1", "0"}, "1"), choice_param("refine", {"1", "0"}, "1")},
+       {uint_param("bits", 1, 8), uint_param("clusters", 1, 64, "4"), sketch_block_param(),
+        round_param(), choice_param("zero", {"1", "0"}, "1"),
+        choice_param("refine", {"1", "0"}, "1")},
        [](const CodecSpec& s, codec::DType t) {
-         return codec::make_sketch_codec(t, param(s, "bits"), param(s, "clusters"), nearest(s),
-                                         value_of(s, "zero") == "1", value_of(s, "refine") == "1");
+         return codec::make_sketch_codec(t, param(s, "bits"), param(s, "clusters"),
+                                         param(s, "block"), nearest(s), value_of(s, "zero") == "1",
+                                         value_of(s, "refine") == "1");
        },
        [](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
          return device_codecs::make_device_sketch(cpu, b, resident, param(s, "bits"),
                                                   param(s, "clusters"), nearest(s));
        },
-       kSegmentLocal},
+       kSegmentLocal,
+       nullptr,
+       0,
+       nullptr,
+       nullptr,
+       // a table a block is fitted on the host from the whole block: no kernels
+       [](const CodecSpec& s) { return param(s, "block") == 0; }},
       {"temporal",
        {uint_param("bits", 2, 8),
         real_range_param("beta", 0.0, 1.0, true, "a number in [0, 1), e.g. 0.9", "0.9"),

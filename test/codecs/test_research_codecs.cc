@@ -12,6 +12,7 @@
 #include "ccoll/error.hpp"
 #include "codec.hpp"
 #include "quantizers.hpp"
+#include "sketch_table.hpp"
 #include "spec.hpp"
 #include "temporal_rules.hpp"
 #include "wire.hpp"
@@ -32,10 +33,12 @@ std::unique_ptr<Codec> make(const std::string& spec, int ranks = 1) {
   return c;
 }
 
-// The level table of a sketch payload (float data).
-std::vector<float> levels_of(const std::vector<std::byte>& payload, unsigned bits) {
+// The levels of table t of a sketch payload (float data).
+std::vector<float> levels_of(const std::vector<std::byte>& payload, unsigned bits,
+                             std::size_t t = 0) {
   std::vector<float> lv(std::size_t{1} << bits);
-  std::memcpy(lv.data(), payload.data() + wire::kHeaderBytes, lv.size() * 4);
+  sketch_read_table(payload.data() + wire::kHeaderBytes + t * sketch_table_bytes(bits, 4), bits,
+                    lv.data());
   return lv;
 }
 
@@ -181,21 +184,133 @@ TEST(Sketch, EdgeCases) {
   enc.resize(c->max_encoded_bytes(x.size()));
   n = c->encode(x.data(), x.size(), {}, enc.data());
   y.resize(x.size());
-  auto bad = enc;
-  float swap[2];
-  std::memcpy(swap, bad.data() + wire::kHeaderBytes, 8);
-  std::swap(swap[0], swap[1]);
-  std::memcpy(bad.data() + wire::kHeaderBytes, swap, 8);
+  auto bad = enc;  // lowest and highest level swapped
+  float ends[2];
+  std::memcpy(ends, bad.data() + wire::kHeaderBytes, 8);
+  ASSERT_LT(ends[0], ends[1]);
+  std::swap(ends[0], ends[1]);
+  std::memcpy(bad.data() + wire::kHeaderBytes, ends, 8);
   EXPECT_THROW(c->decode(bad.data(), n, x.size(), y.data()), Error);
   bad = enc;
   const float inf = INFINITY;
-  std::memcpy(bad.data() + wire::kHeaderBytes + 12, &inf, 4);
+  std::memcpy(bad.data() + wire::kHeaderBytes + 4, &inf, 4);
   EXPECT_THROW(c->decode(bad.data(), n, x.size(), y.data()), Error);
+  bad = enc;  // interior levels out of order
+  const std::uint16_t codes[2] = {60000, 10};
+  std::memcpy(bad.data() + wire::kHeaderBytes + 8, codes, 4);
+  EXPECT_THROW(c->decode(bad.data(), n, x.size(), y.data()), Error);
+  // the zero code where 0 is not between the ends
+  std::vector<float> pos(100);
+  for (std::size_t i = 0; i < pos.size(); ++i) pos[i] = 1.0f + float(i);
+  n = c->encode(pos.data(), pos.size(), {}, enc.data());
+  bad = enc;
+  const std::uint16_t zero_code = kSketchZeroCode;
+  std::memcpy(bad.data() + wire::kHeaderBytes + 8, &zero_code, 2);
+  EXPECT_THROW(c->decode(bad.data(), n, pos.size(), y.data()), Error);
+  c->decode(enc.data(), n, pos.size(), y.data());  // the untouched payload decodes
+}
+
+// block=N: a table per block of N elements (the last one ragged), each from its own block's
+// values; every output is one of its block's levels bracketing the input.
+TEST(Sketch, TablePerBlock) {
+  const auto x = heavy_tailed(3 * 1024 + 77, 21);
+  for (const char* spec : {"sketch:bits=2,block=1024", "sketch:bits=3,block=1024,round=nearest"}) {
+    SCOPED_TRACE(spec);
+    const unsigned bits = spec[12] - '0';
+    auto c = make(spec);
+    const std::size_t tables = 4;
+    const std::size_t expect =
+        wire::kHeaderBytes + tables * sketch_table_bytes(bits, 4) + (x.size() * bits + 7) / 8;
+    EXPECT_EQ(c->max_encoded_bytes(x.size()), expect);
+    std::vector<std::byte> enc(c->max_encoded_bytes(x.size()));
+    const std::size_t n = c->encode(x.data(), x.size(), {1, 2, 3, 0}, enc.data());
+    ASSERT_EQ(n, expect);
+    std::vector<float> y(x.size());
+    c->decode(enc.data(), n, x.size(), y.data());
+    for (std::size_t t = 0; t < tables; ++t) {
+      const auto lv = levels_of(enc, bits, t);
+      const auto b0 = x.begin() + static_cast<std::ptrdiff_t>(t * 1024);
+      const auto b1 = x.begin() + static_cast<std::ptrdiff_t>(std::min(x.size(), (t + 1) * 1024));
+      EXPECT_EQ(lv.front(), *std::min_element(b0, b1)) << t;
+      EXPECT_EQ(lv.back(), *std::max_element(b0, b1)) << t;
+      for (std::size_t i = t * 1024; i < std::min(x.size(), (t + 1) * 1024); ++i) {
+        const auto hi = std::lower_bound(lv.begin(), lv.end(), x[i]);
+        ASSERT_NE(hi, lv.end());
+        const float below = hi == lv.begin() ? *hi : *(hi - 1);
+        ASSERT_TRUE(y[i] == *hi || y[i] == below) << i << ": " << x[i] << " -> " << y[i];
+      }
+    }
+    // a ragged count that fills no block, and none at all
+    std::vector<float> small(x.begin(), x.begin() + 5);
+    std::vector<std::byte> e2(c->max_encoded_bytes(5));
+    const std::size_t n2 = c->encode(small.data(), 5, {}, e2.data());
+    std::vector<float> y2(5);
+    c->decode(e2.data(), n2, 5, y2.data());
+    const std::size_t n0 = c->encode(nullptr, 0, {}, e2.data());
+    c->decode(e2.data(), n0, 0, y2.data());
+  }
+  // per-block tables follow the values: at 2 bits on heavy tails the error falls well below
+  // one table for the whole array's
+  const auto big = heavy_tailed(65536, 22);
+  const double one = mse(round_trip("sketch:bits=2", big, 1), big);
+  const double per = mse(round_trip("sketch:bits=2,block=1024", big, 1), big);
+  RecordProperty("one_table_mse", std::to_string(one));
+  RecordProperty("block1024_mse", std::to_string(per));
+  EXPECT_LT(per, 0.8 * one) << per << " vs " << one;
+  EXPECT_EQ(parse_codec_spec("sketch:bits=2,block=1024").canonical,
+            "sketch:bits=2,block=1024,clusters=4");
+  EXPECT_EQ(make("sketch:bits=2,block=1024")->spec(), "sketch:bits=2,block=1024,clusters=4");
+  EXPECT_EQ(parse_codec_spec("sketch:bits=2,block=0").canonical, "sketch:bits=2,clusters=4");
+  EXPECT_THROW(parse_codec_spec("sketch:bits=2,block=1000"), Error);
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("sketch:bits=2"), DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("sketch:bits=2,block=1024"), DType::kFloat32));
+}
+
+// The allocation acts at 2 bits: with more clusters than the three intervals, the levels
+// follow the clusters' weights (without the refinement, which would hide it), well below the
+// error of equal intervals (one cluster) on heavy tails.
+TEST(Sketch, AllocationActsAtTwoBits) {
+  const auto x = heavy_tailed(65536, 23);
+  const std::string base = "sketch:bits=2,block=1024,refine=0,zero=0,round=nearest,clusters=";
+  const double equal = mse(round_trip(base + "1", x, 1), x);
+  const double three = mse(round_trip(base + "3", x, 1), x);
+  const double eight = mse(round_trip(base + "8", x, 1), x);
+  RecordProperty("clusters1_mse", std::to_string(equal));
+  RecordProperty("clusters3_mse", std::to_string(three));
+  RecordProperty("clusters8_mse", std::to_string(eight));
+  EXPECT_LT(eight, 0.5 * equal) << eight << " vs " << equal;
+  EXPECT_NE(eight, three);
+}
+
+// The zero level stays only where it lowers the block's error: on blocks of 1024 (every value
+// in the sample) with a few exact zeros, the nearest-rounding error with zero=1 is never above
+// zero=0's, and on some blocks it is not taken.
+TEST(Sketch, ZeroLevelOnlyWhereItHelps) {
+  std::mt19937 gen(31);
+  std::size_t taken = 0;
+  std::size_t left = 0;
+  for (int b = 0; b < 40; ++b) {
+    auto x = heavy_tailed(1024, 100 + b);
+    std::uniform_int_distribution<std::size_t> pick(0, x.size() - 1);
+    for (int z = 0; z < (b % 4) * 40 + 1; ++z) x[pick(gen)] = 0.0f;
+    const double with = mse(round_trip("sketch:bits=3,block=1024,round=nearest", x, 1), x);
+    const double without =
+        mse(round_trip("sketch:bits=3,block=1024,round=nearest,zero=0", x, 1), x);
+    EXPECT_LE(with, without * (1 + 1e-9)) << b;
+    auto c = make("sketch:bits=3,block=1024,round=nearest");
+    std::vector<std::byte> enc(c->max_encoded_bytes(x.size()));
+    c->encode(x.data(), x.size(), {}, enc.data());
+    const auto lv = levels_of(enc, 3);
+    (std::find(lv.begin(), lv.end(), 0.0f) != lv.end() ? taken : left) += 1;
+  }
+  EXPECT_GT(taken, 0u);
+  EXPECT_GT(left, 0u);
 }
 
 TEST(Sketch, SpecErrors) {
   EXPECT_EQ(parse_codec_spec("sketch:bits=2").canonical, "sketch:bits=2,clusters=4");
   EXPECT_THROW(parse_codec_spec("sketch"), Error);
+  EXPECT_THROW(parse_codec_spec("sketch:bits=2,block=100000"), Error);
   EXPECT_THROW(parse_codec_spec("sketch:bits=9"), Error);
   EXPECT_THROW(parse_codec_spec("sketch:bits=2,clusters=0"), Error);
 }
