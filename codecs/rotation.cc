@@ -24,27 +24,8 @@ void flip(float* x, std::size_t m, std::size_t at, const RotationSigns& s) {
   }
 }
 
-unsigned log2_of(std::size_t m) {
-  unsigned k = 0;
-  while ((std::size_t{1} << k) < m) ++k;
-  return k;
-}
-
 void scale(float* x, std::size_t m, float f) {
   for (std::size_t i = 0; i < m; ++i) x[i] *= f;
-}
-
-// Calls f(start, length) for each piece of [0, n): whole blocks, then the tail in powers of two.
-template <class F>
-void for_pieces(std::size_t n, std::size_t block, F f) {
-  std::size_t at = 0;
-  for (; at + block <= n; at += block) f(at, block);
-  for (std::size_t m = block / 2; m >= 2 && at < n; m /= 2) {
-    if (n - at >= m) {
-      f(at, m);
-      at += m;
-    }
-  }
 }
 
 }  // namespace
@@ -94,14 +75,12 @@ namespace {
 void rotate(float* x, const float* src, std::size_t n, std::size_t block, std::uint64_t seed,
             bool forward, bool vector) {
   std::vector<std::uint64_t> words(block / 64 + 2);
-  for_pieces(n, block, [&](std::size_t at, std::size_t m) {
-    const unsigned k = log2_of(m);
-    const float f = std::ldexp(1.0f, -static_cast<int>(forward ? (k + 1) / 2 : k / 2));
+  for_rotation_pieces(n, rotation_log2(block), [&](std::size_t at, unsigned k) {
+    const std::size_t m = std::size_t{1} << k;
+    const float f = rotation_scale(k, forward);
     const std::size_t first = at >> 6;
     const std::size_t last = (at + m - 1) >> 6;
-    for (std::size_t w = first; w <= last; ++w) {
-      words[w - first] = splitmix64(seed + w * 0x9E3779B97F4A7C15ull);
-    }
+    for (std::size_t w = first; w <= last; ++w) words[w - first] = rotation_sign_word(seed, w);
     const RotationSigns s{words.data(), first};
     float* b = x + at;
     if (src != x) std::memcpy(b, src + at, m * sizeof(float));  // a block at a time: in cache

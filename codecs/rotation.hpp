@@ -15,7 +15,50 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "half.hpp"    // CCOLL_HOST_DEVICE
+#include "philox.hpp"  // splitmix64
+
 namespace ccoll::codec {
+
+// The rotation's rules, host and device (the device kernels, gpu/element_device.hpp, give the
+// same floats bit for bit):
+
+/// Word w of the signs: element e's sign is bit e mod 64 of word e / 64.
+CCOLL_HOST_DEVICE inline std::uint64_t rotation_sign_word(std::uint64_t seed, std::uint64_t w) {
+  return splitmix64(seed + w * 0x9E3779B97F4A7C15ull);
+}
+/// The sign bit of tensor element e.
+CCOLL_HOST_DEVICE inline std::uint32_t rotation_sign(std::uint64_t seed, std::uint64_t e) {
+  return static_cast<std::uint32_t>((rotation_sign_word(seed, e >> 6) >> (e & 63)) & 1u);
+}
+/// The power of two a rotated piece of 2^k elements is scaled by: 2^-ceil(k/2) forward,
+/// 2^-floor(k/2) back.
+CCOLL_HOST_DEVICE inline float rotation_scale(unsigned k, bool forward) {
+  const unsigned e = forward ? (k + 1) / 2 : k / 2;
+  float f = 1.0f;
+  for (unsigned i = 0; i < e; ++i) f *= 0.5f;
+  return f;
+}
+/// Calls f(start, log2 length) for each piece of a rotation of n elements in blocks of 2^log_b:
+/// the whole blocks, then the tail in powers of two, largest first, down to 2.
+template <class F>
+void for_rotation_pieces(std::size_t n, unsigned log_b, F&& f) {
+  const std::size_t block = std::size_t{1} << log_b;
+  std::size_t at = 0;
+  for (; at + block <= n; at += block) f(at, log_b);
+  for (unsigned k = log_b; k-- > 1 && at < n;) {
+    if (n - at >= (std::size_t{1} << k)) {
+      f(at, k);
+      at += std::size_t{1} << k;
+    }
+  }
+}
+/// log2 of a power of two.
+CCOLL_HOST_DEVICE inline unsigned rotation_log2(std::size_t m) {
+  unsigned k = 0;
+  while ((std::size_t{1} << k) < m) ++k;
+  return k;
+}
 
 /// The signs' seed of a call: its seed and its tensor's key (0 for none).
 std::uint64_t rotation_seed(std::uint64_t seed, std::uint64_t key);

@@ -10,6 +10,7 @@
 
 #include "backend.hpp"
 #include "maxnorm_device.hpp"  // Input, load_input
+#include "rotation.hpp"        // the rotation's rules (signs, scale, pieces)
 
 namespace ccoll::gpu {
 
@@ -25,12 +26,11 @@ CCOLL_HOST_DEVICE inline double square_sum_part(const float* x, std::size_t n, u
   return p;
 }
 
-/// rotate=hadamard on the device (codecs/rotation.hpp, the same floats bit for bit): the sign of
-/// tensor element e is bit e mod 64 of splitmix64(seed + (e / 64)·golden).
-CCOLL_HOST_DEVICE inline std::uint32_t rotation_sign(std::uint64_t seed, std::uint64_t e) {
-  return static_cast<std::uint32_t>(
-      (codec::splitmix64(seed + (e >> 6) * 0x9E3779B97F4A7C15ull) >> (e & 63)) & 1u);
-}
+/// rotate=hadamard on the device (codecs/rotation.hpp, the same floats bit for bit).
+using codec::for_rotation_pieces;
+using codec::rotation_log2;
+using codec::rotation_scale;
+using codec::rotation_sign;
 
 /// v with its sign bit flipped when `bit` is 1 (exact, NaN included).
 CCOLL_HOST_DEVICE inline float flip_sign(float v, std::uint32_t bit) {
@@ -49,30 +49,6 @@ CCOLL_HOST_DEVICE inline float flip_sign(float v, std::uint32_t bit) {
 /// of its low element (the high one is h further on).
 CCOLL_HOST_DEVICE inline std::size_t butterfly_low(std::size_t j, unsigned log_h) {
   return ((j >> log_h) << (log_h + 1)) | (j & ((std::size_t{1} << log_h) - 1));
-}
-
-/// The power of two a rotated piece of 2^k elements is scaled by: 2^-ceil(k/2) forward,
-/// 2^-floor(k/2) back (rotation.hpp).
-CCOLL_HOST_DEVICE inline float rotation_scale(unsigned k, bool forward) {
-  const unsigned e = forward ? (k + 1) / 2 : k / 2;
-  float f = 1.0f;
-  for (unsigned i = 0; i < e; ++i) f *= 0.5f;
-  return f;
-}
-
-/// Calls f(start, log2 length) for each piece of a rotation of n elements in blocks of 2^log_b:
-/// the whole blocks, then the tail in powers of two, largest first, down to 2 (rotation.hpp).
-template <class F>
-void for_rotation_pieces(std::size_t n, unsigned log_b, F&& f) {
-  const std::size_t block = std::size_t{1} << log_b;
-  std::size_t at = 0;
-  for (; at + block <= n; at += block) f(at, log_b);
-  for (unsigned k = log_b; k-- > 1 && at < n;) {
-    if (n - at >= (std::size_t{1} << k)) {
-      f(at, k);
-      at += std::size_t{1} << k;
-    }
-  }
 }
 
 /// The element-wise kernels; all pointers device memory.
