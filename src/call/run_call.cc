@@ -85,6 +85,7 @@ struct Flow {
   std::uint64_t seed = 0;  // the seed the codec draws with (agree_stage)
   bool compress = false;   // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
   bool rotated = false;    // rotate=hadamard: the call reads this rank's rotated input
+  bool rotated_in_place = false;  // ... on device buffers, where the caller's input was
   // the call runs stream-ordered (stream_allreduce.hpp), with this codec
   bool stream = false;
 
@@ -487,6 +488,7 @@ void rotate_input(Flow& f) {
     const auto* in = static_cast<const float*>(call.input(f.es(), f.rank()));
     f.pl.device->kernels<gpu::ElementKernels>().rotate(out, in, call.count, block,
                                                        rotation_seed_of(call), true);
+    f.rotated_in_place = call.in_place();
     call.sendbuf = MPI_IN_PLACE;
     return;
   }
@@ -692,7 +694,16 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
                 : pl.kernels()                               ? f.prep.plan->device_codec.get()
                                                              : f.prep.plan->codec.get()};
   StageError failed;
-  agree_stage(f, failed);
+  try {
+    agree_stage(f, failed);
+  } catch (...) {
+    // an in-place call on device buffers holds its input rotated in recvbuf (rotate_input):
+    // rotated back, so that an error found by the agreement, before any data moved, leaves the
+    // input as it was, up to the rounding of the transform's adds (host buffers were rotated
+    // into a copy)
+    if (f.rotated && pl.kernels() && f.rotated_in_place) rotate_output(f);
+    throw;
+  }
   // the device rotation's kernel, on the call's stream, done before any copy reads its output
   // (a stream-ordered call leaves it queued)
   if (f.rotated && pl.kernels() && !f.agreed.stream) pl.device->synchronize();

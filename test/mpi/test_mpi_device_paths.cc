@@ -52,6 +52,37 @@ TEST_F(DeviceBuffers, RotationAndClipRunOnTheDevice) {
   ccoll::reset_state(dev_comm_);
 }
 
+// An in-place call on device buffers rotates its input where it lies; an error the agreement
+// finds (here: every rank a different seed) leaves the input as it was, up to the transform's
+// rounding, and the next call works.
+TEST_F(DeviceBuffers, RotatedInPlaceInputSurvivesAnAgreementError) {
+  const int p = size_of(MPI_COMM_WORLD);
+  if (p < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::size_t n = 70001;
+  const std::vector<float> x = input(n, rank_of(MPI_COMM_WORLD), 6);
+  DeviceVec dx(x);
+  ccoll::Options opt;
+  opt.codec = "maxnorm:bits=4,rotate=hadamard";
+  opt.seed = 100 + static_cast<std::uint64_t>(rank_of(MPI_COMM_WORLD));
+  EXPECT_THROW(
+      ccoll::compressed_allreduce(MPI_IN_PLACE, dx.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt),
+      ccoll::Error);
+  const std::vector<float> back = dx.host();
+  double err = 0;
+  double norm = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    err = std::max(err, std::fabs(double(back[i]) - x[i]));
+    norm = std::max(norm, std::fabs(double(x[i])));
+  }
+  EXPECT_LE(err, 1e-5 * norm) << "the input was left rotated";
+  opt.seed = 100;
+  std::vector<float> want = x;
+  ccoll::compressed_allreduce(MPI_IN_PLACE, want.data(), n, MPI_FLOAT, MPI_SUM, host_comm_, opt);
+  DeviceVec dy(x);
+  ccoll::compressed_allreduce(MPI_IN_PLACE, dy.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt);
+  EXPECT_EQ(std::memcmp(dy.host().data(), want.data(), n * sizeof(float)), 0);
+}
+
 TEST_F(DeviceBuffers, HalfBuffersEqualHostBuffers) {
   const int p = size_of(MPI_COMM_WORLD);
   const int r = rank_of(MPI_COMM_WORLD);
