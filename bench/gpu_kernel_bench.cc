@@ -325,14 +325,21 @@ int main(int argc, char** argv) {
       b->device_free(sum);
     }
     auto* half = reinterpret_cast<std::uint16_t*>(codes);
-    row("fp16 encode", time_it(reps, [&] { cast.encode(true, x, n, half); }), 1.5);
+    row("fp16 encode", time_it(reps, [&] { cast.encode(true, x, n, {}, half); }), 1.5);
+    {
+      gpu::CastRounding sr;  // bf16:round=stochastic: a Philox draw an element
+      sr.stochastic = true;
+      sr.seed = 3;
+      row("bf16:round=stochastic encode",
+          time_it(reps, [&] { cast.encode(false, x, n, sr, half); }), 1.5);
+    }
     row("fp16 decode-accumulate", time_it(reps, [&] { cast.decode(true, half, n, y, true); }), 2.5);
     {
       // bf16 input (the same n elements, half the bytes): the scan and the bits=8 encode read
       // it as they widen it, against a conversion kernel into fp32 first (the GB/s of these rows
       // count n fp32 elements, as the rows above, so that the times compare directly)
       auto* bf = reinterpret_cast<std::uint16_t*>(codes2);
-      cast.encode(false, x, n, bf);
+      cast.encode(false, x, n, {}, bf);
       gpu::MaxnormEncodeArgs e;
       e.count = n;
       e.scales = scales;

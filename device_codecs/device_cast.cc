@@ -7,10 +7,10 @@ namespace {
 
 class DeviceCast final : public DeviceCodecBase {
  public:
-  DeviceCast(codec::Codec& cpu, gpu::Backend& b, bool resident, bool half)
-      : DeviceCodecBase(cpu, b, resident), half_(half) {}
+  DeviceCast(codec::Codec& cpu, gpu::Backend& b, bool resident, bool half, bool stochastic)
+      : DeviceCodecBase(cpu, b, resident), half_(half), stochastic_(stochastic) {}
 
-  std::size_t encode(const void* in, std::size_t count, const codec::BlockContext&,
+  std::size_t encode(const void* in, std::size_t count, const codec::BlockContext& ctx,
                      std::byte* out) override {
     std::byte header[wire::kHeaderBytes];
     wire::write_header(resident_ ? header : out,
@@ -18,13 +18,13 @@ class DeviceCast final : public DeviceCodecBase {
     if (resident_) put_prefix(out, header, wire::kHeaderBytes);
     std::uint8_t* codes = body_target(out, wire::kHeaderBytes, 2 * count);
     b_.kernels<gpu::CastKernels>().encode(half_, static_cast<const float*>(in), count,
-                                          reinterpret_cast<std::uint16_t*>(codes));
+                                          rounding(ctx), reinterpret_cast<std::uint16_t*>(codes));
     finish_body(out, wire::kHeaderBytes, codes, 2 * count);
     return wire::kHeaderBytes + 2 * count;
   }
   // The ring hop in one kernel: decode the received codes, add into the partial sum, re-encode.
   std::size_t reduce_encode(const std::byte* in, std::size_t bytes, std::size_t count, void* acc,
-                            const codec::BlockContext&, std::byte* out) override {
+                            const codec::BlockContext& ctx, std::byte* out) override {
     const std::uint32_t param = static_cast<std::uint32_t>(codec::DType::kFloat32);
     wire::expect_payload(host_prefix(in, bytes, wire::kHeaderBytes, prefix_a_), bytes, id(), param,
                          count, 2 * count);
@@ -38,12 +38,23 @@ class DeviceCast final : public DeviceCodecBase {
         resident_ ? reinterpret_cast<std::uint8_t*>(out + wire::kHeaderBytes)
                   : const_cast<std::uint8_t*>(reinterpret_cast<const std::uint8_t*>(codes_in));
     b_.kernels<gpu::CastKernels>().reduce_encode(half_, codes_in, count, static_cast<float*>(acc),
+                                                 rounding(ctx),
                                                  reinterpret_cast<std::uint16_t*>(codes_out));
     finish_body(out, wire::kHeaderBytes, codes_out, 2 * count);
     return wire::kHeaderBytes + 2 * count;
   }
 
  private:
+  // bf16:round=stochastic: the CPU codec's draws for the encode's elements
+  gpu::CastRounding rounding(const codec::BlockContext& ctx) const {
+    gpu::CastRounding r;
+    r.stochastic = stochastic_;
+    r.seed = ctx.seed;
+    r.call = ctx.call;
+    r.stream = static_cast<std::uint32_t>(ctx.stream);
+    r.offset = ctx.offset;
+    return r;
+  }
   wire::CodecId id() const { return half_ ? wire::CodecId::kFp16 : wire::CodecId::kBf16; }
   void apply(const std::byte* in, std::size_t bytes, std::size_t count, void* out,
              bool acc) override {
@@ -56,13 +67,14 @@ class DeviceCast final : public DeviceCodecBase {
   }
 
   bool half_;
+  bool stochastic_;
 };
 
 }  // namespace
 
 std::unique_ptr<codec::Codec> make_device_cast(codec::Codec& cpu, gpu::Backend& b, bool resident,
-                                               bool half) {
-  return std::make_unique<DeviceCast>(cpu, b, resident, half);
+                                               bool half, bool stochastic) {
+  return std::make_unique<DeviceCast>(cpu, b, resident, half, stochastic);
 }
 
 }  // namespace ccoll::device_codecs

@@ -28,8 +28,9 @@ namespace ccoll {
 /// CPU codec of the same spec, which the device codec answers what touches no memory from.
 namespace device_codecs {
 
+/// fp16 (`half`) or bf16, with bf16:round=stochastic's draws when `stochastic`
 std::unique_ptr<codec::Codec> make_device_cast(codec::Codec& cpu, gpu::Backend& b, bool resident,
-                                               bool half);
+                                               bool half, bool stochastic = false);
 /// maxnorm (also randk and codec=auto's maxnorm)
 std::unique_ptr<codec::Codec> make_device_maxnorm(codec::Codec& cpu, gpu::Backend& b, bool resident,
                                                   const codec::MaxNormParams& p);

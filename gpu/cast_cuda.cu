@@ -19,6 +19,14 @@ __global__ void cast_encode_kernel(const float* x, std::size_t count, std::uint1
   }
 }
 
+// bf16:round=stochastic
+__global__ void cast_encode_stochastic_kernel(const float* x, std::size_t count, CastRounding r,
+                                              std::uint16_t* codes) {
+  for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
+    codes[i] = cast_encode_one(false, x[i], r, i);
+  }
+}
+
 template <bool kHalf, bool kAccumulate>
 __global__ void cast_decode_kernel(const std::uint16_t* codes, std::size_t count, float* out) {
   for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
@@ -28,9 +36,9 @@ __global__ void cast_decode_kernel(const std::uint16_t* codes, std::size_t count
 }
 
 __global__ void cast_reduce_encode_kernel(bool half, const std::uint16_t* in, std::size_t count,
-                                          float* acc, std::uint16_t* out) {
+                                          float* acc, CastRounding r, std::uint16_t* out) {
   for (std::size_t i = global_thread(); i < count; i += grid_threads()) {
-    cast_reduce_encode_one(half, in, i, acc, out);
+    cast_reduce_encode_one(half, in, i, acc, out, r);
   }
 }
 
@@ -38,9 +46,13 @@ class CudaCast final : public CastKernels {
  public:
   explicit CudaCast(Backend& /*b*/) {}
 
-  void encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) override {
+  void encode(bool half, const float* x, std::size_t count, const CastRounding& r,
+              std::uint16_t* codes) override {
     if (count == 0) return;
-    if (half) {
+    if (r.stochastic) {
+      cast_encode_stochastic_kernel<<<grid_for(count), kThreads, 0, current_stream()>>>(x, count, r,
+                                                                                        codes);
+    } else if (half) {
       cast_encode_kernel<true><<<grid_for(count), kThreads, 0, current_stream()>>>(x, count, codes);
     } else {
       cast_encode_kernel<false>
@@ -64,10 +76,10 @@ class CudaCast final : public CastKernels {
     check_launch("cast_decode launch");
   }
   void reduce_encode(bool half, const std::uint16_t* in, std::size_t count, float* acc,
-                     std::uint16_t* out) override {
+                     const CastRounding& r, std::uint16_t* out) override {
     if (count == 0) return;
     cast_reduce_encode_kernel<<<grid_for(count), kThreads, 0, current_stream()>>>(half, in, count,
-                                                                                  acc, out);
+                                                                                  acc, r, out);
     check_launch("cast_reduce_encode launch");
   }
 };

@@ -13,13 +13,12 @@ class EmulatedCast final : public CastKernels {
  public:
   explicit EmulatedCast(Backend& b) : b_(b) {}
 
-  void encode(bool half, const float* x, std::size_t count, std::uint16_t* codes) override {
+  void encode(bool half, const float* x, std::size_t count, const CastRounding& r,
+              std::uint16_t* codes) override {
     emulated::require_current_device(b_, x, "cast_encode");
     emulated::require_current_device(b_, codes, "cast_encode");
     emulated::launch([=] {
-      for (std::size_t i = 0; i < count; ++i) {
-        codes[i] = half ? codec::float_to_half(x[i]) : codec::float_to_bf16(x[i]);
-      }
+      for (std::size_t i = 0; i < count; ++i) codes[i] = cast_encode_one(half, x[i], r, i);
     });
   }
   void decode(bool half, const std::uint16_t* codes, std::size_t count, float* out,
@@ -33,9 +32,9 @@ class EmulatedCast final : public CastKernels {
     });
   }
   void reduce_encode(bool half, const std::uint16_t* in, std::size_t count, float* acc,
-                     std::uint16_t* out) override {
+                     const CastRounding& r, std::uint16_t* out) override {
     emulated::launch([=] {
-      for (std::size_t i = 0; i < count; ++i) cast_reduce_encode_one(half, in, i, acc, out);
+      for (std::size_t i = 0; i < count; ++i) cast_reduce_encode_one(half, in, i, acc, out, r);
     });
   }
 

@@ -134,7 +134,7 @@ void run_half_on_device(const HalfCall& hc, gpu::Backend& device) {
   // a stream-ordered call wrote the 16-bit output itself, on the stream
   if (hc.out_n == 0 || hc.stats.stream_ordered) return;
   device.set_stream(hc.call.options.cuda_stream);  // the fp32 call leaves the default stream set
-  device.kernels<gpu::CastKernels>().encode(fp16, out, hc.out_n,
+  device.kernels<gpu::CastKernels>().encode(fp16, out, hc.out_n, gpu::CastRounding{},
                                             static_cast<std::uint16_t*>(hc.call.recvbuf));
   device.synchronize();
 }

@@ -153,7 +153,8 @@ void run_stream_allreduce(const StreamAllreduce& a, StreamState& state, StreamCo
   if (!a.gather) {
     if (a.average) el.divide(out, n_out, false, a.ranks);
     if (a.out16 != nullptr) {
-      b.kernels<gpu::CastKernels>().encode(a.input == gpu::Input::kFloat16, out, n_out, a.out16);
+      b.kernels<gpu::CastKernels>().encode(a.input == gpu::Input::kFloat16, out, n_out,
+                                           gpu::CastRounding{}, a.out16);
     }
   }
   // a lane out of range anywhere: the adds flag the first word, and the decodes record in the

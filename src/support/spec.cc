@@ -248,8 +248,9 @@ codec::MaxNormParams maxnorm_params(const CodecSpec& s) {
 }
 
 DeviceMaker device_cast(bool half) {
-  return [half](const CodecSpec&, codec::Codec& cpu, gpu::Backend& b, bool resident) {
-    return device_codecs::make_device_cast(cpu, b, resident, half);
+  return [half](const CodecSpec& s, codec::Codec& cpu, gpu::Backend& b, bool resident) {
+    const bool stochastic = !half && value_of(s, "round") == "stochastic";
+    return device_codecs::make_device_cast(cpu, b, resident, half, stochastic);
   };
 }
 
@@ -339,14 +340,7 @@ const std::vector<Entry>& registry() {
        [](const CodecSpec& s, codec::DType t) {
          return codec::make_bf16_codec(t, value_of(s, "round") == "stochastic");
        },
-       device_cast(false),
-       0,
-       nullptr,
-       0,
-       nullptr,
-       nullptr,
-       // the cast kernels round to nearest: stochastic rounding runs on the host
-       [](const CodecSpec& s) { return value_of(s, "round") == "nearest"; }},
+       device_cast(false)},
       {"fp8",
        {choice_param("format", {"e4m3", "e5m2"}, "e4m3"), block_param("1024"),
         choice_param("round", {"nearest", "stochastic"}, "nearest")},

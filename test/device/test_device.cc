@@ -487,8 +487,9 @@ INSTANTIATE_TEST_SUITE_P(
         "dq:max=6,min=2", "dq:max=8,min=3,ef=1", "randk:ratio=0.1", "randk:bits=4,ratio=0.01",
         "randk:bits=3,ratio=0.3,ef=1", "sketch:bits=3", "sketch:bits=2,clusters=2",
         "sketch:bits=4,ef=1", "topk:ratio=0.01", "topk:ratio=0.3", "topk:ratio=0.05,ef=1", "fp8",
-        "fp8:format=e5m2,block=256,round=stochastic", "fp8,ef=1", "mx", "mx:format=fp6e3m2",
-        "mx:format=fp6e2m3", "mx:format=fp4e2m1", "mx:format=fp8e5m2,ef=1", "nvfp4",
+        "fp8:format=e5m2,block=256,round=stochastic", "fp8,ef=1", "bf16:round=stochastic",
+        "bf16:round=stochastic,ef=1", "mx", "mx:format=fp6e3m2", "mx:format=fp6e2m3",
+        "mx:format=fp4e2m1", "mx:format=fp8e5m2,ef=1", "nvfp4",
         // nearest rounding and sign's rms scale (the ef=1 defaults)
         "maxnorm:bits=3,round=nearest", "maxnorm:bits=2/6,round=nearest",
         "qsgd:bits=4,round=nearest", "qsgd:bits=2,bucket=100,ef=1", "terngrad:round=nearest",
