@@ -80,7 +80,7 @@ class SketchCodec final : public FixedLengthCodec<SketchCodec<T>, T> {
         zero_(zero),
         refine_(refine),
         spec_("sketch:bits=" + std::to_string(bits) +
-              (block != 0 ? ",block=" + std::to_string(block) : "") +
+              (block != kSketchDefaultBlock ? ",block=" + std::to_string(block) : "") +
               ",clusters=" + std::to_string(clusters) + (refine ? "" : ",refine=0") +
               (nearest ? ",round=nearest" : "") + (zero ? "" : ",zero=0")) {}
 

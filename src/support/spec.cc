@@ -124,14 +124,14 @@ Param block_param(const char* def) {
   return choice_param("block", blocks, def);
 }
 
-// sketch's elements per level table: 0 (one table a payload, left out of the canonical spec)
-// or a power of two from 256 to 65536.
+// sketch's elements per level table: a power of two from 256 to 65536 (default 1024,
+// codec::kSketchDefaultBlock, left out of the canonical spec) or 0 (one table a payload).
 Param sketch_block_param() {
   std::vector<std::string> blocks{"0"};
   for (std::size_t b = codec::kMaxnormMinBlock; b <= codec::kMaxnormBlock; b *= 2) {
     blocks.push_back(std::to_string(b));
   }
-  return choice_param("block", blocks, "0");
+  return choice_param("block", blocks, "1024");  // codec::kSketchDefaultBlock
 }
 
 // rotate=hadamard (codecs/rotation.hpp), a parameter of the codecs with scale blocks; its

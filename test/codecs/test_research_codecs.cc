@@ -68,7 +68,7 @@ TEST(Sketch, OutputsAreBracketingLevels) {
   for (unsigned bits : {1u, 2u, 3u, 4u, 8u}) {
     for (unsigned clusters : {1u, 2u, 4u, 16u}) {
       const std::string spec =
-          "sketch:bits=" + std::to_string(bits) + ",clusters=" + std::to_string(clusters);
+          "sketch:bits=" + std::to_string(bits) + ",block=0,clusters=" + std::to_string(clusters);
       SCOPED_TRACE(spec);
       const auto x = heavy_tailed(30011, bits * 100 + clusters);
       auto c = make(spec);
@@ -96,7 +96,7 @@ TEST(Sketch, OutputsAreBracketingLevels) {
 // draw is at most width²/4).
 TEST(Sketch, Unbiased) {
   const auto x = heavy_tailed(4096, 5);
-  auto c = make("sketch:bits=3");
+  auto c = make("sketch:bits=3,block=0");
   const int trials = 3000;
   std::vector<double> mean(x.size(), 0.0);
   std::vector<std::byte> enc(c->max_encoded_bytes(x.size()));
@@ -129,7 +129,7 @@ TEST(Sketch, Unbiased) {
 // blocks follow the values too: there maxnorm:bits=3 errs less than sketch:bits=2.)
 TEST(Sketch, BeatsUniformLevelsOnHeavyTails) {
   const auto x = heavy_tailed(65536, 11);
-  const double sketch2 = mse(round_trip("sketch:bits=2", x, 1), x);
+  const double sketch2 = mse(round_trip("sketch:bits=2,block=0", x, 1), x);
   const double maxnorm2 = mse(round_trip("maxnorm:bits=2,block=65536", x, 1), x);
   const double maxnorm3 = mse(round_trip("maxnorm:bits=3,block=65536", x, 1), x);
   RecordProperty("sketch2_mse", std::to_string(sketch2));
@@ -252,18 +252,22 @@ TEST(Sketch, TablePerBlock) {
   // per-block tables follow the values: at 2 bits on heavy tails the error falls well below
   // one table for the whole array's
   const auto big = heavy_tailed(65536, 22);
-  const double one = mse(round_trip("sketch:bits=2", big, 1), big);
+  const double one = mse(round_trip("sketch:bits=2,block=0", big, 1), big);
   const double per = mse(round_trip("sketch:bits=2,block=1024", big, 1), big);
   RecordProperty("one_table_mse", std::to_string(one));
   RecordProperty("block1024_mse", std::to_string(per));
   EXPECT_LT(per, 0.8 * one) << per << " vs " << one;
-  EXPECT_EQ(parse_codec_spec("sketch:bits=2,block=1024").canonical,
-            "sketch:bits=2,block=1024,clusters=4");
-  EXPECT_EQ(make("sketch:bits=2,block=1024")->spec(), "sketch:bits=2,block=1024,clusters=4");
-  EXPECT_EQ(parse_codec_spec("sketch:bits=2,block=0").canonical, "sketch:bits=2,clusters=4");
+  // block=1024 is the default; block=0 is one table a payload, the only form with kernels
+  EXPECT_EQ(parse_codec_spec("sketch:bits=2,block=1024").canonical, "sketch:bits=2,clusters=4");
+  EXPECT_EQ(make("sketch:bits=2")->spec(), "sketch:bits=2,clusters=4");
+  EXPECT_EQ(parse_codec_spec("sketch:bits=2,block=0").canonical,
+            "sketch:bits=2,block=0,clusters=4");
+  EXPECT_EQ(make("sketch:bits=2,block=0")->spec(), "sketch:bits=2,block=0,clusters=4");
+  EXPECT_EQ(make("sketch:bits=2,block=4096")->spec(), "sketch:bits=2,block=4096,clusters=4");
   EXPECT_THROW(parse_codec_spec("sketch:bits=2,block=1000"), Error);
-  EXPECT_TRUE(has_device_kernels(parse_codec_spec("sketch:bits=2"), DType::kFloat32));
-  EXPECT_FALSE(has_device_kernels(parse_codec_spec("sketch:bits=2,block=1024"), DType::kFloat32));
+  EXPECT_TRUE(has_device_kernels(parse_codec_spec("sketch:bits=2,block=0"), DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("sketch:bits=2"), DType::kFloat32));
+  EXPECT_FALSE(has_device_kernels(parse_codec_spec("sketch:bits=2,block=256"), DType::kFloat32));
 }
 
 // The allocation acts at 2 bits: with more clusters than the three intervals, the levels

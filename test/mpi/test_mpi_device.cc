@@ -31,7 +31,7 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
                           "dq:max=8,min=2",
                           "randk:ratio=0.1",
                           "randk:bits=4,ratio=0.05,ef=1",
-                          "sketch:bits=3",
+                          "sketch:bits=3,block=0",
                           "fp8:round=stochastic",
                           "mx:format=fp4e2m1",
                           "nvfp4,ef=1"};
@@ -145,7 +145,7 @@ TEST_F(DeviceBuffers, ReduceScatterEqualsHostBuffers) {
   const int r = rank_of(MPI_COMM_WORLD);
   unsigned seed = 300;
   for (const char* codec : {"maxnorm:bits=4", "maxnorm:bits=8,ef=1", "fp16", "qsgd:bits=4", "none",
-                            "topk:ratio=0.1", "sketch:bits=3"}) {
+                            "topk:ratio=0.1", "sketch:bits=3,block=0"}) {
     for (const std::size_t n : {std::size_t{1}, std::size_t{1001}, std::size_t{70001}}) {
       for (const bool in_place : {false, true}) {
         SCOPED_TRACE(std::string(codec) + " recvcount=" + std::to_string(n) +

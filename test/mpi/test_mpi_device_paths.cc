@@ -537,9 +537,10 @@ TEST_F(DeviceBuffers, NoDeviceAllocationAfterTheFirstCall) {
   }
   const int r = rank_of(MPI_COMM_WORLD);
   const std::size_t n = 200003;
-  for (const char* codec : {"maxnorm:bits=4", "maxnorm:bits=2/6", "fp16", "qsgd:bits=4",
-                            "sketch:bits=3", "topk:ratio=0.1", "randk:ratio=0.1", "temporal:bits=4",
-                            "dq:max=8,min=2", "maxnorm:bits=4,ef=1", "fp16,ef=1", "none"}) {
+  for (const char* codec :
+       {"maxnorm:bits=4", "maxnorm:bits=2/6", "fp16", "qsgd:bits=4", "sketch:bits=3,block=0",
+        "topk:ratio=0.1", "randk:ratio=0.1", "temporal:bits=4", "dq:max=8,min=2",
+        "maxnorm:bits=4,ef=1", "fp16,ef=1", "none"}) {
     for (const bool allgather : {false, true}) {
       if (allgather && std::string(codec).rfind("temporal", 0) == 0) continue;  // all-reduce only
       SCOPED_TRACE(std::string(codec) + (allgather ? " allgather" : " allreduce"));
