@@ -15,10 +15,11 @@
 // chunk once; the bytes travel around the ring unchanged and every rank, the owner too, decodes
 // the same bytes, so all ranks end bit-identical.
 //
-// Traffic per rank: (p-1)/p of the encoded size in each phase, as the ring. Each step has one
-// chunk of receives in flight; sends stay in flight until the phase ends (each step's in its
-// own slots). A corrupt or failed payload poisons the owner, whose chunk then goes out poisoned
-// in the all-gather, so every rank whose result depends on it throws (the ring's semantics).
+// Traffic per rank: (p-1)/p of the encoded size in each phase, as the ring. Each step's receives
+// are posted a step ahead, into two rooms used in turn; sends stay in flight until the phase
+// ends (each step's in its own slots). A corrupt or failed payload poisons the owner, whose chunk
+// then goes out poisoned in the all-gather, so every rank whose result depends on it throws (the
+// ring's semantics).
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
 #include "engine.hpp"
@@ -26,25 +27,34 @@
 namespace ccoll::coll {
 namespace {
 
-// `own`: this rank's chunk of the output (chunk-relative element offsets).
+// `own`: this rank's chunk of the output (chunk-relative element offsets). The contributions
+// to it land in turn in its own slots and in `spare` (room for nseg_max() segments), so that
+// each step's receives are posted before the previous step's payloads are decoded: the next
+// sender's bytes flow while this rank decodes, instead of waiting for a receive to match.
 void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input, std::byte* own,
-                          std::byte* slots) {
+                          std::byte* slots, std::byte* spare) {
   const int p = e.size();
   const int r = e.rank();
   const std::size_t es = e.elem_bytes();
   const std::size_t nmax = L.nseg_max();
-  Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p));
-  Request* recvs = sends + nmax * static_cast<std::size_t>(p - 1);
+  Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p + 1));
+  Request* recvs = sends + nmax * static_cast<std::size_t>(p - 1);  // two steps' worth
   std::size_t nsends = 0;
   const std::size_t nown = L.nseg(r);
+  // step s's receive buffer for segment j, and its request
+  auto room = [&](int s, std::size_t j) {
+    return (s % 2 == 1 ? slots + L.slot(r, 0) : spare) + j * L.seg_capacity();
+  };
+  auto request = [&](int s, std::size_t j) -> Request& { return recvs[(s % 2) * nmax + j]; };
+  auto post = [&](int s) {
+    const int from = ring_mod(r - s, p);
+    for (std::size_t j = 0; j < nown; ++j) {
+      request(s, j) = e.recv(room(s, j), L.seg_capacity(), from, kTagScatterReduce);
+    }
+  };
+  post(1);
   for (int s = 1; s < p; ++s) {
     const int to = ring_mod(r + s, p);
-    const int from = ring_mod(r - s, p);
-    // this step's contribution to this rank's chunk lands in the chunk's own slots, which hold
-    // nothing else until the all-gather
-    for (std::size_t j = 0; j < nown; ++j) {
-      recvs[j] = e.recv(slots + L.slot(r, j), L.seg_capacity(), from, kTagScatterReduce);
-    }
     // this rank's contribution to chunk `to`, each segment sent as soon as it is encoded
     const std::size_t nto = L.nseg(to);
     codec::EncodeJob* enc =
@@ -52,7 +62,9 @@ void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input
     e.encode_many(enc, nto, [&](std::size_t j) {
       sends[nsends++] = e.send(enc[j].out, enc[j].bytes, to, kTagScatterReduce);
     });
-    // rank `from`'s contribution to this rank's chunk, added in as each segment arrives
+    // the next step's receives, into the other room (its last payloads were decoded a step ago)
+    if (s + 1 < p) post(s + 1);
+    // rank (r - s)'s contribution to this rank's chunk, added in as each segment arrives
     codec::DecodeJob* dec = e.workspace().decode_jobs(nown);
     const std::size_t first = L.seg_offset(r, 0);
     for (std::size_t j = 0; j < nown; ++j) {
@@ -60,8 +72,8 @@ void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input
                                 own + (L.seg_offset(r, j) - first) * es, true};
     }
     e.decode_many(dec, nown, [&](std::size_t j) {
-      dec[j].in = slots + L.slot(r, j);
-      dec[j].bytes = e.wait_recv(recvs[j]);
+      dec[j].in = room(s, j);
+      dec[j].bytes = e.wait_recv(request(s, j));
     });
   }
   for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
@@ -87,13 +99,19 @@ void require_not_summable(const codec::Codec& c) {
 }
 
 // Rank r's chunk of the output (`own`) as its own input, exact, then the pairwise exchange.
+// `slots`: scatter_slot_bytes(L) of room.
 void reduce_scatter_into(Context& cx, Engine& e, const RingLayout& L, const std::byte* input,
                          std::byte* own, std::byte* slots) {
   const int r = e.rank();
   const std::size_t es = e.elem_bytes();
   const std::byte* mine = input + L.seg_offset(r, 0) * es;
   if (mine != own) copy_elements(cx, own, mine, L.chunk_elems(r) * es);
-  if (e.size() > 1) scatter_reduce_phase(e, L, input, own, slots);
+  if (e.size() > 1) scatter_reduce_phase(e, L, input, own, slots, slots + L.slot_bytes());
+}
+
+// The slots of every chunk and a spare room for one chunk's receives.
+std::size_t scatter_slot_bytes(const RingLayout& L) {
+  return L.slot_bytes() + L.nseg_max() * L.seg_capacity();
 }
 
 }  // namespace
@@ -102,7 +120,7 @@ void reduce_scatter_pairwise(Context& cx, const void* in, void* out_chunk, std::
   require_not_summable(cx.codec);
   Engine e(cx);
   const RingLayout L(count, e.size(), cx.segment_elems, cx.codec);
-  std::byte* slots = cx.workspace.bytes(L.slot_bytes());
+  std::byte* slots = cx.workspace.bytes(scatter_slot_bytes(L));
   reduce_scatter_into(cx, e, L, static_cast<const std::byte*>(in),
                       static_cast<std::byte*>(out_chunk), slots);
   e.finish();
@@ -123,7 +141,7 @@ void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_
     return;
   }
   const RingLayout L(count, p, cx.segment_elems, cx.codec);
-  std::byte* slots = cx.workspace.bytes(L.slot_bytes());
+  std::byte* slots = cx.workspace.bytes(scatter_slot_bytes(L));
   std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
   std::byte* own = data + L.seg_offset(r, 0) * es;
   reduce_scatter_into(cx, e, L, input, own, slots);
