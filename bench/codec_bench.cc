@@ -39,6 +39,7 @@ const std::vector<std::string> kCodecs = {"fp16",
                                           "sign",
                                           "topk:ratio=0.01",
                                           "fp8",
+                                          "mx",
                                           "mx:format=fp4e2m1",
                                           "nvfp4",
                                           "bf16:round=stochastic"};

@@ -44,6 +44,8 @@ namespace {
 struct LowpUniforms;  // thread_scratch tags
 struct LowpCodes;
 struct LowpWide;
+struct LowpMaxima;
+struct LowpDivs;
 
 template <class T>
 class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
@@ -97,41 +99,39 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
     auto* body = reinterpret_cast<std::uint8_t*>(out + wire::kHeaderBytes);
     float global = 1.0f;
     if (l_.scheme == LowpScheme::kNvfp4) {
-      global = nvfp4_global(max_abs(x, count));
+      float m = 0;
+      block_maxima(x, count, count, &m);
+      global = nvfp4_global(m);
       store_f32_le(global, body);
     }
     std::uint8_t* scales = body + l_.scales_at();
     BitWriter w(out + wire::kHeaderBytes + l_.codes_at(count), l_.width);
-    for (std::size_t b = 0; b < l_.blocks(count); ++b) {
-      const std::size_t begin = b * block();
-      const std::size_t n = std::min(count, begin + block()) - begin;
-      // x / div is what the element codes; div == 0: every code 0
-      const float div =
-          lowp_block_scale(l_, max_abs(x + begin, n), global, scales + l_.scale_bytes() * b);
-      // a batch of elements at a time: their codes as bytes (a loop the compiler vectorizes;
-      // stochastic: with the batch's draws), then packed
-      std::uint8_t* codes = thread_scratch<LowpCodes, std::uint8_t>(kUniformBatch).data();
-      for (std::size_t at = 0; at < n; at += kUniformBatch) {
-        const std::size_t len = std::min(kUniformBatch, n - at);
-        const T* xs = x + begin + at;
-        if (!(div > 0)) {
-          std::fill(codes, codes + len, std::uint8_t{0});
-        } else {
-          const float* u =
-              stochastic_
-                  ? uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + begin + at, len,
-                                 thread_scratch<LowpUniforms, float>(kUniformBatch + 8).data())
-                  : nullptr;
-          const float* xf = nullptr;
-          if constexpr (std::is_same_v<T, float>) {
-            xf = xs;
-          } else {
-            float* wide = thread_scratch<LowpWide, float>(kUniformBatch).data();
-            for (std::size_t k = 0; k < len; ++k) wide[k] = static_cast<float>(xs[k]);
-            xf = wide;
-          }
-          minifloat_codes(xf, len, div, l_.format, u, codes);
-        }
+    // a batch of elements at a time (whole blocks, or part of one block): the blocks' maxima
+    // and scales, the elements' codes as bytes (stochastic: with the batch's draws), packed
+    const std::size_t batch = std::max(block(), kUniformBatch);
+    std::uint8_t* codes = thread_scratch<LowpCodes, std::uint8_t>(kUniformBatch).data();
+    float* maxima = thread_scratch<LowpMaxima, float>(kUniformBatch).data();
+    float* divs = thread_scratch<LowpDivs, float>(kUniformBatch).data();
+    float* wide = thread_scratch<LowpWide, float>(kUniformBatch).data();
+    for (std::size_t b0 = 0; b0 < count; b0 += batch) {
+      const std::size_t bn = std::min(batch, count - b0);
+      const std::size_t nb = (bn + block() - 1) / block();  // blocks in the batch
+      block_maxima(x + b0, bn, block(), maxima);
+      for (std::size_t k = 0; k < nb; ++k) {
+        // x / div is what the element codes; div == 0: every code 0
+        divs[k] =
+            lowp_block_scale(l_, maxima[k], global, scales + l_.scale_bytes() * (b0 / block() + k));
+      }
+      for (std::size_t at = 0; at < bn; at += kUniformBatch) {
+        const std::size_t len = std::min(kUniformBatch, bn - at);
+        const float* xf = floats(x + b0 + at, len, wide);
+        const float* u =
+            stochastic_
+                ? uniforms_for(ctx.seed, ctx.call, ctx.stream, ctx.offset + b0 + at, len,
+                               thread_scratch<LowpUniforms, float>(kUniformBatch + 8).data())
+                : nullptr;
+        const std::size_t per = std::min(block(), len);  // elements a div here
+        minifloat_codes(xf, len, per, divs + at / block(), l_.format, u, codes);
         w.put_bytes(codes, len);
       }
     }
@@ -150,6 +150,25 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
     for (std::size_t i = 0; i < n; ++i) m = std::max(m, std::fabs(static_cast<float>(x[i])));
     return m;
   }
+  // x[0, n) as floats: x itself, or (doubles) converted into `wide` (n <= kUniformBatch)
+  static const float* floats(const T* x, std::size_t n, float* wide) {
+    if constexpr (std::is_same_v<T, float>) {
+      return x;
+    } else {
+      for (std::size_t k = 0; k < n; ++k) wide[k] = static_cast<float>(x[k]);
+      return wide;
+    }
+  }
+  // maxima[k] = max |x| of block k (of `b` elements) of x[0, n)
+  static void block_maxima(const T* x, std::size_t n, std::size_t b, float* maxima) {
+    if (n == 0) return;
+    if constexpr (std::is_same_v<T, float>) {
+      block_abs_max(x, n, b, maxima);
+    } else {
+      for (std::size_t k = 0; k * b < n; ++k)
+        maxima[k] = max_abs(x + k * b, std::min(b, n - k * b));
+    }
+  }
 
   template <bool kAccumulate>
   void apply(const std::byte* in, std::size_t bytes, std::size_t count, T* out) const {
@@ -162,22 +181,23 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
     const std::uint8_t* scales = body + l_.scales_at();
     BitReader r(in + wire::kHeaderBytes + l_.codes_at(count), l_.width);
     const std::uint32_t special = minifloat_special_mask(l_.format);
-    for (std::size_t b = 0; b < l_.blocks(count); ++b) {
-      const float mul = lowp_block_mul(l_, scales + l_.scale_bytes() * b, global);
-      const std::size_t begin = b * block();
-      const std::size_t end = std::min(count, begin + block());
-      std::uint8_t* codes = thread_scratch<LowpCodes, std::uint8_t>(kUniformBatch).data();
-      for (std::size_t i = begin; i < end;) {
-        const std::size_t len = std::min(kUniformBatch, end - i);
-        r.get_bytes(codes, len);
-        if (special != 0) {  // (loops the compiler vectorizes)
-          std::uint32_t bad = 0;
-          for (std::size_t k = 0; k < len; ++k) bad |= (codes[k] & special) == special ? 1u : 0u;
-          if (bad != 0) corrupt(lowp_name(l_.scheme), "element code out of range");
-        }
+    std::uint8_t* codes = thread_scratch<LowpCodes, std::uint8_t>(kUniformBatch).data();
+    // a batch of codes at a time (whole blocks, or part of one block), then block by block
+    for (std::size_t i = 0; i < count;) {
+      const std::size_t len = std::min(kUniformBatch, count - i);
+      r.get_bytes(codes, len);
+      if (special != 0) {  // (loops the compiler vectorizes)
+        std::uint32_t bad = 0;
+        for (std::size_t k = 0; k < len; ++k) bad |= (codes[k] & special) == special ? 1u : 0u;
+        if (bad != 0) corrupt(lowp_name(l_.scheme), "element code out of range");
+      }
+      for (std::size_t k0 = 0; k0 < len;) {
+        const std::size_t b = (i + k0) / block();
+        const std::size_t k1 = std::min(len, (b + 1) * block() - i);
         // (an mx or fp8 block: x / div coded, so value · div; nvfp4: value · (scale / g))
+        const float mul = lowp_block_mul(l_, scales + l_.scale_bytes() * b, global);
         with_format([&](auto f) {
-          for (std::size_t k = 0; k < len; ++k) {
+          for (std::size_t k = k0; k < k1; ++k) {
             const T v = static_cast<T>(finite_minifloat_value(codes[k], decltype(f)::value) * mul);
             if constexpr (kAccumulate) {
               out[i + k] += v;
@@ -186,8 +206,9 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
             }
           }
         });
-        i += len;
+        k0 = k1;
       }
+      i += len;
     }
   }
 
@@ -216,23 +237,36 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
 
 }  // namespace
 
-void minifloat_codes(const float* x, std::size_t n, float div, Minifloat f, const float* u,
-                     std::uint8_t* out) {
-  std::size_t k = 0;
+void minifloat_codes(const float* x, std::size_t n, std::size_t block, const float* divs,
+                     Minifloat f, const float* u, std::uint8_t* out) {
 #if defined(CCOLL_HAVE_HWY)
-  k = minifloat_codes_hwy(x, n, div, f, u, out);
+  if (minifloat_codes_hwy(x, n, block, divs, f, u, out) == n) return;
 #endif
-  for (; k < n; ++k) {
-    out[k] = static_cast<std::uint8_t>(
-        finite_to_minifloat_sat(x[k] / div, f, u != nullptr, u != nullptr ? u[k] : 0.0f));
+  for (std::size_t k = 0; k < n; ++k) {
+    const float div = divs[k / block];
+    out[k] = div > 0 ? static_cast<std::uint8_t>(finite_to_minifloat_sat(
+                           x[k] / div, f, u != nullptr, u != nullptr ? u[k] : 0.0f))
+                     : std::uint8_t{0};
+  }
+}
+
+void block_abs_max(const float* x, std::size_t n, std::size_t block, float* out) {
+#if defined(CCOLL_HAVE_HWY)
+  if (block_abs_max_hwy(x, n, block, out) == n) return;
+#endif
+  for (std::size_t b0 = 0; b0 < n; b0 += block) {
+    float m = 0;
+    for (std::size_t i = b0; i < std::min(n, b0 + block); ++i) m = std::max(m, std::fabs(x[i]));
+    out[b0 / block] = m;
   }
 }
 
 #if !defined(CCOLL_HAVE_HWY)
-std::size_t minifloat_codes_hwy(const float*, std::size_t, float, Minifloat, const float*,
-                                std::uint8_t*) {
+std::size_t minifloat_codes_hwy(const float*, std::size_t, std::size_t, const float*, Minifloat,
+                                const float*, std::uint8_t*) {
   return 0;
 }
+std::size_t block_abs_max_hwy(const float*, std::size_t, std::size_t, float*) { return 0; }
 #endif
 
 std::unique_ptr<Codec> make_lowp_codec(DType dtype, const LowpLayout& layout, bool stochastic) {

@@ -15,14 +15,18 @@ namespace ccoll::codec {
 std::unique_ptr<Codec> make_lowp_codec(DType dtype, const LowpLayout& layout,
                                        bool stochastic = false);
 
-/// out[k] = finite_to_minifloat_sat(x[k] / div, f, u != null, u[k]) for k < n (finite x): the
-/// codecs' element codes, vectorized where Highway is built in.
-void minifloat_codes(const float* x, std::size_t n, float div, Minifloat f, const float* u,
-                     std::uint8_t* out);
+/// out[k] = finite_to_minifloat_sat(x[k] / divs[k / block], f, u != null, u[k]) for k < n
+/// (finite x; 0 where the block's div is not positive: a block of zeros): the codecs' element
+/// codes over a run of blocks, vectorized where Highway is built in.
+void minifloat_codes(const float* x, std::size_t n, std::size_t block, const float* divs,
+                     Minifloat f, const float* u, std::uint8_t* out);
+/// out[k] = max |x| over block k of x[0, n) (finite x).
+void block_abs_max(const float* x, std::size_t n, std::size_t block, float* out);
 
-/// The vectorized part of minifloat_codes (minifloat_hwy.cc): the codes of the first elements,
-/// a whole number of vectors; returns how many (0 where there are no vectors).
-std::size_t minifloat_codes_hwy(const float* x, std::size_t n, float div, Minifloat f,
-                                const float* u, std::uint8_t* out);
+/// The vectorized minifloat_codes and block_abs_max (minifloat_hwy.cc): n when they did the
+/// work, 0 where they did not (no vectors, a vector longer than a block, no Highway).
+std::size_t minifloat_codes_hwy(const float* x, std::size_t n, std::size_t block, const float* divs,
+                                Minifloat f, const float* u, std::uint8_t* out);
+std::size_t block_abs_max_hwy(const float* x, std::size_t n, std::size_t block, float* out);
 
 }  // namespace ccoll::codec

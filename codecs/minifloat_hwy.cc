@@ -1,6 +1,7 @@
-// The low-precision codecs' element codes (minifloat.hpp finite_to_minifloat_sat), vectorized
-// with Highway and dispatched at run time (built when libhwy-dev is found; lowp.cc uses it
-// then). Lane for lane the scalar function's operations: the same codes, bit for bit (tested).
+// The low-precision codecs' element codes (minifloat.hpp finite_to_minifloat_sat) and their
+// blocks' largest magnitudes, vectorized with Highway and dispatched at run time (built when
+// libhwy-dev is found; lowp.cc uses them then), a run of blocks a call. Lane for lane the scalar
+// function's operations: the same codes, bit for bit (tested).
 #include <cstddef>
 #include <cstdint>
 
@@ -17,23 +18,29 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET == HWY_SCALAR
-// One lane: nothing to gain; the caller's scalar loop runs.
-std::size_t Codes(const float*, std::size_t, float, Minifloat, const float*, std::uint8_t*) {
+// One lane: nothing to gain; the caller's scalar loops run.
+std::size_t Codes(const float*, std::size_t, std::size_t, const float*, Minifloat, const float*,
+                  std::uint8_t*) {
   return 0;
 }
+std::size_t AbsMax(const float*, std::size_t, std::size_t, float*) { return 0; }
 #else
-// codes of x[0, n) / div (stochastic with draws u where u is not null) for the whole vectors of
-// n; returns how many it wrote
-std::size_t Codes(const float* HWY_RESTRICT x, std::size_t n, float div, Minifloat f,
-                  const float* HWY_RESTRICT u, std::uint8_t* HWY_RESTRICT out) {
+// codes of x[0, n) / divs[k / block] (stochastic with draws u where u is not null; 0 for a block
+// whose div is not positive) for the whole vectors of each block; the rest of each block by the
+// scalar function. Returns n, or 0
+// where a vector is longer than a block (then the caller's scalar loop runs).
+std::size_t Codes(const float* HWY_RESTRICT x, std::size_t n, std::size_t block,
+                  const float* HWY_RESTRICT divs, Minifloat f, const float* HWY_RESTRICT u,
+                  std::uint8_t* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
   const hn::RebindToSigned<decltype(d)> di;
   const hn::RebindToUnsigned<decltype(d)> du;
   const hn::Rebind<std::uint8_t, decltype(di)> d8;
+  const std::size_t lanes = hn::Lanes(d);
+  if (lanes > block) return 0;
   const MinifloatInfo info = minifloat_info(f);
   const int top = static_cast<int>(info.exp_bits + info.man_bits);
   const int emin = 2 - (1 << (info.exp_bits - 1));
-  const auto vdiv = hn::Set(d, div);
   const auto vmax = hn::Set(d, info.max);
   const auto vemin = hn::Set(di, emin);
   const auto vscale0 = hn::Set(di, 127 + static_cast<int>(info.man_bits));
@@ -41,33 +48,64 @@ std::size_t Codes(const float* HWY_RESTRICT x, std::size_t n, float div, Miniflo
   const auto half = hn::Set(d, 0.5f);
   const auto one = hn::Set(di, 1);
   const auto abs_mask = hn::Set(du, 0x7FFFFFFFu);
-  const std::size_t lanes = hn::Lanes(d);
-  std::size_t i = 0;
-  for (; i + lanes <= n; i += lanes) {
-    const auto v = hn::Div(hn::LoadU(d, x + i), vdiv);
-    const auto bits = hn::BitCast(du, v);
-    const auto sign = hn::ShiftLeftSame(hn::ShiftRight<31>(bits), top);
-    const auto a = hn::Min(hn::BitCast(d, hn::And(bits, abs_mask)), vmax);
-    const auto e =
-        hn::Max(hn::Sub(hn::BitCast(di, hn::ShiftRight<23>(hn::BitCast(du, a))), v127), vemin);
-    const auto scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::Sub(vscale0, e)));
-    const auto r = hn::Mul(a, scale);
-    const auto n0 = hn::ConvertTo(di, r);
-    const auto frac = hn::Sub(r, hn::ConvertTo(d, n0));
-    hn::Vec<decltype(di)> up;
-    if (u != nullptr) {
-      up = hn::IfThenElseZero(hn::RebindMask(di, hn::Lt(hn::LoadU(d, u + i), frac)), one);
-    } else {
-      const auto tie_odd =
-          hn::And(hn::RebindMask(di, hn::Eq(frac, half)), hn::Eq(hn::And(n0, one), one));
-      up = hn::IfThenElseZero(hn::Or(hn::RebindMask(di, hn::Gt(frac, half)), tie_odd), one);
+  for (std::size_t b0 = 0; b0 < n; b0 += block) {
+    const std::size_t b1 = b0 + block < n ? b0 + block : n;
+    const float div = divs[b0 / block];
+    if (!(div > 0)) {  // a block of zeros
+      for (std::size_t i = b0; i < b1; ++i) out[i] = 0;
+      continue;
     }
-    const auto code = hn::Add(
-        hn::Add(hn::ShiftLeftSame(hn::Sub(e, vemin), static_cast<int>(info.man_bits)), n0), up);
-    const auto all = hn::Or(hn::BitCast(di, sign), code);
-    hn::StoreU(hn::DemoteTo(d8, all), d8, out + i);
+    const auto vdiv = hn::Set(d, div);
+    std::size_t i = b0;
+    for (; i + lanes <= b1; i += lanes) {
+      const auto v = hn::Div(hn::LoadU(d, x + i), vdiv);
+      const auto bits = hn::BitCast(du, v);
+      const auto sign = hn::ShiftLeftSame(hn::ShiftRight<31>(bits), top);
+      const auto a = hn::Min(hn::BitCast(d, hn::And(bits, abs_mask)), vmax);
+      const auto e =
+          hn::Max(hn::Sub(hn::BitCast(di, hn::ShiftRight<23>(hn::BitCast(du, a))), v127), vemin);
+      const auto scale = hn::BitCast(d, hn::ShiftLeft<23>(hn::Sub(vscale0, e)));
+      const auto r = hn::Mul(a, scale);
+      const auto n0 = hn::ConvertTo(di, r);
+      const auto frac = hn::Sub(r, hn::ConvertTo(d, n0));
+      hn::Vec<decltype(di)> up;
+      if (u != nullptr) {
+        up = hn::IfThenElseZero(hn::RebindMask(di, hn::Lt(hn::LoadU(d, u + i), frac)), one);
+      } else {
+        const auto tie_odd =
+            hn::And(hn::RebindMask(di, hn::Eq(frac, half)), hn::Eq(hn::And(n0, one), one));
+        up = hn::IfThenElseZero(hn::Or(hn::RebindMask(di, hn::Gt(frac, half)), tie_odd), one);
+      }
+      const auto code = hn::Add(
+          hn::Add(hn::ShiftLeftSame(hn::Sub(e, vemin), static_cast<int>(info.man_bits)), n0), up);
+      const auto all = hn::Or(hn::BitCast(di, sign), code);
+      hn::StoreU(hn::DemoteTo(d8, all), d8, out + i);
+    }
+    for (; i < b1; ++i) {
+      out[i] = static_cast<std::uint8_t>(
+          finite_to_minifloat_sat(x[i] / div, f, u != nullptr, u != nullptr ? u[i] : 0.0f));
+    }
   }
-  return i;
+  return n;
+}
+
+// out[k] = max |x| over block k of x[0, n) (finite x); returns n, or 0 where a vector is longer
+// than a block.
+std::size_t AbsMax(const float* HWY_RESTRICT x, std::size_t n, std::size_t block,
+                   float* HWY_RESTRICT out) {
+  const hn::ScalableTag<float> d;
+  const std::size_t lanes = hn::Lanes(d);
+  if (lanes > block) return 0;
+  for (std::size_t b0 = 0; b0 < n; b0 += block) {
+    const std::size_t b1 = b0 + block < n ? b0 + block : n;
+    auto m = hn::Zero(d);
+    std::size_t i = b0;
+    for (; i + lanes <= b1; i += lanes) m = hn::Max(m, hn::Abs(hn::LoadU(d, x + i)));
+    float r = hn::GetLane(hn::MaxOfLanes(d, m));
+    for (; i < b1; ++i) r = x[i] < 0 ? (-x[i] > r ? -x[i] : r) : (x[i] > r ? x[i] : r);
+    out[b0 / block] = r;
+  }
+  return n;
 }
 #endif  // HWY_TARGET == HWY_SCALAR
 
@@ -78,9 +116,13 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace ccoll::codec {
 HWY_EXPORT(Codes);
-std::size_t minifloat_codes_hwy(const float* x, std::size_t n, float div, Minifloat f,
-                                const float* u, std::uint8_t* out) {
-  return HWY_DYNAMIC_DISPATCH(Codes)(x, n, div, f, u, out);
+HWY_EXPORT(AbsMax);
+std::size_t minifloat_codes_hwy(const float* x, std::size_t n, std::size_t block, const float* divs,
+                                Minifloat f, const float* u, std::uint8_t* out) {
+  return HWY_DYNAMIC_DISPATCH(Codes)(x, n, block, divs, f, u, out);
+}
+std::size_t block_abs_max_hwy(const float* x, std::size_t n, std::size_t block, float* out) {
+  return HWY_DYNAMIC_DISPATCH(AbsMax)(x, n, block, out);
 }
 }  // namespace ccoll::codec
 #endif

@@ -133,14 +133,47 @@ TEST(Minifloat, BatchCodesAreTheScalarOnes) {
   std::vector<std::uint8_t> got(x.size());
   for (const Minifloat f :
        {Minifloat::kE4M3, Minifloat::kE5M2, Minifloat::kE3M2, Minifloat::kE2M3, Minifloat::kE2M1}) {
-    for (const float div : {1.0f, 0.37f, 3e-20f}) {
+    // one block, and runs of blocks of 16, 20 (not a whole number of vectors) and 32, each
+    // block on its own divisor (the last block ragged)
+    for (const std::size_t block : {x.size(), std::size_t{16}, std::size_t{20}, std::size_t{32}}) {
+      std::vector<float> divs((x.size() + block - 1) / block);
+      const float pick[] = {1.0f, 0.37f, 3e-20f, 0.0625f, 5e15f, 0.0f};
+      for (std::size_t b = 0; b < divs.size(); ++b) divs[b] = pick[(b * 7 + block) % 6];
       for (const bool stochastic : {false, true}) {
-        minifloat_codes(x.data(), x.size(), div, f, stochastic ? u.data() : nullptr, got.data());
+        minifloat_codes(x.data(), x.size(), block, divs.data(), f, stochastic ? u.data() : nullptr,
+                        got.data());
         for (std::size_t k = 0; k < x.size(); ++k) {
+          const float div = divs[k / block];
+          if (!(div > 0)) {
+            ASSERT_EQ(got[k], 0) << "a block of zeros, k " << k;
+            continue;
+          }
           ASSERT_EQ(got[k], finite_to_minifloat_sat(x[k] / div, f, stochastic, u[k]))
-              << static_cast<int>(f) << " " << x[k] << " / " << div << " k " << k;
+              << static_cast<int>(f) << " " << x[k] << " / " << div << " k " << k << " block "
+              << block;
         }
       }
+    }
+  }
+}
+
+// The blocks' largest magnitudes, vectorized, against a scalar loop: blocks of 16, 20, 32, one.
+TEST(Minifloat, BlockAbsMaxIsTheScalarMax) {
+  std::mt19937 gen(5);
+  std::normal_distribution<float> g(0.0f, 3.0f);
+  std::vector<float> x(10007);
+  for (float& v : x) v = g(gen);
+  x[77] = -1e30f;
+  x[5000] = 0.0f;
+  for (const std::size_t block : {std::size_t{16}, std::size_t{20}, std::size_t{32}, x.size()}) {
+    std::vector<float> got((x.size() + block - 1) / block);
+    block_abs_max(x.data(), x.size(), block, got.data());
+    for (std::size_t b = 0; b < got.size(); ++b) {
+      float m = 0;
+      for (std::size_t i = b * block; i < std::min(x.size(), (b + 1) * block); ++i) {
+        m = std::max(m, std::fabs(x[i]));
+      }
+      ASSERT_EQ(got[b], m) << "block " << block << " #" << b;
     }
   }
 }
