@@ -21,6 +21,7 @@
 #include "lowp.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -41,6 +42,26 @@ namespace {
 [[noreturn]] void corrupt(const char* name, const std::string& what) {
   throw Error(Status::kCorruptData, std::string("received ") + name + " payload rejected: " + what);
 }
+// finite_minifloat_value of every code of format f (codes that are not finite values: 0; the
+// decoder rejects them first): what decode looks each element up in
+const float* value_table(Minifloat f) {
+  static const auto tables = [] {
+    std::array<std::array<float, 256>, 5> t{};
+    for (const Minifloat g : {Minifloat::kE4M3, Minifloat::kE5M2, Minifloat::kE3M2,
+                              Minifloat::kE2M3, Minifloat::kE2M1}) {
+      const MinifloatInfo info = minifloat_info(g);
+      const std::uint32_t codes = 1u << (1 + info.exp_bits + info.man_bits);
+      const std::uint32_t special = minifloat_special_mask(g);
+      for (std::uint32_t c = 0; c < codes; ++c) {
+        const bool finite = special == 0 || (c & special) != special;
+        t[static_cast<std::size_t>(g)][c] = finite ? finite_minifloat_value(c, g) : 0.0f;
+      }
+    }
+    return t;
+  }();
+  return tables[static_cast<std::size_t>(f)].data();
+}
+
 struct LowpUniforms;  // thread_scratch tags
 struct LowpCodes;
 struct LowpWide;
@@ -181,6 +202,7 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
     const std::uint8_t* scales = body + l_.scales_at();
     BitReader r(in + wire::kHeaderBytes + l_.codes_at(count), l_.width);
     const std::uint32_t special = minifloat_special_mask(l_.format);
+    const float* values = value_table(l_.format);
     std::uint8_t* codes = thread_scratch<LowpCodes, std::uint8_t>(kUniformBatch).data();
     // a batch of codes at a time (whole blocks, or part of one block), then block by block
     for (std::size_t i = 0; i < count;) {
@@ -196,36 +218,17 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
         const std::size_t k1 = std::min(len, (b + 1) * block() - i);
         // (an mx or fp8 block: x / div coded, so value · div; nvfp4: value · (scale / g))
         const float mul = lowp_block_mul(l_, scales + l_.scale_bytes() * b, global);
-        with_format([&](auto f) {
-          for (std::size_t k = k0; k < k1; ++k) {
-            const T v = static_cast<T>(finite_minifloat_value(codes[k], decltype(f)::value) * mul);
-            if constexpr (kAccumulate) {
-              out[i + k] += v;
-            } else {
-              out[i + k] = v;
-            }
+        for (std::size_t k = k0; k < k1; ++k) {
+          const T v = static_cast<T>(values[codes[k]] * mul);
+          if constexpr (kAccumulate) {
+            out[i + k] += v;
+          } else {
+            out[i + k] = v;
           }
-        });
+        }
         k0 = k1;
       }
       i += len;
-    }
-  }
-
-  // fn(std::integral_constant<Minifloat, l_.format>{}): loops with the format a constant
-  template <class Fn>
-  void with_format(Fn&& fn) const {
-    switch (l_.format) {
-      case Minifloat::kE4M3:
-        return fn(std::integral_constant<Minifloat, Minifloat::kE4M3>{});
-      case Minifloat::kE5M2:
-        return fn(std::integral_constant<Minifloat, Minifloat::kE5M2>{});
-      case Minifloat::kE3M2:
-        return fn(std::integral_constant<Minifloat, Minifloat::kE3M2>{});
-      case Minifloat::kE2M3:
-        return fn(std::integral_constant<Minifloat, Minifloat::kE2M3>{});
-      case Minifloat::kE2M1:
-        return fn(std::integral_constant<Minifloat, Minifloat::kE2M1>{});
     }
   }
 
