@@ -20,7 +20,8 @@ MLP=(none sketch:bits=2,block=0 sketch:bits=2,block=256 sketch:bits=2,block=1024
   maxnorm:bits=2,sum=requant maxnorm:bits=2 maxnorm:bits=2,ef=1 terngrad terngrad,ef=1
   qsgd:bits=2)
 TEXTRUNS=(none sketch:bits=2,block=1024 sketch:bits=2,block=1024,ef=1 sketch:bits=3,block=1024
-  maxnorm:bits=2,sum=requant terngrad maxnorm:bits=2)
+  maxnorm:bits=2,sum=requant terngrad maxnorm:bits=2 sketch:bits=3,block=1024,ef=1 terngrad,ef=1
+  qsgd:bits=2)
 PYPATH=$(readlink -f "$(dirname "$TRAIN")/../python")
 for seed in 1 2 3 4; do
   for task in "${!DATA[@]}"; do
