@@ -42,6 +42,14 @@ CCOLL_HOST_DEVICE inline T sketch_code_level(T lo, T hi, std::uint16_t q) {
   return static_cast<T>(v);
 }
 
+/// The 16-bit code of interior level k (1 <= k <= 2^bits - 2) of a table whose ends are
+/// `elem` bytes each.
+CCOLL_HOST_DEVICE inline std::uint16_t sketch_interior_code(const std::uint8_t* table,
+                                                            std::size_t elem, std::size_t k) {
+  const std::uint8_t* p = table + 2 * elem + 2 * (k - 1);
+  return static_cast<std::uint16_t>(p[0] | (p[1] << 8));
+}
+
 /// Level c of a float table read from its wire bytes (for kernels, which decode from the
 /// table itself; the host checks the table first with sketch_read_table).
 CCOLL_HOST_DEVICE inline float sketch_table_level(const std::uint8_t* table, unsigned bits,
@@ -52,9 +60,7 @@ CCOLL_HOST_DEVICE inline float sketch_table_level(const std::uint8_t* table, uns
   std::memcpy(&hi, table + 4, 4);
   if (c == 0) return lo;
   if (c + 1 == (1u << bits)) return hi;
-  const auto q =
-      static_cast<std::uint16_t>(table[8 + 2 * (c - 1)] | (table[8 + 2 * (c - 1) + 1] << 8));
-  return sketch_code_level(lo, hi, q);
+  return sketch_code_level(lo, hi, sketch_interior_code(table, 4, c));
 }
 
 /// Writes the table of `levels` (2^bits values, non-decreasing, levels[0] the block's lowest,
@@ -109,10 +115,8 @@ void sketch_read_table(const std::byte* in, unsigned bits, T* levels) {
   levels[0] = lo;
   levels[n - 1] = hi;
   for (std::size_t k = 1; k + 1 < n; ++k) {
-    const auto code = static_cast<std::uint16_t>(
-        std::to_integer<unsigned>(in[2 * sizeof(T) + 2 * (k - 1)]) |
-        (std::to_integer<unsigned>(in[2 * sizeof(T) + 2 * (k - 1) + 1]) << 8));
-    levels[k] = sketch_code_level(lo, hi, code);
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(in);
+    levels[k] = sketch_code_level(lo, hi, sketch_interior_code(bytes, sizeof(T), k));
     if (levels[k] < levels[k - 1]) corrupt("levels out of order");
   }
   if (n > 2 && levels[n - 1] < levels[n - 2]) corrupt("levels out of order");

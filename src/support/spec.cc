@@ -115,9 +115,9 @@ Param sign_scale_param() {
   return p;
 }
 
-// The maxnorm family's elements per scale: a power of two from 256 to 65536 (`def`: a literal).
-Param block_param(const char* def) {
-  std::vector<std::string> blocks;
+// The maxnorm family's elements per scale: a power of two from 256 to 65536 (`def`: a literal),
+// after the choices in `blocks`.
+Param block_param(const char* def, std::vector<std::string> blocks = {}) {
   for (std::size_t b = codec::kMaxnormMinBlock; b <= codec::kMaxnormBlock; b *= 2) {
     blocks.push_back(std::to_string(b));
   }
@@ -127,11 +127,7 @@ Param block_param(const char* def) {
 // sketch's elements per level table: a power of two from 256 to 65536 (default 1024,
 // codec::kSketchDefaultBlock, left out of the canonical spec) or 0 (one table a payload).
 Param sketch_block_param() {
-  std::vector<std::string> blocks{"0"};
-  for (std::size_t b = codec::kMaxnormMinBlock; b <= codec::kMaxnormBlock; b *= 2) {
-    blocks.push_back(std::to_string(b));
-  }
-  return choice_param("block", blocks, "1024");  // codec::kSketchDefaultBlock
+  return block_param("1024", {"0"});  // codec::kSketchDefaultBlock
 }
 
 // rotate=hadamard (codecs/rotation.hpp), a parameter of the codecs with scale blocks; its
