@@ -300,6 +300,9 @@ class Codec {
     (void)out;
     (void)count;
   }
+  /// True when finish_allreduce() changes the output (until then the schedule's output is not
+  /// the call's). Default: false.
+  virtual bool finishes_allreduce() const { return false; }
 
   /// Number of values this codec needs summed across ranks (MPI_SUM) before the scale pass;
   /// 0 when it needs none (dq: the squared norm of the input).

@@ -75,6 +75,7 @@ class Ef21Codec final : public ClosedLoopCodec<T> {
   void finish_allreduce(void* out, std::size_t count) override {
     Base::finish_output(T(1), out, count);
   }
+  bool finishes_allreduce() const override { return true; }
 
  private:
   T change(T x, std::size_t i) const { return x - (i < state_.xh.size() ? state_.xh[i] : T(0)); }

@@ -51,6 +51,7 @@ class ForwardingCodec : public Codec {
   void finish_allreduce(void* out, std::size_t count) override {
     target_->finish_allreduce(out, count);
   }
+  bool finishes_allreduce() const override { return target_->finishes_allreduce(); }
   std::size_t sum_slots() const override { return target_->sum_slots(); }
   void local_sums(const void* data, std::size_t count, double* out) const override {
     target_->local_sums(data, count, out);

@@ -72,23 +72,30 @@ void fwht(float* x, std::size_t m) {
 
 namespace {
 
+// One piece x[at, at + 2^k) rotated forward (from src[at, ...) when src != x) or back; `words`
+// has room for the piece's sign words.
+void rotate_piece(float* x, const float* src, std::size_t at, unsigned k, std::uint64_t seed,
+                  bool forward, bool vector, std::uint64_t* words) {
+  const std::size_t m = std::size_t{1} << k;
+  const float f = rotation_scale(k, forward);
+  const std::size_t first = at >> 6;
+  const std::size_t last = (at + m - 1) >> 6;
+  for (std::size_t w = first; w <= last; ++w) words[w - first] = rotation_sign_word(seed, w);
+  const RotationSigns s{words, first};
+  float* b = x + at;
+  if (src != x) std::memcpy(b, src + at, m * sizeof(float));  // a block at a time: in cache
+  if (vector && rotate_block_hwy(b, m, at, s, forward, f)) return;
+  if (forward) flip(b, m, at, s);
+  fwht(b, m);
+  scale(b, m, f);
+  if (!forward) flip(b, m, at, s);
+}
+
 void rotate(float* x, const float* src, std::size_t n, std::size_t block, std::uint64_t seed,
             bool forward, bool vector) {
   std::vector<std::uint64_t> words(block / 64 + 2);
   for_rotation_pieces(n, rotation_log2(block), [&](std::size_t at, unsigned k) {
-    const std::size_t m = std::size_t{1} << k;
-    const float f = rotation_scale(k, forward);
-    const std::size_t first = at >> 6;
-    const std::size_t last = (at + m - 1) >> 6;
-    for (std::size_t w = first; w <= last; ++w) words[w - first] = rotation_sign_word(seed, w);
-    const RotationSigns s{words.data(), first};
-    float* b = x + at;
-    if (src != x) std::memcpy(b, src + at, m * sizeof(float));  // a block at a time: in cache
-    if (vector && rotate_block_hwy(b, m, at, s, forward, f)) return;
-    if (forward) flip(b, m, at, s);
-    fwht(b, m);
-    scale(b, m, f);
-    if (!forward) flip(b, m, at, s);
+    rotate_piece(x, src, at, k, seed, forward, vector, words.data());
   });
 }
 
@@ -106,6 +113,39 @@ void rotate_forward_copy(float* out, const float* in, std::size_t n, std::size_t
 
 void rotate_inverse(float* x, std::size_t n, std::size_t block, std::uint64_t seed) {
   rotate(x, x, n, block, seed, false, true);
+}
+
+RotationUndo::RotationUndo(float* x, std::size_t n, std::size_t block, std::uint64_t seed)
+    : x_(x), seed_(seed), log_b_(rotation_log2(block)), words_(block / 64 + 2) {
+  for_rotation_pieces(n, log_b_, [&](std::size_t at, unsigned k) {
+    pieces_.push_back({at, k, std::size_t{1} << k});
+  });
+}
+
+void RotationUndo::final(std::size_t offset, std::size_t count) {
+  if (count == 0 || pieces_.empty()) return;
+  // the first piece that ends after `offset`: whole blocks by division, the tail's few by search
+  const std::size_t block = std::size_t{1} << log_b_;
+  std::size_t i = std::min(offset / block, pieces_.size() - 1);
+  while (i > 0 && pieces_[i].at > offset) --i;
+  const std::size_t end = offset + count;
+  for (; i < pieces_.size() && pieces_[i].at < end; ++i) {
+    Piece& p = pieces_[i];
+    const std::size_t len = std::size_t{1} << p.k;
+    const std::size_t lo = std::max(p.at, offset);
+    const std::size_t hi = std::min(p.at + len, end);
+    if (lo >= hi || p.missing == 0) continue;
+    p.missing -= std::min(p.missing, hi - lo);
+    if (p.missing == 0) rotate_piece(x_, x_, p.at, p.k, seed_, false, true, words_.data());
+  }
+}
+
+void RotationUndo::finish() {
+  for (Piece& p : pieces_) {
+    if (p.missing == 0) continue;
+    p.missing = 0;
+    rotate_piece(x_, x_, p.at, p.k, seed_, false, true, words_.data());
+  }
 }
 
 void rotate_reference(float* x, std::size_t n, std::size_t block, std::uint64_t seed,

@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "half.hpp"    // CCOLL_HOST_DEVICE
 #include "philox.hpp"  // splitmix64
@@ -71,6 +72,33 @@ void rotate_forward_copy(float* out, const float* in, std::size_t n, std::size_t
                          std::uint64_t seed);
 /// x[0, n) <- D·H·x, blockwise: the inverse of rotate_forward with the same arguments.
 void rotate_inverse(float* x, std::size_t n, std::size_t block, std::uint64_t seed);
+
+/// rotate_inverse of x[0, n) piece by piece, as its elements become final: a schedule reports
+/// each part of its output once it holds its final values (final()), and every piece whose
+/// elements are all final is rotated back then, while later parts are still in flight;
+/// finish() rotates back the pieces not done yet. The same floats as rotate_inverse, bit for
+/// bit, in any order of reports. Each element is reported at most once.
+class RotationUndo {
+ public:
+  RotationUndo(float* x, std::size_t n, std::size_t block, std::uint64_t seed);
+  /// Elements [offset, offset + count) hold their final values.
+  void final(std::size_t offset, std::size_t count);
+  /// Rotates back every piece not rotated back yet.
+  void finish();
+  const float* data() const { return x_; }
+
+ private:
+  struct Piece {
+    std::size_t at;
+    unsigned k;
+    std::size_t missing;  // its elements not reported final yet
+  };
+  float* x_;
+  std::uint64_t seed_;
+  unsigned log_b_;
+  std::vector<Piece> pieces_;
+  std::vector<std::uint64_t> words_;
+};
 
 /// The unnormalized in-place fast Walsh-Hadamard transform of x[0, m), m a power of two.
 void fwht(float* x, std::size_t m);

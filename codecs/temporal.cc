@@ -99,6 +99,7 @@ class TemporalCodec final : public ClosedLoopCodec<T> {
   void finish_allreduce(void* out, std::size_t count) override {
     Base::finish_output(beta_, out, count);
   }
+  bool finishes_allreduce() const override { return true; }
 
  private:
   // r = (x + e) - beta·xh at element i; zero state before the first encode of i

@@ -21,18 +21,32 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
   std::size_t nsends = 0;
   const int next = ring_mod(r + 1, p);
   const int prev = ring_mod(r - 1, p);
+  auto post = [&](int k) {  // step k's receives: chunk r - k - 1, from the previous rank
+    const int c = ring_mod(r - k - 1, p);
+    for (std::size_t j = 0; j < L.nseg(c); ++j) {
+      recvs[j] = e.recv(slots + L.slot(c, j), L.seg_capacity(), prev, kTagAllgather);
+    }
+  };
+  auto final = [&](int c) { e.output_final(L.seg_offset(c, 0), L.chunk_elems(c)); };
 
+  if (p > 1) {
+    for (std::size_t j = 0; j < L.nseg(r); ++j) {
+      sends[nsends++] = e.send(slots + L.slot(r, j), sizes[L.index(r, j)], next, kTagAllgather);
+    }
+    post(0);
+  }
+  // The owner takes its own chunk from the bytes everyone else decodes, while the first
+  // chunk arrives.
+  codec::DecodeJob* own = e.workspace().decode_jobs(L.nseg(r));
+  for (std::size_t j = 0; j < L.nseg(r); ++j) {
+    own[j] = codec::DecodeJob{slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
+                              out + L.seg_offset(r, j) * es, false};
+  }
+  e.decode_many(own, L.nseg(r));
+  final(r);
   for (int k = 0; k + 1 < p; ++k) {
     const int recv_chunk = ring_mod(r - k - 1, p);
-    if (k == 0) {
-      for (std::size_t j = 0; j < L.nseg(r); ++j) {
-        sends[nsends++] = e.send(slots + L.slot(r, j), sizes[L.index(r, j)], next, kTagAllgather);
-      }
-    }
     const std::size_t nseg = L.nseg(recv_chunk);
-    for (std::size_t j = 0; j < nseg; ++j) {
-      recvs[j] = e.recv(slots + L.slot(recv_chunk, j), L.seg_capacity(), prev, kTagAllgather);
-    }
     // step k: each segment forwarded unchanged as it arrives and handed to the decoder, which
     // decodes the earlier ones meanwhile
     codec::DecodeJob* jobs = e.workspace().decode_jobs(nseg);
@@ -49,14 +63,9 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
       jobs[j].in = slot;
       jobs[j].bytes = got;
     });
+    if (k + 2 < p) post(k + 1);  // before the caller's work on this chunk: the next one flows
+    final(recv_chunk);
   }
-  // The owner takes its own chunk from the bytes everyone else decoded.
-  codec::DecodeJob* jobs = e.workspace().decode_jobs(L.nseg(r));
-  for (std::size_t j = 0; j < L.nseg(r); ++j) {
-    jobs[j] = codec::DecodeJob{slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
-                               out + L.seg_offset(r, j) * es, false};
-  }
-  e.decode_many(jobs, L.nseg(r));
   for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -168,6 +169,11 @@ struct Context {
   /// Bytes per element of a summable codec's input, where it differs from the codec's element
   /// (16-bit floats that the codec widens as it reads, Codec::set_input_type); 0: the same.
   std::size_t input_elem_bytes = 0;
+  /// All-reduce: told that output elements [offset, offset + count) hold their final values, by
+  /// the schedules whose all-gather decodes chunk by chunk (ring, sra), while the rest is still
+  /// in flight (rotate=hadamard rotates them back meanwhile). Empty: nobody asks. Elements it
+  /// is not told of are final when the schedule returns.
+  std::function<void(std::size_t offset, std::size_t count)> on_final = nullptr;
 };
 
 /// All-reduce (sum, or mean when `average`) of the `count` elements at `in` into `out`

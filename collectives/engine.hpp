@@ -144,6 +144,12 @@ class Engine {
   bool test_recv(Request& r);
   void wait_send(Request& r);
 
+  /// Tells the caller (Context::on_final) that output elements [offset, offset + count) are
+  /// final; nothing when nobody asks or this rank is poisoned (its output is not used).
+  void output_final(std::size_t offset, std::size_t count) {
+    if (cx_.on_final && !poisoned_ && count != 0) cx_.on_final(offset, count);
+  }
+
   /// Throws ccoll::Error when this rank is poisoned; call once at the end of the schedule.
   void finish() const;
   /// Poisons this rank (the schedule goes on; finish() throws).
@@ -269,7 +275,8 @@ void allgather_ring_lockstep(Context& cx, const void* send, std::size_t count, v
 void reduce_scatter_phase(Engine& e, const RingLayout& L, std::byte* data, std::byte* slots,
                           std::size_t* final_sizes);
 /// allgather_phase: this rank's chunk is already encoded in its slots (sizes[index(rank, j)]);
-/// forwards every chunk around the ring and decodes all of them, its own too, into `out`.
+/// forwards every chunk around the ring and decodes all of them, its own too, into `out`,
+/// reporting each chunk final (Engine::output_final) once decoded, while the next one arrives.
 void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* slots,
                      std::size_t* sizes);
 

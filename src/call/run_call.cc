@@ -5,6 +5,7 @@
 #include <climits>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,8 @@ struct Flow {
   bool compress = false;   // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
   bool rotated = false;    // rotate=hadamard: the call reads this rank's rotated input
   bool rotated_in_place = false;  // ... on device buffers, where the caller's input was
+  // ... host buffers: the output rotated back chunk by chunk as the schedule finishes them
+  std::optional<codec::RotationUndo> undo;
   // the call runs stream-ordered (stream_allreduce.hpp), with this codec
   bool stream = false;
 
@@ -336,6 +339,13 @@ void run_flat_schedule(Flow& f, ScheduleSetup& s, const void* input) {
     divide = false;
   }
   if (allreduce) {
+    if (f.rotated && f.pl.device == nullptr && !codec.finishes_allreduce()) {
+      // rotate=hadamard: each chunk rotated back as the all-gather decodes it, while the next
+      // is in flight (the schedules that report none leave it all to rotate_output)
+      f.undo.emplace(reinterpret_cast<float*>(recv), call.count, f.c.spec.rotate,
+                     rotation_seed_of(call));
+      cx.on_final = [&f](std::size_t offset, std::size_t count) { f.undo->final(offset, count); };
+    }
     coll::run_allreduce(row, cx, input, recv, call.count, divide);
     codec.finish_allreduce(recv, call.count);  // temporal: beta·y_prev + decoded sum
   } else {
@@ -512,6 +522,8 @@ void rotate_output(Flow& f) {
     // queued on the call's stream (a stream-ordered call returns without waiting for it)
     f.pl.device->kernels<gpu::ElementKernels>().rotate(out, out, f.call.count, f.c.spec.rotate,
                                                        seed, false);
+  } else if (f.undo && f.undo->data() == out) {
+    f.undo->finish();  // the pieces the schedule's all-gather did not rotate back
   } else {
     codec::rotate_inverse(out, f.call.count, f.c.spec.rotate, seed);
   }

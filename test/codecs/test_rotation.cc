@@ -71,6 +71,57 @@ TEST(Rotation, InverseReturnsTheInputAndEveryBlockKeepsItsNorm) {
   }
 }
 
+// The inverse piece by piece, as a schedule reports its output's chunks final in any order
+// (the ring's all-gather: its own chunk first, then the others around the ring), is the whole
+// inverse, bit for bit; pieces nobody reported are rotated back by finish().
+TEST(Rotation, UndoByChunksIsTheInverseBitForBit) {
+  std::mt19937 g(3);
+  for (const std::size_t block : {std::size_t{256}, std::size_t{1024}}) {
+    for (const std::size_t n : {1, 2, 3, 1000, 1024, 1025, 4097, 70001}) {
+      for (const int chunks : {1, 3, 4, 7}) {
+        SCOPED_TRACE("block " + std::to_string(block) + " n " + std::to_string(n) + " chunks " +
+                     std::to_string(chunks));
+        std::vector<float> rotated = heavy_tailed(n, 9);
+        rotate_forward(rotated.data(), n, block, 77);
+        std::vector<float> whole = rotated;
+        rotate_inverse(whole.data(), n, block, 77);
+        // chunks of unequal length, reported in a random order; one left for finish()
+        std::vector<std::size_t> cut{0, n};
+        for (int c = 1; c < chunks; ++c) cut.push_back(g() % (n + 1));
+        std::sort(cut.begin(), cut.end());
+        std::vector<int> order(static_cast<std::size_t>(chunks));
+        for (int c = 0; c < chunks; ++c) order[static_cast<std::size_t>(c)] = c;
+        std::shuffle(order.begin(), order.end(), g);
+        // each chunk written just before it is reported, as a schedule decodes it: a piece
+        // rotated back before all its elements arrived would mix in the placeholder
+        auto arrive = [&](std::vector<float>& y, std::size_t c) {
+          std::copy(rotated.begin() + static_cast<std::ptrdiff_t>(cut[c]),
+                    rotated.begin() + static_cast<std::ptrdiff_t>(cut[c + 1]),
+                    y.begin() + static_cast<std::ptrdiff_t>(cut[c]));
+        };
+        for (const bool leave_one : {false, true}) {
+          std::vector<float> y(n, 1234.5f);
+          codec::RotationUndo undo(y.data(), n, block, 77);
+          for (std::size_t i = leave_one ? 1 : 0; i < order.size(); ++i) {
+            const auto c = static_cast<std::size_t>(order[i]);
+            arrive(y, c);
+            undo.final(cut[c], cut[c + 1] - cut[c]);
+          }
+          if (!leave_one) {  // every element reported: nothing left, the inverse is complete
+            ASSERT_EQ(std::memcmp(y.data(), whole.data(), n * sizeof(float)), 0);
+          } else {
+            arrive(y, static_cast<std::size_t>(order[0]));
+          }
+          undo.finish();
+          ASSERT_EQ(std::memcmp(y.data(), whole.data(), n * sizeof(float)), 0);
+          undo.finish();  // nothing twice
+          ASSERT_EQ(std::memcmp(y.data(), whole.data(), n * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+}
+
 TEST(Rotation, FlattensHeavyTailsAndDependsOnTheSeed) {
   const std::size_t n = 1 << 16;
   const std::size_t block = 1024;

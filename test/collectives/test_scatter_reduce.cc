@@ -314,5 +314,55 @@ TEST(ScatterReduce, ChosenByAutoForCodecsThatReencode) {
   EXPECT_STREQ(coll::schedule_name(coll::Schedule::kScatterReduce), "sra");
 }
 
+// The all-gather tells the caller each chunk of the output once it is final (Context::on_final:
+// rotate=hadamard rotates it back while the next chunk arrives): every element reported once,
+// with the value it ends with, on the ring and on sra, several segments a chunk or one.
+TEST(ScatterReduce, AllgatherReportsEachChunkOnceWhenFinal) {
+  for (const Algorithm algo : {Algorithm::kRing, Algorithm::kScatterReduce}) {
+    for (const int p : {2, 3, 4, 5, 8}) {
+      for (const std::size_t n :
+           {std::size_t{1}, std::size_t{3}, std::size_t{1000}, std::size_t{70001}}) {
+        SCOPED_TRACE(std::string(algo == Algorithm::kRing ? "ring" : "sra") + " p " +
+                     std::to_string(p) + " n " + std::to_string(n));
+        std::vector<std::vector<float>> xs;
+        for (int r = 0; r < p; ++r) xs.push_back(gaussian(r, n));
+        RunConfig rc;
+        rc.codec = algo == Algorithm::kRing ? "maxnorm:bits=8" : "bf16";
+        rc.algorithm = algo;
+        rc.segment_elems = 4096;
+        rc.prepare = [&](codec::Codec& c, int) { testing_support::agree(c, xs); };
+        std::vector<std::vector<int>> times(static_cast<std::size_t>(p), std::vector<int>(n, 0));
+        std::vector<std::vector<float>> seen(static_cast<std::size_t>(p), std::vector<float>(n));
+        const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+          const auto me = static_cast<std::size_t>(r);
+          std::vector<float> out(n);
+          cx.on_final = [&, me](std::size_t off, std::size_t count) {
+            ASSERT_LE(off + count, n);
+            for (std::size_t i = off; i < off + count; ++i) {
+              ++times[me][i];
+              seen[me][i] = out[i];
+            }
+          };
+          if (algo == Algorithm::kScatterReduce) {
+            coll::allreduce_scatter_reduce(cx, xs[me].data(), out.data(), n, false);
+          } else {
+            coll::allreduce_ring(cx, xs[me].data(), out.data(), n, false);
+          }
+          return as_bytes(out);
+        });
+        expect_identical(res);
+        for (int r = 0; r < p; ++r) {
+          const auto me = static_cast<std::size_t>(r);
+          const auto out = from_bytes<float>(res[me].out);
+          for (std::size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(times[me][i], 1) << "rank " << r << " element " << i;
+            ASSERT_EQ(seen[me][i], out[i]) << "rank " << r << " element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ccoll

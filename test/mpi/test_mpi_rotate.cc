@@ -127,6 +127,37 @@ TEST(MpiRotate, EveryVariant) {
   ccoll::reset_state(MPI_COMM_WORLD);
 }
 
+// Codecs that turn the schedule's output into the call's after it (temporal adds beta times
+// the previous output, ef=21 its running sum), over several calls of a tensor on schedules
+// that rotate the output back as chunks arrive (ring) and that do not (tree): the rotation
+// goes back only after that, so their state stays in one basis.
+TEST(MpiRotate, CodecsThatFinishTheOutputOverCalls) {
+  if (world_size() < 2) GTEST_SKIP() << "needs 2 ranks";
+  const std::size_t n = 100003;
+  const std::vector<double> exact = exact_of(n);
+  const std::vector<float> x = heavy(world_rank(), n);
+  for (const std::string codec : {"temporal:bits=4", "maxnorm:bits=4,ef=21"}) {
+    SCOPED_TRACE(codec);
+    double err[2] = {0, 0};
+    for (const int rotate : {0, 1}) {
+      ccoll::reset_state(MPI_COMM_WORLD);
+      ccoll::Options opt;
+      opt.codec = codec + (rotate != 0 ? ",rotate=hadamard" : "");
+      opt.key = 11;
+      std::vector<float> out(n);
+      for (int t = 0; t < 4; ++t) {
+        opt.algorithm = t % 2 == 0 ? "ring" : "tree";
+        ccoll::compressed_allreduce(x.data(), out.data(), n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD,
+                                    opt);
+      }
+      EXPECT_TRUE(identical_on_all_ranks(out.data(), n * sizeof(float), MPI_COMM_WORLD));
+      err[rotate] = relative_error(out, exact);
+    }
+    EXPECT_LT(err[1], 1.1 * err[0]) << err[1] << " against " << err[0];
+  }
+  ccoll::reset_state(MPI_COMM_WORLD);
+}
+
 // clip=: after the rotation a block is near-Gaussian, and a scale of a few root mean squares
 // codes it on a finer step than its largest magnitude does (what lies beyond saturates).
 TEST(MpiRotate, ClipLowersTheErrorAfterTheRotation) {
