@@ -9,7 +9,9 @@
 // Reduce-scatter by pairwise exchange: the buffer is split into p balanced chunks (as the ring's,
 // in the same segments). At step s = 1..p-1 rank r encodes its own chunk (r+s) mod p, once, and
 // sends it to that chunk's owner, while it receives chunk r from rank (r-s) mod p and
-// decode-accumulates it into its own chunk, which starts as its own input, exact. After p-1 steps
+// decode-accumulates it into its own chunk, which starts as its own input, exact. Each step's
+// contribution is encoded and sent a step ahead, so that the link has the next one while this
+// rank decodes. After p-1 steps
 // rank r holds the sum of chunk r: its own contribution exact, every other one quantized once.
 // All-gather: the ring's (allgather_ring.cc): the owner divides for the mean and encodes its
 // chunk once; the bytes travel around the ring unchanged and every rank, the owner too, decodes
@@ -52,18 +54,24 @@ void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input
       request(s, j) = e.recv(room(s, j), L.seg_capacity(), from, kTagScatterReduce);
     }
   };
-  post(1);
-  for (int s = 1; s < p; ++s) {
+  // this rank's contribution to chunk (r + s), each segment sent as soon as it is encoded
+  auto contribute = [&](int s) {
     const int to = ring_mod(r + s, p);
-    // this rank's contribution to chunk `to`, each segment sent as soon as it is encoded
-    const std::size_t nto = L.nseg(to);
     codec::EncodeJob* enc =
         chunk_encode_jobs(e, L, to, input, slots + L.slot(to, 0), codec::BlockContext::Role::kOwn);
-    e.encode_many(enc, nto, [&](std::size_t j) {
+    e.encode_many(enc, L.nseg(to), [&](std::size_t j) {
       sends[nsends++] = e.send(enc[j].out, enc[j].bytes, to, kTagScatterReduce);
     });
-    // the next step's receives, into the other room (its last payloads were decoded a step ago)
-    if (s + 1 < p) post(s + 1);
+  };
+  post(1);
+  contribute(1);
+  for (int s = 1; s < p; ++s) {
+    // the next step's contribution encoded and on its way while this step's arrives, and the
+    // next step's receives, into the other room (its last payloads were decoded a step ago)
+    if (s + 1 < p) {
+      contribute(s + 1);
+      post(s + 1);
+    }
     // rank (r - s)'s contribution to this rank's chunk, added in as each segment arrives
     codec::DecodeJob* dec = e.workspace().decode_jobs(nown);
     const std::size_t first = L.seg_offset(r, 0);
