@@ -8,9 +8,12 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ccoll/error.hpp"
@@ -18,15 +21,36 @@
 namespace ccoll::codec {
 
 /// True when any of the `count` values is NaN or beyond ±limit: the fallback test of codecs
-/// whose partial sums must stay finite (a ring's partial sum reaches ranks × max|x|).
+/// whose partial sums must stay finite (a ring's partial sum reaches ranks × max|x|). A pass
+/// over the whole input before the call's agreement, so it runs at memory speed: |x| <= limit
+/// holds exactly when |x| <= L, L the largest T not above limit, and for non-negative
+/// floating-point values (NaN's bits above infinity's) the order of the bits is the order of
+/// the values, so the test is one integer maximum of the magnitudes' bits.
 template <class T>
 bool any_beyond(const void* data, std::size_t count, double limit) {
-  const T* x = static_cast<const T*>(data);
-  bool bad = false;
-  for (std::size_t i = 0; i < count; ++i) {
-    bad |= !(std::fabs(static_cast<double>(x[i])) <= limit);  // NaN compares false
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>);
+  using U = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
+  if (count == 0) return false;
+  if (!(limit >= 0)) return true;              // no |x| is at most a negative or NaN limit
+  T lim = std::numeric_limits<T>::infinity();  // the largest T not above limit
+  if (limit < static_cast<double>(std::numeric_limits<T>::max())) {
+    lim = static_cast<T>(limit);
+    if (static_cast<double>(lim) > limit) lim = std::nextafter(lim, T(0));
+  } else if (!std::isinf(limit)) {
+    lim = std::numeric_limits<T>::max();
   }
-  return bad;
+  U lim_bits = 0;
+  std::memcpy(&lim_bits, &lim, sizeof(T));
+  constexpr U kMagnitude = ~U{0} >> 1;
+  const auto* x = static_cast<const unsigned char*>(data);
+  U worst = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    U u = 0;
+    std::memcpy(&u, x + i * sizeof(T), sizeof(T));
+    u &= kMagnitude;
+    worst = u > worst ? u : worst;
+  }
+  return worst > lim_bits;
 }
 
 /// Element type of the caller's buffers.

@@ -286,6 +286,59 @@ TEST(MaxNorm, CompressedSumsAreExact) {
   }
 }
 
+// any_beyond (the fallback test's pass over the input) against its definition, |x| <= limit in
+// double with NaN beyond everything: every special value at and next to the limit, limits
+// between floats, beyond the float range, infinite, zero, negative and NaN, float and double.
+template <class T>
+void check_any_beyond() {
+  const double fmax = std::numeric_limits<float>::max();
+  const std::vector<double> limits = {0.0,   -1.0,      NAN,      1e-40,   1.0,
+                                      0.1,   1.0 / 3.0, fmax / 3, fmax,    fmax * 1.5,
+                                      1e300, INFINITY,  5e-324,   65504.0, 3.0e38};
+  for (const double limit : limits) {
+    std::vector<T> values = {T(0),
+                             -T(0),
+                             T(1),
+                             T(-1),
+                             T(0.1),
+                             T(1e-40),
+                             T(-1e-45),
+                             T(65504),
+                             T(3.0e38),
+                             std::numeric_limits<T>::max(),
+                             -std::numeric_limits<T>::max(),
+                             std::numeric_limits<T>::denorm_min(),
+                             std::numeric_limits<T>::infinity(),
+                             -std::numeric_limits<T>::infinity(),
+                             std::numeric_limits<T>::quiet_NaN(),
+                             -std::numeric_limits<T>::quiet_NaN()};
+    if (std::isfinite(limit) &&
+        std::fabs(limit) <= static_cast<double>(std::numeric_limits<T>::max())) {
+      const auto l = static_cast<T>(limit);
+      for (const T v :
+           {l, std::nextafter(l, T(0)), std::nextafter(l, std::numeric_limits<T>::infinity())}) {
+        values.push_back(v);
+        values.push_back(-v);
+      }
+    }
+    for (const T v : values) {
+      SCOPED_TRACE(::testing::Message() << "limit " << limit << " value " << v);
+      const bool expect = !(std::fabs(static_cast<double>(v)) <= limit);
+      // alone, and among values inside every limit but the negative and NaN ones
+      std::vector<T> x(37, T(0));
+      x[29] = v;
+      EXPECT_EQ(any_beyond<T>(&v, 1, limit), expect);
+      EXPECT_EQ(any_beyond<T>(x.data(), x.size(), limit), expect || !(limit >= 0));
+    }
+    EXPECT_FALSE(any_beyond<T>(nullptr, 0, limit));
+  }
+}
+
+TEST(Fallback, AnyBeyondIsItsDefinition) {
+  check_any_beyond<float>();
+  check_any_beyond<double>();
+}
+
 // scan() is needs_fallback() and local_scales() in one pass: same answers, for float and
 // double, across block boundaries, with NaN, ±inf, -0 and values at the fallback limit.
 TEST(MaxNorm, ScanEqualsNeedsFallbackAndLocalScales) {
