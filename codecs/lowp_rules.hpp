@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "minifloat.hpp"
+#include "pow2.hpp"
 #include "wire.hpp"
 
 namespace ccoll::codec {
@@ -46,11 +47,9 @@ inline LowpLayout lowp_layout(LowpScheme scheme, Minifloat format, std::size_t b
   LowpLayout l;
   l.scheme = scheme;
   l.format = scheme == LowpScheme::kNvfp4 ? Minifloat::kE2M1 : format;
-  unsigned shift = 0;
-  while ((std::size_t{1} << shift) < block) ++shift;
   l.block_shift = scheme == LowpScheme::kMx      ? kMxBlockShift
                   : scheme == LowpScheme::kNvfp4 ? kNvfp4BlockShift
-                                                 : shift;
+                                                 : ceil_log2(block);
   l.width = minifloat_bits(l.format);
   return l;
 }

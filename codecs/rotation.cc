@@ -94,7 +94,7 @@ void rotate_piece(float* x, const float* src, std::size_t at, unsigned k, std::u
 void rotate(float* x, const float* src, std::size_t n, std::size_t block, std::uint64_t seed,
             bool forward, bool vector) {
   std::vector<std::uint64_t> words(block / 64 + 2);
-  for_rotation_pieces(n, rotation_log2(block), [&](std::size_t at, unsigned k) {
+  for_rotation_pieces(n, ceil_log2(block), [&](std::size_t at, unsigned k) {
     rotate_piece(x, src, at, k, seed, forward, vector, words.data());
   });
 }
@@ -116,7 +116,7 @@ void rotate_inverse(float* x, std::size_t n, std::size_t block, std::uint64_t se
 }
 
 RotationUndo::RotationUndo(float* x, std::size_t n, std::size_t block, std::uint64_t seed)
-    : x_(x), seed_(seed), log_b_(rotation_log2(block)), words_(block / 64 + 2) {
+    : x_(x), seed_(seed), log_b_(ceil_log2(block)), words_(block / 64 + 2) {
   for_rotation_pieces(n, log_b_, [&](std::size_t at, unsigned k) {
     pieces_.push_back({at, k, std::size_t{1} << k});
   });

@@ -18,6 +18,7 @@
 
 #include "half.hpp"    // CCOLL_HOST_DEVICE
 #include "philox.hpp"  // splitmix64
+#include "pow2.hpp"    // ceil_log2
 
 namespace ccoll::codec {
 
@@ -53,12 +54,6 @@ void for_rotation_pieces(std::size_t n, unsigned log_b, F&& f) {
       at += std::size_t{1} << k;
     }
   }
-}
-/// log2 of a power of two.
-CCOLL_HOST_DEVICE inline unsigned rotation_log2(std::size_t m) {
-  unsigned k = 0;
-  while ((std::size_t{1} << k) < m) ++k;
-  return k;
 }
 
 /// The signs' seed of a call: its seed and its tensor's key (0 for none).

@@ -40,6 +40,7 @@
 
 #include "bitpack.hpp"
 #include "ccoll/error.hpp"
+#include "pow2.hpp"
 #include "quantizers.hpp"
 #include "scratch.hpp"
 #include "sketch_table.hpp"
@@ -57,12 +58,6 @@ struct SketchLanes;
 constexpr std::size_t kSample = 2048;  // sketch size: values sampled per block
 constexpr int kLloydIterations = 8;
 constexpr int kRefineSweeps = 4;
-
-unsigned log2_of(std::size_t block) {
-  unsigned l = 0;
-  while ((std::size_t{1} << l) < block) ++l;
-  return l;
-}
 
 template <class T>
 class SketchCodec final : public FixedLengthCodec<SketchCodec<T>, T> {
@@ -144,7 +139,7 @@ class SketchCodec final : public FixedLengthCodec<SketchCodec<T>, T> {
  private:
   static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
   std::uint32_t param() const {
-    return bits_ | (clusters_ << 8) | (block_ != 0 ? log2_of(block_) << 16 : 0u);
+    return bits_ | (clusters_ << 8) | (block_ != 0 ? ceil_log2(block_) << 16 : 0u);
   }
   // tables in a payload of `count` elements: one a block (one for an empty payload)
   std::size_t tables(std::size_t count) const {

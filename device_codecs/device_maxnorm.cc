@@ -3,6 +3,7 @@
 #include "device_base.hpp"
 #include "maxnorm_device.hpp"
 #include "maxnorm_wire.hpp"
+#include "pow2.hpp"
 
 namespace ccoll::device_codecs {
 namespace {
@@ -20,7 +21,7 @@ class DeviceMaxnorm final : public DeviceCodecBase, public FusedFeedback {
         ratio_(p.ratio),
         nearest_(p.nearest),
         clip_(p.clip) {
-    block_shift_ = gpu::block_shift_of(p.block);
+    block_shift_ = codec::ceil_log2(p.block);
   }
 
   bool host_writes_body() const override { return true; }  // encode_prefix's offset, scales

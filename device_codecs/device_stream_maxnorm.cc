@@ -14,6 +14,7 @@
 #include "bitpack.hpp"
 #include "device_codec.hpp"
 #include "maxnorm_device.hpp"
+#include "pow2.hpp"
 #include "quantizers.hpp"
 
 namespace ccoll::device_codecs {
@@ -36,7 +37,7 @@ class MaxnormStream final : public codec::StreamForm {
         bits_(p.bits),
         levels_((1u << (p.bits - 1)) - 1),
         nearest_(p.nearest),
-        block_shift_(gpu::block_shift_of(p.block)),
+        block_shift_(codec::ceil_log2(p.block)),
         nb_(gpu::blocks_of(in.count, block_shift_)),
         limit_(float_at_most(codec::maxnorm_fallback_limit(in.ranks))) {}
 

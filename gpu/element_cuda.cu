@@ -183,7 +183,7 @@ class CudaElement final : public ElementKernels {
   }
   void rotate(float* out, const float* in, std::size_t n, std::size_t block, std::uint64_t seed,
               bool forward) override {
-    const unsigned log_b = rotation_log2(block);
+    const unsigned log_b = ceil_log2(block);
     if (n % 2 != 0 && out != in) {
       copy_one_kernel<<<1, 1, 0, current_stream()>>>(out + n - 1, in + n - 1);
       check_launch("rotate copy launch");

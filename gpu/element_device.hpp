@@ -27,8 +27,8 @@ CCOLL_HOST_DEVICE inline double square_sum_part(const float* x, std::size_t n, u
 }
 
 /// rotate=hadamard on the device (codecs/rotation.hpp, the same floats bit for bit).
+using codec::ceil_log2;
 using codec::for_rotation_pieces;
-using codec::rotation_log2;
 using codec::rotation_scale;
 using codec::rotation_sign;
 

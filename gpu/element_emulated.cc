@@ -55,7 +55,7 @@ class EmulatedElement final : public ElementKernels {
               bool forward) override {
     emulated::require_current_device(b_, in, "rotate");
     emulated::require_current_device(b_, out, "rotate");
-    const unsigned log_b = rotation_log2(block);
+    const unsigned log_b = ceil_log2(block);
     emulated::launch([=] {
       if (n % 2 != 0) out[n - 1] = in[n - 1];
       for_rotation_pieces(n, log_b, [&](std::size_t at, unsigned k) {

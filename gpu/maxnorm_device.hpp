@@ -20,6 +20,7 @@
 #include "half.hpp"
 #include "maxnorm_wire.hpp"
 #include "philox.hpp"
+#include "pow2.hpp"
 #include "randk_selection.hpp"
 
 namespace ccoll::gpu {
@@ -30,12 +31,6 @@ inline constexpr std::size_t kMaxnormBlock = codec::kMaxnormBlock;
 inline constexpr unsigned kMaxnormBlockShift = 16;
 static_assert(std::size_t{1} << kMaxnormBlockShift == kMaxnormBlock, "block shift");
 
-/// log2 of a block size (a power of two).
-inline unsigned block_shift_of(std::size_t block) {
-  unsigned s = 0;
-  while ((std::size_t{1} << s) < block) ++s;
-  return s;
-}
 /// Blocks of 1 << block_shift elements that `count` elements fill (the last one partly).
 inline std::size_t blocks_of(std::size_t count, unsigned block_shift) {
   return (count + (std::size_t{1} << block_shift) - 1) >> block_shift;
