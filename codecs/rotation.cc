@@ -122,7 +122,7 @@ RotationUndo::RotationUndo(float* x, std::size_t n, std::size_t block, std::uint
   });
 }
 
-void RotationUndo::final(std::size_t offset, std::size_t count) {
+void RotationUndo::arrived(std::size_t offset, std::size_t count) {
   if (count == 0 || pieces_.empty()) return;
   // the first piece that ends after `offset`: whole blocks by division, the tail's few by search
   const std::size_t block = std::size_t{1} << log_b_;

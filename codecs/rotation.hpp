@@ -69,7 +69,7 @@ void rotate_forward_copy(float* out, const float* in, std::size_t n, std::size_t
 void rotate_inverse(float* x, std::size_t n, std::size_t block, std::uint64_t seed);
 
 /// rotate_inverse of x[0, n) piece by piece, as its elements become final: a schedule reports
-/// each part of its output once it holds its final values (final()), and every piece whose
+/// each part of its output once it holds its final values (arrived()), and every piece whose
 /// elements are all final is rotated back then, while later parts are still in flight;
 /// finish() rotates back the pieces not done yet. The same floats as rotate_inverse, bit for
 /// bit, in any order of reports. Each element is reported at most once.
@@ -77,7 +77,7 @@ class RotationUndo {
  public:
   RotationUndo(float* x, std::size_t n, std::size_t block, std::uint64_t seed);
   /// Elements [offset, offset + count) hold their final values.
-  void final(std::size_t offset, std::size_t count);
+  void arrived(std::size_t offset, std::size_t count);
   /// Rotates back every piece not rotated back yet.
   void finish();
   const float* data() const { return x_; }

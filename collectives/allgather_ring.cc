@@ -27,7 +27,7 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
       recvs[j] = e.recv(slots + L.slot(c, j), L.seg_capacity(), prev, kTagAllgather);
     }
   };
-  auto final = [&](int c) { e.output_final(L.seg_offset(c, 0), L.chunk_elems(c)); };
+  auto report = [&](int c) { e.output_final(L.seg_offset(c, 0), L.chunk_elems(c)); };
 
   if (p > 1) {
     for (std::size_t j = 0; j < L.nseg(r); ++j) {
@@ -43,7 +43,7 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
                               out + L.seg_offset(r, j) * es, false};
   }
   e.decode_many(own, L.nseg(r));
-  final(r);
+  report(r);
   for (int k = 0; k + 1 < p; ++k) {
     const int recv_chunk = ring_mod(r - k - 1, p);
     const std::size_t nseg = L.nseg(recv_chunk);
@@ -64,7 +64,7 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
       jobs[j].bytes = got;
     });
     if (k + 2 < p) post(k + 1);  // before the caller's work on this chunk: the next one flows
-    final(recv_chunk);
+    report(recv_chunk);
   }
   for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
 }

@@ -344,7 +344,7 @@ void run_flat_schedule(Flow& f, ScheduleSetup& s, const void* input) {
       // is in flight (the schedules that report none leave it all to rotate_output)
       f.undo.emplace(reinterpret_cast<float*>(recv), call.count, f.c.spec.rotate,
                      rotation_seed_of(call));
-      cx.on_final = [&f](std::size_t offset, std::size_t count) { f.undo->final(offset, count); };
+      cx.on_final = [&f](std::size_t offset, std::size_t count) { f.undo->arrived(offset, count); };
     }
     coll::run_allreduce(row, cx, input, recv, call.count, divide);
     codec.finish_allreduce(recv, call.count);  // temporal: beta·y_prev + decoded sum

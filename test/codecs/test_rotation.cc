@@ -105,7 +105,7 @@ TEST(Rotation, UndoByChunksIsTheInverseBitForBit) {
           for (std::size_t i = leave_one ? 1 : 0; i < order.size(); ++i) {
             const auto c = static_cast<std::size_t>(order[i]);
             arrive(y, c);
-            undo.final(cut[c], cut[c + 1] - cut[c]);
+            undo.arrived(cut[c], cut[c + 1] - cut[c]);
           }
           if (!leave_one) {  // every element reported: nothing left, the inverse is complete
             ASSERT_EQ(std::memcmp(y.data(), whole.data(), n * sizeof(float)), 0);
