@@ -83,8 +83,8 @@ void rotate_piece(float* x, const float* src, std::size_t at, unsigned k, std::u
   for (std::size_t w = first; w <= last; ++w) words[w - first] = rotation_sign_word(seed, w);
   const RotationSigns s{words, first};
   float* b = x + at;
+  if (vector && rotate_block_hwy(b, src + at, m, at, s, forward, f)) return;
   if (src != x) std::memcpy(b, src + at, m * sizeof(float));  // a block at a time: in cache
-  if (vector && rotate_block_hwy(b, m, at, s, forward, f)) return;
   if (forward) flip(b, m, at, s);
   fwht(b, m);
   scale(b, m, f);
@@ -154,7 +154,8 @@ void rotate_reference(float* x, std::size_t n, std::size_t block, std::uint64_t 
 }
 
 #if !defined(CCOLL_HAVE_HWY)
-bool rotate_block_hwy(float*, std::size_t, std::size_t, const RotationSigns&, bool, float) {
+bool rotate_block_hwy(float*, const float*, std::size_t, std::size_t, const RotationSigns&, bool,
+                      float) {
   return false;
 }
 #endif

@@ -108,11 +108,11 @@ struct RotationSigns {
   std::size_t first_word = 0;
 };
 
-/// One block x[0, m) (m a power of two, elements [at, at + m) of the tensor) rotated forward
-/// (signs, transform, scale) or back (transform, scale, signs), vectorized
-/// (rotation_hwy.cc); false where it did nothing (m < 8, no vectors, or built without
-/// Highway).
-bool rotate_block_hwy(float* x, std::size_t m, std::size_t at, const RotationSigns& signs,
-                      bool forward, float scale);
+/// One block src[0, m) (m a power of two, elements [at, at + m) of the tensor; src may be x)
+/// rotated forward (signs, transform, scale) or back (transform, scale, signs) into x[0, m),
+/// vectorized (rotation_hwy.cc); false where it did nothing (m < 8, no vectors, or built
+/// without Highway).
+bool rotate_block_hwy(float* x, const float* src, std::size_t m, std::size_t at,
+                      const RotationSigns& signs, bool forward, float scale);
 
 }  // namespace ccoll::codec

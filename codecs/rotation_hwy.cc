@@ -5,11 +5,12 @@
 // Shuffle2301 and Shuffle1032 within 128-bit blocks, then the adjacent blocks of native vectors
 // of 8 lanes or more, or two 128-bit vectors a group of 8), the rest two stages a pass (radix
 // 4) over native vectors where the stride allows, 8-lane ones below it, and a last radix-2 pass
-// where log2 m leaves one; the scale on the last pass. The signs (each lane tests its bit of the
-// sign word; an XOR of the sign bit) as the first pass loads (forward) or in a pass of their own
-// over the block while it is in cache (inverse). Every element goes through the same adds in
-// the same order as the scalar transform's stages, so the floats are the scalar path's, bit for
-// bit, on every target (tested).
+// where log2 m leaves one; the scale on the last pass. The first pass reads the block from its
+// source (the caller's input, for a rotated copy), the rest work in place. The signs (each lane
+// tests its bit of the sign word; an XOR of the sign bit) as the first pass loads (forward) or in a
+// pass of their own over the block while it is in cache (inverse). Every element goes through the
+// same adds in the same order as the scalar transform's stages, so the floats are the scalar
+// path's, bit for bit, on every target (tested).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -28,7 +29,9 @@ namespace hn = hwy::HWY_NAMESPACE;
 
 #if HWY_TARGET == HWY_SCALAR
 // One lane: nothing to gain; the caller's scalar transform runs.
-bool RotateBlock(float*, size_t, size_t, const RotationSigns&, bool, float) { return false; }
+bool RotateBlock(float*, const float*, size_t, size_t, const RotationSigns&, bool, float) {
+  return false;
+}
 #else
 // v (elements e, e + 1, ...) with the signs flipped where their bits are set (rotation.hpp):
 // lane l tests bit l of the element's word from e on; the sign bit is flipped by an XOR, as the
@@ -76,20 +79,20 @@ void Pass(D d, float* HWY_RESTRICT x, size_t m, size_t h, bool radix4, bool last
   }
 }
 
-void FirstStages4(float* HWY_RESTRICT x, size_t m, const RotationSigns& s, size_t at, bool forward,
-                  float scale);
+void FirstStages4(float* x, const float* src, size_t m, const RotationSigns& s, size_t at,
+                  bool forward, float scale);
 
 // Stages 1, 2 and 4 of a block of m >= n elements on native vectors of n >= 8 lanes (the pair
 // swaps within 128-bit blocks, then the adjacent blocks), the forward's signs as they load.
 template <class D>
-void FirstStages(D d, float* HWY_RESTRICT x, size_t m, const RotationSigns& s, size_t at,
+void FirstStages(D d, float* x, const float* src, size_t m, const RotationSigns& s, size_t at,
                  bool forward) {
   const hn::RebindToUnsigned<D> du;
   const auto lane = hn::Iota(du, 0);
   const auto upper2 = hn::RebindMask(d, hn::TestBit(lane, hn::Set(du, 2u)));
   const auto upper4 = hn::RebindMask(d, hn::TestBit(lane, hn::Set(du, 4u)));
   for (size_t i = 0; i < m; i += hn::Lanes(d)) {
-    auto v = hn::LoadU(d, x + i);
+    auto v = hn::LoadU(d, src + i);
     if (forward) v = Flip(d, v, s, at + i);
     auto w = hn::Shuffle2301(v);
     v = hn::OddEven(hn::Sub(w, v), hn::Add(v, w));
@@ -101,15 +104,15 @@ void FirstStages(D d, float* HWY_RESTRICT x, size_t m, const RotationSigns& s, s
   }
 }
 
-bool RotateBlock(float* HWY_RESTRICT x, size_t m, size_t at, const RotationSigns& s, bool forward,
-                 float scale) {
+bool RotateBlock(float* x, const float* src, size_t m, size_t at, const RotationSigns& s,
+                 bool forward, float scale) {
   const hn::Full128<float> d4;
   const hn::ScalableTag<float> d;
   const size_t n = hn::Lanes(d);
   if (n >= 8 && m >= n && m > 8) {
-    FirstStages(d, x, m, s, at, forward);
+    FirstStages(d, x, src, m, s, at, forward);
   } else {
-    FirstStages4(x, m, s, at, forward, scale);
+    FirstStages4(x, src, m, s, at, forward, scale);
   }
   for (size_t h = 8; h < m;) {
     const bool radix4 = 4 * h <= m;
@@ -136,14 +139,14 @@ bool RotateBlock(float* HWY_RESTRICT x, size_t m, size_t at, const RotationSigns
 
 // Stages 1, 2 and 4 of a block of m >= 8 elements on 128-bit vectors (two a group of 8); a
 // block of 8 is done here, with its scale and the inverse's signs.
-void FirstStages4(float* HWY_RESTRICT x, size_t m, const RotationSigns& s, size_t at, bool forward,
-                  float scale) {
+void FirstStages4(float* x, const float* src, size_t m, const RotationSigns& s, size_t at,
+                  bool forward, float scale) {
   const hn::Full128<float> d4;
   const auto upper = hn::Not(hn::FirstN(d4, 2));  // lanes 2 and 3
   const auto k = hn::Set(d4, scale);
   for (size_t i = 0; i < m; i += 8) {
-    auto v0 = hn::LoadU(d4, x + i);
-    auto v1 = hn::LoadU(d4, x + i + 4);
+    auto v0 = hn::LoadU(d4, src + i);
+    auto v1 = hn::LoadU(d4, src + i + 4);
     if (forward) {
       v0 = Flip(d4, v0, s, at + i);
       v1 = Flip(d4, v1, s, at + i + 4);
@@ -183,9 +186,9 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace ccoll::codec {
 HWY_EXPORT(RotateBlock);
-bool rotate_block_hwy(float* x, std::size_t m, std::size_t at, const RotationSigns& signs,
-                      bool forward, float scale) {
-  return m >= 8 && HWY_DYNAMIC_DISPATCH(RotateBlock)(x, m, at, signs, forward, scale);
+bool rotate_block_hwy(float* x, const float* src, std::size_t m, std::size_t at,
+                      const RotationSigns& signs, bool forward, float scale) {
+  return m >= 8 && HWY_DYNAMIC_DISPATCH(RotateBlock)(x, src, m, at, signs, forward, scale);
 }
 }  // namespace ccoll::codec
 #endif
