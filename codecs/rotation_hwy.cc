@@ -3,14 +3,14 @@
 //
 // A block of m >= 8 elements: the first three butterfly stages in registers (the pair swaps
 // Shuffle2301 and Shuffle1032 within 128-bit blocks, then the adjacent blocks of native vectors
-// of 8 lanes or more, or two 128-bit vectors a group of 8), the rest two stages a pass (radix
-// 4) over native vectors where the stride allows, 8-lane ones below it, and a last radix-2 pass
-// where log2 m leaves one; the scale on the last pass. The first pass reads the block from its
-// source (the caller's input, for a rotated copy), the rest work in place. The signs (each lane
-// tests its bit of the sign word; an XOR of the sign bit) as the first pass loads (forward) or in a
-// pass of their own over the block while it is in cache (inverse). Every element goes through the
-// same adds in the same order as the scalar transform's stages, so the floats are the scalar
-// path's, bit for bit, on every target (tested).
+// of 8 lanes or more, or two 128-bit vectors a group of 8), the rest three stages a pass
+// (radix 8) over native vectors where the stride allows, 8-lane ones below it, and a last
+// radix-4 or radix-2 pass where log2 m leaves one or two; the scale on the last pass. The
+// first pass reads the block from its source (the caller's input, for a rotated copy), the
+// rest work in place. The signs (each lane tests its bit of the sign word; an XOR of the sign
+// bit) as the first pass loads (forward) or as the last pass stores (inverse). Every element
+// goes through the same adds in the same order as the scalar transform's stages, so the floats
+// are the scalar path's, bit for bit, on every target (tested).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -46,35 +46,67 @@ HWY_INLINE hn::Vec<D> Flip(D d, hn::Vec<D> v, const RotationSigns& s, size_t e) 
   return hn::BitCast(d, hn::Xor(hn::BitCast(du, v), sign));
 }
 
-// One pass over x[0, m) at stride h: radix 4 (stages h and 2h) or radix 2 (stage h); on the
-// last pass the scale.
+// Stages h and 2h on the four vectors at p, p + h, p + 2h and p + 3h: o<q> is element p + q·h.
+// (Vectors by reference, not in arrays: some targets' vectors are sizeless.)
+template <class D, class V>
+HWY_INLINE void Radix4(D d, const float* HWY_RESTRICT p, size_t h, V& o0, V& o1, V& o2, V& o3) {
+  const auto a0 = hn::LoadU(d, p);
+  const auto a1 = hn::LoadU(d, p + h);
+  const auto a2 = hn::LoadU(d, p + 2 * h);
+  const auto a3 = hn::LoadU(d, p + 3 * h);
+  const auto b0 = hn::Add(a0, a1);
+  const auto b1 = hn::Sub(a0, a1);
+  const auto b2 = hn::Add(a2, a3);
+  const auto b3 = hn::Sub(a2, a3);
+  o0 = hn::Add(b0, b2);
+  o1 = hn::Add(b1, b3);
+  o2 = hn::Sub(b0, b2);
+  o3 = hn::Sub(b1, b3);
+}
+
+// One pass over x[0, m) at stride h: radix 8 (stages h, 2h and 4h), radix 4 (h and 2h) or
+// radix 2 (h); on the last pass the scale and, given `signs` (the inverse), the signs of the
+// tensor's elements from `at` on, as each vector is stored.
 template <class D>
-void Pass(D d, float* HWY_RESTRICT x, size_t m, size_t h, bool radix4, bool last, float scale) {
+void Pass(D d, float* HWY_RESTRICT x, size_t m, size_t h, unsigned radix, bool last, float scale,
+          const RotationSigns* signs, size_t at) {
   const size_t n = hn::Lanes(d);
   const auto k = hn::Set(d, scale);
   auto out = [&](hn::Vec<D> v, size_t i) {
-    if (last) v = hn::Mul(v, k);
+    if (last) {
+      v = hn::Mul(v, k);
+      if (signs != nullptr) v = Flip(d, v, *signs, at + i);
+    }
     hn::StoreU(v, d, x + i);
   };
-  for (size_t i = 0; i < m; i += (radix4 ? 4 : 2) * h) {
+  for (size_t i = 0; i < m; i += radix * h) {
     for (size_t j = i; j < i + h; j += n) {
-      const auto a = hn::LoadU(d, x + j);
-      const auto b = hn::LoadU(d, x + j + h);
-      if (!radix4) {
-        out(hn::Add(a, b), j);
-        out(hn::Sub(a, b), j + h);
+      if (radix == 2) {
+        const auto a0 = hn::LoadU(d, x + j);
+        const auto a1 = hn::LoadU(d, x + j + h);
+        out(hn::Add(a0, a1), j);
+        out(hn::Sub(a0, a1), j + h);
         continue;
       }
-      const auto c = hn::LoadU(d, x + j + 2 * h);
-      const auto e = hn::LoadU(d, x + j + 3 * h);
-      const auto ab = hn::Add(a, b);
-      const auto amb = hn::Sub(a, b);
-      const auto ce = hn::Add(c, e);
-      const auto cme = hn::Sub(c, e);
-      out(hn::Add(ab, ce), j);
-      out(hn::Add(amb, cme), j + h);
-      out(hn::Sub(ab, ce), j + 2 * h);
-      out(hn::Sub(amb, cme), j + 3 * h);
+      auto c0 = hn::Zero(d), c1 = c0, c2 = c0, c3 = c0;
+      Radix4(d, x + j, h, c0, c1, c2, c3);
+      if (radix == 4) {
+        out(c0, j);
+        out(c1, j + h);
+        out(c2, j + 2 * h);
+        out(c3, j + 3 * h);
+        continue;
+      }
+      auto c4 = c0, c5 = c0, c6 = c0, c7 = c0;  // elements 4-7, then stage 4h across the halves
+      Radix4(d, x + j + 4 * h, h, c4, c5, c6, c7);
+      out(hn::Add(c0, c4), j);
+      out(hn::Add(c1, c5), j + h);
+      out(hn::Add(c2, c6), j + 2 * h);
+      out(hn::Add(c3, c7), j + 3 * h);
+      out(hn::Sub(c0, c4), j + 4 * h);
+      out(hn::Sub(c1, c5), j + 5 * h);
+      out(hn::Sub(c2, c6), j + 6 * h);
+      out(hn::Sub(c3, c7), j + 7 * h);
     }
   }
 }
@@ -114,25 +146,17 @@ bool RotateBlock(float* x, const float* src, size_t m, size_t at, const Rotation
   } else {
     FirstStages4(x, src, m, s, at, forward, scale);
   }
+  // the inverse's signs as the last pass stores (a block of 8 had them in FirstStages4)
+  const RotationSigns* out_signs = forward ? nullptr : &s;
   for (size_t h = 8; h < m;) {
-    const bool radix4 = 4 * h <= m;
-    const bool last = (radix4 ? 4 : 2) * h == m;
+    const unsigned radix = 8 * h <= m ? 8 : 4 * h <= m ? 4 : 2;
+    const bool last = radix * h == m;
     if (h >= n) {
-      Pass(d, x, m, h, radix4, last, scale);
+      Pass(d, x, m, h, radix, last, scale, out_signs, at);
     } else {
-      Pass(hn::CappedTag<float, 8>(), x, m, h, radix4, last, scale);
+      Pass(hn::CappedTag<float, 8>(), x, m, h, radix, last, scale, out_signs, at);
     }
-    h *= radix4 ? 4 : 2;
-  }
-  if (!forward && m > 8) {  // the inverse's signs, over the block while it is in cache
-    if (n <= m) {
-      for (size_t i = 0; i < m; i += n)
-        hn::StoreU(Flip(d, hn::LoadU(d, x + i), s, at + i), d, x + i);
-    } else {
-      for (size_t i = 0; i < m; i += 4) {
-        hn::StoreU(Flip(d4, hn::LoadU(d4, x + i), s, at + i), d4, x + i);
-      }
-    }
+    h *= radix;
   }
   return true;
 }

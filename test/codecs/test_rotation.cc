@@ -13,6 +13,10 @@
 #include "rotation.hpp"
 #include "spec.hpp"
 
+#if defined(CCOLL_TEST_HWY_TARGETS)
+#include <hwy/targets.h>
+#endif
+
 namespace ccoll {
 namespace {
 
@@ -202,9 +206,10 @@ TEST(Rotation, RotatedCodesAddToTheRotatedSum) {
 
 // The vectorized blocks give the scalar path's floats bit for bit, forward and back, for every
 // block size and tail (and signs of zeros, infinities and NaNs as the scalar flip sets them).
-TEST(Rotation, VectorizedIsTheScalarPathBitForBit) {
+// The vectorized transform (on the target in use) against the scalar one.
+void check_vectorized_rotation() {
   for (const std::size_t block : {std::size_t{256}, std::size_t{1024}, std::size_t{65536}}) {
-    for (const std::size_t n : {7, 8, 24, 1000, 4097, 70001, 200000}) {
+    for (const std::size_t n : {7, 8, 16, 24, 1000, 4097, 70001, 200000}) {
       SCOPED_TRACE("block " + std::to_string(block) + " n " + std::to_string(n));
       std::vector<float> x = heavy_tailed(n, 3);
       if (n > 100) {
@@ -230,6 +235,35 @@ TEST(Rotation, VectorizedIsTheScalarPathBitForBit) {
       }
     }
   }
+}
+
+// Every instruction set this machine has and the library was built for, one at a time (the
+// best one only, without Highway's target control).
+std::vector<std::int64_t> vector_targets() {
+#if defined(CCOLL_TEST_HWY_TARGETS)
+  return hwy::SupportedAndGeneratedTargets();
+#else
+  return {0};
+#endif
+}
+
+void use_target(std::int64_t target) {
+#if defined(CCOLL_TEST_HWY_TARGETS)
+  hwy::SetSupportedTargetsForTest(target);
+#else
+  (void)target;
+#endif
+}
+
+TEST(Rotation, VectorizedIsTheScalarPathBitForBit) {
+  for (const std::int64_t target : vector_targets()) {
+    use_target(target);
+#if defined(CCOLL_TEST_HWY_TARGETS)
+    SCOPED_TRACE(hwy::TargetName(target));
+#endif
+    check_vectorized_rotation();
+  }
+  use_target(0);  // back to the best
 }
 
 // maxnorm:clip=C: a block's scale is at most C root mean squares; what lies beyond saturates at
