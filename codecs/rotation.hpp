@@ -80,7 +80,6 @@ class RotationUndo {
   void arrived(std::size_t offset, std::size_t count);
   /// Rotates back every piece not rotated back yet.
   void finish();
-  const float* data() const { return x_; }
 
  private:
   struct Piece {

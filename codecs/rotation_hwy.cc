@@ -138,7 +138,6 @@ void FirstStages(D d, float* x, const float* src, size_t m, const RotationSigns&
 
 bool RotateBlock(float* x, const float* src, size_t m, size_t at, const RotationSigns& s,
                  bool forward, float scale) {
-  const hn::Full128<float> d4;
   const hn::ScalableTag<float> d;
   const size_t n = hn::Lanes(d);
   if (n >= 8 && m >= n && m > 8) {
