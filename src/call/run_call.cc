@@ -19,8 +19,8 @@
 #include "mpi_check.hpp"
 #include "node_sums.hpp"
 #include "placement.hpp"
-#include "rank_local.hpp"
 #include "rotation.hpp"
+#include "scratch.hpp"
 #include "setup_rounds.hpp"
 #include "sim_model.hpp"
 #include "stream_allreduce.hpp"
@@ -340,8 +340,7 @@ void run_flat_schedule(Flow& f, ScheduleSetup& s, const void* input) {
   }
   if (allreduce) {
     if (f.rotated && f.pl.device == nullptr && !codec.finishes_allreduce()) {
-      // rotate=hadamard: each chunk rotated back as the all-gather decodes it, while the next
-      // is in flight (the schedules that report none leave it all to rotate_output)
+      // rotate=hadamard: chunks rotated back as the all-gather decodes them (rest: rotate_output)
       f.undo.emplace(reinterpret_cast<float*>(recv), call.count, f.c.spec.rotate,
                      rotation_seed_of(call));
       cx.on_final = [&f](std::size_t offset, std::size_t count) { f.undo->arrived(offset, count); };
@@ -484,6 +483,8 @@ void check_rotation(const Call& call, Checked& c) {
   }
 }
 
+struct RotatedInput;  // thread_scratch's tag of the rotated input
+
 // rotate=hadamard: this rank's input rotated, which the call reads from now on. Host buffers
 // (and host copies of device buffers): into a buffer of the thread's (kept, grown to the largest
 // tensor: no page to fault in on later calls). Device buffers with kernels: into recvbuf by the
@@ -502,16 +503,10 @@ void rotate_input(Flow& f) {
     call.sendbuf = MPI_IN_PLACE;
     return;
   }
-  static CCOLL_RANK_LOCAL std::unique_ptr<float[]> buffer;
-  static CCOLL_RANK_LOCAL std::size_t capacity = 0;
-  if (capacity < call.count) {
-    buffer.reset();
-    buffer.reset(new float[call.count]);  // not value-initialized: every element is written
-    capacity = call.count;
-  }
+  float* rotated = codec::thread_scratch<RotatedInput, float>(call.count).data();
   const auto* in = static_cast<const float*>(call.input(f.es(), f.rank()));
-  codec::rotate_forward_copy(buffer.get(), in, call.count, block, rotation_seed_of(call));
-  call.sendbuf = buffer.get();
+  codec::rotate_forward_copy(rotated, in, call.count, block, rotation_seed_of(call));
+  call.sendbuf = rotated;
 }
 
 // rotate=hadamard: the output rotated back where it is now (after a fallback, the host copy).
