@@ -1,9 +1,10 @@
 // Codec throughput (Google Benchmark): scan, encode, decode and decode-accumulate of every codec at
 // 1, 16 and 64 MiB of fp32 input on one thread, next to memcpy of the same size in the same
 // binary, and rotate=hadamard's two passes (the input rotated into a buffer, the output rotated
-// back in place) at 1,024- and 65,536-element blocks. bytes_per_second counts uncompressed input
-// bytes, so each codec's figure divided by memcpy's is the ratio that travels between machines.
-// Built on the codec layer directly (ccoll_base), which the public API does not expose.
+// back in place) at 1,024- and 65,536-element blocks, and the forward pass with maxnorm's scan.
+// bytes_per_second counts uncompressed input bytes, so each codec's figure divided by memcpy's is
+// the ratio that travels between machines. Built on the codec layer directly (ccoll_base), which
+// the public API does not expose.
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -77,6 +78,33 @@ void bm_rotate(benchmark::State& state, std::size_t block, bool forward) {
       ccoll::codec::rotate_inverse(y.data(), n, block, 1);
     }
     benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
+}
+
+// rotate=hadamard with maxnorm's scan, as the call runs them before the scale round: scanned
+// tile by tile as it is rotated (rotate_and_scan), or (`whole`) rotated into the buffer and then
+// scanned.
+void bm_rotate_scan(benchmark::State& state, bool whole) {
+  const std::size_t bytes = static_cast<std::size_t>(state.range(0));
+  const std::size_t n = bytes / sizeof(float);
+  const auto x = input(n);
+  std::vector<float> y(n);
+  auto codec = ccoll::make_codec(ccoll::parse_codec_spec("maxnorm:bits=4,rotate=hadamard"),
+                                 ccoll::codec::DType::kFloat32);
+  const std::size_t block = codec->scale_block();
+  std::vector<double> scales(codec->scale_slots(n));
+  bool fallback = false;
+  for (auto _ : state) {
+    if (whole) {
+      ccoll::codec::rotate_forward_copy(y.data(), x.data(), n, block, 1);
+      benchmark::DoNotOptimize(codec->scan(y.data(), n, 2, scales.data(), fallback));
+    } else {
+      benchmark::DoNotOptimize(ccoll::codec::rotate_and_scan(y.data(), x.data(), n, block, 1,
+                                                             *codec, 2, scales.data(), fallback));
+    }
+    benchmark::DoNotOptimize(scales.data());
     benchmark::ClobberMemory();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(bytes));
@@ -163,6 +191,13 @@ int main(int argc, char** argv) {
       for (const auto s : sizes) b->Arg(s);
       b->Unit(benchmark::kMillisecond)->MinTime(0.2);
     }
+  }
+  for (const bool whole : {true, false}) {
+    const std::string name =
+        std::string("rotate_scan:maxnorm:bits=4/") + (whole ? "whole" : "tiled");
+    auto* b = benchmark::RegisterBenchmark(name.c_str(), bm_rotate_scan, whole);
+    for (const auto s : sizes) b->Arg(s);
+    b->Unit(benchmark::kMillisecond)->MinTime(0.2);
   }
   for (const auto& spec : kCodecs) {
     for (const auto& [name, op] :

@@ -197,6 +197,13 @@ class Codec {
     return false;
   }
 
+  /// True when scan() splits at scale blocks: scan() of the elements [o, o + n), o a multiple
+  /// of scale_block() and n one too or reaching the tensor's end, writes the scales of those
+  /// blocks from scales[o / scale_block()] as the whole tensor's scan() does, returns true, and
+  /// the whole scan's fallback is the OR of the pieces'. The call then scans the rotated input
+  /// (rotate=) tile by tile as it is rotated, in cache (maxnorm's plain scan).
+  virtual bool scan_splits() const { return false; }
+
   /// scan() of p = x + e (elementwise float additions, as error feedback forms p) without
   /// forming p, where the codec can (maxnorm's scale pass); nullopt where it cannot (the
   /// default): the caller then forms p and calls scan().

@@ -185,6 +185,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     });
     return true;
   }
+  // every block's scale and fallback test on its own elements (the 16-bit input's too)
+  bool scan_splits() const override { return !sparse_; }
   // scan() of x + e (error feedback's p) without forming it
   std::optional<bool> scan_feedback(const float* x, const float* e, std::size_t count, int ranks,
                                     double* scales, bool& fallback) const override {

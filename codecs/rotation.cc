@@ -4,8 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <vector>
 
+#include "codec.hpp"
 #include "philox.hpp"
 
 namespace ccoll::codec {
@@ -107,8 +109,48 @@ void rotate_forward(float* x, std::size_t n, std::size_t block, std::uint64_t se
 
 void rotate_forward_copy(float* out, const float* in, std::size_t n, std::size_t block,
                          std::uint64_t seed) {
+  rotate_forward_copy_tiles(out, in, n, block, seed, n, 1, {});
+}
+
+void rotate_forward_copy_tiles(float* out, const float* in, std::size_t n, std::size_t block,
+                               std::uint64_t seed, std::size_t tile, std::size_t align,
+                               const std::function<void(std::size_t, std::size_t)>& done) {
   if (n % 2 != 0) out[n - 1] = in[n - 1];  // the last element of an odd count stays as it is
-  rotate(out, in, n, block, seed, true, true);
+  std::vector<std::uint64_t> words(block / 64 + 2);
+  std::size_t from = 0;  // the tile being rotated starts here
+  for_rotation_pieces(n, ceil_log2(block), [&](std::size_t at, unsigned k) {
+    rotate_piece(out, in, at, k, seed, true, true, words.data());
+    const std::size_t end = at + (std::size_t{1} << k);
+    if (done && end - from >= tile && end % align == 0 && end < n) {
+      done(from, end - from);
+      from = end;
+    }
+  });
+  if (done && from < n) done(from, n - from);  // the rest, with an odd count's last element
+}
+
+namespace {
+// A tile of the rotated input scanned as it is rotated: 256 KiB, in a core's L2 cache.
+constexpr std::size_t kScanTileElems = std::size_t{1} << 16;
+}  // namespace
+
+bool rotate_and_scan(float* out, const float* in, std::size_t n, std::size_t block,
+                     std::uint64_t seed, const Codec& codec, int ranks, double* scales,
+                     bool& fallback) {
+  const std::size_t sb = codec.scale_block();
+  if (scales == nullptr || sb == 0 || !codec.scan_splits()) {
+    rotate_forward_copy(out, in, n, block, seed);
+    return codec.scan(out, n, ranks, scales, fallback);
+  }
+  fallback = false;
+  bool scanned = true;
+  rotate_forward_copy_tiles(
+      out, in, n, block, seed, kScanTileElems, sb, [&](std::size_t at, std::size_t count) {
+        bool f = false;
+        scanned = codec.scan(out + at, count, ranks, scales + at / sb, f) && scanned;
+        fallback = fallback || f;
+      });
+  return scanned;
 }
 
 void rotate_inverse(float* x, std::size_t n, std::size_t block, std::uint64_t seed) {

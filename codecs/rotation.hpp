@@ -14,6 +14,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "half.hpp"    // CCOLL_HOST_DEVICE
@@ -65,6 +66,21 @@ void rotate_forward(float* x, std::size_t n, std::size_t block, std::uint64_t se
 /// overlap).
 void rotate_forward_copy(float* out, const float* in, std::size_t n, std::size_t block,
                          std::uint64_t seed);
+/// rotate_forward_copy that hands each tile of out to done(at, count) once rotated, while it is
+/// still in cache (the call's scan of the scales reads it there): tiles of whole pieces, each
+/// of at least `tile` elements and ending at a multiple of `align` (the codec's scale block),
+/// the last one at n; in order, together [0, n) once.
+void rotate_forward_copy_tiles(float* out, const float* in, std::size_t n, std::size_t block,
+                               std::uint64_t seed, std::size_t tile, std::size_t align,
+                               const std::function<void(std::size_t, std::size_t)>& done);
+class Codec;
+/// out[0, n) <- H·D·in (rotate_forward_copy) and codec.scan() of out: of each tile as soon as
+/// it is rotated, while it is in cache, where the codec's scan splits at its scale blocks
+/// (Codec::scan_splits(); scales non-null), else of the whole buffer after. scan()'s arguments
+/// and result.
+bool rotate_and_scan(float* out, const float* in, std::size_t n, std::size_t block,
+                     std::uint64_t seed, const Codec& codec, int ranks, double* scales,
+                     bool& fallback);
 /// x[0, n) <- D·H·x, blockwise: the inverse of rotate_forward with the same arguments.
 void rotate_inverse(float* x, std::size_t n, std::size_t block, std::uint64_t seed);
 

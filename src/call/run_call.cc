@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "agreement.hpp"
+#include "call_rotation.hpp"
 #include "collectives.hpp"
 #include "device_codec.hpp"
 #include "device_ops.hpp"
@@ -19,7 +20,6 @@
 #include "mpi_check.hpp"
 #include "node_sums.hpp"
 #include "placement.hpp"
-#include "rotation.hpp"
 #include "scratch.hpp"
 #include "setup_rounds.hpp"
 #include "sim_model.hpp"
@@ -85,10 +85,7 @@ struct Flow {
   std::uint64_t call_no = 0;
   std::uint64_t seed = 0;  // the seed the codec draws with (agree_stage)
   bool compress = false;   // the call encodes (checks passed, elements, ranks, CCOLL_MIN_BYTES)
-  bool rotated = false;    // rotate=hadamard: the call reads this rank's rotated input
-  bool rotated_in_place = false;  // ... on device buffers, where the caller's input was
-  // ... host buffers: the output rotated back chunk by chunk as the schedule finishes them
-  std::optional<codec::RotationUndo> undo;
+  CallRotation rot;        // rotate=hadamard: the call reads this rank's rotated input
   // the call runs stream-ordered (stream_allreduce.hpp), with this codec
   bool stream = false;
 
@@ -209,9 +206,13 @@ void prepare_plan(Flow& f) {
       // the sums a schedule encodes reach ranks × max|x|, unless a mean is prescaled
       const bool prescaled =
           call.allreduce() && call.options.average && codec.capabilities().prescale_mean;
-      out.scanned = codec.scan(call.input(c.elem_bytes, ctx.rank()), c.in_total,
-                               call.reduces() && !prescaled ? ctx.size() : 1,
-                               nscales != 0 ? plan->scales.data() : nullptr, out.fallback);
+      const int ranks = call.reduces() && !prescaled ? ctx.size() : 1;
+      double* scales = nscales != 0 ? plan->scales.data() : nullptr;
+      // rotate=hadamard on host buffers: the rotated input scanned as it is written
+      out.scanned = f.rot.rotated != nullptr
+                        ? rotate_and_scan(f.rot, codec, ranks, scales, out.fallback)
+                        : codec.scan(call.input(c.elem_bytes, ctx.rank()), c.in_total, ranks,
+                                     scales, out.fallback);
     }
   } catch (const Error& e) {
     c.bad.set(kArgCodec, e.code(), e.message());
@@ -339,11 +340,10 @@ void run_flat_schedule(Flow& f, ScheduleSetup& s, const void* input) {
     divide = false;
   }
   if (allreduce) {
-    if (f.rotated && f.pl.device == nullptr && !codec.finishes_allreduce()) {
+    if (f.rot.active() && f.pl.device == nullptr && !codec.finishes_allreduce()) {
       // rotate=hadamard: chunks rotated back as the all-gather decodes them (rest: rotate_output)
-      f.undo.emplace(reinterpret_cast<float*>(recv), call.count, f.c.spec.rotate,
-                     rotation_seed_of(call));
-      cx.on_final = [&f](std::size_t offset, std::size_t count) { f.undo->arrived(offset, count); };
+      f.rot.undo.emplace(reinterpret_cast<float*>(recv), call.count, f.rot.block, f.rot.seed);
+      cx.on_final = [&f](std::size_t offset, std::size_t n) { f.rot.undo->arrived(offset, n); };
     }
     coll::run_allreduce(row, cx, input, recv, call.count, divide);
     codec.finish_allreduce(recv, call.count);  // temporal: beta·y_prev + decoded sum
@@ -473,57 +473,6 @@ void run_stream(Flow& f) {
   f.stats.transport = data_path_name(row.path_on(b.host_accessible()));
 }
 
-// rotate=hadamard's local check: float32 input (host or device buffers).
-void check_rotation(const Call& call, Checked& c) {
-  if (c.spec.rotate == 0 || !c.bad.ok()) return;
-  if (c.dtype != codec::DType::kFloat32 || call.input_half != Half::kNone) {
-    c.bad.set(kArgCodec, Status::kUnsupported,
-              "codec: " + c.spec.canonical + " rotates float32 only (valid datatype with " +
-                  "rotate=hadamard: MPI_FLOAT; other datatypes: rotate=none)");
-  }
-}
-
-struct RotatedInput;  // thread_scratch's tag of the rotated input
-
-// rotate=hadamard: this rank's input rotated, which the call reads from now on. Host buffers
-// (and host copies of device buffers): into a buffer of the thread's (kept, grown to the largest
-// tensor: no page to fault in on later calls). Device buffers with kernels: into recvbuf by the
-// element kernels on the call's stream, the call then in place (no device buffer to keep alive
-// past a stream-ordered call).
-void rotate_input(Flow& f) {
-  Call& call = f.call;
-  const std::size_t block = f.c.spec.rotate;
-  f.rotated = true;
-  if (f.pl.kernels()) {
-    auto* out = static_cast<float*>(call.recvbuf);
-    const auto* in = static_cast<const float*>(call.input(f.es(), f.rank()));
-    f.pl.device->kernels<gpu::ElementKernels>().rotate(out, in, call.count, block,
-                                                       rotation_seed_of(call), true);
-    f.rotated_in_place = call.in_place();
-    call.sendbuf = MPI_IN_PLACE;
-    return;
-  }
-  float* rotated = codec::thread_scratch<RotatedInput, float>(call.count).data();
-  const auto* in = static_cast<const float*>(call.input(f.es(), f.rank()));
-  codec::rotate_forward_copy(rotated, in, call.count, block, rotation_seed_of(call));
-  call.sendbuf = rotated;
-}
-
-// rotate=hadamard: the output rotated back where it is now (after a fallback, the host copy).
-void rotate_output(Flow& f) {
-  auto* out = static_cast<float*>(f.call.recvbuf);
-  const std::uint64_t seed = rotation_seed_of(f.call);
-  if (f.pl.kernels()) {
-    // queued on the call's stream (a stream-ordered call returns without waiting for it)
-    f.pl.device->kernels<gpu::ElementKernels>().rotate(out, out, f.call.count, f.c.spec.rotate,
-                                                       seed, false);
-  } else if (f.undo) {
-    f.undo->finish();  // the pieces the schedule's all-gather did not rotate back
-  } else {
-    codec::rotate_inverse(out, f.call.count, f.c.spec.rotate, seed);
-  }
-}
-
 void local_stage(Flow& f) {
   Call& call = f.call;
   Placement& pl = f.pl;
@@ -534,11 +483,14 @@ void local_stage(Flow& f) {
   f.compress = c.bad.ok() && call.count > 0 && f.p() > 1 && c.in_total * f.es() >= c.env.min_bytes;
   if (pl.device != nullptr) choose_device_path(call, pl, c, f.ctx, f.compress);
   f.compress = f.compress && c.bad.ok();
-  if (f.compress && c.spec.rotate != 0) rotate_input(f);
+  if (f.compress && c.spec.rotate != 0) {
+    begin_rotation(call, pl, f.es(), f.rank(), c.spec.rotate, rotation_seed_of(call), f.rot);
+  }
   f.stream = f.compress && runs_stream_ordered(f);
   // the hierarchical schedule's cross-node call makes its own plan; the stream-ordered
   // all-reduce needs none (its scan and scales are on the device)
   if (f.compress && !f.stream && !coll::runs_two_level(c.algorithm)) prepare_plan(f);
+  fill(f.rot);  // the rotated input, where the plan's scan did not write it
   // the stream-ordered all-reduce's kernels read 16-bit input themselves
   if (f.stream) f.prep.reads_half = call.input_half != Half::kNone;
   // 16-bit input that no codec reads is widened before any later stage reads it
@@ -704,16 +656,16 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
   try {
     agree_stage(f, failed);
   } catch (...) {
-    // an in-place call on device buffers holds its input rotated in recvbuf (rotate_input):
+    // an in-place call on device buffers holds its input rotated in recvbuf (begin_rotation):
     // rotated back, so that an error found by the agreement, before any data moved, leaves the
     // input as it was, up to the rounding of the transform's adds (host buffers were rotated
     // into a copy)
-    if (f.rotated && pl.kernels() && f.rotated_in_place) rotate_output(f);
+    if (f.rot.active() && pl.kernels() && f.rot.in_place) rotate_output(f.call, pl, f.rot);
     throw;
   }
   // the device rotation's kernel, on the call's stream, done before any copy reads its output
   // (a stream-ordered call leaves it queued)
-  if (f.rotated && pl.kernels() && !f.agreed.stream) pl.device->synchronize();
+  if (f.rot.active() && pl.kernels() && !f.agreed.stream) pl.device->synchronize();
   if (call.count == 0) {
     stats.algorithm = "local";
     return;
@@ -727,7 +679,7 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
   }
   // (f.call's output: host or device buffers, or the host copy of device buffers, copied back
   // later)
-  if (f.rotated) rotate_output(f);
+  if (f.rot.active()) rotate_output(f.call, pl, f.rot);
   // the buffers the call grew in its plan count against the state limit, whichever path ran
   if (f.prep.plan != nullptr) ctx.recount(*f.prep.plan);
 }

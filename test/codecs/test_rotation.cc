@@ -20,7 +20,10 @@
 namespace ccoll {
 namespace {
 
+using codec::rotate_and_scan;
 using codec::rotate_forward;
+using codec::rotate_forward_copy;
+using codec::rotate_forward_copy_tiles;
 using codec::rotate_inverse;
 
 // Gaussian values with one element in 64 a hundred times larger: a heavy-tailed gradient.
@@ -120,6 +123,59 @@ TEST(Rotation, UndoByChunksIsTheInverseBitForBit) {
           ASSERT_EQ(std::memcmp(y.data(), whole.data(), n * sizeof(float)), 0);
           undo.finish();  // nothing twice
           ASSERT_EQ(std::memcmp(y.data(), whole.data(), n * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+}
+
+// The forward pass in tiles: the same floats as rotate_forward_copy; tiles in order, of whole
+// scale blocks (the last at n), covering [0, n) once; and maxnorm's scan tile by tile as the call
+// runs it (rotate_and_scan) gives the whole scan's scales and fallback test, also where only a
+// middle tile holds a value beyond the limit or a NaN.
+TEST(Rotation, ScanByTilesIsTheWholeScan) {
+  const std::size_t tile = std::size_t{1} << 16;  // rotate_and_scan's tile
+  for (const std::size_t n : {std::size_t{1}, std::size_t{1000}, std::size_t{3 * tile + 4099},
+                              std::size_t{2 * tile}, std::size_t{5 * tile + 1}}) {
+    const std::vector<float> x = heavy_tailed(n, 9);
+    std::vector<float> whole(n);
+    rotate_forward_copy(whole.data(), x.data(), n, 1024, 5);
+    std::vector<float> tiled(n, -1.0f);
+    std::size_t next = 0;
+    rotate_forward_copy_tiles(tiled.data(), x.data(), n, 1024, 5, 4096, 2048,
+                              [&](std::size_t at, std::size_t count) {
+                                EXPECT_EQ(at, next);
+                                EXPECT_TRUE((at + count) % 2048 == 0 || at + count == n);
+                                EXPECT_TRUE(count >= 4096 || at + count == n);
+                                next = at + count;
+                              });
+    EXPECT_EQ(next, n);
+    EXPECT_EQ(std::memcmp(tiled.data(), whole.data(), n * sizeof(float)), 0) << n;
+    for (const char* spec : {"maxnorm:bits=4", "maxnorm:bits=3,clip=2", "maxnorm:bits=2/6"}) {
+      auto c = make_codec(parse_codec_spec(spec), codec::DType::kFloat32);
+      ASSERT_TRUE(c->scan_splits()) << spec;
+      for (const float spike : {0.0f, 1e37f, INFINITY, NAN}) {  // beyond the limit at 2^16 ranks
+        std::vector<float> in = x;
+        if (spike != 0.0f) in[std::min(n - 1, tile + tile / 2)] = spike;  // (the second tile)
+        std::vector<float> ref(n);
+        rotate_forward_copy(ref.data(), in.data(), n, 1024, 5);
+        std::vector<double> want(c->scale_slots(n));
+        bool want_fallback = false;
+        ASSERT_TRUE(c->scan(ref.data(), n, 65536, want.data(), want_fallback));
+        std::vector<double> got(want.size(), -1.0);
+        bool fallback = !want_fallback;
+        std::vector<float> out(n);
+        ASSERT_TRUE(
+            rotate_and_scan(out.data(), in.data(), n, 1024, 5, *c, 65536, got.data(), fallback));
+        EXPECT_EQ(fallback, want_fallback) << spec << " n " << n << " spike " << spike;
+        EXPECT_EQ(want_fallback, spike != 0.0f) << spec << " n " << n;
+        EXPECT_EQ(std::memcmp(out.data(), ref.data(), n * sizeof(float)), 0);
+        for (std::size_t b = 0; b < want.size(); ++b) {
+          if (std::isnan(want[b])) {
+            EXPECT_TRUE(std::isnan(got[b])) << spec << " block " << b;
+          } else {
+            EXPECT_EQ(got[b], want[b]) << spec << " block " << b;
+          }
         }
       }
     }

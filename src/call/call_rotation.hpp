@@ -1,0 +1,55 @@
+// rotate=hadamard in a call (codecs/rotation.hpp): the local check, this rank's input rotated
+// before the codec reads it, and the output rotated back.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+#include "call.hpp"
+#include "codec.hpp"
+#include "placement.hpp"
+#include "rotation.hpp"
+
+namespace ccoll::call {
+
+/// rotate=hadamard's local check: float32 input (host or device buffers).
+void check_rotation(const Call& call, Checked& c);
+
+/// The rotation of one call.
+struct CallRotation {
+  std::size_t block = 0;        ///< the rotation block; 0: the call does not rotate
+  std::uint64_t seed = 0;       ///< the signs' seed (equal on every rank)
+  bool in_place = false;        ///< device buffers: the rotated input is where the caller's was
+  std::size_t count = 0;        ///< host: elements of the rotated input
+  const float* from = nullptr;  ///< host: the input not rotated yet (fill() rotates it)
+  float* rotated = nullptr;     ///< host: the thread's buffer the call reads as its input
+  /// host buffers: the output rotated back chunk by chunk as the schedule finishes them
+  std::optional<codec::RotationUndo> undo;
+
+  bool active() const { return block != 0; }
+};
+
+/// Starts the rotation of this rank's input, which the call reads from then on. Device buffers
+/// with kernels: rotated into recvbuf by the element kernels on the call's stream, the call then
+/// in place (no device buffer to keep alive past a stream-ordered call). Host buffers (and host
+/// copies of device buffers): call.sendbuf points at a buffer of the thread's (kept, grown to the
+/// largest tensor: no page to fault in on later calls), which fill() or rotate_and_scan() fills
+/// before anything reads it.
+void begin_rotation(Call& call, const Placement& pl, std::size_t es, int rank, std::size_t block,
+                    std::uint64_t seed, CallRotation& r);
+
+/// Host: rotates the input into its buffer, if not done yet.
+void fill(CallRotation& r);
+
+/// Host: codec.scan() of the rotated input; where it is not rotated yet, rotated and scanned
+/// together (codec::rotate_and_scan: tile by tile, in cache, where the codec's scan splits at
+/// its scale blocks). scan()'s arguments and result.
+bool rotate_and_scan(CallRotation& r, const codec::Codec& codec, int ranks, double* scales,
+                     bool& fallback);
+
+/// The output rotated back where it is now (after a fallback, the host copy): on device buffers
+/// queued on the call's stream (a stream-ordered call returns without waiting for it).
+void rotate_output(const Call& call, const Placement& pl, CallRotation& r);
+
+}  // namespace ccoll::call
