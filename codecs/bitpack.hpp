@@ -86,6 +86,11 @@ class BitWriter {
   /// put() of n values of at most 8 bits each. Once the stream is 32-bit aligned, 8 values at a
   /// time go out as one group of `width` bytes (same bytes as put(), far fewer instructions).
   void put_bytes(const std::uint8_t* v, std::size_t n) {
+    if (width_ == 8 && fill_ == 0) {  // a code a byte: the bytes themselves
+      std::memcpy(out_, v, n);
+      out_ += n;
+      return;
+    }
     std::size_t k = 0;
     for (; k < n && fill_ != 0; ++k) put(v[k]);
     k = with_byte_width(width_, k, [&](auto w) { return put_groups<decltype(w)::value>(v, k, n); });
@@ -150,6 +155,11 @@ class BitReader {
   /// get() of n values of at most 8 bits each into v. Once the reader is byte aligned, 8 values
   /// at a time come from one group of `width` bytes.
   void get_bytes(std::uint8_t* v, std::size_t n) {
+    if (width_ == 8 && fill_ == 0) {  // a code a byte: the bytes themselves
+      std::memcpy(v, in_, n);
+      in_ += n;
+      return;
+    }
     std::size_t k = 0;
     for (; k < n && fill_ != 0; ++k) v[k] = static_cast<std::uint8_t>(get());
     k = with_byte_width(width_, k, [&](auto w) { return get_groups<decltype(w)::value>(v, k, n); });

@@ -67,6 +67,7 @@ struct LowpCodes;
 struct LowpWide;
 struct LowpMaxima;
 struct LowpDivs;
+struct LowpMuls;
 
 template <class T>
 class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
@@ -204,7 +205,8 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
     const std::uint32_t special = minifloat_special_mask(l_.format);
     const float* values = value_table(l_.format);
     std::uint8_t* codes = thread_scratch<LowpCodes, std::uint8_t>(kUniformBatch).data();
-    // a batch of codes at a time (whole blocks, or part of one block), then block by block
+    float* muls = thread_scratch<LowpMuls, float>(kUniformBatch).data();
+    // a batch of codes at a time (whole blocks, or part of one block)
     for (std::size_t i = 0; i < count;) {
       const std::size_t len = std::min(kUniformBatch, count - i);
       r.get_bytes(codes, len);
@@ -213,20 +215,19 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
         for (std::size_t k = 0; k < len; ++k) bad |= (codes[k] & special) == special ? 1u : 0u;
         if (bad != 0) corrupt(lowp_name(l_.scheme), "element code out of range");
       }
-      for (std::size_t k0 = 0; k0 < len;) {
-        const std::size_t b = (i + k0) / block();
-        const std::size_t k1 = std::min(len, (b + 1) * block() - i);
-        // (an mx or fp8 block: x / div coded, so value · div; nvfp4: value · (scale / g))
-        const float mul = lowp_block_mul(l_, scales + l_.scale_bytes() * b, global);
-        for (std::size_t k = k0; k < k1; ++k) {
-          const T v = static_cast<T>(values[codes[k]] * mul);
-          if constexpr (kAccumulate) {
-            out[i + k] += v;
-          } else {
-            out[i + k] = v;
-          }
+      // (an mx or fp8 block: x / div coded, so value · div; nvfp4: value · (scale / g)); the
+      // batch starts a block, or lies in one (kUniformBatch and blocks: powers of two)
+      const std::size_t per = std::min(block(), len);
+      for (std::size_t k = 0; k * per < len; ++k) {
+        muls[k] = lowp_block_mul(l_, scales + l_.scale_bytes() * ((i + k * per) / block()), global);
+      }
+      if constexpr (std::is_same_v<T, float>) {
+        minifloat_values(codes, len, per, muls, l_.format, out + i, kAccumulate);
+      } else {
+        for (std::size_t k = 0; k < len; ++k) {
+          const T v = static_cast<T>(values[codes[k]] * muls[k / per]);
+          out[i + k] = kAccumulate ? out[i + k] + v : v;
         }
-        k0 = k1;
       }
       i += len;
     }
@@ -253,6 +254,18 @@ void minifloat_codes(const float* x, std::size_t n, std::size_t block, const flo
   }
 }
 
+void minifloat_values(const std::uint8_t* codes, std::size_t n, std::size_t block,
+                      const float* muls, Minifloat f, float* out, bool accumulate) {
+#if defined(CCOLL_HAVE_HWY)
+  if (minifloat_values_hwy(codes, n, block, muls, f, out, accumulate) == n) return;
+#endif
+  const float* values = value_table(f);
+  for (std::size_t k = 0; k < n; ++k) {
+    const float v = values[codes[k]] * muls[k / block];
+    out[k] = accumulate ? out[k] + v : v;
+  }
+}
+
 void block_abs_max(const float* x, std::size_t n, std::size_t block, float* out) {
 #if defined(CCOLL_HAVE_HWY)
   if (block_abs_max_hwy(x, n, block, out) == n) return;
@@ -270,6 +283,10 @@ std::size_t minifloat_codes_hwy(const float*, std::size_t, std::size_t, const fl
   return 0;
 }
 std::size_t block_abs_max_hwy(const float*, std::size_t, std::size_t, float*) { return 0; }
+std::size_t minifloat_values_hwy(const std::uint8_t*, std::size_t, std::size_t, const float*,
+                                 Minifloat, float*, bool) {
+  return 0;
+}
 #endif
 
 std::unique_ptr<Codec> make_lowp_codec(DType dtype, const LowpLayout& layout, bool stochastic) {

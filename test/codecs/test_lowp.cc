@@ -13,6 +13,7 @@
 
 #include "ccoll/error.hpp"
 #include "half.hpp"
+#include "hwy_targets.hpp"
 #include "lowp.hpp"
 #include "minifloat.hpp"
 #include "spec.hpp"
@@ -118,8 +119,9 @@ TEST(Minifloat, BranchFreeConversionIsTheSaturatingOne) {
   }
 }
 
-// The codecs' batch conversion (vectorized where Highway is built in) gives the scalar codes.
-TEST(Minifloat, BatchCodesAreTheScalarOnes) {
+// The codecs' batch conversion (vectorized where Highway is built in; on every target) gives the
+// scalar codes.
+void check_batch_codes() {
   std::mt19937 gen(10);
   std::uniform_int_distribution<std::uint32_t> any;
   std::uniform_real_distribution<float> uni(0.0f, 1.0f);
@@ -156,9 +158,53 @@ TEST(Minifloat, BatchCodesAreTheScalarOnes) {
     }
   }
 }
+TEST(Minifloat, BatchCodesAreTheScalarOnes) { testing::on_every_target(check_batch_codes); }
 
-// The blocks' largest magnitudes, vectorized, against a scalar loop: blocks of 16, 20, 32, one.
-TEST(Minifloat, BlockAbsMaxIsTheScalarMax) {
+// The codecs' batch decode (vectorized where Highway is built in; on every target): every finite
+// code's value times its block's multiplier, stored or added, the scalar floats bit for bit, in
+// every format (subnormal codes and negative zero included); blocks of 16, 20 (not a whole number
+// of vectors), 32 and one, multipliers from subnormal to huge.
+void check_batch_values() {
+  std::mt19937 gen(11);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  for (const Minifloat f :
+       {Minifloat::kE4M3, Minifloat::kE5M2, Minifloat::kE3M2, Minifloat::kE2M3, Minifloat::kE2M1}) {
+    const std::uint32_t special = minifloat_special_mask(f);
+    std::vector<std::uint8_t> finite;  // every finite code
+    for (std::uint32_t c = 0; c < (1u << minifloat_bits(f)); ++c) {
+      if (special == 0 || (c & special) != special) finite.push_back(static_cast<std::uint8_t>(c));
+    }
+    std::uniform_int_distribution<std::size_t> pick_code(0, finite.size() - 1);
+    std::vector<std::uint8_t> codes(10007);
+    for (std::size_t k = 0; k < codes.size(); ++k) {
+      codes[k] = k < finite.size() ? finite[k] : finite[pick_code(gen)];
+    }
+    std::vector<float> base(codes.size());
+    for (float& v : base) v = g(gen);
+    for (const std::size_t block :
+         {std::size_t{16}, std::size_t{20}, std::size_t{32}, codes.size()}) {
+      std::vector<float> muls((codes.size() + block - 1) / block);
+      const float pick[] = {1.0f, 0.37f, 3e-41f, 0.0625f, 5e37f, 0.0f};
+      for (std::size_t b = 0; b < muls.size(); ++b) muls[b] = pick[(b * 7 + block) % 6];
+      for (const bool accumulate : {false, true}) {
+        std::vector<float> got = base;
+        minifloat_values(codes.data(), codes.size(), block, muls.data(), f, got.data(), accumulate);
+        for (std::size_t k = 0; k < codes.size(); ++k) {
+          const float v = finite_minifloat_value(codes[k], f) * muls[k / block];
+          const float want = accumulate ? base[k] + v : v;
+          ASSERT_EQ(float_bits(got[k]), float_bits(want))
+              << static_cast<int>(f) << " code " << int(codes[k]) << " k " << k << " block "
+              << block;
+        }
+      }
+    }
+  }
+}
+TEST(Minifloat, BatchValuesAreTheScalarOnes) { testing::on_every_target(check_batch_values); }
+
+// The blocks' largest magnitudes, vectorized (on every target), against a scalar loop: blocks of
+// 16, 20, 32, one.
+void check_block_abs_max() {
   std::mt19937 gen(5);
   std::normal_distribution<float> g(0.0f, 3.0f);
   std::vector<float> x(10007);
@@ -177,6 +223,7 @@ TEST(Minifloat, BlockAbsMaxIsTheScalarMax) {
     }
   }
 }
+TEST(Minifloat, BlockAbsMaxIsTheScalarMax) { testing::on_every_target(check_block_abs_max); }
 
 // Stochastic rounding: every draw is one of the value's two neighbours, and the mean of many
 // draws is the value (within 5 standard errors).

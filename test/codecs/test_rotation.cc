@@ -10,12 +10,9 @@
 #include <random>
 #include <vector>
 
+#include "hwy_targets.hpp"
 #include "rotation.hpp"
 #include "spec.hpp"
-
-#if defined(CCOLL_TEST_HWY_TARGETS)
-#include <hwy/targets.h>
-#endif
 
 namespace ccoll {
 namespace {
@@ -293,33 +290,8 @@ void check_vectorized_rotation() {
   }
 }
 
-// Every instruction set this machine has and the library was built for, one at a time (the
-// best one only, without Highway's target control).
-std::vector<std::int64_t> vector_targets() {
-#if defined(CCOLL_TEST_HWY_TARGETS)
-  return hwy::SupportedAndGeneratedTargets();
-#else
-  return {0};
-#endif
-}
-
-void use_target(std::int64_t target) {
-#if defined(CCOLL_TEST_HWY_TARGETS)
-  hwy::SetSupportedTargetsForTest(target);
-#else
-  (void)target;
-#endif
-}
-
 TEST(Rotation, VectorizedIsTheScalarPathBitForBit) {
-  for (const std::int64_t target : vector_targets()) {
-    use_target(target);
-#if defined(CCOLL_TEST_HWY_TARGETS)
-    SCOPED_TRACE(hwy::TargetName(target));
-#endif
-    check_vectorized_rotation();
-  }
-  use_target(0);  // back to the best
+  testing::on_every_target(check_vectorized_rotation);
 }
 
 // maxnorm:clip=C: a block's scale is at most C root mean squares; what lies beyond saturates at
