@@ -197,12 +197,28 @@ class Codec {
     return false;
   }
 
-  /// True when scan() splits at scale blocks: scan() of the elements [o, o + n), o a multiple
-  /// of scale_block() and n one too or reaching the tensor's end, writes the scales of those
-  /// blocks from scales[o / scale_block()] as the whole tensor's scan() does, returns true, and
-  /// the whole scan's fallback is the OR of the pieces'. The call then scans the rotated input
-  /// (rotate=) tile by tile as it is rotated, in cache (maxnorm's plain scan).
-  virtual bool scan_splits() const { return false; }
+  /// True when the scan of a tensor of `count` elements splits at scale blocks: scan_part()
+  /// then scans any run of whole blocks of it on its own. The call scans the rotated input
+  /// (rotate=) tile by tile as it is rotated, in cache (maxnorm's plain scan, also under ef=1).
+  virtual bool scan_splits(std::size_t count) const {
+    (void)count;
+    return false;
+  }
+  /// Where scan_splits(count): scan() of elements [offset, offset + n) of the tensor at `data`
+  /// (`count` elements; offset a multiple of scale_block(), n one too or reaching count), which
+  /// writes their blocks' scales from scales[offset / scale_block()] as scan() of the whole
+  /// tensor does, and returns true; the whole scan's fallback is the OR of the parts'.
+  virtual bool scan_part(const void* data, std::size_t count, std::size_t offset, std::size_t n,
+                         int ranks, double* scales, bool& fallback) const {
+    (void)data;
+    (void)count;
+    (void)offset;
+    (void)n;
+    (void)ranks;
+    (void)scales;
+    (void)fallback;
+    throw Error(Status::kInternal, spec() + ": no scan by parts");
+  }
 
   /// scan() of p = x + e (elementwise float additions, as error feedback forms p) without
   /// forming p, where the codec can (maxnorm's scale pass); nullopt where it cannot (the

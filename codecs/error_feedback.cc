@@ -91,6 +91,24 @@ class ErrorFeedbackCodec final : public ForwardingCodec {
     return inner_->scan(with_residual(data, count), count, ranks, scales, fallback);
   }
 
+  // By parts where the inner codec's scan splits and it scans x + e without forming it
+  // (maxnorm on float input): each part's x + e_own, or before the first call x alone.
+  bool scan_splits(std::size_t count) const override {
+    return std::is_same_v<T, float> && in_ == InputType::kNative && inner_->scan_splits(count);
+  }
+  bool scan_part(const void* data, std::size_t count, std::size_t offset, std::size_t n, int ranks,
+                 double* scales, bool& fallback) const override {
+    if (own_.size() < count) {
+      return inner_->scan_part(data, count, offset, n, ranks, scales, fallback);
+    }
+    const std::optional<bool> wrote =
+        inner_->scan_feedback(static_cast<const float*>(data) + offset,
+                              reinterpret_cast<const float*>(own_.data()) + offset, n, ranks,
+                              scales + offset / inner_->scale_block(), fallback);
+    if (!wrote) throw Error(Status::kInternal, spec() + ": no scan of x + e by parts");
+    return *wrote;
+  }
+
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {
     if (ctx.role == BlockContext::Role::kShared) return inner_->encode(in, count, ctx, out);

@@ -186,7 +186,13 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     return true;
   }
   // every block's scale and fallback test on its own elements (the 16-bit input's too)
-  bool scan_splits() const override { return !sparse_; }
+  bool scan_splits(std::size_t) const override { return !sparse_; }
+  bool scan_part(const void* data, std::size_t, std::size_t offset, std::size_t n, int ranks,
+                 double* scales, bool& fallback) const override {
+    const std::size_t es = in_ != InputType::kNative ? 2 : sizeof(T);  // (16-bit input)
+    return scan(static_cast<const std::byte*>(data) + offset * es, n, ranks,
+                scales + offset / block_, fallback);
+  }
   // scan() of x + e (error feedback's p) without forming it
   std::optional<bool> scan_feedback(const float* x, const float* e, std::size_t count, int ranks,
                                     double* scales, bool& fallback) const override {

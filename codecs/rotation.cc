@@ -138,7 +138,7 @@ bool rotate_and_scan(float* out, const float* in, std::size_t n, std::size_t blo
                      std::uint64_t seed, const Codec& codec, int ranks, double* scales,
                      bool& fallback) {
   const std::size_t sb = codec.scale_block();
-  if (scales == nullptr || sb == 0 || !codec.scan_splits()) {
+  if (scales == nullptr || sb == 0 || !codec.scan_splits(n)) {
     rotate_forward_copy(out, in, n, block, seed);
     return codec.scan(out, n, ranks, scales, fallback);
   }
@@ -147,7 +147,7 @@ bool rotate_and_scan(float* out, const float* in, std::size_t n, std::size_t blo
   rotate_forward_copy_tiles(
       out, in, n, block, seed, kScanTileElems, sb, [&](std::size_t at, std::size_t count) {
         bool f = false;
-        scanned = codec.scan(out + at, count, ranks, scales + at / sb, f) && scanned;
+        scanned = codec.scan_part(out, n, at, count, ranks, scales, f) && scanned;
         fallback = fallback || f;
       });
   return scanned;

@@ -76,8 +76,8 @@ void rotate_forward_copy_tiles(float* out, const float* in, std::size_t n, std::
 class Codec;
 /// out[0, n) <- H·D·in (rotate_forward_copy) and codec.scan() of out: of each tile as soon as
 /// it is rotated, while it is in cache, where the codec's scan splits at its scale blocks
-/// (Codec::scan_splits(); scales non-null), else of the whole buffer after. scan()'s arguments
-/// and result.
+/// (Codec::scan_splits, scan_part; scales non-null), else of the whole buffer after. scan()'s
+/// arguments and result.
 bool rotate_and_scan(float* out, const float* in, std::size_t n, std::size_t block,
                      std::uint64_t seed, const Codec& codec, int ranks, double* scales,
                      bool& fallback);
