@@ -115,13 +115,19 @@ case "$cmd" in
     configure
     cmake --build "$BUILD_DIR" -j "$JOBS"
     mpi_env
-    # the outside reference of the low-precision formats' test (test/lowp): ml_dtypes from PyPI
-    # in a virtual environment of the build tree; without it that test is skipped
+    # the outside references of the low-precision formats' tests (test/lowp): ml_dtypes, and
+    # torchao's MX reference with the PyTorch it runs on (PyPI's wheel and its CUDA libraries,
+    # about 5 GB; the reference runs on the CPU), in a virtual environment of the build tree;
+    # a comparison whose package is missing is skipped
     if [ ! -x "$BUILD_DIR/refs-venv/bin/python" ] ||
-       ! "$BUILD_DIR/refs-venv/bin/python" -c 'import ml_dtypes' 2>/dev/null; then
-      { /usr/bin/python3 -m venv "$BUILD_DIR/refs-venv" &&
-        "$BUILD_DIR/refs-venv/bin/python" -m pip install -q ml_dtypes; } ||
-        echo "build.sh: could not install ml_dtypes; test/lowp's comparison will be skipped"
+       ! "$BUILD_DIR/refs-venv/bin/python" -c 'import ml_dtypes, torchao' 2>/dev/null; then
+      refs="$BUILD_DIR/refs-venv/bin/python"
+      { [ -x "$refs" ] || /usr/bin/python3 -m venv "$BUILD_DIR/refs-venv"; } &&
+        { "$refs" -m pip install -q ml_dtypes ||
+          echo "build.sh: could not install ml_dtypes; test/lowp's conversions will be skipped"; } &&
+        { "$refs" -m pip install -q torch==2.11.0 torchao==0.18.0 ||
+          echo "build.sh: could not install torchao; test/lowp's MX blocks will be skipped"; } ||
+        echo "build.sh: could not make $BUILD_DIR/refs-venv; test/lowp's comparisons will be skipped"
     fi
     # MPI tests oversubscribe the cores; run one test at a time so none starves.
     ctest --test-dir "$BUILD_DIR" --output-on-failure
