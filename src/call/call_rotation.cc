@@ -39,7 +39,7 @@ void begin_rotation(Call& call, const Placement& pl, std::size_t es, int rank, s
   call.sendbuf = r.rotated;
 }
 
-void fill(CallRotation& r) {
+void fill_rotated_input(CallRotation& r) {
   if (r.from == nullptr) return;
   codec::rotate_forward_copy(r.rotated, r.from, r.count, r.block, r.seed);
   r.from = nullptr;

@@ -22,7 +22,7 @@ struct CallRotation {
   std::uint64_t seed = 0;       ///< the signs' seed (equal on every rank)
   bool in_place = false;        ///< device buffers: the rotated input is where the caller's was
   std::size_t count = 0;        ///< host: elements of the rotated input
-  const float* from = nullptr;  ///< host: the input not rotated yet (fill() rotates it)
+  const float* from = nullptr;  ///< host: the input, until it is rotated
   float* rotated = nullptr;     ///< host: the thread's buffer the call reads as its input
   /// host buffers: the output rotated back chunk by chunk as the schedule finishes them
   std::optional<codec::RotationUndo> undo;
@@ -34,13 +34,13 @@ struct CallRotation {
 /// with kernels: rotated into recvbuf by the element kernels on the call's stream, the call then
 /// in place (no device buffer to keep alive past a stream-ordered call). Host buffers (and host
 /// copies of device buffers): call.sendbuf points at a buffer of the thread's (kept, grown to the
-/// largest tensor: no page to fault in on later calls), which fill() or rotate_and_scan() fills
-/// before anything reads it.
+/// largest tensor: no page to fault in on later calls), which fill_rotated_input() or
+/// rotate_and_scan() fills before anything reads it.
 void begin_rotation(Call& call, const Placement& pl, std::size_t es, int rank, std::size_t block,
                     std::uint64_t seed, CallRotation& r);
 
 /// Host: rotates the input into its buffer, if not done yet.
-void fill(CallRotation& r);
+void fill_rotated_input(CallRotation& r);
 
 /// Host: codec.scan() of the rotated input; where it is not rotated yet, rotated and scanned
 /// together (codec::rotate_and_scan: tile by tile, in cache, where the codec's scan splits at

@@ -490,7 +490,7 @@ void local_stage(Flow& f) {
   // the hierarchical schedule's cross-node call makes its own plan; the stream-ordered
   // all-reduce needs none (its scan and scales are on the device)
   if (f.compress && !f.stream && !coll::runs_two_level(c.algorithm)) prepare_plan(f);
-  fill(f.rot);  // the rotated input, where the plan's scan did not write it
+  fill_rotated_input(f.rot);  // the rotated input, where the plan's scan did not write it
   // the stream-ordered all-reduce's kernels read 16-bit input themselves
   if (f.stream) f.prep.reads_half = call.input_half != Half::kNone;
   // 16-bit input that no codec reads is widened before any later stage reads it
