@@ -691,6 +691,7 @@ int main(int argc, char** argv) {
               std::max(0.0, mean[3] - mean[0] - mean[1] - mean[2]), mean[3]);
         }
       }
+      std::fflush(stdout);  // each row as it is measured (a long simulation's first rows too)
     }
     std::fflush(stdout);
   }
