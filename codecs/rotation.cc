@@ -93,11 +93,13 @@ void rotate_piece(float* x, const float* src, std::size_t at, unsigned k, std::u
   if (!forward) flip(b, m, at, s);
 }
 
+// Every piece rotated in order; `rotated` (if any) told where each piece ends once it is done.
 void rotate(float* x, const float* src, std::size_t n, std::size_t block, std::uint64_t seed,
-            bool forward, bool vector) {
+            bool forward, bool vector, const std::function<void(std::size_t)>& rotated = {}) {
   std::vector<std::uint64_t> words(block / 64 + 2);
   for_rotation_pieces(n, ceil_log2(block), [&](std::size_t at, unsigned k) {
     rotate_piece(x, src, at, k, seed, forward, vector, words.data());
+    if (rotated) rotated(at + (std::size_t{1} << k));
   });
 }
 
@@ -116,17 +118,18 @@ void rotate_forward_copy_tiles(float* out, const float* in, std::size_t n, std::
                                std::uint64_t seed, std::size_t tile, std::size_t align,
                                const std::function<void(std::size_t, std::size_t)>& done) {
   if (n % 2 != 0) out[n - 1] = in[n - 1];  // the last element of an odd count stays as it is
-  std::vector<std::uint64_t> words(block / 64 + 2);
+  if (!done) {
+    rotate(out, in, n, block, seed, true, true);
+    return;
+  }
   std::size_t from = 0;  // the tile being rotated starts here
-  for_rotation_pieces(n, ceil_log2(block), [&](std::size_t at, unsigned k) {
-    rotate_piece(out, in, at, k, seed, true, true, words.data());
-    const std::size_t end = at + (std::size_t{1} << k);
-    if (done && end - from >= tile && end % align == 0 && end < n) {
+  rotate(out, in, n, block, seed, true, true, [&](std::size_t end) {
+    if (end - from >= tile && end % align == 0 && end < n) {
       done(from, end - from);
       from = end;
     }
   });
-  if (done && from < n) done(from, n - from);  // the rest, with an odd count's last element
+  if (from < n) done(from, n - from);  // the rest, with an odd count's last element
 }
 
 namespace {

@@ -5,7 +5,6 @@
 #include <climits>
 #include <cstring>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,7 +19,6 @@
 #include "mpi_check.hpp"
 #include "node_sums.hpp"
 #include "placement.hpp"
-#include "scratch.hpp"
 #include "setup_rounds.hpp"
 #include "sim_model.hpp"
 #include "stream_allreduce.hpp"
