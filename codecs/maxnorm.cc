@@ -177,12 +177,13 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     const T* x = static_cast<const T*>(data);
     const auto* h = static_cast<const std::uint16_t*>(data);
     const auto rms_at = [x](std::size_t at, std::size_t n) { return rms(x + at, n); };
-    scan_blocks(count, ranks, scales, fallback, rms_at, [&](std::size_t at, std::size_t n) {
-      // 16-bit input (never clip=): the maximum of the bit patterns (NaN when a block holds one)
+    // 16-bit input (never clip=): the maximum of the bit patterns (NaN when a block holds one)
+    const auto max_at = [&](std::size_t at, std::size_t n) {
       return in_ != InputType::kNative
                  ? static_cast<double>(abs_max_16(h + at, n, in_ == InputType::kBFloat16, false))
                  : static_cast<double>(abs_max(x + at, n));
-    });
+    };
+    maxnorm_scan_blocks(count, block_, clip_, ranks, scales, fallback, rms_at, max_at);
     return true;
   }
   // every block's scale and fallback test on its own elements (the 16-bit input's too)
@@ -203,9 +204,10 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
       const auto rms_at = [x, e](std::size_t at, std::size_t n) {
         return rms_sum(x + at, e + at, n);
       };
-      scan_blocks(count, ranks, scales, fallback, rms_at, [&](std::size_t at, std::size_t n) {
+      const auto max_at = [x, e](std::size_t at, std::size_t n) {
         return static_cast<double>(abs_max_sum(x + at, e + at, n));
-      });
+      };
+      maxnorm_scan_blocks(count, block_, clip_, ranks, scales, fallback, rms_at, max_at);
       return true;
     }
   }
@@ -592,23 +594,6 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   }
   unsigned width(std::uint32_t contributions) const {
     return bits_for(2ull * static_cast<std::uint64_t>(bias(contributions)));
-  }
-  // scan()'s pass: scales[b] = block_max(first element of block b, its elements) over the
-  // blocks of `count` elements (clip=C: at most C·block_rms of them), and the fallback test of
-  // those scales (NaN, or beyond the limit).
-  template <class BlockRms, class BlockMax>
-  void scan_blocks(std::size_t count, int ranks, double* scales, bool& fallback,
-                   BlockRms&& block_rms, BlockMax&& block_max) const {
-    const double limit = maxnorm_fallback_limit(ranks);
-    fallback = false;
-    for (std::size_t b = 0; b * block_ < count; ++b) {
-      const std::size_t at = b * block_;
-      const std::size_t n = std::min(count, at + block_) - at;
-      double m = block_max(at, n);
-      if (clip_ > 0 && m <= limit) m = std::min(m, clip_ * block_rms(at, n));
-      fallback |= !(m <= limit);  // NaN compares false
-      scales[b] = m;
-    }
   }
   // The header, offset and scales of a payload of `count` elements from ctx.offset and
   // `contributions`, once the agreed scales are checked to cover them; where its codes start.

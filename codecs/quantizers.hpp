@@ -127,6 +127,26 @@ bool FixedLengthCodec<Derived, T>::needs_fallback(const void* data, std::size_t 
 /// stream-ordered all-reduce makes such a block NaN).
 double maxnorm_fallback_limit(int ranks);
 
+/// maxnorm's scan of `count` elements in blocks of `block`: scales[b] = block_max(first element
+/// of block b, its elements) (clip > 0: at most clip·block_rms of them), and the fallback test of
+/// those scales (NaN, or beyond maxnorm_fallback_limit(ranks)). Each block on its own elements,
+/// so a run of whole blocks scans as it does within the whole tensor.
+template <class BlockRms, class BlockMax>
+void maxnorm_scan_blocks(std::size_t count, std::size_t block, double clip, int ranks,
+                         double* scales, bool& fallback, BlockRms&& block_rms,
+                         BlockMax&& block_max) {
+  const double limit = maxnorm_fallback_limit(ranks);
+  fallback = false;
+  for (std::size_t b = 0; b * block < count; ++b) {
+    const std::size_t at = b * block;
+    const std::size_t n = std::min(count, at + block) - at;
+    double m = block_max(at, n);
+    if (clip > 0 && m <= limit) m = std::min(m, clip * block_rms(at, n));
+    fallback |= !(m <= limit);  // NaN compares false
+    scales[b] = m;
+  }
+}
+
 /// A maxnorm scale as the payloads carry it: the agreed maximum as a float, rounded up so that
 /// |x|·s/M <= s holds for every x it covers.
 inline float maxnorm_scale_float(double shared) {
