@@ -187,6 +187,16 @@ class Codec {
   /// falls back to uncompressed MPI for the whole call on every rank.
   virtual bool needs_fallback(const void* data, std::size_t count, int ranks) const = 0;
 
+  /// True when encode() itself notices input it cannot carry (a NaN or infinity, or a value
+  /// beyond the float range), so that an all-reduce whose schedule agrees on it before any
+  /// output is written (sra: after its reduce-scatter) may skip needs_fallback()'s pass over
+  /// the input; encodes_carried() then tells. Codecs with scales to agree (a scan that must run)
+  /// or state (which a fallback after the encodes would have to undo) say false. Default false.
+  virtual bool tests_while_encoding() const { return false; }
+  /// tests_while_encoding() codecs: whether every encode since begin_call() had input it
+  /// carries (a payload of input it did not is well formed, its values meaningless).
+  virtual bool encodes_carried() const { return true; }
+
   /// needs_fallback() and, where the codec can, local_scales() in the same pass over the input
   /// (`scales`: room for scale_slots(count) values, or null). Returns true when it wrote the
   /// scales; false when the caller must still call local_scales() (after set_call()).

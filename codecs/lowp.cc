@@ -22,6 +22,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -113,6 +114,11 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
   std::size_t max_encoded_bytes(std::size_t count) const override {
     return wire::kHeaderBytes + body_bytes(count);
   }
+  // Every block scale comes from the encode's own elements: nothing to scan but the fallback
+  // test, which the encode makes itself (a block it cannot carry goes out as zeros, flagged).
+  bool tests_while_encoding() const override { return true; }
+  bool encodes_carried() const override { return !beyond_.load(std::memory_order_relaxed); }
+  void begin_call(int) override { beyond_.store(false, std::memory_order_relaxed); }
 
   std::size_t encode(const void* in, std::size_t count, const BlockContext& ctx,
                      std::byte* out) override {
@@ -122,7 +128,11 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
     float global = 1.0f;
     if (l_.scheme == LowpScheme::kNvfp4) {
       float m = 0;
-      block_maxima(x, count, count, &m);
+      if (beyond(x, count)) {
+        m = 0;  // every scale and code 0
+      } else {
+        block_maxima(x, count, count, &m);
+      }
       global = nvfp4_global(m);
       store_f32_le(global, body);
     }
@@ -139,6 +149,9 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
       const std::size_t bn = std::min(batch, count - b0);
       const std::size_t nb = (bn + block() - 1) / block();  // blocks in the batch
       block_maxima(x + b0, bn, block(), maxima);
+      if (l_.scheme != LowpScheme::kNvfp4 && beyond(x + b0, bn)) {
+        std::fill(maxima, maxima + nb, 0.0f);  // every scale and code 0
+      }
       for (std::size_t k = 0; k < nb; ++k) {
         // x / div is what the element codes; div == 0: every code 0
         divs[k] =
@@ -162,8 +175,16 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
 
  private:
   static constexpr DType kType = sizeof(T) == 8 ? DType::kFloat64 : DType::kFloat32;
+  std::atomic<bool> beyond_{false};  // an encode since begin_call() had input it cannot carry
 
   std::size_t block() const { return std::size_t{1} << l_.block_shift; }
+  // x[0, n) holds a NaN, an infinity or a value beyond the float range: flagged for
+  // encodes_carried(), and the caller encodes zeros instead
+  bool beyond(const T* x, std::size_t n) {
+    if (!any_beyond<T>(x, n, static_cast<double>(std::numeric_limits<float>::max()))) return false;
+    beyond_.store(true, std::memory_order_relaxed);
+    return true;
+  }
   std::size_t body_bytes(std::size_t count) const {
     return l_.codes_at(count) + packed_bytes(count, l_.width);
   }

@@ -149,14 +149,28 @@ void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_
     return;
   }
   const RingLayout L(count, p, cx.segment_elems, cx.codec);
-  std::byte* slots = cx.workspace.bytes(scatter_slot_bytes(L));
+  const std::size_t chunk_bytes = L.chunk_elems(r) * es;
+  // the input's own chunk, which the sum overwrites in place: kept while the encodes' test of
+  // the input is still to be agreed (Context::agree_carried)
+  const bool keep = cx.agree_carried && input == data;
+  const std::size_t slot_bytes = (scatter_slot_bytes(L) + 63) / 64 * 64;
+  std::byte* slots = cx.workspace.bytes(slot_bytes + (keep ? chunk_bytes : 0));
+  std::byte* kept = keep ? slots + slot_bytes : nullptr;
   std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
   std::byte* own = data + L.seg_offset(r, 0) * es;
+  if (kept != nullptr) copy_elements(cx, kept, own, chunk_bytes);
   reduce_scatter_into(cx, e, L, input, own, slots);
   if (average) divide_elements(cx, own, L.chunk_elems(r), p);
   // the sum's one quantization, by its owner (ef=1: the owner's residual, as a ring hop's)
   encode_own_chunk(e, L, own, slots, sizes, false, codec::BlockContext::Role::kHop,
                    cx.codec.capabilities().summable ? owner_sum_lanes(p) : 0);
+  // every element went through an encode of its rank (its other chunks) or into its owner's
+  // sum, which the owner encoded: a NaN or infinity anywhere, or a sum beyond the float range,
+  // was flagged by some rank's encodes
+  if (cx.agree_carried && !cx.agree_carried(cx.codec.encodes_carried())) {
+    if (kept != nullptr) copy_elements(cx, own, kept, chunk_bytes);
+    throw NotCarried{};
+  }
   allgather_phase(e, L, data, slots, sizes);
   e.finish();
 }

@@ -174,7 +174,17 @@ struct Context {
   /// in flight (rotate=hadamard rotates them back meanwhile). Empty: nobody asks. Elements it
   /// is not told of are final when the schedule returns.
   std::function<void(std::size_t offset, std::size_t count)> on_final = nullptr;
+  /// All-reduce on sra with a codec that tests its input as it encodes
+  /// (Codec::tests_while_encoding): called on every rank after the reduce-scatter with
+  /// Codec::encodes_carried(), it returns whether every rank's was (one small all-reduce). If
+  /// not, the schedule leaves its input as it found it and throws NotCarried before the
+  /// all-gather writes any output. Empty: the call's fallback test ran before the schedule.
+  std::function<bool(bool carried)> agree_carried = nullptr;
 };
+
+/// Thrown by a schedule when Context::agree_carried says some rank's input cannot be carried:
+/// the caller runs the call uncompressed, on the input the schedule left as it was.
+struct NotCarried {};
 
 /// All-reduce (sum, or mean when `average`) of the `count` elements at `in` into `out`
 /// (`in` == `out`: in place; otherwise they must not overlap and `in` is only read):

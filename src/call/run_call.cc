@@ -19,6 +19,7 @@
 #include "mpi_check.hpp"
 #include "node_sums.hpp"
 #include "placement.hpp"
+#include "progress.hpp"
 #include "setup_rounds.hpp"
 #include "sim_model.hpp"
 #include "stream_allreduce.hpp"
@@ -57,10 +58,11 @@ void mpi_allreduce_sum(void* buf, std::size_t count, MPI_Datatype t, std::size_t
 // The plan of a compressing call, and what its codec found in this rank's input.
 struct Prepared {
   Plan* plan = nullptr;
-  bool fallback = false;    // the codec cannot carry this rank's input
-  bool scanned = false;     // the codec's scan() already wrote this rank's scales
-  bool reads_half = false;  // the codec reads the call's 16-bit input (Call::input_half)
-  std::size_t evicted = 0;  // other tensors' states freed to make this plan
+  bool fallback = false;     // the codec cannot carry this rank's input
+  bool scanned = false;      // the codec's scan() already wrote this rank's scales
+  bool reads_half = false;   // the codec reads the call's 16-bit input (Call::input_half)
+  bool defers_test = false;  // the fallback test left to the encodes (defers_fallback_test)
+  std::size_t evicted = 0;   // other tensors' states freed to make this plan
   // the codec the call runs: the plan's (or its device codec), or node sums over it
   codec::Codec* codec = nullptr;
   std::unique_ptr<codec::Codec> node_sums;
@@ -148,6 +150,21 @@ bool let_codec_read_half(Flow& f, codec::Codec& codec) {
   return false;
 }
 
+// Whether the call leaves its fallback test to the codec's encodes (tests_while_encoding: no
+// scales, no state): a host all-reduce of fp32 or fp64 input whose schedule is sra, which
+// agrees on what the encodes found after its reduce-scatter (coll::Context::agree_carried) and
+// otherwise runs the call uncompressed, so that the test's pass over the input costs nothing.
+// The same on every rank: it depends on agreed values only.
+bool defers_fallback_test(const Flow& f, const codec::Codec& codec) {
+  if (!f.call.allreduce() || f.pl.kernels() || f.call.input_half != Half::kNone || f.p() < 2 ||
+      !codec.tests_while_encoding() || codec.capabilities().stateful ||
+      codec.scale_slots(f.c.in_total) != 0) {
+    return false;
+  }
+  return coll::select_schedule(schedule_query(f, codec, false, false)) ==
+         coll::Algorithm::kScatterReduce;
+}
+
 // Finds the plan (and on device buffers its device codec) and runs the codec's scan: the
 // fallback test and, for most codecs, the scale pass, in one read of the input. Failures go
 // into `c.bad`.
@@ -207,10 +224,13 @@ void prepare_plan(Flow& f) {
       const int ranks = call.reduces() && !prescaled ? ctx.size() : 1;
       double* scales = nscales != 0 ? plan->scales.data() : nullptr;
       // rotate=hadamard on host buffers: the rotated input scanned as it is written
-      out.scanned = f.rot.rotated != nullptr
-                        ? rotate_and_scan(f.rot, codec, ranks, scales, out.fallback)
-                        : codec.scan(call.input(c.elem_bytes, ctx.rank()), c.in_total, ranks,
-                                     scales, out.fallback);
+      out.defers_test = f.rot.rotated == nullptr && defers_fallback_test(f, codec);
+      if (f.rot.rotated != nullptr) {
+        out.scanned = rotate_and_scan(f.rot, codec, ranks, scales, out.fallback);
+      } else if (!out.defers_test) {
+        out.scanned = codec.scan(call.input(c.elem_bytes, ctx.rank()), c.in_total, ranks, scales,
+                                 out.fallback);
+      }
     }
   } catch (const Error& e) {
     c.bad.set(kArgCodec, e.code(), e.message());
@@ -257,6 +277,14 @@ class ScheduleSetup {
     cx.input_elem_bytes = f.call.input_half != Half::kNone ? 2 : 0;
     cx.seed = f.seed;
     cx.call = f.call_no;
+    if (f.prep.defers_test) {
+      MPI_Comm comm = f.ctx.comm();
+      cx.agree_carried = [comm](bool carried) {
+        int bad = carried ? 0 : 1;
+        CCOLL_MPI_CHECK(detail::allreduce_in_place(&bad, 1, MPI_INT, MPI_MAX, comm));
+        return bad == 0;
+      };
+    }
     // the lock-step ring, also where MPI stands in for a lock-step transport (emulated device)
     cx.exact_lengths = f.agreed.exact_lengths;
     if (lock_step() && !codec.capabilities().segment_local) {
@@ -319,6 +347,12 @@ void run_flat_schedule(Flow& f, ScheduleSetup& s, const void* input) {
   const coll::ScheduleRow& row = coll::schedule_row(coll::select_schedule(
       schedule_query(f, codec, f.agreed.device_codecs, f.agreed.exact_lengths, true)));
   f.stats.algorithm = row.name;
+  if (cx.agree_carried && row.id != coll::Algorithm::kScatterReduce) {
+    // not the schedule defers_fallback_test() foresaw: the test, before any data moves
+    const bool bad = codec.needs_fallback(input, call.count, f.p());
+    if (!cx.agree_carried(!bad)) throw coll::NotCarried{};
+    cx.agree_carried = nullptr;
+  }
   const bool allreduce = call.allreduce();
   if (call.input_half != Half::kNone &&
       (!allreduce || !codec.capabilities().summable || !row.half_input || s.lock_step())) {
@@ -673,7 +707,14 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
   } else if (f.agreed.stream) {
     run_stream(f);
   } else {
-    run_compressed(f);
+    try {
+      run_compressed(f);
+    } catch (const coll::NotCarried&) {
+      // the encodes found input the codec cannot carry on some rank (defers_fallback_test): the
+      // fallback, on the input the schedule left as it was
+      f.agreed.fallback = true;
+      run_uncompressed(f, failed);
+    }
   }
   // (f.call's output: host or device buffers, or the host copy of device buffers, copied back
   // later)
