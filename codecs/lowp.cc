@@ -128,11 +128,8 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
     float global = 1.0f;
     if (l_.scheme == LowpScheme::kNvfp4) {
       float m = 0;
-      if (beyond(x, count)) {
-        m = 0;  // every scale and code 0
-      } else {
-        block_maxima(x, count, count, &m);
-      }
+      block_maxima(x, count, count, &m);
+      if (beyond(x, count, &m, 1)) m = 0;  // every scale and code 0
       global = nvfp4_global(m);
       store_f32_le(global, body);
     }
@@ -149,7 +146,7 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
       const std::size_t bn = std::min(batch, count - b0);
       const std::size_t nb = (bn + block() - 1) / block();  // blocks in the batch
       block_maxima(x + b0, bn, block(), maxima);
-      if (l_.scheme != LowpScheme::kNvfp4 && beyond(x + b0, bn)) {
+      if (l_.scheme != LowpScheme::kNvfp4 && beyond(x + b0, bn, maxima, nb)) {
         std::fill(maxima, maxima + nb, 0.0f);  // every scale and code 0
       }
       for (std::size_t k = 0; k < nb; ++k) {
@@ -178,13 +175,20 @@ class LowpCodec final : public FixedLengthCodec<LowpCodec<T>, T> {
   std::atomic<bool> beyond_{false};  // an encode since begin_call() had input it cannot carry
 
   std::size_t block() const { return std::size_t{1} << l_.block_shift; }
-  // x[0, n) holds a NaN, an infinity or a value beyond the float range: flagged for
-  // encodes_carried(), and the caller encodes zeros instead
-  bool beyond(const T* x, std::size_t n) {
-    if (!any_beyond<T>(x, n, static_cast<double>(std::numeric_limits<float>::max()))) return false;
-    beyond_.store(true, std::memory_order_relaxed);
-    return true;
+  // x[0, n) holds a NaN, an infinity or a value beyond the float range (float input: one of
+  // its nb blocks' maxima is not finite, block_abs_max's maxima being NaN or infinity where a
+  // block holds one): flagged for encodes_carried(), and the caller encodes zeros instead
+  bool beyond(const T* x, std::size_t n, const float* maxima, std::size_t nb) {
+    bool bad = false;
+    if constexpr (std::is_same_v<T, float>) {
+      for (std::size_t k = 0; k < nb; ++k) bad = bad || !(maxima[k] <= kFloatMax);
+    } else {
+      bad = any_beyond<T>(x, n, static_cast<double>(kFloatMax));
+    }
+    if (bad) beyond_.store(true, std::memory_order_relaxed);
+    return bad;
   }
+  static constexpr float kFloatMax = std::numeric_limits<float>::max();
   std::size_t body_bytes(std::size_t count) const {
     return l_.codes_at(count) + packed_bytes(count, l_.width);
   }
@@ -292,9 +296,10 @@ void block_abs_max(const float* x, std::size_t n, std::size_t block, float* out)
   if (block_abs_max_hwy(x, n, block, out) == n) return;
 #endif
   for (std::size_t b0 = 0; b0 < n; b0 += block) {
-    float m = 0;
-    for (std::size_t i = b0; i < std::min(n, b0 + block); ++i) m = std::max(m, std::fabs(x[i]));
-    out[b0 / block] = m;
+    std::uint32_t m = 0;
+    for (std::size_t i = b0; i < std::min(n, b0 + block); ++i)
+      m = std::max(m, magnitude_bits(x[i]));
+    std::memcpy(out + b0 / block, &m, sizeof m);
   }
 }
 

@@ -21,7 +21,8 @@ std::unique_ptr<Codec> make_lowp_codec(DType dtype, const LowpLayout& layout,
 /// codes over a run of blocks, vectorized where Highway is built in.
 void minifloat_codes(const float* x, std::size_t n, std::size_t block, const float* divs,
                      Minifloat f, const float* u, std::uint8_t* out);
-/// out[k] = max |x| over block k of x[0, n) (finite x).
+/// out[k] = max |x| over block k of x[0, n): NaN or infinity where the block holds one (an
+/// integer maximum of the magnitudes' bits).
 void block_abs_max(const float* x, std::size_t n, std::size_t block, float* out);
 
 /// out[k] = finite_minifloat_value(codes[k], f) · muls[k / block] for k < n, or out[k] += it

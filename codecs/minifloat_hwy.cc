@@ -3,9 +3,11 @@
 // Highway and dispatched at run time (built when libhwy-dev is found; lowp.cc uses them then), a
 // run of blocks a call. Lane for lane the scalar function's operations: the same codes, bit for bit
 // (tested).
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "minifloat_hwy.cc"  // this file, once per target
@@ -99,21 +101,26 @@ std::size_t Codes(const float* HWY_RESTRICT x, std::size_t n, std::size_t block,
   return n;
 }
 
-// out[k] = max |x| over block k of x[0, n) (finite x); returns n, or 0 where a vector is longer
-// than a block.
+// out[k] = max |x| over block k of x[0, n), as the largest magnitude's bits (the order of
+// non-negative floats' bits is their values'): NaN or infinity where the block holds one
+// (NaN's bits lie above infinity's); returns n, or 0 where a vector is longer than a block.
 std::size_t AbsMax(const float* HWY_RESTRICT x, std::size_t n, std::size_t block,
                    float* HWY_RESTRICT out) {
   const hn::ScalableTag<float> d;
+  const hn::RebindToUnsigned<decltype(d)> du;
   const std::size_t lanes = hn::Lanes(d);
   if (lanes > block) return 0;
+  const auto abs_mask = hn::Set(du, 0x7FFFFFFFu);
   for (std::size_t b0 = 0; b0 < n; b0 += block) {
     const std::size_t b1 = b0 + block < n ? b0 + block : n;
-    auto m = hn::Zero(d);
+    auto m = hn::Zero(du);
     std::size_t i = b0;
-    for (; i + lanes <= b1; i += lanes) m = hn::Max(m, hn::Abs(hn::LoadU(d, x + i)));
-    float r = hn::GetLane(hn::MaxOfLanes(d, m));
-    for (; i < b1; ++i) r = x[i] < 0 ? (-x[i] > r ? -x[i] : r) : (x[i] > r ? x[i] : r);
-    out[b0 / block] = r;
+    for (; i + lanes <= b1; i += lanes) {
+      m = hn::Max(m, hn::And(hn::BitCast(du, hn::LoadU(d, x + i)), abs_mask));
+    }
+    std::uint32_t r = hn::GetLane(hn::MaxOfLanes(du, m));
+    for (; i < b1; ++i) r = std::max(r, magnitude_bits(x[i]));
+    std::memcpy(out + b0 / block, &r, sizeof r);
   }
   return n;
 }

@@ -222,6 +222,23 @@ void check_block_abs_max() {
       ASSERT_EQ(got[b], m) << "block " << block << " #" << b;
     }
   }
+  // a block holding a NaN has a NaN maximum, one holding an infinity (and no NaN) infinity, in
+  // the vectors' part of a block and in its tail: what the encodes' fallback test reads
+  for (const std::size_t at : {std::size_t{3}, std::size_t{19}, std::size_t{10006}}) {
+    for (const float bad : {std::nanf(""), -INFINITY}) {
+      std::vector<float> y = x;
+      y[at] = bad;
+      for (const std::size_t block : {std::size_t{20}, x.size()}) {
+        std::vector<float> got((x.size() + block - 1) / block);
+        block_abs_max(y.data(), y.size(), block, got.data());
+        for (std::size_t b = 0; b < got.size(); ++b) {
+          const bool holds = at / block == b;
+          EXPECT_EQ(std::isnan(got[b]), holds && std::isnan(bad)) << at << " block " << block;
+          EXPECT_EQ(std::isinf(got[b]), holds && std::isinf(bad)) << at << " block " << block;
+        }
+      }
+    }
+  }
 }
 TEST(Minifloat, BlockAbsMaxIsTheScalarMax) { testing::on_every_target(check_block_abs_max); }
 
