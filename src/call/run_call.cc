@@ -151,14 +151,15 @@ bool let_codec_read_half(Flow& f, codec::Codec& codec) {
 }
 
 // Whether the call leaves its fallback test to the codec's encodes (tests_while_encoding: no
-// scales, no state): a host all-reduce of fp32 or fp64 input whose schedule is sra, which
-// agrees on what the encodes found after its reduce-scatter (coll::Context::agree_carried) and
-// otherwise runs the call uncompressed, so that the test's pass over the input costs nothing.
-// The same on every rank: it depends on agreed values only.
+// scales, no state, no mean divided in first, which would change the input sra must leave as
+// it was): a host all-reduce of fp32 or fp64 input whose schedule is sra, which agrees on what
+// the encodes found after its reduce-scatter (coll::Context::agree_carried) and otherwise runs
+// the call uncompressed, so that the test's pass over the input costs nothing. The same on
+// every rank: it depends on agreed values only.
 bool defers_fallback_test(const Flow& f, const codec::Codec& codec) {
   if (!f.call.allreduce() || f.pl.kernels() || f.call.input_half != Half::kNone || f.p() < 2 ||
       !codec.tests_while_encoding() || codec.capabilities().stateful ||
-      codec.scale_slots(f.c.in_total) != 0) {
+      codec.capabilities().prescale_mean || codec.scale_slots(f.c.in_total) != 0) {
     return false;
   }
   return coll::select_schedule(schedule_query(f, codec, false, false)) ==
