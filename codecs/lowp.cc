@@ -295,12 +295,8 @@ void block_abs_max(const float* x, std::size_t n, std::size_t block, float* out)
 #if defined(CCOLL_HAVE_HWY)
   if (block_abs_max_hwy(x, n, block, out) == n) return;
 #endif
-  for (std::size_t b0 = 0; b0 < n; b0 += block) {
-    std::uint32_t m = 0;
-    for (std::size_t i = b0; i < std::min(n, b0 + block); ++i)
-      m = std::max(m, magnitude_bits(x[i]));
-    std::memcpy(out + b0 / block, &m, sizeof m);
-  }
+  for (std::size_t b0 = 0; b0 < n; b0 += block)
+    out[b0 / block] = abs_max(x + b0, std::min(block, n - b0));
 }
 
 #if !defined(CCOLL_HAVE_HWY)

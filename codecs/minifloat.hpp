@@ -22,9 +22,6 @@
 
 namespace ccoll::codec {
 
-/// |x|'s bits: for non-negative floats their order is the values' (NaN's above infinity's).
-inline std::uint32_t magnitude_bits(float x) { return float_bits(x) & 0x7FFFFFFFu; }
-
 enum class Minifloat : std::uint8_t { kE4M3 = 0, kE5M2 = 1, kE3M2 = 2, kE2M3 = 3, kE2M1 = 4 };
 
 /// What the all-ones exponent holds: IEEE's infinities and NaNs (E5M2), one NaN pattern with

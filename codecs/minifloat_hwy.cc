@@ -15,6 +15,7 @@
 #include <hwy/highway.h>
 
 #include "minifloat.hpp"
+#include "uniforms.hpp"  // abs_max
 
 HWY_BEFORE_NAMESPACE();
 namespace ccoll::codec {
@@ -119,7 +120,7 @@ std::size_t AbsMax(const float* HWY_RESTRICT x, std::size_t n, std::size_t block
       m = hn::Max(m, hn::And(hn::BitCast(du, hn::LoadU(d, x + i)), abs_mask));
     }
     std::uint32_t r = hn::GetLane(hn::MaxOfLanes(du, m));
-    for (; i < b1; ++i) r = std::max(r, magnitude_bits(x[i]));
+    if (i < b1) r = std::max(r, float_bits(abs_max(x + i, b1 - i)));  // the block's tail
     std::memcpy(out + b0 / block, &r, sizeof r);
   }
   return n;
