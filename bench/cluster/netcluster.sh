@@ -10,7 +10,7 @@
 #
 # Usage (as root):
 #   bench/cluster/netcluster.sh [-n HOSTS] [-p RANKS] [-r RATE] [-b BIND] [-B BURST] [-L LATENCY]
-#                               [-k] [-q] -- COMMAND [ARGS...]
+#                               [-P PEAK] [-k] [-q] -- COMMAND [ARGS...]
 #     -n HOSTS  number of hosts (namespaces), 2..64 (default 4)
 #     -p RANKS  ranks per host: consecutive ranks fill a host (--map-by ppr:RANKS:node) and
 #               talk through shared memory there, each host's with a backing directory of
@@ -28,6 +28,11 @@
 #     -B BURST  tbf's burst per link, a tc size such as 256kb or 1mb (default: 10 ms at the
 #               rate, at least 64 KiB)
 #     -L LATENCY  tbf's queue limit as a time, such as 50ms (default 50ms)
+#     -P PEAK   tbf's peak rate per link, a tc rate just above RATE such as 1001mbit: a burst
+#               from the bucket then leaves at PEAK instead of at memory speed, in steps of
+#               128 KiB (the peak bucket, above one 64 KiB segmentation-offload packet), so no
+#               transfer, however short, outruns the link. Default: no peak rate (a short
+#               transfer after a pause passes in one burst of up to BURST)
 #     -k        keep going on a stale ccoll-* namespace set from an earlier crash: remove it
 #               first (without -k the script refuses to touch namespaces it did not create)
 #     -q        quiet: no line about the network before COMMAND's output (errors still)
@@ -50,13 +55,14 @@ CLEAN_STALE=0
 QUIET=0
 BIND=
 BURST=
+PEAK=
 LATENCY=50ms
 PREFIX=ccoll
 SUBNET=10.77.0
-usage() { sed -n '2,43p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,48p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "netcluster: $*" >&2; exit 2; }
 
-while getopts "n:p:r:b:B:L:kqh" opt; do
+while getopts "n:p:r:b:B:L:P:kqh" opt; do
   case "$opt" in
     n) HOSTS=$OPTARG ;;
     p) RANKS_PER_HOST=$OPTARG ;;
@@ -64,6 +70,7 @@ while getopts "n:p:r:b:B:L:kqh" opt; do
     b) BIND=$OPTARG ;;
     B) BURST=$OPTARG ;;
     L) LATENCY=$OPTARG ;;
+    P) PEAK=$OPTARG ;;
     k) CLEAN_STALE=1 ;;
     q) QUIET=1 ;;
     h) usage; exit 0 ;;
@@ -83,6 +90,9 @@ case "${BIND:-x}" in
 esac
 [ -z "$BURST" ] || [[ "$BURST" =~ ^[0-9]+(b|kb|k|mb|m)?$ ]] ||
   die "-B $BURST: the burst must be a tc size such as 256kb or 1mb"
+[ -z "$PEAK" ] || [[ "$PEAK" =~ ^[0-9]+(bit|kbit|mbit|gbit)$ ]] ||
+  die "-P $PEAK: the peak rate must be a number with bit, kbit, mbit or gbit (e.g. 1001mbit)"
+[ -z "$PEAK" ] || [ "$RATE" != unlimited ] || die "-P $PEAK: a peak rate needs a limited -r RATE"
 [[ "$LATENCY" =~ ^[0-9]+(us|ms|s)$ ]] || die "-L $LATENCY: the latency must be a time such as 50ms"
 [[ "$RATE" = unlimited || "$RATE" =~ ^[0-9]+(bit|kbit|mbit|gbit)$ ]] ||
   die "-r $RATE: valid rates are unlimited or a number with bit, kbit, mbit or gbit (e.g. 1gbit)"
@@ -111,7 +121,7 @@ trap 'exit 130' INT
 trap 'exit 143' TERM
 
 # tbf on a device: burst BURST (default 10 ms at the rate, at least 64 KiB), queue of up to
-# LATENCY
+# LATENCY, with PEAK a peak rate over a bucket of 128 KiB
 shape() {
   local ns=$1 dev=$2
   [ "$RATE" = unlimited ] && return 0
@@ -122,7 +132,7 @@ shape() {
   [ "$burst" -lt 65536 ] && burst=65536
   [ -z "$BURST" ] || burst=$BURST
   ip netns exec "$ns" tc qdisc add dev "$dev" root tbf rate "$RATE" burst "$burst" \
-    latency "$LATENCY"
+    latency "$LATENCY" ${PEAK:+peakrate "$PEAK" mtu 131072}
 }
 
 ip netns add "$PREFIX-sw"
@@ -185,7 +195,7 @@ export CCOLL_MPIEXEC="mpiexec --allow-run-as-root --oversubscribe --host $host_l
 export CCOLL_CLUSTER_HOSTS=$HOSTS CCOLL_CLUSTER_RATE=$RATE CCOLL_CLUSTER_IFACE=eth0 \
   CCOLL_CLUSTER_HEAD=${hosts[0]} \
   CCOLL_CLUSTER_RANKS_PER_HOST=$RANKS_PER_HOST
-export CCOLL_CLUSTER_BIND=${BIND:-default} CCOLL_CLUSTER_SHAPE="burst ${BURST:-10ms at the rate} latency $LATENCY"
+export CCOLL_CLUSTER_BIND=${BIND:-default} CCOLL_CLUSTER_SHAPE="burst ${BURST:-10ms at the rate} latency $LATENCY${PEAK:+ peakrate $PEAK}"
 [ "$QUIET" -eq 1 ] || echo "netcluster: $HOSTS hosts on $SUBNET.0/24, links $RATE (tbf $CCOLL_CLUSTER_SHAPE), binding ${BIND:-default}; running: $*" >&2
 export OMPI_MCA_orte_tmpdir_base="$WORK/launcher" OMPI_MCA_btl_vader_backing_directory="$WORK/launcher" \
   PMIX_MCA_gds=hash OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \

@@ -3,21 +3,23 @@
 # the test network (bench/cluster/netcluster.sh -n 4 -r 1gbit, as root) and on
 # bench/sim/platforms/cluster-4hosts-1gbit.xml (SMPI), and each row's simulated time over the
 # measured one:
-#   bench/sim/calibrate.sh [BUILD_DIR] [SMPI_BUILD_DIR] [SIZES] [ITERS]
-#     (defaults build, build-smpi, 4M:64M, 5)
+#   bench/sim/calibrate.sh [BUILD_DIR] [SMPI_BUILD_DIR] [SIZES] [ITERS] [PEAK]
+#     (defaults build, build-smpi, 4M:64M, 5, none). PEAK: the test network's links get tbf's
+#     peak rate (netcluster.sh -P PEAK, e.g. 1001mbit), so a short transfer cannot pass in one
+#     burst faster than the link
 # The simulated hosts run at 1 Gflop/s with smpi/host-speed 1e9: the CPU time the real code
 # spends between MPI calls, measured on this machine, counts one for one as simulated time.
 # Each network model of SMPI's (SMPI: its piecewise factors; CM02: none); the baseline is a ring
 # both ways (Open MPI's coll_tuned algorithm 4 measured, SMPI's logical ring simulated).
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
-build=${1:-build} sbuild=${2:-build-smpi} sizes=${3:-4M:64M} iters=${4:-5}
+build=${1:-build} sbuild=${2:-build-smpi} sizes=${3:-4M:64M} iters=${4:-5} peak=${5:-}
 args=(-m "$sizes" -i "$iters" -x 1 --codec maxnorm:bits=8,maxnorm:bits=4,maxnorm:bits=2
   --baseline mpi)
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-echo "# measured: 4 namespaces at 1 Gbit/s ($(nproc) cores)"
-bench/cluster/netcluster.sh -k -q -n 4 -r 1gbit -- sh -c '$CCOLL_MPIEXEC --mca \
+echo "# measured: 4 namespaces at 1 Gbit/s${peak:+, peak rate $peak} ($(nproc) cores)"
+bench/cluster/netcluster.sh -k -q -n 4 -r 1gbit ${peak:+-P "$peak"} -- sh -c '$CCOLL_MPIEXEC --mca \
   coll_tuned_use_dynamic_rules 1 --mca coll_tuned_allreduce_algorithm 4 -n 4 "$@"' run \
   "$build/bench/ccoll_osu_allreduce" "${args[@]}" | grep -E '^[0-9]+ ' | tee "$tmp/real"
 for model in SMPI CM02; do
