@@ -27,7 +27,21 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
       recvs[j] = e.recv(slots + L.slot(c, j), L.seg_capacity(), prev, kTagAllgather);
     }
   };
-  auto report = [&](int c) { e.output_final(L.seg_offset(c, 0), L.chunk_elems(c)); };
+  // A caller told of final output (Context::on_final: rotate=hadamard rotates it back) is told
+  // segment by segment, each as soon as it is decoded, while it is still in cache; otherwise
+  // the decoder takes a chunk's segments in one batch.
+  const bool by_segment = e.reports_final();
+  auto decode = [&](int c, codec::DecodeJob* jobs, const codec::JobFn& arrive) {
+    const std::size_t nseg = L.nseg(c);
+    if (!by_segment) {
+      e.decode_many(jobs, nseg, arrive);
+      return;
+    }
+    for (std::size_t j = 0; j < nseg; ++j) {
+      e.decode_many(jobs + j, 1, arrive ? codec::JobFn([&](std::size_t) { arrive(j); }) : nullptr);
+      e.output_final(L.seg_offset(c, j), L.seg_elems(c, j));
+    }
+  };
 
   if (p > 1) {
     for (std::size_t j = 0; j < L.nseg(r); ++j) {
@@ -42,8 +56,7 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
     own[j] = codec::DecodeJob{slots + L.slot(r, j), sizes[L.index(r, j)], L.seg_elems(r, j),
                               out + L.seg_offset(r, j) * es, false};
   }
-  e.decode_many(own, L.nseg(r));
-  report(r);
+  decode(r, own, nullptr);
   for (int k = 0; k + 1 < p; ++k) {
     const int recv_chunk = ring_mod(r - k - 1, p);
     const std::size_t nseg = L.nseg(recv_chunk);
@@ -54,7 +67,7 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
       jobs[j] = codec::DecodeJob{nullptr, 0, L.seg_elems(recv_chunk, j),
                                  out + L.seg_offset(recv_chunk, j) * es, false};
     }
-    e.decode_many(jobs, nseg, [&](std::size_t j) {
+    decode(recv_chunk, jobs, [&](std::size_t j) {
       std::byte* slot = slots + L.slot(recv_chunk, j);
       std::size_t got = e.wait_recv(recvs[j]);
       if (got == 0) got = e.write_poisoned(slot);  // keep the ring going, flag the failure
@@ -63,8 +76,7 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
       jobs[j].in = slot;
       jobs[j].bytes = got;
     });
-    if (k + 2 < p) post(k + 1);  // before the caller's work on this chunk: the next one flows
-    report(recv_chunk);
+    if (k + 2 < p) post(k + 1);
   }
   for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
 }

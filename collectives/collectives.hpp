@@ -170,9 +170,10 @@ struct Context {
   /// (16-bit floats that the codec widens as it reads, Codec::set_input_type); 0: the same.
   std::size_t input_elem_bytes = 0;
   /// All-reduce: told that output elements [offset, offset + count) hold their final values, by
-  /// the schedules whose all-gather decodes chunk by chunk (ring, sra), while the rest is still
-  /// in flight (rotate=hadamard rotates them back meanwhile). Empty: nobody asks. Elements it
-  /// is not told of are final when the schedule returns.
+  /// the schedules whose all-gather decodes segment by segment (ring, sra): each segment as soon
+  /// as it is decoded, while the rest is still in flight (rotate=hadamard rotates it back then,
+  /// in cache). Empty: nobody asks. Elements it is not told of are final when the schedule
+  /// returns.
   std::function<void(std::size_t offset, std::size_t count)> on_final = nullptr;
   /// All-reduce on sra with a codec that tests its input as it encodes
   /// (Codec::tests_while_encoding): called on every rank after the reduce-scatter with

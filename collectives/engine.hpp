@@ -144,6 +144,8 @@ class Engine {
   bool test_recv(Request& r);
   void wait_send(Request& r);
 
+  /// Whether output_final() tells anybody.
+  bool reports_final() const { return static_cast<bool>(cx_.on_final); }
   /// Tells the caller (Context::on_final) that output elements [offset, offset + count) are
   /// final; nothing when nobody asks or this rank is poisoned (its output is not used).
   void output_final(std::size_t offset, std::size_t count) {

@@ -374,7 +374,7 @@ void run_flat_schedule(Flow& f, ScheduleSetup& s, const void* input) {
   }
   if (allreduce) {
     if (f.rot.active() && f.pl.device == nullptr && !codec.finishes_allreduce()) {
-      // rotate=hadamard: chunks rotated back as the all-gather decodes them (rest: rotate_output)
+      // rotate=hadamard: segments rotated back as the all-gather decodes them (rest: rotate_output)
       f.rot.undo.emplace(reinterpret_cast<float*>(recv), call.count, f.rot.block, f.rot.seed);
       cx.on_final = [&f](std::size_t offset, std::size_t n) { f.rot.undo->arrived(offset, n); };
     }

@@ -314,9 +314,10 @@ TEST(ScatterReduce, ChosenByAutoForCodecsThatReencode) {
   EXPECT_STREQ(coll::schedule_name(coll::Schedule::kScatterReduce), "sra");
 }
 
-// The all-gather tells the caller each chunk of the output once it is final (Context::on_final:
-// rotate=hadamard rotates it back while the next chunk arrives): every element reported once,
-// with the value it ends with, on the ring and on sra, several segments a chunk or one.
+// The all-gather tells the caller each segment of the output once it is final (Context::on_final:
+// rotate=hadamard rotates it back while it is in cache and the next one arrives): every element
+// reported once, with the value it ends with, at most a segment at a time, on the ring and on
+// sra, several segments a chunk or one.
 TEST(ScatterReduce, AllgatherReportsEachChunkOnceWhenFinal) {
   for (const Algorithm algo : {Algorithm::kRing, Algorithm::kScatterReduce}) {
     for (const int p : {2, 3, 4, 5, 8}) {
@@ -338,6 +339,7 @@ TEST(ScatterReduce, AllgatherReportsEachChunkOnceWhenFinal) {
           std::vector<float> out(n);
           cx.on_final = [&, me](std::size_t off, std::size_t count) {
             ASSERT_LE(off + count, n);
+            ASSERT_LE(count, rc.segment_elems);
             for (std::size_t i = off; i < off + count; ++i) {
               ++times[me][i];
               seen[me][i] = out[i];
