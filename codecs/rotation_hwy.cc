@@ -3,7 +3,8 @@
 //
 // A block of m >= 8 elements: the first three butterfly stages in registers (the pair swaps
 // Shuffle2301 and Shuffle1032 within 128-bit blocks, then the adjacent blocks of native vectors
-// of 8 lanes or more, or two 128-bit vectors a group of 8), the rest three stages a pass
+// of 8 lanes or more, or two 128-bit vectors a group of 8; with 16 lanes and at least 32
+// elements also the fourth, the vector's halves swapped), the rest three stages a pass
 // (radix 8) over native vectors where the stride allows, 8-lane ones below it, and a last
 // radix-4 or radix-2 pass where log2 m leaves one or two; the scale on the last pass. The
 // first pass reads the block from its source (the caller's input, for a rotated copy), the
@@ -114,15 +115,24 @@ void Pass(D d, float* HWY_RESTRICT x, size_t m, size_t h, unsigned radix, bool l
 void FirstStages4(float* x, const float* src, size_t m, const RotationSigns& s, size_t at,
                   bool forward, float scale);
 
+// 16-lane vectors (AVX-512) also take stage 8 in registers: the halves swapped.
+#if HWY_ARCH_X86 && HWY_TARGET <= HWY_AVX3
+constexpr bool kStage8InRegisters = true;
+#else
+constexpr bool kStage8InRegisters = false;
+#endif
+
 // Stages 1, 2 and 4 of a block of m >= n elements on native vectors of n >= 8 lanes (the pair
-// swaps within 128-bit blocks, then the adjacent blocks), the forward's signs as they load.
+// swaps within 128-bit blocks, then the adjacent blocks), with `stage8` (16 lanes) stage 8 as
+// well; the forward's signs as they load.
 template <class D>
 void FirstStages(D d, float* x, const float* src, size_t m, const RotationSigns& s, size_t at,
-                 bool forward) {
+                 bool forward, bool stage8) {
   const hn::RebindToUnsigned<D> du;
   const auto lane = hn::Iota(du, 0);
   const auto upper2 = hn::RebindMask(d, hn::TestBit(lane, hn::Set(du, 2u)));
   const auto upper4 = hn::RebindMask(d, hn::TestBit(lane, hn::Set(du, 4u)));
+  const auto upper8 = hn::RebindMask(d, hn::TestBit(lane, hn::Set(du, 8u)));
   for (size_t i = 0; i < m; i += hn::Lanes(d)) {
     auto v = hn::LoadU(d, src + i);
     if (forward) v = Flip(d, v, s, at + i);
@@ -132,6 +142,12 @@ void FirstStages(D d, float* x, const float* src, size_t m, const RotationSigns&
     v = hn::IfThenElse(upper2, hn::Sub(w, v), hn::Add(v, w));
     w = hn::SwapAdjacentBlocks(v);
     v = hn::IfThenElse(upper4, hn::Sub(w, v), hn::Add(v, w));
+    if constexpr (kStage8InRegisters) {
+      if (stage8) {
+        w = hn::ConcatLowerUpper(d, v, v);  // lanes 8-15 first, then 0-7
+        v = hn::IfThenElse(upper8, hn::Sub(w, v), hn::Add(v, w));
+      }
+    }
     hn::StoreU(v, d, x + i);
   }
 }
@@ -140,14 +156,18 @@ bool RotateBlock(float* x, const float* src, size_t m, size_t at, const Rotation
                  bool forward, float scale) {
   const hn::ScalableTag<float> d;
   const size_t n = hn::Lanes(d);
+  size_t h = 8;  // the first stage the passes take
   if (n >= 8 && m >= n && m > 8) {
-    FirstStages(d, x, src, m, s, at, forward);
+    // stage 8 in registers where a pass still follows (it applies the scale and the signs)
+    const bool stage8 = kStage8InRegisters && n == 16 && m >= 32;
+    FirstStages(d, x, src, m, s, at, forward, stage8);
+    if (stage8) h = 16;
   } else {
     FirstStages4(x, src, m, s, at, forward, scale);
   }
   // the inverse's signs as the last pass stores (a block of 8 had them in FirstStages4)
   const RotationSigns* out_signs = forward ? nullptr : &s;
-  for (size_t h = 8; h < m;) {
+  while (h < m) {
     const unsigned radix = 8 * h <= m ? 8 : 4 * h <= m ? 4 : 2;
     const bool last = radix * h == m;
     if (h >= n) {
