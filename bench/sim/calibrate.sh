@@ -27,11 +27,12 @@ bench/cluster/netcluster.sh -k -q -n 4 -r 1gbit ${peak:+-P "$peak"} -- sh -c '$C
 # every 1514-byte frame that tbf counts (a 1500-byte MTU, 52 bytes of TCP/IP headers with
 # timestamps, the 14-byte Ethernet header), network/bandwidth-factor 1448/1514 = 0.9564
 for model in SMPI CM02 CM02F; do
-  opts=(-o --cfg=network/model:${model%F})
-  [ "$model" = CM02F ] && opts+=(-o --cfg=network/bandwidth-factor:0.9564)
-  echo "# simulated: network/model ${model%F}${opts[3]:+, ${opts[3]#--cfg=}}"
+  factor=""
+  [ "$model" = CM02F ] && factor=0.9564
+  echo "# simulated: network/model ${model%F}${factor:+, bandwidth factor $factor}"
   bench/sim/smpirun.sh -n 4 -p bench/sim/platforms/cluster-4hosts-1gbit.xml \
-    -o --cfg=smpi/host-speed:1e9 "${opts[@]}" -o --cfg=smpi/allreduce:lr \
+    -o --cfg=smpi/host-speed:1e9 -o --cfg=network/model:${model%F} \
+    ${factor:+-o --cfg=network/bandwidth-factor:$factor} -o --cfg=smpi/allreduce:lr \
     -o --log=root.thresh:error -o --log=smpi_colls.thresh:error \
     "$sbuild/bench/ccoll_osu_allreduce" "${args[@]}" | grep -E '^[0-9]+ ' | tee "$tmp/$model"
 done

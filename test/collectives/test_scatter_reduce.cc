@@ -318,7 +318,7 @@ TEST(ScatterReduce, ChosenByAutoForCodecsThatReencode) {
 // rotate=hadamard rotates it back while it is in cache and the next one arrives): every element
 // reported once, with the value it ends with, at most a segment at a time, on the ring and on
 // sra, several segments a chunk or one.
-TEST(ScatterReduce, AllgatherReportsEachChunkOnceWhenFinal) {
+TEST(ScatterReduce, AllgatherReportsEachSegmentOnceWhenFinal) {
   for (const Algorithm algo : {Algorithm::kRing, Algorithm::kScatterReduce}) {
     for (const int p : {2, 3, 4, 5, 8}) {
       for (const std::size_t n :
