@@ -85,17 +85,24 @@ void bm_rotate(benchmark::State& state, std::size_t block, bool forward) {
 
 // rotate=hadamard with maxnorm's scan, as the call runs them before the scale round: scanned
 // tile by tile as it is rotated (rotate_and_scan), or (`whole`) rotated into the buffer and then
-// scanned.
-void bm_rotate_scan(benchmark::State& state, bool whole) {
+// scanned. ef=1: the scan of x + e, with the residual of one encode before.
+void bm_rotate_scan(benchmark::State& state, const std::string& spec, bool whole) {
   const std::size_t bytes = static_cast<std::size_t>(state.range(0));
   const std::size_t n = bytes / sizeof(float);
   const auto x = input(n);
   std::vector<float> y(n);
-  auto codec = ccoll::make_codec(ccoll::parse_codec_spec("maxnorm:bits=4,rotate=hadamard"),
-                                 ccoll::codec::DType::kFloat32);
+  auto codec = ccoll::make_codec(ccoll::parse_codec_spec(spec), ccoll::codec::DType::kFloat32);
   const std::size_t block = codec->scale_block();
   std::vector<double> scales(codec->scale_slots(n));
   bool fallback = false;
+  if (codec->capabilities().stateful) {  // ef=1: a residual to scan with
+    codec->begin_call(2);
+    codec->set_call(1, 0);
+    codec->local_scales(x.data(), n, scales.data());
+    codec->set_scales(scales.data(), scales.size());
+    std::vector<std::byte> enc(codec->max_encoded_bytes(n));
+    codec->encode(x.data(), n, {1, 0, 0, 0}, enc.data());
+  }
   for (auto _ : state) {
     if (whole) {
       ccoll::codec::rotate_forward_copy(y.data(), x.data(), n, block, 1);
@@ -192,12 +199,15 @@ int main(int argc, char** argv) {
       b->Unit(benchmark::kMillisecond)->MinTime(0.2);
     }
   }
-  for (const bool whole : {true, false}) {
-    const std::string name =
-        std::string("rotate_scan:maxnorm:bits=4/") + (whole ? "whole" : "tiled");
-    auto* b = benchmark::RegisterBenchmark(name.c_str(), bm_rotate_scan, whole);
-    for (const auto s : sizes) b->Arg(s);
-    b->Unit(benchmark::kMillisecond)->MinTime(0.2);
+  for (const std::string spec :
+       {"maxnorm:bits=4,rotate=hadamard", "maxnorm:bits=4,clip=2,rotate=hadamard",
+        "maxnorm:bits=4,clip=2,ef=1,rotate=hadamard"}) {
+    for (const bool whole : {true, false}) {
+      const std::string name = "rotate_scan:" + spec + (whole ? "/whole" : "/tiled");
+      auto* b = benchmark::RegisterBenchmark(name.c_str(), bm_rotate_scan, spec, whole);
+      for (const auto s : sizes) b->Arg(s);
+      b->Unit(benchmark::kMillisecond)->MinTime(0.2);
+    }
   }
   for (const auto& spec : kCodecs) {
     for (const auto& [name, op] :
