@@ -9,6 +9,19 @@
 #include "ccoll/error.hpp"
 
 namespace ccoll {
+namespace {
+
+// FNV-1a over a send buffer's bytes: what isend() copied, checked again when the send completes
+std::uint64_t digest(const std::byte* p, std::size_t n) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (std::size_t i = 0; i < n; ++i) {
+    h ^= static_cast<std::uint64_t>(p[i]);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+}  // namespace
 
 coll::Request InprocTransport::add(const Pending& p) {
   std::size_t id;
@@ -33,9 +46,15 @@ coll::Request InprocTransport::isend(const void* buf, std::size_t bytes, int pee
     box.messages.emplace(box.sent++, std::move(msg));
   }
   fabric_.arrivals_.at(static_cast<std::size_t>(peer)).notify_all();
+  // the message is copied now, but MPI may read the buffer until the send completes: a buffer
+  // that changes before wait() is a schedule's error that a real transport turns into corrupt
+  // data (checked there)
   Pending p;
   p.bytes = bytes;
-  return add(p);  // eager: the send is complete already
+  p.buf = const_cast<std::byte*>(static_cast<const std::byte*>(buf));
+  p.key = {rank_, peer, tag};
+  p.seq = bytes != 0 ? digest(p.buf, bytes) : 0;
+  return add(p);
 }
 
 coll::Request InprocTransport::irecv(void* buf, std::size_t capacity, int peer, int tag) {
@@ -55,7 +74,10 @@ std::size_t InprocTransport::wait(coll::Request& request) {
   const Pending p = pending_.at(request.id);
   free_.push_back(request.id);
   request.id = static_cast<std::size_t>(-1);
-  if (!p.recv) return p.bytes;
+  if (!p.recv) {
+    check_unchanged(p);
+    return p.bytes;
+  }
   std::vector<std::byte> msg;
   {
     std::unique_lock<std::mutex> lock(fabric_.mu_);
@@ -79,9 +101,22 @@ std::size_t InprocTransport::wait(coll::Request& request) {
   return msg.size();
 }
 
+void InprocTransport::check_unchanged(const Pending& send) const {
+  if (send.buf == nullptr || send.bytes == 0 || digest(send.buf, send.bytes) == send.seq) return;
+  throw Error(Status::kInternal, "inproc transport: rank " + std::to_string(rank_) + "'s send of " +
+                                     std::to_string(send.bytes) + " bytes to rank " +
+                                     std::to_string(std::get<1>(send.key)) + " (tag " +
+                                     std::to_string(std::get<2>(send.key)) +
+                                     ") changed its buffer before the send completed");
+}
+
 bool InprocTransport::test(coll::Request& request) {
-  const Pending& p = pending_.at(request.id);
-  if (!p.recv) return true;
+  Pending& p = pending_.at(request.id);
+  if (!p.recv) {  // complete: checked now, and its buffer free from here on
+    check_unchanged(p);
+    p.buf = nullptr;
+    return true;
+  }
   std::lock_guard<std::mutex> lock(fabric_.mu_);
   return fabric_.boxes_[p.key].messages.count(p.seq) != 0;
 }

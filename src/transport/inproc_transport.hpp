@@ -1,6 +1,7 @@
 // In-process transport: ranks are threads of one process and messages are copied through shared
 // mailboxes with MPI matching order. Used to unit-test schedules quickly, at any rank count,
-// without MPI. A receive that waits longer than the fabric's timeout throws instead of hanging.
+// without MPI. A receive that waits longer than the fabric's timeout throws instead of hanging;
+// a send whose buffer changes before its wait() (which MPI may still be reading) throws there.
 #pragma once
 
 #include <chrono>
@@ -60,12 +61,14 @@ class InprocTransport final : public coll::Transport {
  private:
   struct Pending {
     bool recv = false;
-    std::byte* buf = nullptr;
-    std::size_t bytes = 0;  // capacity (recv) or length (send)
+    std::byte* buf = nullptr;  // the receive buffer, or the send's (checked unchanged at wait)
+    std::size_t bytes = 0;     // capacity (recv) or length (send)
     InprocFabric::Key key{};
-    std::uint64_t seq = 0;
+    std::uint64_t seq = 0;  // a receive's place in its mailbox; a send's digest of its bytes
   };
   coll::Request add(const Pending& p);
+  /// Throws kInternal when a send's buffer no longer holds what isend() copied.
+  void check_unchanged(const Pending& send) const;
   InprocFabric& fabric_;
   int rank_;
   std::vector<Pending> pending_;

@@ -33,6 +33,45 @@ TEST(Corruption, RingAllreduceFailsOnEveryRank) {
   }
 }
 
+// The in-process transport copies a message when it is sent, but a real one may read the buffer
+// until the send completes: a schedule that changes a send's buffer before waiting for it
+// corrupts data on MPI, so the in-process transport rejects it (every schedule test runs on
+// it). A send that test() found complete frees its buffer at once, as MPI_Test does.
+TEST(InprocTransport, SendBufferChangedBeforeItsSendCompletesIsAnError) {
+  for (const bool test_first : {false, true}) {
+    SCOPED_TRACE(test_first ? "test() before the change" : "changed before any test()");
+    std::string error;
+    try {
+      run_inproc(2, [&](coll::Transport& t) {
+        std::vector<std::byte> buf(100, std::byte{7});
+        if (t.rank() == 0) {
+          coll::Request s = t.isend(buf.data(), buf.size(), 1, 5);
+          if (test_first) {
+            EXPECT_TRUE(t.test(s));
+          }
+          buf[42] = std::byte{8};
+          t.wait(s);
+        } else {
+          coll::Request r = t.irecv(buf.data(), buf.size(), 0, 5);
+          EXPECT_EQ(t.wait(r), buf.size());
+          EXPECT_EQ(buf[42], std::byte{7});  // what was sent, before the change
+        }
+      });
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), Status::kInternal);
+      error = e.what();
+    }
+    if (test_first) {
+      EXPECT_EQ(error, "");
+    } else {
+      EXPECT_NE(error.find("rank 0's send of 100 bytes to rank 1 (tag 5) changed its buffer "
+                           "before the send completed"),
+                std::string::npos)
+          << error;
+    }
+  }
+}
+
 // A codec whose n-th encode throws (as a device codec does on a CUDA error).
 class FailingEncode final : public codec::ForwardingCodec {
  public:
