@@ -53,7 +53,7 @@ coll::Request InprocTransport::isend(const void* buf, std::size_t bytes, int pee
   p.bytes = bytes;
   p.buf = const_cast<std::byte*>(static_cast<const std::byte*>(buf));
   p.key = {rank_, peer, tag};
-  p.seq = bytes != 0 ? digest(p.buf, bytes) : 0;
+  p.digest = digest(p.buf, bytes);
   return add(p);
 }
 
@@ -102,7 +102,7 @@ std::size_t InprocTransport::wait(coll::Request& request) {
 }
 
 void InprocTransport::check_unchanged(const Pending& send) const {
-  if (send.buf == nullptr || send.bytes == 0 || digest(send.buf, send.bytes) == send.seq) return;
+  if (send.buf == nullptr || send.bytes == 0 || digest(send.buf, send.bytes) == send.digest) return;
   throw Error(Status::kInternal, "inproc transport: rank " + std::to_string(rank_) + "'s send of " +
                                      std::to_string(send.bytes) + " bytes to rank " +
                                      std::to_string(std::get<1>(send.key)) + " (tag " +

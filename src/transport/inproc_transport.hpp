@@ -64,7 +64,8 @@ class InprocTransport final : public coll::Transport {
     std::byte* buf = nullptr;  // the receive buffer, or the send's (checked unchanged at wait)
     std::size_t bytes = 0;     // capacity (recv) or length (send)
     InprocFabric::Key key{};
-    std::uint64_t seq = 0;  // a receive's place in its mailbox; a send's digest of its bytes
+    std::uint64_t seq = 0;     // a receive's place in its mailbox
+    std::uint64_t digest = 0;  // a send's: its bytes as isend() copied them
   };
   coll::Request add(const Pending& p);
   /// Throws kInternal when a send's buffer no longer holds what isend() copied.
