@@ -77,15 +77,37 @@ void expect_payload(const std::byte* in, std::size_t bytes, CodecId codec, std::
   }
 }
 
-bool is_poisoned(const std::byte* in, std::size_t bytes) {
-  return bytes >= kHeaderBytes && std::to_integer<std::uint8_t>(in[0]) == kMagic &&
-         (std::to_integer<std::uint8_t>(in[3]) & kFlagPoisoned) != 0;
+namespace {
+// the header fields of a poisoned payload (wire.hpp): the origin's rank + 1 and its status
+std::uint32_t origin_field(const Poison& who) {
+  return who.rank >= 0 ? static_cast<std::uint32_t>(who.rank) + 1 : 0;
+}
+std::uint64_t status_field(const Poison& who) {
+  return who.status > 0 ? static_cast<std::uint64_t>(who.status) : 0;
+}
+}  // namespace
+
+bool is_poisoned(const std::byte* in, std::size_t bytes, Poison* who) {
+  const bool poisoned = bytes >= kHeaderBytes && std::to_integer<std::uint8_t>(in[0]) == kMagic &&
+                        (std::to_integer<std::uint8_t>(in[3]) & kFlagPoisoned) != 0;
+  if (poisoned && who != nullptr) {
+    const std::uint64_t origin = get_le(in + 4, 4);
+    const std::uint64_t status = get_le(in + 8, 8);
+    constexpr std::uint64_t kLargestRank = 0x7fffffff;
+    who->rank = origin >= 1 && origin - 1 <= kLargestRank ? static_cast<int>(origin - 1) : -1;
+    who->status = status <= 0xff ? static_cast<int>(status) : 0;
+  }
+  return poisoned;
 }
 
-void set_poisoned(std::byte* payload) { payload[3] |= std::byte{kFlagPoisoned}; }
+void set_poisoned(std::byte* payload, const Poison& who) {
+  payload[3] |= std::byte{kFlagPoisoned};
+  put_u32(payload + 4, origin_field(who));
+  put_u64(payload + 8, status_field(who));
+}
 
-std::size_t write_poisoned(std::byte* out) {
-  write_header(out, Header{CodecId::kNone, kFlagPoisoned, 0, 0});
+std::size_t write_poisoned(std::byte* out, const Poison& who) {
+  write_header(out, Header{CodecId::kNone, kFlagPoisoned, origin_field(who), status_field(who)});
   return kHeaderBytes;
 }
 

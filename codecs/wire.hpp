@@ -5,7 +5,9 @@
 //   [4..7] codec parameter (u32, codec-defined)   [8..15] element count (u64)
 // A decoder checks every field and the exact payload length before it touches the codes.
 // Flag kPoisoned marks a payload produced by a rank that saw corrupt input upstream: schedules
-// forward it so that every rank learns of the failure without an extra round trip.
+// forward it so that every rank learns of the failure without an extra round trip. A poisoned
+// payload carries no codes; its parameter is the rank whose own failure started it, plus one (0:
+// not known), and its element count that failure's status code (ccoll::Status).
 #pragma once
 
 #include <cstddef>
@@ -58,11 +60,21 @@ Header read_header(const std::byte* in, std::size_t bytes);
 void expect_payload(const std::byte* in, std::size_t bytes, CodecId codec, std::uint32_t param,
                     std::uint64_t count, std::size_t payload_bytes);
 
-/// True when `in` starts with a well-formed header whose poisoned flag is set.
-bool is_poisoned(const std::byte* in, std::size_t bytes);
-/// Sets the poisoned flag of an encoded payload (which must hold at least a header).
-void set_poisoned(std::byte* payload);
+/// Who poisoned a payload: the rank whose own failure started it (-1: not known) and that
+/// failure's status code (ccoll::Status; 0: not known). Read from a peer, it is only a claim:
+/// check the rank against the communicator's size before naming it.
+struct Poison {
+  int rank = -1;
+  int status = 0;
+};
+
+/// True when `in` starts with a well-formed header whose poisoned flag is set; then `who` (when
+/// not null) gets what the header says of the failure's origin.
+bool is_poisoned(const std::byte* in, std::size_t bytes, Poison* who = nullptr);
+/// Sets the poisoned flag of an encoded payload (which must hold at least a header) and writes
+/// `who` into its header (its codes are never read again).
+void set_poisoned(std::byte* payload, const Poison& who = {});
 /// Writes a header-only poisoned payload; returns its length (kHeaderBytes).
-std::size_t write_poisoned(std::byte* out);
+std::size_t write_poisoned(std::byte* out, const Poison& who = {});
 
 }  // namespace ccoll::wire

@@ -6,6 +6,8 @@
 // receives from rank r + d. Received blocks are forwarded unchanged and every rank decodes the
 // same bytes, its own block included, so all ranks end bit-identical.
 
+#include <string>
+
 #include "collectives.hpp"
 #include "engine.hpp"
 #include "wire.hpp"
@@ -59,11 +61,17 @@ void allgather_bruck(Context& cx, const void* send, std::size_t count, void* rec
       start[have + i + 1] = start[have] + pos;
     }
     if (!ok || pos != got) {
-      // Malformed round: replace its blocks with poisoned placeholders so that the block
-      // structure (and every later round) stays intact; decoding them poisons this rank.
+      // Malformed round: this rank fails (a failed receive did already), and its blocks are
+      // replaced with poisoned placeholders so that the block structure (and every later
+      // round) stays intact.
+      if (!e.poisoned()) {
+        e.fail(Status::kCorruptData, "algorithm 'tree': a malformed all-gather round from rank " +
+                                         std::to_string(ring_mod(r + d, p)) + " (" +
+                                         std::to_string(got) + " bytes)");
+      }
       std::size_t at = 0;
       for (int i = 0; i < n; ++i) {
-        const std::size_t len = wire::write_poisoned(tail + at + kLenBytes);
+        const std::size_t len = wire::write_poisoned(tail + at + kLenBytes, e.poison_mark());
         wire::put_u64(tail + at, len);
         at += kLenBytes + len;
         start[have + i + 1] = start[have] + at;

@@ -70,7 +70,7 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
     decode(recv_chunk, jobs, [&](std::size_t j) {
       std::byte* slot = slots + L.slot(recv_chunk, j);
       std::size_t got = e.wait_recv(recvs[j]);
-      if (got == 0) got = e.write_poisoned(slot);  // keep the ring going, flag the failure
+      if (got == 0) got = e.received_nothing(slot, prev);  // keep the ring going, flag it
       sizes[L.index(recv_chunk, j)] = got;
       if (k + 2 < p) sends[nsends++] = e.send(slot, got, next, kTagAllgather);
       jobs[j].in = slot;

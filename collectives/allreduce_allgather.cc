@@ -28,7 +28,7 @@ void allreduce_allgather(Context& cx, void* buf, std::size_t count, bool average
     std::size_t got = e.wait_recv(q);
     // keep the ring going, flag the failure (through the payload operations: the slot may be
     // device memory)
-    if (got == 0) got = e.write_poisoned(slot(in));
+    if (got == 0) got = e.received_nothing(slot(in), prev);
     sizes[in] = got;
   }
   for (int k = 0; k + 1 < p; ++k) e.wait_send(sends[k]);

@@ -20,6 +20,7 @@
 #include "codec.hpp"
 #include "schedules.hpp"
 #include "transport.hpp"
+#include "wire.hpp"
 
 namespace ccoll::coll {
 
@@ -145,10 +146,11 @@ class ElementOps {
 class PayloadOps {
  public:
   virtual ~PayloadOps() = default;
-  virtual bool is_poisoned(const std::byte* payload, std::size_t bytes) = 0;
-  virtual void set_poisoned(std::byte* payload) = 0;
+  /// wire::is_poisoned, wire::set_poisoned and wire::write_poisoned on these payloads.
+  virtual bool is_poisoned(const std::byte* payload, std::size_t bytes, wire::Poison* who) = 0;
+  virtual void set_poisoned(std::byte* payload, const wire::Poison& who) = 0;
   /// Writes a header-only poisoned payload; returns its length.
-  virtual std::size_t write_poisoned(std::byte* out) = 0;
+  virtual std::size_t write_poisoned(std::byte* out, const wire::Poison& who) = 0;
   virtual void copy(std::byte* dst, const std::byte* src, std::size_t bytes) = 0;
 };
 

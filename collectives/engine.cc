@@ -17,7 +17,7 @@ std::size_t Engine::encode(const void* in, std::size_t count, std::uint64_t stre
   } catch (const Error& err) {
     // a failed encode (a device error) must not leave peers waiting: send a poisoned payload,
     // finish the schedule, and throw at the end on every rank that depends on it
-    poison(err.code(), err.message());
+    poison(err);
     n = write_poisoned(out);
   }
   if (poisoned_) poison_payload(out);
@@ -42,7 +42,7 @@ void Engine::encode_many(codec::EncodeJob* jobs, std::size_t n, const codec::Job
     cx_.codec.encode_many(jobs, n, hand_over);
   } catch (const Error& err) {
     if (hook.running) throw;
-    poison(err.code(), err.message());  // no peer waits: the rest go out poisoned
+    poison(err);  // no peer waits: the rest go out poisoned
     for (std::size_t i = handed; i < n; ++i) {
       jobs[i].bytes = write_poisoned(jobs[i].out);
       hand_over(i);
@@ -65,7 +65,7 @@ void Engine::decode_many(codec::DecodeJob* jobs, std::size_t n, const codec::Job
     cx_.codec.decode_many(jobs, n, take);
   } catch (const Error& err) {
     if (hook.running) throw;
-    poison(err.code(), err.message());
+    poison(err);
     for (std::size_t i = arrived; i < n; ++i) take(i);  // the schedule still forwards them
   }
   cx_.counters.decode_seconds += since(t0) - hook.seconds;
@@ -82,7 +82,7 @@ bool Engine::decode(const std::byte* in, std::size_t bytes, std::size_t count, v
       cx_.codec.decode(in, bytes, count, out);
     }
   } catch (const Error& err) {
-    poison(err.code(), err.message());
+    poison(err);
     cx_.counters.decode_seconds += since(t0);
     return false;
   }
@@ -101,7 +101,7 @@ std::size_t Engine::reduce_encode(const std::byte* in, std::size_t bytes, std::s
     n = cx_.codec.reduce_encode(in, bytes, count, acc, {cx_.seed, cx_.call, stream, offset, hop},
                                 out);
   } catch (const Error& err) {
-    poison(err.code(), err.message());
+    poison(err);
     cx_.counters.decode_seconds += since(t0);
     return encode(acc, count, stream, offset, out, hop);
   }
@@ -144,7 +144,7 @@ void Engine::reduce_encode_many(codec::ReduceJob* jobs, std::size_t n,
     cx_.codec.reduce_encode_many(jobs, n, mine);
   } catch (const Error& err) {
     if (hook.running) throw;
-    poison(err.code(), err.message());
+    poison(err);
     cx_.counters.decode_seconds += since(t0) - hook.seconds;
     for (std::size_t i = handed; i < n; ++i) {  // the rest: `acc` as it is, marked poisoned
       if (i >= arrived) mine.arrive(i);
@@ -162,15 +162,13 @@ std::size_t Engine::add(const std::byte* a, std::size_t a_bytes, const std::byte
                         std::uint64_t offset, std::byte* out) {
   const auto t0 = Clock::now();
   std::size_t n = 0;
-  if (a_bytes == 0 || payload_poisoned(a, a_bytes)) {
-    poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
-  } else {
+  if (!unusable(a, a_bytes)) {
     try {
       n = cx_.codec.add_encoded(
           a, a_bytes, own, own_bytes, count,
           {cx_.seed, cx_.call, stream, offset, codec::BlockContext::Role::kHop}, out);
     } catch (const Error& err) {
-      poison(err.code(), err.message());
+      poison(err);
     }
   }
   if (poisoned_) {
@@ -197,7 +195,7 @@ std::size_t Engine::wait_recv(Request& r) {
   try {
     n = cx_.transport.wait(r);
   } catch (const Error& err) {
-    poison(err.code(), err.message());
+    poison(err);
     n = 0;
   }
   cx_.counters.comm_seconds += since(t0);
@@ -219,21 +217,28 @@ void Engine::wait_send(Request& r) {
   cx_.counters.comm_seconds += since(t0);
 }
 
-bool Engine::payload_poisoned(const std::byte* p, std::size_t bytes) {
-  return cx_.payloads != nullptr ? cx_.payloads->is_poisoned(p, bytes)
-                                 : wire::is_poisoned(p, bytes);
+bool Engine::payload_poisoned(const std::byte* p, std::size_t bytes, wire::Poison* who) {
+  return cx_.payloads != nullptr ? cx_.payloads->is_poisoned(p, bytes, who)
+                                 : wire::is_poisoned(p, bytes, who);
 }
 
 void Engine::poison_payload(std::byte* p) {
   if (cx_.payloads != nullptr) {
-    cx_.payloads->set_poisoned(p);
+    cx_.payloads->set_poisoned(p, poison_mark());
   } else {
-    wire::set_poisoned(p);
+    wire::set_poisoned(p, poison_mark());
   }
 }
 
 std::size_t Engine::write_poisoned(std::byte* out) {
-  return cx_.payloads != nullptr ? cx_.payloads->write_poisoned(out) : wire::write_poisoned(out);
+  return cx_.payloads != nullptr ? cx_.payloads->write_poisoned(out, poison_mark())
+                                 : wire::write_poisoned(out, poison_mark());
+}
+
+std::size_t Engine::received_nothing(std::byte* slot, int peer) {
+  poison(Status::kCorruptData,
+         "an empty message from rank " + std::to_string(peer) + " where a payload was due", rank_);
+  return write_poisoned(slot);
 }
 
 void Engine::copy_payload(std::byte* dst, const std::byte* src, std::size_t bytes) {
@@ -246,16 +251,32 @@ void Engine::copy_payload(std::byte* dst, const std::byte* src, std::size_t byte
 
 bool Engine::unusable(const std::byte* in, std::size_t bytes) {
   if (bytes == 0 && poisoned_) return true;  // the receive failed and poisoned this rank
-  if (!payload_poisoned(in, bytes)) return false;
-  poison(Status::kCorruptData, "a peer rank received corrupt data, so this result is invalid");
+  wire::Poison who;
+  if (!payload_poisoned(in, bytes, &who)) return false;
+  if (!poisoned_) {
+    // the mark came from a peer: a rank named only when it is one of this communicator's
+    const bool known = who.rank >= 0 && who.rank < size_ && who.rank != rank_;
+    const int origin = known ? who.rank : -1;
+    const auto status = static_cast<Status>(who.status);
+    const bool named = who.status >= static_cast<int>(Status::kInvalidArgument) &&
+                       who.status <= static_cast<int>(Status::kNcclError);
+    poison(Status::kCorruptData,
+           known ? "rank " + std::to_string(origin) + " failed in this call" +
+                       (named ? std::string(" (") + status_string(status) + ")" : "") +
+                       ", so this result is invalid; rank " + std::to_string(origin) +
+                       "'s error says why"
+                 : "a peer rank failed in this call, so this result is invalid",
+           origin);
+  }
   return true;
 }
 
-void Engine::poison(Status code, const std::string& why) {
+void Engine::poison(Status code, const std::string& why, int origin) {
   if (!poisoned_) {
     poisoned_ = true;
     code_ = code;
     why_ = why;
+    origin_ = origin;
   }
 }
 

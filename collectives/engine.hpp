@@ -155,12 +155,20 @@ class Engine {
   /// Throws ccoll::Error when this rank is poisoned; call once at the end of the schedule.
   void finish() const;
   /// Poisons this rank (the schedule goes on; finish() throws).
-  void fail(Status code, const std::string& why) { poison(code, why); }
+  void fail(Status code, const std::string& why) { poison(code, why, rank_); }
+  /// What this rank's poisoned payloads say of the failure: the rank whose own failure started
+  /// it (this one, or the one a poisoned payload named) and its status.
+  wire::Poison poison_mark() const { return {origin_, static_cast<int>(code_)}; }
 
-  // Payload bytes, through cx.payloads where payloads are not host memory.
-  bool payload_poisoned(const std::byte* p, std::size_t bytes);
+  // Payload bytes, through cx.payloads where payloads are not host memory. A poisoned payload
+  // is marked with poison_mark(); payload_poisoned() reads the mark into `who`.
+  bool payload_poisoned(const std::byte* p, std::size_t bytes, wire::Poison* who = nullptr);
   void poison_payload(std::byte* p);
   std::size_t write_poisoned(std::byte* out);
+  /// A receive from `peer` that brought nothing where a payload was due (a failed transport,
+  /// which poisoned this rank already, or an empty message, which does so here): writes a
+  /// poisoned placeholder into `slot`, so that the schedule goes on; returns its length.
+  std::size_t received_nothing(std::byte* slot, int peer);
   void copy_payload(std::byte* dst, const std::byte* src, std::size_t bytes);
 
  private:
@@ -168,7 +176,10 @@ class Engine {
   static double since(Clock::time_point t0) {
     return std::chrono::duration<double>(Clock::now() - t0).count();
   }
-  void poison(Status code, const std::string& why);
+  /// Poisons this rank for `origin`'s failure (this rank's own, or the one a payload named).
+  void poison(Status code, const std::string& why, int origin);
+  /// poison() for an error of this rank's own.
+  void poison(const Error& err) { poison(err.code(), err.message(), rank_); }
   /// True when a received payload cannot be used: empty after this rank's receive failed, or
   /// poisoned by a peer (which poisons this rank).
   bool unusable(const std::byte* in, std::size_t bytes);
@@ -202,6 +213,7 @@ class Engine {
   bool poisoned_ = false;
   Status code_ = Status::kCorruptData;
   std::string why_;
+  int origin_ = -1;  // the rank whose own failure poisoned this one (-1: not known)
 };
 
 /// Segment and slot arithmetic of the ring over a balanced chunk split. Slot (c, j) holds the

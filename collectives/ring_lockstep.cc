@@ -59,7 +59,7 @@ struct ExactRing {
     e.end_group();
     for (std::size_t j = 0; j < L.nseg(rc); ++j) {
       std::size_t got = e.wait_recv(recvs[j]);
-      if (got == 0) got = e.write_poisoned(slots + L.slot(rc, j));  // flag the failure on
+      if (got == 0) got = e.received_nothing(slots + L.slot(rc, j), prev);  // flag it on
       sizes[L.index(rc, j)] = got;
       done(j, got);
     }

@@ -55,26 +55,26 @@ coll::Workspace::Allocator& device_allocator(gpu::Backend& backend) {
   return allocator(backend, false);
 }
 
-bool DevicePayloadOps::is_poisoned(const std::byte* payload, std::size_t bytes) {
+bool DevicePayloadOps::is_poisoned(const std::byte* payload, std::size_t bytes, wire::Poison* who) {
   if (bytes < wire::kHeaderBytes) return false;
   std::byte h[wire::kHeaderBytes];
   b_.copy(h, payload, wire::kHeaderBytes);
   b_.synchronize();
-  return wire::is_poisoned(h, wire::kHeaderBytes);
+  return wire::is_poisoned(h, wire::kHeaderBytes, who);
 }
 
-void DevicePayloadOps::set_poisoned(std::byte* payload) {
+void DevicePayloadOps::set_poisoned(std::byte* payload, const wire::Poison& who) {
   std::byte h[wire::kHeaderBytes];
   b_.copy(h, payload, wire::kHeaderBytes);
   b_.synchronize();
-  wire::set_poisoned(h);
+  wire::set_poisoned(h, who);
   b_.copy(payload, h, wire::kHeaderBytes);
   b_.synchronize();
 }
 
-std::size_t DevicePayloadOps::write_poisoned(std::byte* out) {
+std::size_t DevicePayloadOps::write_poisoned(std::byte* out, const wire::Poison& who) {
   std::byte h[wire::kHeaderBytes];
-  const std::size_t n = wire::write_poisoned(h);
+  const std::size_t n = wire::write_poisoned(h, who);
   b_.copy(out, h, n);
   b_.synchronize();
   return n;

@@ -21,9 +21,9 @@ coll::Workspace::Allocator& device_allocator(gpu::Backend& backend);
 class DevicePayloadOps final : public coll::PayloadOps {
  public:
   explicit DevicePayloadOps(gpu::Backend& b) : b_(b) {}
-  bool is_poisoned(const std::byte* payload, std::size_t bytes) override;
-  void set_poisoned(std::byte* payload) override;
-  std::size_t write_poisoned(std::byte* out) override;
+  bool is_poisoned(const std::byte* payload, std::size_t bytes, wire::Poison* who) override;
+  void set_poisoned(std::byte* payload, const wire::Poison& who) override;
+  std::size_t write_poisoned(std::byte* out, const wire::Poison& who) override;
   void copy(std::byte* dst, const std::byte* src, std::size_t bytes) override;
 
  private:

@@ -207,11 +207,13 @@ class ModelledCodec final : public codec::ForwardingCodec {
 // Payload copies of the header alone; poison marks as on host memory.
 class HeaderPayloads final : public coll::PayloadOps {
  public:
-  bool is_poisoned(const std::byte* p, std::size_t bytes) override {
-    return wire::is_poisoned(p, bytes);
+  bool is_poisoned(const std::byte* p, std::size_t bytes, wire::Poison* who) override {
+    return wire::is_poisoned(p, bytes, who);
   }
-  void set_poisoned(std::byte* p) override { wire::set_poisoned(p); }
-  std::size_t write_poisoned(std::byte* out) override { return wire::write_poisoned(out); }
+  void set_poisoned(std::byte* p, const wire::Poison& who) override { wire::set_poisoned(p, who); }
+  std::size_t write_poisoned(std::byte* out, const wire::Poison& who) override {
+    return wire::write_poisoned(out, who);
+  }
   void copy(std::byte* dst, const std::byte* src, std::size_t bytes) override {
     std::memcpy(dst, src, std::min(bytes, wire::kHeaderBytes));
   }

@@ -288,5 +288,34 @@ TEST(Wire, PoisonFlag) {
   EXPECT_THROW(c->decode(enc.data(), n, 1, &x), Error);
 }
 
+// A poisoned payload names the rank whose failure started it and that failure's status; what a
+// header claims out of range reads as not known.
+TEST(Wire, PoisonNamesItsOrigin) {
+  std::vector<std::byte> buf(wire::kHeaderBytes);
+  wire::Poison who;
+  wire::write_poisoned(buf.data(), {1023, static_cast<int>(Status::kCudaError)});
+  ASSERT_TRUE(wire::is_poisoned(buf.data(), buf.size(), &who));
+  EXPECT_EQ(who.rank, 1023);
+  EXPECT_EQ(who.status, static_cast<int>(Status::kCudaError));
+  wire::write_poisoned(buf.data());
+  ASSERT_TRUE(wire::is_poisoned(buf.data(), buf.size(), &who));
+  EXPECT_EQ(who.rank, -1);
+  EXPECT_EQ(who.status, 0);
+  // set_poisoned on an encoded payload overwrites its parameter and count with the origin
+  auto c = make_codec(parse_codec_spec("none"), DType::kFloat32);
+  const float x[3] = {1, 2, 3};
+  std::vector<std::byte> enc(c->max_encoded_bytes(3));
+  const std::size_t n = c->encode(x, 3, {}, enc.data());
+  wire::set_poisoned(enc.data(), {0, static_cast<int>(Status::kCorruptData)});
+  ASSERT_TRUE(wire::is_poisoned(enc.data(), n, &who));
+  EXPECT_EQ(who.rank, 0);
+  EXPECT_EQ(who.status, static_cast<int>(Status::kCorruptData));
+  // a claimed rank past int's range and a status past a byte are not trusted
+  for (int i = 4; i < 16; ++i) buf[static_cast<std::size_t>(i)] = std::byte{0xff};
+  ASSERT_TRUE(wire::is_poisoned(buf.data(), buf.size(), &who));
+  EXPECT_EQ(who.rank, -1);
+  EXPECT_EQ(who.status, 0);
+}
+
 }  // namespace
 }  // namespace ccoll::codec

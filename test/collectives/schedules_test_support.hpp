@@ -170,18 +170,44 @@ inline std::vector<Corruption> corruptions() {
           {"empty", [](std::vector<std::byte>& m) { m.clear(); }}};
 }
 
+// Checks the errors of a run in which one message, received by rank `origin`, was corrupted:
+// the receiver fails with what it received, and every other failing rank either found the bad
+// data itself (a forwarded payload) or names, as the rank whose failure spoiled its result, a
+// rank that did (the origin travels in the poisoned payloads).
+inline void expect_origin_named(const std::vector<RankResult>& res, int origin) {
+  ASSERT_GE(origin, 0);
+  ASSERT_TRUE(res[static_cast<std::size_t>(origin)].failed);
+  const auto found_it = [&](std::size_t r) {
+    return res[r].failed && res[r].message.find("failed in this call") == std::string::npos;
+  };
+  EXPECT_TRUE(found_it(static_cast<std::size_t>(origin)))
+      << res[static_cast<std::size_t>(origin)].message;
+  for (std::size_t r = 0; r < res.size(); ++r) {
+    if (!res[r].failed || found_it(r)) continue;
+    bool named = false;
+    for (std::size_t o = 0; o < res.size(); ++o) {
+      const std::string says = "rank " + std::to_string(o) + " failed in this call";
+      named = named || (found_it(o) && res[r].message.find(says) != std::string::npos);
+    }
+    EXPECT_TRUE(named) << "rank " << r << ": " << res[r].message;
+  }
+}
+
 // An all-reduce of `rc`'s schedule on p ranks with the first message rank 1 sends with `tag`
-// corrupted: kCorruptData on at least `min_failed` ranks (and only that code), no hang, and the
-// ranks that do not throw hold the exact sum.
+// corrupted: kCorruptData on at least `min_failed` ranks (and only that code), every rank's
+// error naming the receiver of that message (expect_origin_named), no hang, and the ranks that
+// do not throw hold the exact sum.
 inline void expect_corruption_fails(RunConfig rc, int p, int tag, const Corruption& corrupt,
                                     int min_failed) {
   std::mutex mu;
   bool done = false;
-  rc.tamper = [&](int src, int, int t, std::vector<std::byte>& m) {
+  int origin = -1;
+  rc.tamper = [&](int src, int dst, int t, std::vector<std::byte>& m) {
     std::lock_guard<std::mutex> lock(mu);
     if (!done && src == 1 && t == tag) {
       corrupt.apply(m);
       done = true;
+      origin = dst;
     }
   };
   const auto res = allreduce<float>(p, 1000, rc);
@@ -193,6 +219,7 @@ inline void expect_corruption_fails(RunConfig rc, int p, int tag, const Corrupti
     }
   }
   EXPECT_GE(failed, min_failed);
+  expect_origin_named(res, origin);
   for (const auto& r : res) {
     if (r.failed) continue;
     const auto out = from_bytes<float>(r.out);

@@ -227,11 +227,13 @@ TEST(Halving, CorruptStepMessagesFailWithoutHanging) {
         rc.codec = "maxnorm:bits=8";
         rc.segment_elems = 300;
         rc.prepare = [&](codec::Codec& c, int) { testing_support::agree(c, xs); };
-        rc.tamper = [&](int, int, int t, std::vector<std::byte>& m) {
+        int origin = -1;
+        rc.tamper = [&](int, int dst, int t, std::vector<std::byte>& m) {
           std::lock_guard<std::mutex> lock(mu);
           if (!done && t == tag) {
             corrupt.apply(m);
             done = true;
+            origin = dst;
           }
         };
         const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
@@ -245,7 +247,7 @@ TEST(Halving, CorruptStepMessagesFailWithoutHanging) {
         for (std::size_t r = 0; r < res.size(); ++r) {
           if (res[r].failed) {
             EXPECT_EQ(res[r].code, Status::kCorruptData) << res[r].message;
-            named = named || res[r].message.find("a peer rank") == std::string::npos;
+            named = named || res[r].message.find("failed in this call") == std::string::npos;
             ++failed;
           } else {
             EXPECT_TRUE(res[r].out == clean[0].out) << "rank " << r;
@@ -253,6 +255,7 @@ TEST(Halving, CorruptStepMessagesFailWithoutHanging) {
         }
         EXPECT_GE(failed, 1);
         EXPECT_TRUE(named);
+        expect_origin_named(res, origin);
       }
     }
   }

@@ -147,16 +147,16 @@ TEST(Corruption, FailedEncodeInABatchFailsWithoutHanging) {
 // wire format does), standing in for device-resident payloads, which the CPU must not touch.
 class CountingPayloadOps final : public coll::PayloadOps {
  public:
-  bool is_poisoned(const std::byte* p, std::size_t bytes) override {
-    return wire::is_poisoned(p, bytes);
+  bool is_poisoned(const std::byte* p, std::size_t bytes, wire::Poison* who) override {
+    return wire::is_poisoned(p, bytes, who);
   }
-  void set_poisoned(std::byte* p) override {
+  void set_poisoned(std::byte* p, const wire::Poison& who) override {
     ++marks;
-    wire::set_poisoned(p);
+    wire::set_poisoned(p, who);
   }
-  std::size_t write_poisoned(std::byte* out) override {
+  std::size_t write_poisoned(std::byte* out, const wire::Poison& who) override {
     ++marks;
-    return wire::write_poisoned(out);
+    return wire::write_poisoned(out, who);
   }
   void copy(std::byte* dst, const std::byte* src, std::size_t bytes) override {
     std::memcpy(dst, src, bytes);
@@ -222,13 +222,15 @@ TEST(Corruption, TreeAndBruckFailWithoutHanging) {
                      (gather ? " bruck" : " doubling"));
         std::mutex mu;
         bool done = false;
+        int origin = -1;
         RunConfig rc;
         rc.algorithm = Algorithm::kTree;
-        rc.tamper = [&](int src, int, int, std::vector<std::byte>& m) {
+        rc.tamper = [&](int src, int dst, int, std::vector<std::byte>& m) {
           std::lock_guard<std::mutex> lock(mu);
           if (!done && src == p - 1) {
             corrupt.apply(m);
             done = true;
+            origin = dst;
           }
         };
         std::vector<RankResult> res;
@@ -249,6 +251,7 @@ TEST(Corruption, TreeAndBruckFailWithoutHanging) {
           ++failed;
         }
         EXPECT_GE(failed, 1);
+        expect_origin_named(res, origin);
         for (const auto& r : res) {
           if (r.failed) continue;
           const auto out = from_bytes<float>(r.out);
