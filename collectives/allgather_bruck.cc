@@ -65,8 +65,8 @@ void allgather_bruck(Context& cx, const void* send, std::size_t count, void* rec
       // replaced with poisoned placeholders so that the block structure (and every later
       // round) stays intact.
       if (!e.poisoned()) {
-        e.fail(Status::kCorruptData, "algorithm 'tree': a malformed all-gather round from rank " +
-                                         std::to_string(ring_mod(r + d, p)) + " (" +
+        e.fail(Status::kCorruptData, "algorithm 'tree': a malformed all-gather round from " +
+                                         e.rank_name(ring_mod(r + d, p)) + " (" +
                                          std::to_string(got) + " bytes)");
       }
       std::size_t at = 0;

@@ -156,8 +156,8 @@ class Halving {
     }
     ok = ok && total == got;
     if (!ok && !e_.poisoned()) {  // a failed receive poisoned this rank already
-      e_.fail(Status::kCorruptData, "algorithm 'halving': a malformed step message from rank " +
-                                        std::to_string(peer) + " (" + std::to_string(got) +
+      e_.fail(Status::kCorruptData, "algorithm 'halving': a malformed step message from " +
+                                        e_.rank_name(peer) + " (" + std::to_string(got) +
                                         " bytes)");
     }
     const std::byte* heads = recv_ + kLen + n * kLen;

@@ -183,6 +183,10 @@ struct Context {
   /// not, the schedule leaves its input as it found it and throws NotCarried before the
   /// all-gather writes any output. Empty: the call's fallback test ran before the schedule.
   std::function<bool(bool carried)> agree_carried = nullptr;
+  /// The rank each transport rank has on the communicator the caller knows (the hierarchical
+  /// schedule's cross-node step runs on a communicator of its own), which errors name; null:
+  /// the transport's ranks.
+  const int* rank_names = nullptr;
 };
 
 /// Thrown by a schedule when Context::agree_carried says some rank's input cannot be carried:

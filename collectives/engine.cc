@@ -237,7 +237,7 @@ std::size_t Engine::write_poisoned(std::byte* out) {
 
 std::size_t Engine::received_nothing(std::byte* slot, int peer) {
   poison(Status::kCorruptData,
-         "an empty message from rank " + std::to_string(peer) + " where a payload was due", rank_);
+         "an empty message from " + rank_name(peer) + " where a payload was due", rank_);
   return write_poisoned(slot);
 }
 
@@ -261,10 +261,9 @@ bool Engine::unusable(const std::byte* in, std::size_t bytes) {
     const bool named = who.status >= static_cast<int>(Status::kInvalidArgument) &&
                        who.status <= static_cast<int>(Status::kNcclError);
     poison(Status::kCorruptData,
-           known ? "rank " + std::to_string(origin) + " failed in this call" +
+           known ? rank_name(origin) + " failed in this call" +
                        (named ? std::string(" (") + status_string(status) + ")" : "") +
-                       ", so this result is invalid; rank " + std::to_string(origin) +
-                       "'s error says why"
+                       ", so this result is invalid; " + rank_name(origin) + "'s error says why"
                  : "a peer rank failed in this call, so this result is invalid",
            origin);
   }
@@ -281,7 +280,7 @@ void Engine::poison(Status code, const std::string& why, int origin) {
 }
 
 void Engine::finish() const {
-  if (poisoned_) throw Error(code_, "rank " + std::to_string(rank_) + ": " + why_);
+  if (poisoned_) throw Error(code_, rank_name(rank_) + ": " + why_);
 }
 
 void divide_elements(void* data, std::size_t count, codec::DType dtype, int ranks) {

@@ -154,6 +154,10 @@ class Engine {
 
   /// Throws ccoll::Error when this rank is poisoned; call once at the end of the schedule.
   void finish() const;
+  /// "rank N" of transport rank `t`, N as the caller numbers it (Context::rank_names).
+  std::string rank_name(int t) const {
+    return "rank " + std::to_string(cx_.rank_names != nullptr ? cx_.rank_names[t] : t);
+  }
   /// Poisons this rank (the schedule goes on; finish() throws).
   void fail(Status code, const std::string& why) { poison(code, why, rank_); }
   /// What this rank's poisoned payloads say of the failure: the rank whose own failure started

@@ -60,6 +60,7 @@ void run_tree_direct(const Call& call, Stats& stats, codec::DType dtype, std::si
   coll::Context cx{ctx.transport(), *plan.codec, plan.workspace, counters};
   cx.payloads = sim::payload_ops();  // null: plain copies (but in time-only simulation)
   cx.call = ctx.next_call();         // every rank takes the same candidate on the same call
+  cx.rank_names = call.rank_names;
   coll::allgather_bruck(cx, own, call.count, recv);
   copy_counters(counters, stats);
 }

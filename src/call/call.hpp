@@ -67,6 +67,9 @@ struct Call {
   /// node's sum: the node's maxima, with which a codec that encodes sums rounds it at one
   /// rank's step (node_sums.hpp); null otherwise.
   const NodeSums* node_sums = nullptr;
+  /// A nested call: the rank each rank of `comm` has on the caller's communicator, which errors
+  /// name (coll::Context::rank_names); null: `comm`'s own.
+  const int* rank_names = nullptr;
 
   bool allreduce() const { return kind == Kind::kAllreduce; }
   bool reduce_scatter() const { return kind == Kind::kReduceScatter; }

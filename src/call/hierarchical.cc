@@ -47,17 +47,27 @@ struct CrossStep {
   }
 };
 
+// Words of raise_anywhere's all-reduce (MAX): whether a rank failed, the largest status code,
+// and size - rank of the lowest rank that failed.
+constexpr int kFailureWords = 3;
+
 // A step's failure, if any rank had one, raised on every rank (one small all-reduce): this
-// rank's own message, or one naming `what` on the ranks where it did not fail.
+// rank's own message, or on the ranks where it did not fail one naming `what` and the lowest
+// rank where it did, whose own message says why.
 void raise_anywhere(const Call& call, CommContext& ctx, const CrossStep& step,
                     const std::string& what) {
-  int worst[2] = {step.failed ? 1 : 0, step.failed ? static_cast<int>(step.code) : 0};
-  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, worst, 2, MPI_INT, MPI_MAX, ctx.comm()));
+  const int p = ctx.size();
+  int worst[kFailureWords] = {step.failed ? 1 : 0, step.failed ? static_cast<int>(step.code) : 0,
+                              step.failed ? p - ctx.rank() : 0};
+  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, worst, kFailureWords, MPI_INT, MPI_MAX, ctx.comm()));
   if (worst[0] != 0) {
-    throw Error(step.failed ? step.code : static_cast<Status>(worst[1]),
+    const auto code = static_cast<Status>(worst[1]);
+    const std::string first = std::to_string(p - worst[2]);
+    throw Error(step.failed ? step.code : code,
                 step.failed ? step.message
                             : std::string(call.fn) + ": algorithm 'hierarchical': " + what +
-                                  " failed on another rank");
+                                  " failed on rank " + first + " (" + status_string(code) +
+                                  "; rank " + first + "'s error says why)");
   }
 }
 
@@ -74,7 +84,7 @@ void finish_levels(const LevelsCall& lc, const CrossStep& step, double node_seco
   stats.fell_back = cross.fell_back;
   stats.wire_bytes_sent = cross.wire_bytes_sent;
   stats.wire_bytes_received = cross.wire_bytes_received;
-  stats.control_bytes += cross.control_bytes + 2 * sizeof(int);
+  stats.control_bytes += cross.control_bytes + kFailureWords * sizeof(int);
   stats.encode_seconds = cross.encode_seconds;
   stats.decode_seconds = cross.decode_seconds;
   stats.comm_seconds = cross.comm_seconds + node_seconds;
@@ -170,6 +180,8 @@ void run_cross_step(const Call& call, const Topology& topo, gpu::Backend* device
   inner.nested = true;
   inner.half = call.half;
   inner.node_sums = x.node_sums;
+  // errors name the caller's ranks: cross rank j is node j's rank of this local index
+  if (topo.uniform) inner.rank_names = topo.who.data() + topo.node_rank * topo.nodes;
   try {
     if (!run_auto(inner, step.stats)) run_call(inner, step.stats);
     bufs.copy_back();

@@ -278,6 +278,7 @@ class ScheduleSetup {
     cx.input_elem_bytes = f.call.input_half != Half::kNone ? 2 : 0;
     cx.seed = f.seed;
     cx.call = f.call_no;
+    cx.rank_names = f.call.rank_names;
     if (f.prep.defers_test) {
       MPI_Comm comm = f.ctx.comm();
       cx.agree_carried = [comm](bool carried) {

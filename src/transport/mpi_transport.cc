@@ -1,7 +1,10 @@
 // MpiTransport: MPI_Isend/MPI_Irecv of bytes; truncation is reported as corrupt data.
 #include "mpi_transport.hpp"
 
+#include <algorithm>
+#include <atomic>
 #include <climits>
+#include <cstring>
 #include <string>
 
 #include "mpi_check.hpp"
@@ -9,6 +12,8 @@
 
 namespace ccoll {
 namespace {
+
+std::atomic<std::size_t> g_corrupt{0};  // corrupt_next_transport_receive()
 
 int to_int_count(std::size_t bytes) {
   if (bytes > static_cast<std::size_t>(INT_MAX)) {
@@ -50,6 +55,7 @@ coll::Request MpiTransport::irecv(void* buf, std::size_t capacity, int peer, int
   Slot s;
   s.recv = true;
   s.bytes = capacity;
+  s.buf = buf;
   CCOLL_MPI_CHECK(MPI_Irecv(buf, to_int_count(capacity), MPI_BYTE, peer, tag, comm_, &s.req));
   return add(s);
 }
@@ -73,8 +79,14 @@ std::size_t MpiTransport::wait(coll::Request& request) {
   if (!s.recv) return s.bytes;
   int got = 0;
   CCOLL_MPI_CHECK(MPI_Get_count(&status, MPI_BYTE, &got));
+  if (got > 0 && g_corrupt.load(std::memory_order_relaxed) != 0) {
+    const std::size_t bad = g_corrupt.exchange(0);
+    std::memset(s.buf, 0xFF, std::min(bad, static_cast<std::size_t>(got)));
+  }
   return static_cast<std::size_t>(got);
 }
+
+void corrupt_next_transport_receive(std::size_t bytes) { g_corrupt.store(bytes); }
 
 bool MpiTransport::test(coll::Request& request) {
   Slot& s = slots_.at(request.id);

@@ -24,6 +24,7 @@ class MpiTransport final : public coll::Transport {
   struct Slot {
     MPI_Request req = MPI_REQUEST_NULL;
     bool recv = false;
+    void* buf = nullptr;  // a receive's buffer
     std::size_t bytes = 0;
     bool done = false;  // completed by test(): rc and status hold the outcome
     int rc = MPI_SUCCESS;
@@ -36,5 +37,10 @@ class MpiTransport final : public coll::Transport {
   std::vector<Slot> slots_;
   std::vector<std::size_t> free_;
 };
+
+/// Test seam: the first `bytes` bytes of the next message an MpiTransport of this process
+/// receives are set to 0xFF as it arrives (a corrupt payload; the receive buffer must be host
+/// memory); 0 turns it off.
+void corrupt_next_transport_receive(std::size_t bytes);
 
 }  // namespace ccoll

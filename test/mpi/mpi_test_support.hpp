@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -73,5 +74,18 @@ inline std::string expect_error_everywhere(const std::function<void()>& call, cc
 }
 
 const std::vector<std::size_t> kCounts = {0, 1, 3, 4, 1000, (1u << 20) + 7};
+
+// A test binary's main under MPI_THREAD_SINGLE: every rank runs the tests, and every rank exits
+// with the worst rank's result.
+inline int run_tests_on_every_rank(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  ::testing::InitGoogleTest(&argc, argv);
+  const int rc = RUN_ALL_TESTS();
+  int worst = rc;
+  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  if (rc != 0) std::fprintf(stderr, "rank %d: tests FAILED\n", world_rank());
+  MPI_Finalize();
+  return worst;
+}
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "ccoll/error.hpp"
+#include "mpi_test_support.hpp"
 #include "transport/comm_setup.hpp"
 
 namespace {
@@ -116,12 +117,4 @@ TEST(CommSetup, AFailureOnAnyRankRaisesOnEveryRank) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  MPI_Init(&argc, &argv);
-  ::testing::InitGoogleTest(&argc, argv);
-  const int rc = RUN_ALL_TESTS();
-  int worst = rc;
-  MPI_Allreduce(&rc, &worst, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
-  MPI_Finalize();
-  return worst;
-}
+int main(int argc, char** argv) { return run_tests_on_every_rank(argc, argv); }

@@ -13,6 +13,7 @@
 #include "device_codec.hpp"
 #include "device_ops.hpp"
 #include "mpi_stream.hpp"
+#include "mpi_transport.hpp"
 #include "nccl_transport.hpp"
 #include "placement.hpp"
 
@@ -40,6 +41,7 @@ std::size_t emulated_widenings() { return gpu::emulated_widenings(); }
 std::size_t emulated_host_syncs() { return gpu::emulated_host_syncs(); }
 void device_synchronize() { current().synchronize(); }
 void corrupt_next_stream_receive(std::size_t bytes) { ccoll::corrupt_next_stream_receive(bytes); }
+void corrupt_next_receive(std::size_t bytes) { ccoll::corrupt_next_transport_receive(bytes); }
 
 std::size_t device_payload_workspaces(MPI_Comm comm) {
   gpu::Backend* b = gpu::backend();

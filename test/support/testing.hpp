@@ -33,6 +33,9 @@ CCOLL_API void device_synchronize();
 /// The next `bytes` bytes the emulated stream collectives of this process receive arrive as
 /// 0xFF (a corrupt payload); 0: none.
 CCOLL_API void corrupt_next_stream_receive(std::size_t bytes);
+/// The first `bytes` bytes of the next message ccoll's MPI transport receives in this process
+/// (a compressed schedule's payload, in host memory) arrive as 0xFF; 0: none.
+CCOLL_API void corrupt_next_receive(std::size_t bytes);
 /// Plans of `comm`'s ccoll state whose payload workspace is device memory of the current
 /// device (0 without a device backend or before `comm`'s first call).
 CCOLL_API std::size_t device_payload_workspaces(MPI_Comm comm);
