@@ -162,6 +162,8 @@ std::size_t Engine::add(const std::byte* a, std::size_t a_bytes, const std::byte
                         std::uint64_t offset, std::byte* out) {
   const auto t0 = Clock::now();
   std::size_t n = 0;
+  // an empty message where a summand was due: this rank's failure (the codec is not asked)
+  if (a_bytes == 0) poison(Status::kCorruptData, "an empty message where a payload was due", rank_);
   if (!unusable(a, a_bytes)) {
     try {
       n = cx_.codec.add_encoded(
