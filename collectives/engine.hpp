@@ -227,6 +227,7 @@ struct RingLayout {
   RingLayout(std::size_t count, int ranks, std::size_t segment_elems, const codec::Codec& codec)
       : count_(count), p_(ranks), seg_(segment_elems == 0 ? 1 : segment_elems) {
     const std::size_t largest = chunk_count(count, ranks, 0);
+    seg_ = balanced_segment(largest, seg_);
     nseg_max_ = largest == 0 ? 0 : (largest + seg_ - 1) / seg_;
     // slots start 16-byte aligned: device kernels store a payload's scales and codes as words
     seg_cap_ = (codec.max_encoded_bytes(largest < seg_ ? largest : seg_) + 15) / 16 * 16;
@@ -250,6 +251,21 @@ struct RingLayout {
   std::size_t slot_bytes() const { return static_cast<std::size_t>(p_) * chunk_cap_; }
   std::size_t seg_capacity() const { return seg_cap_; }
   std::size_t nseg_max() const { return nseg_max_; }
+  std::size_t seg() const { return seg_; }
+
+  /// The segment length for a chunk of `chunk` elements and at most `limit` a segment: the
+  /// chunk cut into as few segments as `limit` allows, all of one length (the last no longer),
+  /// rounded up to a multiple of kSegmentGrain where `limit` leaves room. A chunk a little
+  /// longer than `limit` so becomes two halves, not a full segment and a sliver whose message
+  /// costs a full latency.
+  static std::size_t balanced_segment(std::size_t chunk, std::size_t limit) {
+    if (chunk <= limit || limit < kSegmentGrain) return limit;
+    const std::size_t n = (chunk + limit - 1) / limit;
+    const std::size_t even = (chunk + n - 1) / n;
+    const std::size_t grained = (even + kSegmentGrain - 1) / kSegmentGrain * kSegmentGrain;
+    return grained < limit ? grained : limit;
+  }
+  static constexpr std::size_t kSegmentGrain = 1024;  ///< elements: whole default scale blocks
 
  private:
   std::size_t count_;

@@ -3,7 +3,7 @@
 //   CCOLL_ALGO           algorithm used when Options::algorithm is "auto" (auto, ring, tree,
 //                        allgather, sra, halving, hierarchical)
 //   CCOLL_MIN_BYTES      per-rank inputs below this many bytes go to plain MPI (default 0)
-//   CCOLL_SEGMENT_BYTES  ring pipelining segment, uncompressed bytes (default 192K)
+//   CCOLL_SEGMENT_BYTES  largest ring pipelining segment, uncompressed bytes (default 192K)
 //   CCOLL_DEBUG          WARN, INFO or TRACE: log to stderr
 //   CCOLL_CUDA           0: never call CUDA (env_cuda_enabled)
 //   CCOLL_TRANSPORT      how device buffers move: auto (default), staged (payloads through

@@ -413,9 +413,9 @@ TEST(RingSegments, SizeChangesNoResultUnlessTheCodecIsSegmentLocal) {
       for (int big = 0; big < 2; ++big) {
         outs[big].resize(static_cast<std::size_t>(p));
         run_inproc(p, [&](coll::Transport& t) {
-          // big: one segment per chunk
+          // big: one segment per chunk; else segments of 999, not whole 1,024-element blocks
           outs[big][static_cast<std::size_t>(t.rank())] =
-              ring_allreduce_bytes(t, spec, count, false, big ? count : 0, &segment_local);
+              ring_allreduce_bytes(t, spec, count, false, big ? count : 999, &segment_local);
         });
       }
       EXPECT_EQ(outs[0] == outs[1], !segment_local);

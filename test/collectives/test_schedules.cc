@@ -76,6 +76,48 @@ TEST(Allreduce, RingTrafficIsBandwidthOptimal) {
   }
 }
 
+// A chunk is cut into as few segments as the limit allows, of one length: a chunk just over the
+// limit becomes two halves, not a full segment and a sliver.
+TEST(RingLayout, SegmentsOfAChunkAreBalanced) {
+  const auto codec = make_codec(parse_codec_spec("maxnorm:bits=4"), DType::kFloat32);
+  constexpr std::size_t grain = coll::RingLayout::kSegmentGrain;
+  for (const std::size_t limit : {std::size_t{1}, std::size_t{100}, std::size_t{1024},
+                                  std::size_t{3001}, std::size_t{49152}}) {
+    for (const std::size_t chunk : {std::size_t{0}, std::size_t{1}, limit, limit + 1, 2 * limit - 1,
+                                    limit + limit / 3, 10 * limit + 7}) {
+      SCOPED_TRACE("limit " + std::to_string(limit) + " chunk " + std::to_string(chunk));
+      const int p = 3;
+      const coll::RingLayout L(chunk * p, p, limit, *codec);
+      ASSERT_EQ(L.chunk_elems(0), chunk);
+      const std::size_t n = L.nseg(0);
+      EXPECT_EQ(n, (chunk + limit - 1) / limit);  // never more segments than the limit needs
+      std::size_t total = 0;
+      std::size_t shortest = chunk;
+      std::size_t longest = 0;
+      for (std::size_t j = 0; j < n; ++j) {
+        const std::size_t s = L.seg_elems(0, j);
+        EXPECT_GE(s, 1u);
+        EXPECT_LE(s, limit);
+        EXPECT_EQ(L.seg_offset(0, j), total);
+        total += s;
+        shortest = std::min(shortest, s);
+        longest = std::max(longest, s);
+      }
+      EXPECT_EQ(total, chunk);
+      if (n > 1 && limit >= grain) {
+        // whole scale blocks where the limit allows
+        EXPECT_TRUE(L.seg() % grain == 0 || L.seg() == limit) << L.seg();
+        EXPECT_LE(longest - shortest, n * grain);  // of one length, but for the grain
+      }
+    }
+  }
+  // 127 ranks' chunks of a 32 MiB call at the default 192 KiB: two segments of about half
+  const coll::RingLayout L(66052, 1, 49152, *codec);
+  ASSERT_EQ(L.nseg(0), 2u);
+  EXPECT_EQ(L.seg_elems(0, 0), 33792u);
+  EXPECT_EQ(L.seg_elems(0, 1), 32260u);
+}
+
 class LossyAllreduce
     : public ::testing::TestWithParam<std::tuple<std::string, Algorithm, int, bool>> {};
 
