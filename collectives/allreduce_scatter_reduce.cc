@@ -10,18 +10,21 @@
 // in the same segments). At step s = 1..p-1 rank r encodes its own chunk (r+s) mod p, once, and
 // sends it to that chunk's owner, while it receives chunk r from rank (r-s) mod p and
 // decode-accumulates it into its own chunk, which starts as its own input, exact. Each step's
-// contribution is encoded and sent a step ahead, so that the link has the next one while this
-// rank decodes. After p-1 steps
+// contribution is encoded and sent ahead, so that the link has the next ones while this rank
+// decodes. After p-1 steps
 // rank r holds the sum of chunk r: its own contribution exact, every other one quantized once.
 // All-gather: the ring's (allgather_ring.cc): the owner divides for the mean and encodes its
 // chunk once; the bytes travel around the ring unchanged and every rank, the owner too, decodes
 // the same bytes, so all ranks end bit-identical.
 //
 // Traffic per rank: (p-1)/p of the encoded size in each phase, as the ring. Each step's receives
-// are posted a step ahead, into two rooms used in turn; sends stay in flight until the phase
-// ends (each step's in its own slots). A corrupt or failed payload poisons the owner, whose chunk
+// are posted and its contribution sent scatter_depth() - 1 steps ahead (at least one), into as
+// many rooms used in turn; sends stay in flight until the phase ends (each step's in its own
+// slots). A corrupt or failed payload poisons the owner, whose chunk
 // then goes out poisoned in the all-gather, so every rank whose result depends on it throws (the
 // ring's semantics).
+#include <algorithm>
+
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
 #include "engine.hpp"
@@ -29,25 +32,48 @@
 namespace ccoll::coll {
 namespace {
 
+// The steps in flight in the reduce-scatter: each step's receives are posted, and this rank's
+// contribution sent, depth - 1 steps before the step is decoded. Two where chunks are large
+// (the next sender's bytes flow while this rank decodes); more, up to kScatterDepthMax, where
+// many ranks make them small, so that transfers that wait for their receive (a rendezvous)
+// overlap one another's latency instead of taking one a step: as many rooms as fit in
+// kScatterLookaheadBytes. The decode order, and so every result, is the same at every depth.
+constexpr std::size_t kScatterLookaheadBytes = std::size_t{1} << 20;
+constexpr int kScatterDepthMax = 16;
+int scatter_depth(const RingLayout& L, int p) {
+  const std::size_t room = std::max<std::size_t>(L.nseg_max() * L.seg_capacity(), 1);
+  const std::size_t fit = kScatterLookaheadBytes / room;
+  const int most = std::min(p - 1, kScatterDepthMax);
+  return std::max(2, std::min(most, static_cast<int>(std::min<std::size_t>(fit, 1u << 20))));
+}
+
 // `own`: this rank's chunk of the output (chunk-relative element offsets). The contributions
-// to it land in turn in its own slots and in `spare` (room for nseg_max() segments), so that
-// each step's receives are posted before the previous step's payloads are decoded: the next
-// sender's bytes flow while this rank decodes, instead of waiting for a receive to match.
+// to it land in turn in its own slots and in `spare` (depth - 1 rooms for nseg_max() segments
+// each), so that each step's receives are posted before the previous steps' payloads are
+// decoded.
 void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input, std::byte* own,
                           std::byte* slots, std::byte* spare) {
   const int p = e.size();
   const int r = e.rank();
   const std::size_t es = e.elem_bytes();
   const std::size_t nmax = L.nseg_max();
-  Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p + 1));
-  Request* recvs = sends + nmax * static_cast<std::size_t>(p - 1);  // two steps' worth
+  const int depth = scatter_depth(L, p);
+  Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p - 1 + depth));
+  Request* recvs = sends + nmax * static_cast<std::size_t>(p - 1);  // depth steps' worth
   std::size_t nsends = 0;
   const std::size_t nown = L.nseg(r);
-  // step s's receive buffer for segment j, and its request
+  // step s's receive buffer for segment j (room s mod depth: 1 is this rank's own slots, which
+  // it never sends from here), and its request
   auto room = [&](int s, std::size_t j) {
-    return (s % 2 == 1 ? slots + L.slot(r, 0) : spare) + j * L.seg_capacity();
+    const int k = s % depth;
+    std::byte* at =
+        k == 1 ? slots + L.slot(r, 0)
+               : spare + static_cast<std::size_t>(k == 0 ? 0 : k - 1) * nmax * L.seg_capacity();
+    return at + j * L.seg_capacity();
   };
-  auto request = [&](int s, std::size_t j) -> Request& { return recvs[(s % 2) * nmax + j]; };
+  auto request = [&](int s, std::size_t j) -> Request& {
+    return recvs[static_cast<std::size_t>(s % depth) * nmax + j];
+  };
   auto post = [&](int s) {
     const int from = ring_mod(r - s, p);
     for (std::size_t j = 0; j < nown; ++j) {
@@ -63,14 +89,16 @@ void scatter_reduce_phase(Engine& e, const RingLayout& L, const std::byte* input
       sends[nsends++] = e.send(enc[j].out, enc[j].bytes, to, kTagScatterReduce);
     });
   };
-  post(1);
-  contribute(1);
+  for (int t = 1; t < depth && t < p; ++t) {
+    post(t);
+    contribute(t);
+  }
   for (int s = 1; s < p; ++s) {
-    // the next step's contribution encoded and on its way while this step's arrives, and the
-    // next step's receives, into the other room (its last payloads were decoded a step ago)
-    if (s + 1 < p) {
-      contribute(s + 1);
-      post(s + 1);
+    // a later step's contribution encoded and on its way while this step's arrives, and that
+    // step's receives, into the room whose last payloads were decoded a step ago
+    if (const int t = s + depth - 1; t < p) {
+      contribute(t);
+      post(t);
     }
     // rank (r - s)'s contribution to this rank's chunk, added in as each segment arrives
     codec::DecodeJob* dec = e.workspace().decode_jobs(nown);
@@ -107,7 +135,7 @@ void require_not_summable(const codec::Codec& c) {
 }
 
 // Rank r's chunk of the output (`own`) as its own input, exact, then the pairwise exchange.
-// `slots`: scatter_slot_bytes(L) of room.
+// `slots`: scatter_slot_bytes(L, p) of room.
 void reduce_scatter_into(Context& cx, Engine& e, const RingLayout& L, const std::byte* input,
                          std::byte* own, std::byte* slots) {
   const int r = e.rank();
@@ -117,9 +145,10 @@ void reduce_scatter_into(Context& cx, Engine& e, const RingLayout& L, const std:
   if (e.size() > 1) scatter_reduce_phase(e, L, input, own, slots, slots + L.slot_bytes());
 }
 
-// The slots of every chunk and a spare room for one chunk's receives.
-std::size_t scatter_slot_bytes(const RingLayout& L) {
-  return L.slot_bytes() + L.nseg_max() * L.seg_capacity();
+// The slots of every chunk and the spare rooms of the reduce-scatter's steps in flight.
+std::size_t scatter_slot_bytes(const RingLayout& L, int p) {
+  return L.slot_bytes() +
+         static_cast<std::size_t>(scatter_depth(L, p) - 1) * L.nseg_max() * L.seg_capacity();
 }
 
 }  // namespace
@@ -128,7 +157,7 @@ void reduce_scatter_pairwise(Context& cx, const void* in, void* out_chunk, std::
   require_not_summable(cx.codec);
   Engine e(cx);
   const RingLayout L(count, e.size(), cx.segment_elems, cx.codec);
-  std::byte* slots = cx.workspace.bytes(scatter_slot_bytes(L));
+  std::byte* slots = cx.workspace.bytes(scatter_slot_bytes(L, e.size()));
   reduce_scatter_into(cx, e, L, static_cast<const std::byte*>(in),
                       static_cast<std::byte*>(out_chunk), slots);
   e.finish();
@@ -153,7 +182,7 @@ void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_
   // the input's own chunk, which the sum overwrites in place: kept while the encodes' test of
   // the input is still to be agreed (Context::agree_carried)
   const bool keep = cx.agree_carried && input == data;
-  const std::size_t slot_bytes = (scatter_slot_bytes(L) + 63) / 64 * 64;
+  const std::size_t slot_bytes = (scatter_slot_bytes(L, p) + 63) / 64 * 64;
   std::byte* slots = cx.workspace.bytes(slot_bytes + (keep ? chunk_bytes : 0));
   std::byte* kept = keep ? slots + slot_bytes : nullptr;
   std::size_t* sizes = cx.workspace.sizes(L.nseg_max() * static_cast<std::size_t>(p));
