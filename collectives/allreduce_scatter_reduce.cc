@@ -42,9 +42,8 @@ constexpr std::size_t kScatterLookaheadBytes = std::size_t{1} << 20;
 constexpr int kScatterDepthMax = 16;
 int scatter_depth(const RingLayout& L, int p) {
   const std::size_t room = std::max<std::size_t>(L.nseg_max() * L.seg_capacity(), 1);
-  const std::size_t fit = kScatterLookaheadBytes / room;
-  const int most = std::min(p - 1, kScatterDepthMax);
-  return std::max(2, std::min(most, static_cast<int>(std::min<std::size_t>(fit, 1u << 20))));
+  const auto most = static_cast<std::size_t>(std::min(p - 1, kScatterDepthMax));
+  return static_cast<int>(std::max<std::size_t>(2, std::min(kScatterLookaheadBytes / room, most)));
 }
 
 // `own`: this rank's chunk of the output (chunk-relative element offsets). The contributions
