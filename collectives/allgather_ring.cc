@@ -16,15 +16,20 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
   const int r = e.rank();
   const std::size_t es = e.elem_bytes();
   const std::size_t nmax = L.nseg_max();
-  Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p + 1));
+  // every send stays in flight until the phase ends; receives: two steps' worth, in turn
+  Request* sends = e.workspace().requests(nmax * static_cast<std::size_t>(p + 2));
   Request* recvs = sends + nmax * static_cast<std::size_t>(p);
   std::size_t nsends = 0;
   const int next = ring_mod(r + 1, p);
   const int prev = ring_mod(r - 1, p);
-  auto post = [&](int k) {  // step k's receives: chunk r - k - 1, from the previous rank
+  // step k's receives: chunk r - k - 1, from the previous rank (each chunk has its own slots)
+  auto request = [&](int k, std::size_t j) -> Request& {
+    return recvs[static_cast<std::size_t>(k % 2) * nmax + j];
+  };
+  auto post = [&](int k) {
     const int c = ring_mod(r - k - 1, p);
     for (std::size_t j = 0; j < L.nseg(c); ++j) {
-      recvs[j] = e.recv(slots + L.slot(c, j), L.seg_capacity(), prev, kTagAllgather);
+      request(k, j) = e.recv(slots + L.slot(c, j), L.seg_capacity(), prev, kTagAllgather);
     }
   };
   // A caller told of final output (Context::on_final: rotate=hadamard rotates it back) is told
@@ -58,6 +63,9 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
   }
   decode(r, own, nullptr);
   for (int k = 0; k + 1 < p; ++k) {
+    // the next step's receives posted before this step's arrive, so that the previous rank's
+    // forwards of the next chunk, which it sends as they reach it, find them waiting
+    if (k + 2 < p) post(k + 1);
     const int recv_chunk = ring_mod(r - k - 1, p);
     const std::size_t nseg = L.nseg(recv_chunk);
     // step k: each segment forwarded unchanged as it arrives and handed to the decoder, which
@@ -69,14 +77,13 @@ void allgather_phase(Engine& e, const RingLayout& L, std::byte* out, std::byte* 
     }
     decode(recv_chunk, jobs, [&](std::size_t j) {
       std::byte* slot = slots + L.slot(recv_chunk, j);
-      std::size_t got = e.wait_recv(recvs[j]);
+      std::size_t got = e.wait_recv(request(k, j));
       if (got == 0) got = e.received_nothing(slot, prev);  // keep the ring going, flag it
       sizes[L.index(recv_chunk, j)] = got;
       if (k + 2 < p) sends[nsends++] = e.send(slot, got, next, kTagAllgather);
       jobs[j].in = slot;
       jobs[j].bytes = got;
     });
-    if (k + 2 < p) post(k + 1);
   }
   for (std::size_t i = 0; i < nsends; ++i) e.wait_send(sends[i]);
 }
