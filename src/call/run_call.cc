@@ -415,7 +415,8 @@ LevelChoice* choose_levels(const Flow& f, int& candidate) {
     return nullptr;
   }
   const unsigned size_class = size_class_of(c.in_total * c.elem_bytes);
-  LevelChoice& l = ctx.level_choice(static_cast<int>(call.kind), c.spec.canonical, size_class);
+  LevelChoice& l =
+      ctx.level_choice(static_cast<int>(call.kind), f.pl.kernels(), c.spec.canonical, size_class);
   if (l.choice < 0 && l.calls == LevelChoice::kTuningCalls) {
     // the slowest rank's mean time is the collective's
     CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, l.seconds, 2, MPI_DOUBLE, MPI_MAX, ctx.comm()));
@@ -649,13 +650,16 @@ void run_flat(Flow& f) {
 
 // A compressing call after the agreement: algorithm=auto on several nodes of several ranks
 // takes the flat schedule or the hierarchical one, as measured (every rank takes the same
-// candidate: the inputs were agreed); algorithm=hierarchical the two levels.
+// candidate: the inputs were agreed), on host buffers or where every rank runs device codecs
+// (ranks of both kinds take the ring the device ranks need); algorithm=hierarchical the two
+// levels.
 void run_compressed(Flow& f) {
   const bool hierarchical = coll::runs_two_level(f.c.algorithm);
   LevelChoice* level = nullptr;
   int candidate = LevelChoice::kFlat;
   if (!hierarchical && f.c.algorithm == coll::Algorithm::kAuto && !f.call.nested &&
-      !f.agreed.device_codecs && f.c.in_total * f.es() >= kAutoLevelsMinBytes) {
+      (!f.agreed.device_codecs || f.agreed.every_rank_device_codecs) &&
+      f.c.in_total * f.es() >= kAutoLevelsMinBytes) {
     level = choose_levels(f, candidate);
   }
   const auto t0 = Clock::now();
@@ -667,7 +671,12 @@ void run_compressed(Flow& f) {
   } else {
     run_flat(f);
   }
-  if (level != nullptr) record_levels(*level, candidate, t0);
+  if (level != nullptr) {
+    // a tuning call on device buffers is timed to the end of its device work (the caller's
+    // call waits for it anyway)
+    if (level->choice < 0 && f.pl.kernels()) f.pl.device->synchronize();
+    record_levels(*level, candidate, t0);
+  }
 }
 
 // The stages, from the local checks to the result (run_call.hpp).

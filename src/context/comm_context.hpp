@@ -224,9 +224,11 @@ class CommContext final : public CommCore {
     return auto_[(static_cast<std::uint64_t>(kind) << 40) | (elem_bytes << 8) | size_class];
   }
 
-  /// algorithm=auto's flat-or-hierarchical state for a collective, codec and size class.
-  LevelChoice& level_choice(int kind, const std::string& codec, unsigned size_class) {
-    return levels_[std::to_string(kind) + "/" + std::to_string(size_class) + "/" + codec];
+  /// algorithm=auto's flat-or-hierarchical state for a collective, buffers (device codecs or
+  /// host), codec and size class.
+  LevelChoice& level_choice(int kind, bool device, const std::string& codec, unsigned size_class) {
+    return levels_[std::to_string(kind) + (device ? "/device/" : "/host/") +
+                   std::to_string(size_class) + "/" + codec];
   }
 
   /// This communicator's nodes (collective on first use: every rank must ask in the same call).

@@ -327,6 +327,60 @@ TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
   unsetenv("CCOLL_RANKS_PER_NODE");
 }
 
+// algorithm=auto where every rank passes device buffers, on 2 or more nodes of 2 ranks: the
+// first calls of a size class alternate the flat and the hierarchical schedule, timing both,
+// then every rank keeps the same one; each call's bytes are those of the schedule it ran asked
+// for by name. (Not host buffers': there the hierarchical cross-node step of maxnorm rounds
+// node sums at one rank's step, which the device codecs do not.)
+TEST_F(DeviceBuffers, HierarchicalOrFlatAsAutoMeasures) {
+  const int p = size_of(MPI_COMM_WORLD);
+  const int r = rank_of(MPI_COMM_WORLD);
+  if (p < 4 || p % 2 != 0) GTEST_SKIP() << "needs 2 or more nodes of 2 ranks";
+  setenv("CCOLL_RANKS_PER_NODE", "2", 1);
+  MPI_Comm nc = MPI_COMM_NULL;
+  MPI_Comm dc = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &nc);
+  MPI_Comm_dup(MPI_COMM_WORLD, &dc);
+  const std::size_t n = std::size_t{1} << 18;  // 1 MiB of floats: auto measures both
+  for (const char* codec : {"maxnorm:bits=8", "maxnorm:bits=4,ef=1"}) {
+    SCOPED_TRACE(codec);
+    std::vector<int> seen;
+    for (int call = 0; call < 10; ++call) {
+      SCOPED_TRACE("call " + std::to_string(call));
+      const std::vector<float> x = input(n, r, 80 + static_cast<unsigned>(call));
+      ccoll::Options opt;
+      opt.codec = codec;
+      opt.key = 3;
+      ccoll::Stats ds;
+      opt.stats = &ds;
+      DeviceVec dx(x);
+      ccoll::compressed_allreduce(MPI_IN_PLACE, dx.data(), n, MPI_FLOAT, MPI_SUM, dc, opt);
+      const bool hier = ds.algorithm.rfind("hierarchical/", 0) == 0;
+      seen.push_back(hier ? 1 : 0);
+      // the same call with the schedule named, on another communicator (ef=1: its tensor's
+      // residuals have seen the same calls under the same schedules)
+      DeviceVec want(x);
+      opt.stats = nullptr;
+      opt.algorithm = hier ? "hierarchical" : ds.algorithm;
+      ccoll::compressed_allreduce(MPI_IN_PLACE, want.data(), n, MPI_FLOAT, MPI_SUM, nc, opt);
+      ASSERT_EQ(0, std::memcmp(dx.host().data(), want.host().data(), 4 * n)) << ds.algorithm;
+    }
+    // the same candidate on every rank: the calls' choices as bits, equal at their min and max
+    int bits = 0;
+    for (int call = 0; call < 10; ++call) bits |= seen[call] << call;
+    int lo = 0;
+    int hi = 0;
+    MPI_Allreduce(&bits, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(&bits, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    EXPECT_EQ(lo, hi);
+    for (int call = 0; call < 6; ++call) EXPECT_EQ(seen[call], call % 2) << "call " << call;
+    for (int call = 7; call < 10; ++call) EXPECT_EQ(seen[call], seen[6]) << "call " << call;
+  }
+  MPI_Comm_free(&nc);
+  MPI_Comm_free(&dc);
+  unsetenv("CCOLL_RANKS_PER_NODE");
+}
+
 // Ranks with device buffers and ranks with host buffers in one call: the payloads are the same
 // bytes, and every rank takes the ring that the device ranks need.
 TEST_F(DeviceBuffers, MixedRanksInteroperate) {
