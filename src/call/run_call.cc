@@ -648,18 +648,29 @@ void run_flat(Flow& f) {
   run_schedule(f, *plan, codec, input);
 }
 
+// Whether algorithm=auto measures the flat schedule against the hierarchical one for this
+// call: on host buffers, or where every rank runs device codecs on fp32 device buffers (ranks
+// of both kinds take the ring the device ranks need; 16-bit device buffers keep the ring:
+// taken from here, the hierarchical schedule does not give them algorithm=hierarchical's sums,
+// DeviceBuffers.HierarchicalOrFlatAsAutoMeasures).
+bool auto_measures_levels(const Flow& f) {
+  if (f.c.algorithm != coll::Algorithm::kAuto || f.call.nested ||
+      f.c.in_total * f.es() < kAutoLevelsMinBytes) {
+    return false;
+  }
+  if (!f.agreed.device_codecs) return true;
+  return f.agreed.every_rank_device_codecs && f.call.half == Half::kNone;
+}
+
 // A compressing call after the agreement: algorithm=auto on several nodes of several ranks
 // takes the flat schedule or the hierarchical one, as measured (every rank takes the same
-// candidate: the inputs were agreed), on host buffers or where every rank runs device codecs
-// (ranks of both kinds take the ring the device ranks need); algorithm=hierarchical the two
+// candidate: the inputs were agreed; auto_measures_levels); algorithm=hierarchical the two
 // levels.
 void run_compressed(Flow& f) {
   const bool hierarchical = coll::runs_two_level(f.c.algorithm);
   LevelChoice* level = nullptr;
   int candidate = LevelChoice::kFlat;
-  if (!hierarchical && f.c.algorithm == coll::Algorithm::kAuto && !f.call.nested &&
-      (!f.agreed.device_codecs || f.agreed.every_rank_device_codecs) &&
-      f.c.in_total * f.es() >= kAutoLevelsMinBytes) {
+  if (!hierarchical && auto_measures_levels(f)) {
     level = choose_levels(f, candidate);
   }
   const auto t0 = Clock::now();
