@@ -165,6 +165,7 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   a.device_codecs = v[kDeviceRing] != 0;
   a.every_rank_device_codecs = v[kDeviceRing + 1] == -1;
   a.exact_lengths = v[kOwnTransport] != 0 && transport_row(own).exact_lengths;
+  a.every_rank_transport = v[kOwnTransport] != 0;
   a.control_bytes = sizeof v;
   return a;
 }

@@ -649,17 +649,18 @@ void run_flat(Flow& f) {
 }
 
 // Whether algorithm=auto measures the flat schedule against the hierarchical one for this
-// call: on host buffers, or where every rank runs device codecs on fp32 device buffers (ranks
-// of both kinds take the ring the device ranks need; 16-bit device buffers keep the ring:
-// taken from here, the hierarchical schedule does not give them algorithm=hierarchical's sums,
-// DeviceBuffers.HierarchicalOrFlatAsAutoMeasures).
+// call: on host buffers, and on device buffers where every rank runs device codecs on a
+// transport that every rank takes (NCCL), whose placement of the buffers is the hierarchical
+// schedule's as well; on the other device paths the buffers stay on the device for the flat
+// schedule's codec, where the hierarchical schedule's node steps would need host copies (so
+// those, and ranks of both kinds, take the ring).
 bool auto_measures_levels(const Flow& f) {
   if (f.c.algorithm != coll::Algorithm::kAuto || f.call.nested ||
       f.c.in_total * f.es() < kAutoLevelsMinBytes) {
     return false;
   }
   if (!f.agreed.device_codecs) return true;
-  return f.agreed.every_rank_device_codecs && f.call.half == Half::kNone;
+  return f.agreed.every_rank_device_codecs && f.agreed.every_rank_transport;
 }
 
 // A compressing call after the agreement: algorithm=auto on several nodes of several ranks

@@ -327,13 +327,14 @@ TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
   unsetenv("CCOLL_RANKS_PER_NODE");
 }
 
-// algorithm=auto where every rank passes device buffers, on 2 or more nodes of 2 ranks: the
-// first calls of a size class alternate the flat and the hierarchical schedule, timing both,
-// then every rank keeps the same one; each call's bytes are those of the schedule it ran asked
-// for by name (ef=1: the same calls under the same schedules), for each collective. 16-bit
-// device buffers keep the ring (taken by auto, the hierarchical schedule's sums on them were
-// wrong). (The reference is not host buffers: there the hierarchical cross-node step of
-// maxnorm rounds node sums at one rank's step, which the device codecs do not.)
+// algorithm=auto where every rank passes device buffers, on 2 or more nodes of 2 ranks, under
+// NCCL: the first calls of a size class alternate the flat and the hierarchical schedule,
+// timing both, then every rank keeps the same one; each call's bytes are those of the schedule
+// it ran asked for by name (ef=1: the same calls under the same schedules), for the all-reduce
+// (16-bit buffers too) and the all-gather. The reduce-scatter, which NCCL does not carry, and
+// the other device paths take the flat schedule. (The
+// reference is not host buffers: there the hierarchical cross-node step of maxnorm rounds node
+// sums at one rank's step, which the device codecs do not.)
 TEST_F(DeviceBuffers, HierarchicalOrFlatAsAutoMeasures) {
   const int p = size_of(MPI_COMM_WORLD);
   const int r = rank_of(MPI_COMM_WORLD);
@@ -351,9 +352,12 @@ TEST_F(DeviceBuffers, HierarchicalOrFlatAsAutoMeasures) {
   };
   const auto ranks = static_cast<std::size_t>(p);
   const std::size_t n = std::size_t{1} << 18;  // 1 MiB of floats: auto measures both
+  // where NCCL (here its stand-in) moves the payloads, which it does not for a reduce-scatter;
+  // the other paths keep the flat schedule
+  const bool nccl = transport_env() == "nccl";
   for (const Case& k : {Case{Op::kAllreduce, "maxnorm:bits=8", false},
                         Case{Op::kAllreduce, "maxnorm:bits=4,ef=1", false},
-                        Case{Op::kAllreduce, "maxnorm:bits=8", true},
+                        Case{Op::kAllreduce, "maxnorm:bits=6", true},
                         Case{Op::kReduceScatter, "maxnorm:bits=8", false},
                         Case{Op::kAllgather, "maxnorm:bits=8", false}}) {
     SCOPED_TRACE(std::string(k.codec) + " op " + std::to_string(static_cast<int>(k.op)) +
@@ -416,7 +420,7 @@ TEST_F(DeviceBuffers, HierarchicalOrFlatAsAutoMeasures) {
     MPI_Allreduce(&bits, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(&bits, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
     EXPECT_EQ(lo, hi);
-    if (k.bf16) {  // 16-bit device buffers: the ring, whose codec reads them
+    if (!nccl || k.op == Op::kReduceScatter) {
       EXPECT_EQ(bits, 0);
       continue;
     }
