@@ -29,11 +29,11 @@ enum Slot : int {
   kLr = kMinBytes + 2,
   kState = kLr + 2,
   kFallback = kState + 2,
-  kDeviceRing,                      // pair: ranks that run device codecs (the ring schedules)
-  kOwnTransport = kDeviceRing + 2,  // pair: the transport every rank takes or none (NCCL)
-  kStream = kOwnTransport + 2,      // pair: the call runs stream-ordered
-  kAsyncError = kStream + 2,        // MAX: a stream-ordered call flagged a corrupt lane
-  kKey,                             // pair: Options::key (the tensor's draws depend on it)
+  kDeviceRing,    // MAX: some rank runs device codecs, which take the ring schedules
+  kOwnTransport,  // pair: the transport every rank takes or none (NCCL) carrying the payloads
+  kStream = kOwnTransport + 2,  // pair: the call runs stream-ordered
+  kAsyncError = kStream + 2,    // MAX: a stream-ordered call flagged a corrupt lane
+  kKey,                         // pair: Options::key (the tensor's draws depend on it)
   kSlots = kKey + 2,
 };
 
@@ -111,7 +111,7 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   put_pair(v, kLr, m.lr);
   put_pair(v, kState, static_cast<double>(m.state_fingerprint & kLow53));
   v[kFallback] = m.fallback ? 1 : 0;
-  put_pair(v, kDeviceRing, m.device_codecs ? 1 : 0);
+  v[kDeviceRing] = m.device_codecs ? 1 : 0;
   put_pair(v, kOwnTransport, m.every_rank_transport);
   put_pair(v, kStream, m.stream ? 1 : 0);
   v[kAsyncError] = m.async_error ? 1 : 0;
@@ -163,7 +163,6 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   a.state_differs = v[kState] != -v[kState + 1];
   a.fallback = v[kFallback] != 0;
   a.device_codecs = v[kDeviceRing] != 0;
-  a.every_rank_device_codecs = v[kDeviceRing + 1] == -1;
   a.exact_lengths = v[kOwnTransport] != 0 && transport_row(own).exact_lengths;
   a.every_rank_transport = v[kOwnTransport] != 0;
   a.control_bytes = sizeof v;

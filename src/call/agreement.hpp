@@ -49,9 +49,8 @@ struct Proposal {
 
 /// What every rank agreed.
 struct Agreed {
-  bool fallback = false;       ///< some rank's input cannot be carried: plain MPI for all
-  bool device_codecs = false;  ///< some rank runs device codecs
-  bool every_rank_device_codecs = false;  ///< every rank runs device codecs
+  bool fallback = false;              ///< some rank's input cannot be carried: plain MPI for all
+  bool device_codecs = false;         ///< some rank runs device codecs
   bool exact_lengths = false;         ///< every rank's payloads go through a lock-step transport
   bool every_rank_transport = false;  ///< every rank's payloads go through a transport that
                                       ///< every rank takes (NCCL)

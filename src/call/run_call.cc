@@ -16,6 +16,7 @@
 #include "element_device.hpp"
 #include "half_call.hpp"
 #include "hierarchical.hpp"
+#include "levels.hpp"
 #include "mpi_check.hpp"
 #include "node_sums.hpp"
 #include "placement.hpp"
@@ -399,53 +400,6 @@ void run_schedule(Flow& f, Plan& plan, codec::Codec& codec, const void* input) {
   trace(f, s.counters);
 }
 
-// Inputs smaller than this never run hierarchical under algorithm=auto: the two levels can only
-// pay where the cross-node bytes cost more than the node's extra passes.
-constexpr std::size_t kAutoLevelsMinBytes = std::size_t{1} << 20;
-
-// algorithm=auto's flat-or-hierarchical candidate for this call (LevelChoice), or null when
-// the communicator is not several nodes of several ranks. Collective on the communicator's
-// first such call (the topology) and at the end of the tuning calls (the times).
-LevelChoice* choose_levels(const Flow& f, int& candidate) {
-  const Call& call = f.call;
-  const Checked& c = f.c;
-  CommContext& ctx = f.ctx;
-  const Topology& topo = ctx.topology();
-  if (!topo.error.empty() || !topo.uniform || topo.nodes < 2 || topo.node_size < 2) {
-    return nullptr;
-  }
-  const unsigned size_class = size_class_of(c.in_total * c.elem_bytes);
-  LevelChoice& l =
-      ctx.level_choice(static_cast<int>(call.kind), f.pl.kernels(), c.spec.canonical, size_class);
-  if (l.choice < 0 && l.calls == LevelChoice::kTuningCalls) {
-    // the slowest rank's mean time is the collective's
-    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, l.seconds, 2, MPI_DOUBLE, MPI_MAX, ctx.comm()));
-    l.choice =
-        l.seconds[LevelChoice::kHierarchical] < l.seconds[LevelChoice::kFlat] * LevelChoice::kMargin
-            ? LevelChoice::kHierarchical
-            : LevelChoice::kFlat;
-    if (log_enabled(LogLevel::kInfo)) {
-      log(LogLevel::kInfo, ctx.rank(),
-          std::string(call.fn) + " algorithm=auto, " + c.spec.canonical + ", " +
-              std::to_string(topo.nodes) + " nodes of " + std::to_string(topo.node_size) +
-              " ranks: the " + std::to_string(1u << size_class) + "-byte class chooses " +
-              (l.choice == LevelChoice::kHierarchical ? "hierarchical" : "flat") + " (flat " +
-              std::to_string(l.seconds[0] * 1e3) + " ms, hierarchical " +
-              std::to_string(l.seconds[1] * 1e3) + " ms)");
-    }
-  }
-  candidate = l.choice >= 0 ? l.choice : l.calls % LevelChoice::kCandidates;
-  if (l.choice < 0) ++l.calls;
-  return &l;
-}
-
-// A tuning call's time (the calls after each candidate's first).
-void record_levels(LevelChoice& l, int candidate, Clock::time_point t0) {
-  if (l.choice >= 0 || l.calls <= LevelChoice::kCandidates) return;
-  l.seconds[candidate] +=
-      std::chrono::duration<double>(Clock::now() - t0).count() / LevelChoice::kRounds;
-}
-
 // Local checks, collected rather than thrown so that every rank takes part in the agreement;
 // then the data path, the plan and the codec's scan.
 // Whether this rank's call runs stream-ordered (stream_allreduce.hpp): asked for, an
@@ -648,21 +602,6 @@ void run_flat(Flow& f) {
   run_schedule(f, *plan, codec, input);
 }
 
-// Whether algorithm=auto measures the flat schedule against the hierarchical one for this
-// call: on host buffers, and on device buffers where every rank runs device codecs on a
-// transport that every rank takes (NCCL), whose placement of the buffers is the hierarchical
-// schedule's as well; on the other device paths the buffers stay on the device for the flat
-// schedule's codec, where the hierarchical schedule's node steps would need host copies (so
-// those, and ranks of both kinds, take the ring).
-bool auto_measures_levels(const Flow& f) {
-  if (f.c.algorithm != coll::Algorithm::kAuto || f.call.nested ||
-      f.c.in_total * f.es() < kAutoLevelsMinBytes) {
-    return false;
-  }
-  if (!f.agreed.device_codecs) return true;
-  return f.agreed.every_rank_device_codecs && f.agreed.every_rank_transport;
-}
-
 // A compressing call after the agreement: algorithm=auto on several nodes of several ranks
 // takes the flat schedule or the hierarchical one, as measured (every rank takes the same
 // candidate: the inputs were agreed; auto_measures_levels); algorithm=hierarchical the two
@@ -671,8 +610,8 @@ void run_compressed(Flow& f) {
   const bool hierarchical = coll::runs_two_level(f.c.algorithm);
   LevelChoice* level = nullptr;
   int candidate = LevelChoice::kFlat;
-  if (!hierarchical && auto_measures_levels(f)) {
-    level = choose_levels(f, candidate);
+  if (!hierarchical && auto_measures_levels(f.call, f.c, f.agreed)) {
+    level = choose_levels(f.call, f.c, f.ctx, f.pl.kernels(), candidate);
   }
   const auto t0 = Clock::now();
   if (hierarchical || candidate == LevelChoice::kHierarchical) {

@@ -332,9 +332,9 @@ TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
 // timing both, then every rank keeps the same one; each call's bytes are those of the schedule
 // it ran asked for by name (ef=1: the same calls under the same schedules), for the all-reduce
 // (16-bit buffers too) and the all-gather. The reduce-scatter, which NCCL does not carry, and
-// the other device paths take the flat schedule. (The
-// reference is not host buffers: there the hierarchical cross-node step of maxnorm rounds node
-// sums at one rank's step, which the device codecs do not.)
+// the other device paths take the flat schedule. (The reference is not host buffers: there the
+// hierarchical cross-node step of maxnorm rounds node sums at one rank's step, which the device
+// codecs do not.)
 TEST_F(DeviceBuffers, HierarchicalOrFlatAsAutoMeasures) {
   const int p = size_of(MPI_COMM_WORLD);
   const int r = rank_of(MPI_COMM_WORLD);

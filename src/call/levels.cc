@@ -1,0 +1,61 @@
+// algorithm=auto's flat-or-hierarchical choice (levels.hpp).
+#include "levels.hpp"
+
+#include <string>
+
+#include "config.hpp"
+#include "mpi_check.hpp"
+
+namespace ccoll::call {
+namespace {
+
+// Inputs smaller than this never run hierarchical under algorithm=auto: the two levels can only
+// pay where the cross-node bytes cost more than the node's extra passes.
+constexpr std::size_t kAutoLevelsMinBytes = std::size_t{1} << 20;
+
+}  // namespace
+
+bool auto_measures_levels(const Call& call, const Checked& c, const Agreed& agreed) {
+  return c.algorithm == coll::Algorithm::kAuto && !call.nested &&
+         c.in_total * c.elem_bytes >= kAutoLevelsMinBytes &&
+         (!agreed.device_codecs || agreed.every_rank_transport);
+}
+
+LevelChoice* choose_levels(const Call& call, const Checked& c, CommContext& ctx, bool device,
+                           int& candidate) {
+  const Topology& topo = ctx.topology();
+  if (!topo.error.empty() || !topo.uniform || topo.nodes < 2 || topo.node_size < 2) {
+    return nullptr;
+  }
+  const unsigned size_class = size_class_of(c.in_total * c.elem_bytes);
+  LevelChoice& l =
+      ctx.level_choice(static_cast<int>(call.kind), device, c.spec.canonical, size_class);
+  if (l.choice < 0 && l.calls == LevelChoice::kTuningCalls) {
+    // the slowest rank's mean time is the collective's
+    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, l.seconds, 2, MPI_DOUBLE, MPI_MAX, ctx.comm()));
+    l.choice =
+        l.seconds[LevelChoice::kHierarchical] < l.seconds[LevelChoice::kFlat] * LevelChoice::kMargin
+            ? LevelChoice::kHierarchical
+            : LevelChoice::kFlat;
+    if (log_enabled(LogLevel::kInfo)) {
+      log(LogLevel::kInfo, ctx.rank(),
+          std::string(call.fn) + " algorithm=auto, " + c.spec.canonical + ", " +
+              std::to_string(topo.nodes) + " nodes of " + std::to_string(topo.node_size) +
+              " ranks: the " + std::to_string(1u << size_class) + "-byte class chooses " +
+              (l.choice == LevelChoice::kHierarchical ? "hierarchical" : "flat") + " (flat " +
+              std::to_string(l.seconds[0] * 1e3) + " ms, hierarchical " +
+              std::to_string(l.seconds[1] * 1e3) + " ms)");
+    }
+  }
+  candidate = l.choice >= 0 ? l.choice : l.calls % LevelChoice::kCandidates;
+  if (l.choice < 0) ++l.calls;
+  return &l;
+}
+
+void record_levels(LevelChoice& l, int candidate, Clock::time_point t0) {
+  if (l.choice >= 0 || l.calls <= LevelChoice::kCandidates) return;
+  l.seconds[candidate] +=
+      std::chrono::duration<double>(Clock::now() - t0).count() / LevelChoice::kRounds;
+}
+
+}  // namespace ccoll::call

@@ -1,0 +1,33 @@
+// algorithm=auto's choice between the flat schedule and the hierarchical one (LevelChoice,
+// docs/design/4-hierarchical.md): which calls measure the two, the candidate of each tuning
+// call and the times that decide.
+#pragma once
+
+#include "agreement.hpp"
+#include "call.hpp"
+#include "comm_context.hpp"
+#include "run_call.hpp"
+
+namespace ccoll::call {
+
+/// Whether algorithm=auto measures the flat schedule against the hierarchical one for this
+/// call (after the agreement, from agreed values: the same on every rank): inputs of at least
+/// 1 MiB, not a nested step, on host buffers, and on device buffers where every rank's device
+/// codecs send through a transport that every rank takes (NCCL; the agreement checked that all
+/// ranks or none do), whose placement of the buffers is the hierarchical schedule's as well. On
+/// the other device paths the buffers stay on the device for the flat schedule's codec, where
+/// the hierarchical schedule's node steps would need host copies (so those, and ranks of both
+/// kinds, take the ring).
+bool auto_measures_levels(const Call& call, const Checked& c, const Agreed& agreed);
+
+/// algorithm=auto's flat-or-hierarchical candidate for this call (LevelChoice, kept per
+/// collective, buffers (`device`: device codecs), codec and size class), or null when the
+/// communicator is not several nodes of several ranks. Collective on the communicator's first
+/// such call (the topology) and at the end of the tuning calls (the times).
+LevelChoice* choose_levels(const Call& call, const Checked& c, CommContext& ctx, bool device,
+                           int& candidate);
+
+/// A tuning call's time since `t0` (the calls after each candidate's first).
+void record_levels(LevelChoice& l, int candidate, Clock::time_point t0);
+
+}  // namespace ccoll::call
