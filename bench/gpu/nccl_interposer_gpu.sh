@@ -7,10 +7,10 @@
 # BUNDLE_DIR: what bench/gpu/prepare_gpu_check.sh built (nccl/lib/libccoll_nccl.so); the
 # machine needs a Python with torch (CUDA) and the NCCL it brings. For DDP and for FSDP2
 # (fully_shard): plain; preloaded without a codec (the parameters must equal plain's bit for
-# bit); preloaded with CCOLL_CODEC=maxnorm:bits=8 (DDP: the ranks' parameters identical, the
-# loss within 1% of plain's; FSDP: with CCOLL_INTERCEPT=reduce_scatter, then with the
-# all-gathers of the parameters compressed too). Prints a markdown table; exit 1 when a check
-# fails or a run does not finish.
+# bit); preloaded with CCOLL_CODEC=maxnorm:bits=8 (DDP, also with rotate=hadamard: the ranks'
+# parameters identical, the loss within 1% of plain's; FSDP: with
+# CCOLL_INTERCEPT=reduce_scatter, then with the all-gathers of the parameters compressed too).
+# Prints a markdown table; exit 1 when a check fails or a run does not finish.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
 bundle=${1:?usage: nccl_interposer_gpu.sh BUNDLE_DIR [STEPS]}
@@ -55,6 +55,9 @@ for mode in ddp fsdp; do
   run "$mode-nocodec" "$mode" LD_PRELOAD="$lib"
   if [ "$mode" = ddp ]; then
     run "$mode-bits8" "$mode" LD_PRELOAD="$lib" CCOLL_CODEC=maxnorm:bits=8 CCOLL_DEBUG=INFO
+    # the rotation's kernels on the stream around the in-place call
+    run "$mode-bits8-rot" "$mode" LD_PRELOAD="$lib" CCOLL_CODEC=maxnorm:bits=8,rotate=hadamard \
+      CCOLL_DEBUG=INFO
   else
     run "$mode-bits8" "$mode" LD_PRELOAD="$lib" CCOLL_CODEC=maxnorm:bits=8 CCOLL_DEBUG=INFO \
       CCOLL_INTERCEPT=reduce_scatter
@@ -78,7 +81,7 @@ print("| run | final loss | vs plain | step ms | ranks agree | params = plain | 
 print("|---|---|---|---|---|---|---|")
 for mode in ("ddp", "fsdp"):
     plain = res.get(f"{mode}-plain")
-    for v in ("plain", "nocodec", "bits8", "bits8-gather"):
+    for v in ("plain", "nocodec", "bits8", "bits8-rot", "bits8-gather"):
         r = res.get(f"{mode}-{v}")
         if r is None:
             continue
@@ -90,8 +93,8 @@ for mode in ("ddp", "fsdp"):
         if v == "nocodec" and not same:
             print(f"FAIL: {mode} without a codec: parameters differ from plain NCCL's")
             bad = 1
-        if v == "bits8" and abs(rel) > 0.01:
-            print(f"FAIL: {mode} bits=8: loss {100 * rel:+.2f}% from plain (more than 1%)")
+        if v in ("bits8", "bits8-rot") and abs(rel) > 0.01:
+            print(f"FAIL: {mode} {v}: loss {100 * rel:+.2f}% from plain (more than 1%)")
             bad = 1
         if v.startswith("bits8") and compressed(f"{mode}-{v}") == 0:
             print(f"FAIL: {mode} {v}: no call was compressed")

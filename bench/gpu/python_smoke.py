@@ -8,10 +8,12 @@ rank: all-reduce, reduce-scatter, all-gather and a non-blocking all-reduce of CU
 float32, float16 and bfloat16 against the exact result computed here (codec "none" to rounding,
 maxnorm:bits=8 within its bound), the results bit-identical on every rank; then DDP over gloo
 with a CUDA model: the hook with codec "none" gives plain DDP's parameters, the hook with
-maxnorm:bits=8,ef=1 (float32 and bfloat16 parameters) trains (the loss falls), keeps every
-rank's parameters bit-identical and compresses what it should, and a job resumed from the
-hook's state_dict() ends bit for bit as the uninterrupted one; with torch >= 2.4, FSDP2 through
-ccoll.fsdp (codec "none" as plain FSDP2, 8 bits with error feedback trains, ranks equal; on CUDA
+maxnorm:bits=8,ef=1 (float32 and bfloat16 parameters) and with
+maxnorm:bits=4,ef=1,rotate=hadamard (float32, blocking and stream-ordered) trains (the loss
+falls), keeps every rank's parameters bit-identical and compresses what it should, and a job
+resumed from the hook's state_dict() ends bit for bit as the uninterrupted one; with torch >=
+2.4, FSDP2 through ccoll.fsdp (codec "none" as plain FSDP2; 8 bits with error feedback, and 4
+bits rotated with it, train, ranks equal; on CUDA
 FSDP2's own collectives on an NCCL group, and FSDP2 that cannot run there is a failure). Exit 0
 when every check passed.
 """
@@ -163,20 +165,27 @@ def ddp(dev):
               f"to plain DDP {diff:.3g}")
         state.shutdown()
 
-        for dtype in (torch.float32, torch.bfloat16):
-            name = str(dtype).replace("torch.", "")
+        # 8 bits with ef=1 on float32 and bfloat16; the rotation's kernels (4 bits, ef=1's
+        # residual in the rotated basis), blocking and stream-ordered
+        rotated = "maxnorm:bits=4,ef=1,rotate=hadamard"
+        for dtype, codec, ordered in ((torch.float32, "maxnorm:bits=8,ef=1", False),
+                                      (torch.bfloat16, "maxnorm:bits=8,ef=1", False),
+                                      (torch.float32, rotated, False),
+                                      (torch.float32, rotated, True)):
+            name = str(dtype).replace("torch.", "") + (" stream_ordered" if ordered else "")
             try:
                 model = DDP(make_net(dtype, dev), bucket_cap_mb=1)
             except RuntimeError as e:  # torch 1.13's gloo broadcasts no bfloat16
                 say(f"not run: DDP over gloo with {name} parameters on {dev.type} ({e})")
                 continue
-            state = ct.register_comm_hook(model, codec="maxnorm:bits=8,ef=1", min_numel=1024)
+            state = ct.register_comm_hook(model, codec=codec, min_numel=1024,
+                                          stream_ordered=ordered)
             t0 = time.perf_counter()
             params, losses = train(model, 60, dtype, dev)
             secs = time.perf_counter() - t0
             first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
             check(last < 0.7 * first and last <= 1.1 * plain_last + 0.02,
-                  f"DDP hook maxnorm:bits=8,ef=1 {name} on {dev.type}: loss {first:.3f} -> "
+                  f"DDP hook {codec} {name} on {dev.type}: loss {first:.3f} -> "
                   f"{last:.3f} in 60 steps ({secs:.2f} s; plain DDP float32: {plain_last:.3f})")
             check(same_on_every_rank(params), f"DDP hook {name}: every rank's parameters equal")
             check(state.calls > 0 and state.compressed_elements > 0 and
@@ -281,16 +290,18 @@ def fsdp(dev):
     diff = max(float((a - b).abs().max()) for a, b in zip(plain, full(model)))
     check(diff <= 1e-4, f"FSDP2 with ccoll codec none on {dev.type}: max difference to plain "
           f"FSDP2 {diff:.3g} after 30 steps ({state.calls} calls)")
-    model = sharded()
-    state = cf.register(model, codec="maxnorm:bits=8,ef=1", comm=COMM.Dup())
-    _, losses = train(model, 30, torch.float32, dev)
-    first, last, plain_last = (sum(losses[:5]) / 5, sum(losses[-5:]) / 5,
-                               sum(plain_losses[-5:]) / 5)
-    check(last < 0.95 * first and last <= 1.05 * plain_last + 0.02,
-          f"FSDP2 with ccoll maxnorm:bits=8,ef=1 on {dev.type}: loss {first:.3f} -> {last:.3f} "
-          f"in 30 steps (plain FSDP2: {plain_last:.3f}); {state.wire_bytes_sent} of "
-          f"{state.input_bytes} bytes sent")
-    check(same_on_every_rank(full(model)), "FSDP2 with ccoll: every rank's parameters equal")
+    for codec in ("maxnorm:bits=8,ef=1", "maxnorm:bits=4,ef=1,rotate=hadamard"):
+        model = sharded()
+        state = cf.register(model, codec=codec, comm=COMM.Dup())
+        _, losses = train(model, 30, torch.float32, dev)
+        first, last, plain_last = (sum(losses[:5]) / 5, sum(losses[-5:]) / 5,
+                                   sum(plain_losses[-5:]) / 5)
+        check(last < 0.95 * first and last <= 1.05 * plain_last + 0.02,
+              f"FSDP2 with ccoll {codec} on {dev.type}: loss {first:.3f} -> {last:.3f} "
+              f"in 30 steps (plain FSDP2: {plain_last:.3f}); {state.wire_bytes_sent} of "
+              f"{state.input_bytes} bytes sent")
+        check(same_on_every_rank(full(model)),
+              f"FSDP2 with ccoll {codec}: every rank's parameters equal")
 
 
 def main():

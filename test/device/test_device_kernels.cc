@@ -485,6 +485,7 @@ void expect_whole_tensor_same_as_cpu(gpu::Backend& b, std::size_t n) {
                                           "maxnorm:bits=3",
                                           "maxnorm:bits=3,block=512",
                                           "maxnorm:bits=3,clip=2",
+                                          "maxnorm:bits=4,rotate=hadamard",
                                           "fp8:round=stochastic",
                                           "mx:format=fp6e2m3",
                                           "nvfp4",
