@@ -12,8 +12,8 @@ maxnorm:bits=8,ef=1 (float32 and bfloat16 parameters) and with
 maxnorm:bits=4,ef=1,rotate=hadamard (float32, blocking and stream-ordered) trains (the loss
 falls), keeps every rank's parameters bit-identical and compresses what it should, and a job
 resumed from the hook's state_dict() ends bit for bit as the uninterrupted one; with torch >=
-2.4, FSDP2 through ccoll.fsdp (codec "none" as plain FSDP2, 8 bits with error feedback trains,
-ranks equal; on CUDA
+2.4, FSDP2 through ccoll.fsdp (codec "none" as plain FSDP2; 8 bits with error feedback, and 4
+bits rotated with it, train, ranks equal; on CUDA
 FSDP2's own collectives on an NCCL group, and FSDP2 that cannot run there is a failure). Exit 0
 when every check passed.
 """
@@ -290,8 +290,8 @@ def fsdp(dev):
     diff = max(float((a - b).abs().max()) for a, b in zip(plain, full(model)))
     check(diff <= 1e-4, f"FSDP2 with ccoll codec none on {dev.type}: max difference to plain "
           f"FSDP2 {diff:.3g} after 30 steps ({state.calls} calls)")
-    # (rotate=hadamard rotates all-reduce inputs only: FSDP2's reduce-scatters refuse it)
-    for codec in ("maxnorm:bits=8,ef=1",):
+    # (rotated: each rank's segment of a reduce-scatter rotated by the element kernels)
+    for codec in ("maxnorm:bits=8,ef=1", "maxnorm:bits=4,ef=1,rotate=hadamard"):
         model = sharded()
         state = cf.register(model, codec=codec, comm=COMM.Dup())
         _, losses = train(model, 30, torch.float32, dev)

@@ -109,7 +109,8 @@ def test_allgather(n):
 
 
 @pytest.mark.parametrize("m", [0, 1, 7, 4096])
-@pytest.mark.parametrize("codec", ["none", "maxnorm:bits=8", "qsgd:bits=8"])
+@pytest.mark.parametrize("codec", ["none", "maxnorm:bits=8", "qsgd:bits=8",
+                                   "maxnorm:bits=8,rotate=hadamard"])
 def test_reduce_scatter(m, codec):
     x = data(RANK, m * SIZE)
     out = ccoll.reduce_scatter(x, codec=codec, average=True)

@@ -172,13 +172,14 @@ def test_per_unit_policy_and_min_numel():
     assert state.exact_elements == 2 * (padded(net[2]) + padded(net[4]))
 
 
-def test_ranks_agree_and_training_follows_plain_fsdp():
-    # 8 steps at 4 bits with error feedback: every rank's full parameters equal (gathered), and
-    # close to plain FSDP's
+@pytest.mark.parametrize("codec", ["maxnorm:bits=4,ef=1", "maxnorm:bits=4,ef=1,rotate=hadamard"])
+def test_ranks_agree_and_training_follows_plain_fsdp(codec):
+    # 8 steps at 4 bits with error feedback (rotated too: the reduce-scatter rotates each rank's
+    # segment): every rank's full parameters equal (gathered), and close to plain FSDP's
     plain = fsdp2()
     train(plain, 8)
     model = fsdp2()
-    cf.register(model, codec="maxnorm:bits=4,ef=1", comm=COMM.Dup())
+    cf.register(model, codec=codec, comm=COMM.Dup())
     train(model, 8)
     full = [p.full_tensor().detach() for p in model.parameters()]
     want = [p.full_tensor().detach() for p in plain.parameters()]

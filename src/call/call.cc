@@ -143,13 +143,16 @@ void check_codec_and_algorithm(const Call& call, Checked& c) {
   }
   if (!call.allreduce() && bad.ok() && c.spec.allreduce_only) {
     const std::string form = call.reduce_scatter() ? "reduce-scatter" : "all-gather";
-    bad.set(
-        kArgCodec, Status::kUnsupported,
-        "codec: " + c.spec.canonical +
-            (c.spec.rotate != 0 ? " rotates all-reduce inputs only (valid for " +
-                                      std::string(call.fn) + ": rotate=none)"
-                                : " transforms all-reduce outputs and has no " + form +
-                                      " form (valid for " + call.fn + ": any codec but temporal)"));
+    bad.set(kArgCodec, Status::kUnsupported,
+            "codec: " + c.spec.canonical + " transforms all-reduce outputs and has no " + form +
+                " form (valid for " + call.fn + ": any codec but temporal)");
+  }
+  // an all-gather's blocks are never summed: nothing for a shared rotation to spread
+  if (call.kind == Kind::kAllgather && bad.ok() && c.spec.rotate != 0) {
+    bad.set(kArgCodec, Status::kUnsupported,
+            "codec: " + c.spec.canonical +
+                " rotates all-reduce and reduce-scatter inputs only (valid for " + call.fn +
+                ": rotate=none)");
   }
   try {
     c.algorithm = coll::parse_algorithm(

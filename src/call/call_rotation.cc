@@ -3,7 +3,9 @@
 
 #include <string>
 
+#include "backend.hpp"
 #include "element_device.hpp"
+#include "rank_local.hpp"
 #include "scratch.hpp"
 
 namespace ccoll::call {
@@ -21,32 +23,55 @@ namespace {
 struct RotatedInput;  // thread_scratch's tag of the rotated input
 }  // namespace
 
-void begin_rotation(Call& call, const Placement& pl, std::size_t es, int rank, std::size_t block,
-                    std::uint64_t seed, CallRotation& r) {
+void begin_rotation(Call& call, const Placement& pl, std::size_t es, int rank, int ranks,
+                    std::size_t block, std::uint64_t seed, CallRotation& r) {
   r.block = block;
   r.seed = seed;
   const auto* in = static_cast<const float*>(call.input(es, rank));
+  // a reduce-scatter rotates each rank's segment of its input as a tensor of its own, so that
+  // the owner of a segment rotates back its output alone
+  const std::size_t pieces = call.reduce_scatter() ? static_cast<std::size_t>(ranks) : 1;
+  const std::size_t n = call.count;
   if (pl.kernels()) {
-    auto* out = static_cast<float*>(call.recvbuf);
-    pl.device->kernels<gpu::ElementKernels>().rotate(out, in, call.count, block, seed, true);
-    r.in_place = call.in_place();
-    call.sendbuf = MPI_IN_PLACE;
+    auto& kernels = pl.device->kernels<gpu::ElementKernels>();
+    if (pieces == 1) {
+      kernels.rotate(static_cast<float*>(call.recvbuf), in, n, block, seed, true);
+      r.in_place = call.in_place();
+      call.sendbuf = MPI_IN_PLACE;
+      return;
+    }
+    // recvbuf holds one segment: the rotated input goes to device memory of the thread's (a
+    // reduce-scatter is never stream-ordered: the call is done with it when it returns)
+    static CCOLL_RANK_LOCAL gpu::Buffer rotated;
+    auto* out = static_cast<float*>(rotated.get(*pl.device, sizeof(float) * n * pieces, false));
+    for (std::size_t s = 0; s < pieces; ++s) {
+      kernels.rotate(out + s * n, in + s * n, n, block, seed, true);
+    }
+    call.sendbuf = out;
     return;
   }
-  r.count = call.count;
+  r.count = n * pieces;
+  r.segment = pieces > 1 ? n : 0;
   r.from = in;
-  r.rotated = codec::thread_scratch<RotatedInput, float>(call.count).data();
+  r.rotated = codec::thread_scratch<RotatedInput, float>(r.count).data();
   call.sendbuf = r.rotated;
 }
 
 void fill_rotated_input(CallRotation& r) {
   if (r.from == nullptr) return;
-  codec::rotate_forward_copy(r.rotated, r.from, r.count, r.block, r.seed);
+  if (r.segment == 0) {
+    codec::rotate_forward_copy(r.rotated, r.from, r.count, r.block, r.seed);
+  } else {
+    for (std::size_t at = 0; at < r.count; at += r.segment) {
+      codec::rotate_forward_copy(r.rotated + at, r.from + at, r.segment, r.block, r.seed);
+    }
+  }
   r.from = nullptr;
 }
 
 bool rotate_and_scan(CallRotation& r, const codec::Codec& codec, int ranks, double* scales,
                      bool& fallback) {
+  if (r.segment != 0) fill_rotated_input(r);  // (segments: rotated first, then scanned)
   if (r.from == nullptr) return codec.scan(r.rotated, r.count, ranks, scales, fallback);
   const bool scanned = codec::rotate_and_scan(r.rotated, r.from, r.count, r.block, r.seed, codec,
                                               ranks, scales, fallback);

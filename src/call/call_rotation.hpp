@@ -18,10 +18,13 @@ void check_rotation(const Call& call, Checked& c);
 
 /// The rotation of one call.
 struct CallRotation {
-  std::size_t block = 0;        ///< the rotation block; 0: the call does not rotate
-  std::uint64_t seed = 0;       ///< the signs' seed (equal on every rank)
-  bool in_place = false;        ///< device buffers: the rotated input is where the caller's was
-  std::size_t count = 0;        ///< host: elements of the rotated input
+  std::size_t block = 0;   ///< the rotation block; 0: the call does not rotate
+  std::uint64_t seed = 0;  ///< the signs' seed (equal on every rank)
+  bool in_place = false;   ///< device buffers: the rotated input is where the caller's was
+  std::size_t count = 0;   ///< host: elements of the rotated input
+  /// host: the rotation restarts every this many elements (a reduce-scatter's recvcount: each
+  /// rank's segment rotated as a tensor of its own); 0: the input is one piece
+  std::size_t segment = 0;
   const float* from = nullptr;  ///< host: the input, until it is rotated
   float* rotated = nullptr;     ///< host: the thread's buffer the call reads as its input
   /// host buffers: the output rotated back chunk by chunk as the schedule finishes them
@@ -30,14 +33,17 @@ struct CallRotation {
   bool active() const { return block != 0; }
 };
 
-/// Starts the rotation of this rank's input, which the call reads from then on. Device buffers
-/// with kernels: rotated into recvbuf by the element kernels on the call's stream, the call then
-/// in place (no device buffer to keep alive past a stream-ordered call). Host buffers (and host
-/// copies of device buffers): call.sendbuf points at a buffer of the thread's (kept, grown to the
-/// largest tensor: no page to fault in on later calls), which fill_rotated_input() or
-/// rotate_and_scan() fills before anything reads it.
-void begin_rotation(Call& call, const Placement& pl, std::size_t es, int rank, std::size_t block,
-                    std::uint64_t seed, CallRotation& r);
+/// Starts the rotation of this rank's input, which the call reads from then on. An all-reduce
+/// rotates its input as one tensor; a reduce-scatter each of the `ranks` segments of its input
+/// as a tensor of its own (its output, one segment, is then rotated back as the all-reduce's
+/// is). Device buffers with kernels: an all-reduce's input rotated into recvbuf by the element
+/// kernels on the call's stream, the call then in place (no device buffer to keep alive past a
+/// stream-ordered call); a reduce-scatter's into device memory of the thread's. Host buffers
+/// (and host copies of device buffers): call.sendbuf points at a buffer of the thread's (kept,
+/// grown to the largest tensor: no page to fault in on later calls), which fill_rotated_input()
+/// or rotate_and_scan() fills before anything reads it.
+void begin_rotation(Call& call, const Placement& pl, std::size_t es, int rank, int ranks,
+                    std::size_t block, std::uint64_t seed, CallRotation& r);
 
 /// Host: rotates the input into its buffer, if not done yet.
 void fill_rotated_input(CallRotation& r);

@@ -473,7 +473,7 @@ void local_stage(Flow& f) {
   if (pl.device != nullptr) choose_device_path(call, pl, c, f.ctx, f.compress);
   f.compress = f.compress && c.bad.ok();
   if (f.compress && c.spec.rotate != 0) {
-    begin_rotation(call, pl, f.es(), f.rank(), c.spec.rotate, rotation_seed_of(call), f.rot);
+    begin_rotation(call, pl, f.es(), f.rank(), f.p(), c.spec.rotate, rotation_seed_of(call), f.rot);
   }
   f.stream = f.compress && runs_stream_ordered(f);
   // the hierarchical schedule's cross-node call makes its own plan; the stream-ordered

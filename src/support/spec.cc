@@ -614,7 +614,6 @@ CodecSpec parse_codec_spec(const std::string& text) {
   if (it->check) it->check(spec, s);
   spec.stateful = spec.ef || spec.ef21 || (it->traits & kStateful) != 0;
   // ef=21's output transform (codecs/ef21.cc) has no all-gather or reduce-scatter form
-  // (set below for rotate= too)
   spec.allreduce_only = spec.ef21 || (it->traits & kAllreduceOnly) != 0;
   spec.summable = (it->traits & kSummable) != 0;
   spec.rescales = spec.name == "maxnorm" && !spec.ef21 && value_of(spec, "sum") == "exact" &&
@@ -623,8 +622,6 @@ CodecSpec parse_codec_spec(const std::string& text) {
                     ? std::stoul(value_of(spec, "block"))
                     : 0;
   spec.clip = spec.name == "maxnorm" ? real_param(spec, "clip") : 0.0;
-  // the rotation is undone on an all-reduce's whole output: no all-gather or reduce-scatter form
-  spec.allreduce_only = spec.allreduce_only || spec.rotate != 0;
   spec.lossless = (it->traits & kLossless) != 0;
   spec.gather_reduce = (it->traits & kGatherReduce) != 0;
   spec.prescale_mean = (it->traits & kPrescaleMean) != 0;

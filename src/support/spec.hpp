@@ -32,8 +32,8 @@ struct CodecSpec {
   bool ef21 = false;
   /// The codec keeps state between calls (ef=1, temporal, dq): its plans are keyed per tensor.
   bool stateful = false;
-  /// The codec transforms all-reduce outputs (temporal, ef=21) or inputs and outputs
-  /// (rotate=hadamard) and has no all-gather or reduce-scatter form.
+  /// The codec transforms all-reduce outputs (temporal, ef=21) and has no all-gather or
+  /// reduce-scatter form.
   bool allreduce_only = false;
   /// Its payloads add without decoding (codec::Capabilities::summable), from the registry row.
   bool summable = false;

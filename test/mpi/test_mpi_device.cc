@@ -74,7 +74,7 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
                                       in_place ? dx.data() : dout.data(), n, MPI_FLOAT, MPI_SUM,
                                       dev_comm_, opt);
           const std::vector<float> got = in_place ? dx.host() : dout.host();
-          ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
+          EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
           EXPECT_EQ(hs.transport, "host");
           EXPECT_EQ(ds.transport, p > 1 && has_kernels(codec) ? kernel_transport() : "host-copy");
           EXPECT_EQ(ds.algorithm, p > 1 && has_kernels(codec) && !(gather && !nccl)
@@ -139,13 +139,16 @@ TEST_F(DeviceBuffers, AllgatherEqualsHostBuffers) {
 
 // Reduce-scatter on device buffers: the same bytes as on host buffers (the device codec's
 // kernels where it has them, staged even under NCCL; host copies otherwise), in place (the
-// block at the buffer's start) and not; the input is only read.
+// block at the buffer's start) and not; the input is only read (rotate=hadamard: each segment
+// rotated by the element kernels into device memory of the thread's).
 TEST_F(DeviceBuffers, ReduceScatterEqualsHostBuffers) {
   const int p = size_of(MPI_COMM_WORLD);
   const int r = rank_of(MPI_COMM_WORLD);
   unsigned seed = 300;
-  for (const char* codec : {"maxnorm:bits=4", "maxnorm:bits=8,ef=1", "fp16", "qsgd:bits=4", "none",
-                            "topk:ratio=0.1", "sketch:bits=3,block=0"}) {
+  for (const char* codec :
+       {"maxnorm:bits=4", "maxnorm:bits=8,ef=1", "fp16", "qsgd:bits=4", "none", "topk:ratio=0.1",
+        "sketch:bits=3,block=0", "maxnorm:bits=4,rotate=hadamard",
+        "maxnorm:bits=2,ef=1,rotate=hadamard,clip=1.5", "randk:ratio=0.25,rotate=hadamard"}) {
     for (const std::size_t n : {std::size_t{1}, std::size_t{1001}, std::size_t{70001}}) {
       for (const bool in_place : {false, true}) {
         SCOPED_TRACE(std::string(codec) + " recvcount=" + std::to_string(n) +
@@ -170,7 +173,7 @@ TEST_F(DeviceBuffers, ReduceScatterEqualsHostBuffers) {
                                          in_place ? dx.data() : dout.data(), n, MPI_FLOAT, MPI_SUM,
                                          dev_comm_, opt);
         const std::vector<float> got = in_place ? dx.host() : dout.host();
-        ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
+        EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
         const std::string staged = transport_env() == "nccl" ? "staged" : kernel_transport();
         EXPECT_EQ(ds.transport, p > 1 && has_kernels(codec) ? staged : "host-copy");
         EXPECT_EQ(ds.algorithm, hs.algorithm);
