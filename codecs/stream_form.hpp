@@ -18,10 +18,21 @@ namespace ccoll::codec {
 class StreamSpace {
  public:
   /// The slots: the agreed words, this rank's codes, the ring's send and receive buffers, the
-  /// chunks' full sums, the out-of-range flags, fp32 output before a 16-bit cast, and what a
-  /// form keeps for itself within a call (error feedback's x + e).
-  enum Slot : int { kWords = 0, kOwnCodes, kSend, kRecv, kSums, kFlags, kOut32, kFormScratch };
-  static constexpr int kSlots = 8;
+  /// chunks' full sums, the out-of-range flags, fp32 output before a 16-bit cast, what a form
+  /// keeps for itself within a call (error feedback's x + e), and a reduce-scatter's input
+  /// rotated segment by segment (rotate=hadamard).
+  enum Slot : int {
+    kWords = 0,
+    kOwnCodes,
+    kSend,
+    kRecv,
+    kSums,
+    kFlags,
+    kOut32,
+    kFormScratch,
+    kRotatedInput
+  };
+  static constexpr int kSlots = 9;
   virtual void* space(int slot, std::size_t bytes) = 0;
 
  protected:

@@ -9,7 +9,8 @@
 # (fully_shard): plain; preloaded without a codec (the parameters must equal plain's bit for
 # bit); preloaded with CCOLL_CODEC=maxnorm:bits=8 (DDP, also with rotate=hadamard: the ranks'
 # parameters identical, the loss within 1% of plain's; FSDP: with
-# CCOLL_INTERCEPT=reduce_scatter, then with the all-gathers of the parameters compressed too).
+# CCOLL_INTERCEPT=reduce_scatter, also rotated, then with the all-gathers of the parameters
+# compressed too).
 # Prints a markdown table; exit 1 when a check fails or a run does not finish.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/../.." || exit 1
@@ -61,6 +62,8 @@ for mode in ddp fsdp; do
   else
     run "$mode-bits8" "$mode" LD_PRELOAD="$lib" CCOLL_CODEC=maxnorm:bits=8 CCOLL_DEBUG=INFO \
       CCOLL_INTERCEPT=reduce_scatter
+    run "$mode-bits8-rot" "$mode" LD_PRELOAD="$lib" CCOLL_CODEC=maxnorm:bits=8,rotate=hadamard \
+      CCOLL_DEBUG=INFO CCOLL_INTERCEPT=reduce_scatter
     run "$mode-bits8-gather" "$mode" LD_PRELOAD="$lib" CCOLL_CODEC=maxnorm:bits=8 CCOLL_DEBUG=INFO
   fi
 done

@@ -24,7 +24,7 @@ struct RotatedInput;  // thread_scratch's tag of the rotated input
 }  // namespace
 
 void begin_rotation(Call& call, const Placement& pl, std::size_t es, int rank, int ranks,
-                    std::size_t block, std::uint64_t seed, CallRotation& r) {
+                    std::size_t block, std::uint64_t seed, StreamState* stream, CallRotation& r) {
   r.block = block;
   r.seed = seed;
   const auto* in = static_cast<const float*>(call.input(es, rank));
@@ -33,21 +33,28 @@ void begin_rotation(Call& call, const Placement& pl, std::size_t es, int rank, i
   const std::size_t pieces = call.reduce_scatter() ? static_cast<std::size_t>(ranks) : 1;
   const std::size_t n = call.count;
   if (pl.kernels()) {
-    auto& kernels = pl.device->kernels<gpu::ElementKernels>();
+    gpu::Backend& b = *pl.device;
     if (pieces == 1) {
-      kernels.rotate(static_cast<float*>(call.recvbuf), in, n, block, seed, true);
+      b.kernels<gpu::ElementKernels>().rotate(static_cast<float*>(call.recvbuf), in, n, block, seed,
+                                              true);
       r.in_place = call.in_place();
       call.sendbuf = MPI_IN_PLACE;
       return;
     }
-    // recvbuf holds one segment: the rotated input goes to device memory of the thread's (a
-    // reduce-scatter is never stream-ordered: the call is done with it when it returns)
-    static CCOLL_RANK_LOCAL gpu::Buffer rotated;
-    auto* out = static_cast<float*>(rotated.get(*pl.device, sizeof(float) * n * pieces, false));
-    for (std::size_t s = 0; s < pieces; ++s) {
-      kernels.rotate(out + s * n, in + s * n, n, block, seed, true);
+    // recvbuf holds one segment: the rotated input goes to device memory. A stream-ordered call
+    // reads it after returning: the stream workspace, ordered after the previous call's use
+    // (its run orders itself after the same event: once is enough); a blocking call is done
+    // with it when it returns: the thread's
+    const std::size_t bytes = sizeof(float) * n * pieces;
+    void* out = nullptr;
+    if (stream != nullptr) {
+      stream->order_after_previous(call.options.cuda_stream);
+      out = stream->space(codec::StreamSpace::kRotatedInput, bytes);
+    } else {
+      static CCOLL_RANK_LOCAL gpu::Buffer rotated;
+      out = rotated.get(b, bytes, false);
     }
-    call.sendbuf = out;
+    call.sendbuf = rotate_segments(b, static_cast<float*>(out), in, n, pieces, block, seed);
     return;
   }
   r.count = n * pieces;

@@ -8,8 +8,10 @@
 
 #include "call.hpp"
 #include "codec.hpp"
+#include "element_device.hpp"
 #include "placement.hpp"
 #include "rotation.hpp"
+#include "stream_allreduce.hpp"
 
 namespace ccoll::call {
 
@@ -38,12 +40,25 @@ struct CallRotation {
 /// as a tensor of its own (its output, one segment, is then rotated back as the all-reduce's
 /// is). Device buffers with kernels: an all-reduce's input rotated into recvbuf by the element
 /// kernels on the call's stream, the call then in place (no device buffer to keep alive past a
-/// stream-ordered call); a reduce-scatter's into device memory of the thread's. Host buffers
+/// stream-ordered call); a reduce-scatter's into device memory: `stream`'s workspace where the
+/// call may run stream-ordered (non-null), else the thread's. Host buffers
 /// (and host copies of device buffers): call.sendbuf points at a buffer of the thread's (kept,
 /// grown to the largest tensor: no page to fault in on later calls), which fill_rotated_input()
 /// or rotate_and_scan() fills before anything reads it.
 void begin_rotation(Call& call, const Placement& pl, std::size_t es, int rank, int ranks,
-                    std::size_t block, std::uint64_t seed, CallRotation& r);
+                    std::size_t block, std::uint64_t seed, StreamState* stream, CallRotation& r);
+
+/// Device: `pieces` segments of `count` elements of `in` rotated into `out` one by one, each as
+/// a tensor of its own (a reduce-scatter's, on the backend's current stream); returns `out`.
+/// (Inline: the NCCL interposer calls it too.)
+inline float* rotate_segments(gpu::Backend& b, float* out, const float* in, std::size_t count,
+                              std::size_t pieces, std::size_t block, std::uint64_t seed) {
+  auto& kernels = b.kernels<gpu::ElementKernels>();
+  for (std::size_t s = 0; s < pieces; ++s) {
+    kernels.rotate(out + s * count, in + s * count, count, block, seed, true);
+  }
+  return out;
+}
 
 /// Host: rotates the input into its buffer, if not done yet.
 void fill_rotated_input(CallRotation& r);

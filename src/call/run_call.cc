@@ -472,10 +472,13 @@ void local_stage(Flow& f) {
   f.compress = c.bad.ok() && call.count > 0 && f.p() > 1 && c.in_total * f.es() >= c.env.min_bytes;
   if (pl.device != nullptr) choose_device_path(call, pl, c, f.ctx, f.compress);
   f.compress = f.compress && c.bad.ok();
-  if (f.compress && c.spec.rotate != 0) {
-    begin_rotation(call, pl, f.es(), f.rank(), f.p(), c.spec.rotate, rotation_seed_of(call), f.rot);
-  }
   f.stream = f.compress && runs_stream_ordered(f);
+  if (f.compress && c.spec.rotate != 0) {
+    // (a stream-ordered reduce-scatter's rotated input lives in the stream workspace)
+    StreamState* space = f.stream ? &stream_state(f.ctx, *pl.device) : nullptr;
+    begin_rotation(call, pl, f.es(), f.rank(), f.p(), c.spec.rotate, rotation_seed_of(call), space,
+                   f.rot);
+  }
   // the hierarchical schedule's cross-node call makes its own plan; the stream-ordered
   // all-reduce needs none (its scan and scales are on the device)
   if (f.compress && !f.stream && !coll::runs_two_level(c.algorithm)) prepare_plan(f);

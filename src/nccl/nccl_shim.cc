@@ -37,6 +37,7 @@
 #include <vector>
 
 #include "backend.hpp"
+#include "call_rotation.hpp"
 #include "ccoll/ccoll.hpp"
 #include "ccoll/error.hpp"
 #include "comm_registry.hpp"
@@ -380,8 +381,9 @@ ncclResult_t try_compress(Kind kind, const void* in, void* out, std::size_t coun
   }
   if (kind != Kind::kAllreduce && type != ncclFloat32) return ncclSuccess;  // fp32 only there
   if (kind != Kind::kAllreduce && c.spec.ef) return ncclSuccess;
-  // rotate=hadamard: float32 all-reduces only (the rotation's element type and collective)
-  if (c.spec.rotate != 0 && (kind != Kind::kAllreduce || type != ncclFloat32)) return ncclSuccess;
+  // rotate=hadamard: float32 all-reduces and reduce-scatters (the rotation's element type; an
+  // all-gather's blocks are never summed)
+  if (c.spec.rotate != 0 && (kind == Kind::kAllgather || type != ncclFloat32)) return ncclSuccess;
   const std::size_t elements =
       kind == Kind::kAllreduce ? count : count * static_cast<std::size_t>(s.ranks);
   if (elements * size_of(type) < p.min_bytes) return ncclSuccess;
@@ -398,14 +400,22 @@ ncclResult_t try_compress(Kind kind, const void* in, void* out, std::size_t coun
     s.coll->set_stream(stream);
     s.coll->result = ncclSuccess;
     const bool half = type != ncclFloat32;
-    // rotate=hadamard: the input rotated into `out` on the stream, the call in place there,
-    // the result rotated back after it (as the blocking and stream-ordered calls do)
+    // rotate=hadamard: an all-reduce's input rotated into `out` on the stream, the call in
+    // place there; a reduce-scatter's segments, each a tensor of its own, into the stream
+    // workspace (ordered after the previous call's use of it); the result rotated back after
+    // it (as the blocking and stream-ordered calls do)
     const std::uint64_t rotation = codec::rotation_seed(0, 0);
-    if (c.spec.rotate != 0) {
+    if (c.spec.rotate != 0 && kind == Kind::kAllreduce) {
       b->kernels<gpu::ElementKernels>().rotate(static_cast<float*>(out),
                                                static_cast<const float*>(in), count, c.spec.rotate,
                                                rotation, true);
       in = out;
+    } else if (c.spec.rotate != 0) {
+      st.order_after_previous(stream);
+      auto* rotated =
+          static_cast<float*>(st.space(codec::StreamSpace::kRotatedInput, 4 * elements));
+      in = call::rotate_segments(*b, rotated, static_cast<const float*>(in), count,
+                                 static_cast<std::size_t>(s.ranks), c.spec.rotate, rotation);
     }
     call::StreamAllreduce a{
         in,

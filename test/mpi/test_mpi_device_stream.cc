@@ -152,7 +152,10 @@ TEST_F(DeviceBuffers, StreamOrderedReduceScatterEqualsTheHostRing) {
   const int rank = rank_of(MPI_COMM_WORLD);
   const auto p = static_cast<std::size_t>(size_of(MPI_COMM_WORLD));
   for (const std::size_t m : {kBlock + 3, std::size_t{1}, std::size_t{13}}) {
-    for (const char* codec : {"maxnorm:bits=8", "maxnorm:bits=3,ef=1"}) {
+    // (rotate=hadamard: each rank's segment rotated into the stream workspace, the block back)
+    for (const char* codec :
+         {"maxnorm:bits=8", "maxnorm:bits=3,ef=1", "maxnorm:bits=4,rotate=hadamard",
+          "maxnorm:bits=2,ef=1,rotate=hadamard"}) {
       for (const bool in_place : {false, true}) {
         SCOPED_TRACE(std::string(codec) + " m=" + std::to_string(m) +
                      (in_place ? " in place" : ""));

@@ -6,8 +6,8 @@
 //                                 the large float sums and gathers are compressed (maxnorm of
 //                                 BITS bits: not bit-equal, within the codec's bound, the same
 //                                 bits on every rank; with `allreduce`, only the all-reduces;
-//                                 `rotated`: only the float32 all-reduces, rotate=hadamard's
-//                                 bound);
+//                                 `rotated`: only the float32 all-reduces and
+//                                 reduce-scatters, rotate=hadamard's bound);
 //                                 the others still exact
 //   nccl_app error TEXT           the large float calls fail on every rank with an NCCL error
 //                                 whose ncclGetLastError contains TEXT; the others still exact
@@ -71,8 +71,9 @@ struct Expect {
   unsigned bits = 8;
   std::string text;
   bool allreduce_only = false;
-  /// rotate=hadamard: float32 all-reduces alone compressed, each element within the rotated
-  /// codec's documented bound (the unrotated one's times the 1024-element rotation block)
+  /// rotate=hadamard: float32 all-reduces and reduce-scatters alone compressed, each element
+  /// within the rotated codec's documented bound (the unrotated one's times the 1024-element
+  /// rotation block)
   bool rotated = false;
 };
 
@@ -290,7 +291,8 @@ void scatters_and_gathers(ncclComm_t comm, const Expect& e, int round) {
     float* dst = in_place ? x.data() + static_cast<std::size_t>(g_rank) * m : out.data();
     ncclResult_t r = ncclReduceScatter(x.data(), dst, m, ncclFloat32, ncclSum, comm, nullptr);
     check(in_place ? "ncclReduceScatter float32 in place" : "ncclReduceScatter float32", r, comm, e,
-          {true, !e.allreduce_only}, ncclFloat32, dst, want.data(), exact, mx, g_size, 1.0, false);
+          {true, !e.allreduce_only || e.rotated}, ncclFloat32, dst, want.data(), exact, mx, g_size,
+          1.0, false);
 
     // all-gather: every rank's m elements to every rank
     std::vector<float> all(p * m);

@@ -8,7 +8,7 @@
 #    gathers of at least CCOLL_MIN_BYTES outside a group are compressed within maxnorm's bound,
 #    the same bits on every rank; small, integer, max and grouped calls pass through unchanged;
 #    with ef=1 (and CCOLL_STATE_BY_BUFFER=1) the all-reduces, the others passing through; with
-#    rotate=hadamard the float32 all-reduces;
+#    rotate=hadamard the float32 all-reduces and reduce-scatters;
 # 3. refused configurations fail every candidate call on every rank with the same reason in
 #    ncclGetLastError, never a hang: a codec with no stream form, ef=1 without
 #    CCOLL_STATE_BY_BUFFER, a malformed CCOLL_NCCL_INTERCEPT, and ranks whose codecs differ
@@ -53,8 +53,10 @@ run bits4 "compressed 4" LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=4,round=near
 run ef "compressed 8 allreduce" LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=8,ef=1 CCOLL_STATE_BY_BUFFER=1
 run rot "compressed 4 rotated" LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=4,rotate=hadamard \
   CCOLL_DEBUG=INFO
-grep -q "ncclAllReduce of .* bytes compressed with maxnorm:bits=4,rotate=hadamard" "$work/rot.err" ||
-  fail "rot: CCOLL_DEBUG=INFO did not report a rotated call"
+for what in ncclAllReduce ncclReduceScatter; do
+  grep -q "$what of .* bytes compressed with maxnorm:bits=4,rotate=hadamard" "$work/rot.err" ||
+    fail "rot: CCOLL_DEBUG=INFO did not report a rotated $what"
+done
 
 # 4. a corrupt payload received by the last rank in the first call's last step (the
 #    all-gather's, which no rank forwards): every rank's ncclCommGetAsyncError reports it
