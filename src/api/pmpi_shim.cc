@@ -176,6 +176,7 @@ bool eligible(MPI_Comm comm, int count, MPI_Datatype t) {
   const ShimConfig& c = config();
   if (!c.compress) return false;  // CCOLL_CODEC unset: pure pass-through
   if (t == MPI_DATATYPE_NULL || count < 0 || comm == MPI_COMM_NULL) return false;
+  if (t == MPI_DOUBLE && !c.codec_double) return false;  // (rotate=hadamard: float32 only)
   const std::size_t bytes = static_cast<std::size_t>(count) * (t == MPI_DOUBLE ? 8 : 4);
   if (bytes < c.min_bytes) return false;
   int inter = 0;
@@ -276,7 +277,10 @@ const void* fortran_buffer(const void* p) {
 // Whether a reduce-scatter of `recvcount` elements per rank of `datatype` (every rank the same)
 // is compressed: eligible() weighs what each rank sends, recvcount × size elements.
 bool reduce_scatter_eligible(int recvcount, MPI_Datatype datatype, MPI_Op op, MPI_Comm comm) {
-  if (!config().reduce_scatter || op != MPI_SUM || comm == MPI_COMM_NULL) return false;
+  if (!config().reduce_scatter || !config().codec_reduce_scatter || op != MPI_SUM ||
+      comm == MPI_COMM_NULL) {
+    return false;
+  }
   int size = 0;
   PMPI_Comm_size(comm, &size);
   const long long total = static_cast<long long>(recvcount) * size;
@@ -323,7 +327,7 @@ __attribute__((visibility("default"))) int MPI_Allgather(const void* sendbuf, in
   const MPI_Datatype t = ccoll_type(recvtype);
   // in place, the send arguments are ignored; otherwise they must describe the same elements
   const bool same = in_place || (ccoll_type(sendtype) == t && sendcount == recvcount);
-  if (!config().allgather || !same || !eligible(comm, recvcount, t)) {
+  if (!config().allgather || !config().codec_allgather || !same || !eligible(comm, recvcount, t)) {
     count_passed(comm);
     return PMPI_Allgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
   }

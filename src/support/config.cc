@@ -111,7 +111,11 @@ PreloadConfig read_preload() {
     if (const std::string v = getenv_str("CCOLL_CODEC"); !v.empty()) {
       c.compress = true;
       c.codec = v;
-      stateful = parse_codec_spec(c.codec).stateful;  // throws, naming the bad part, if malformed
+      const CodecSpec spec = parse_codec_spec(c.codec);  // throws, naming the bad part
+      stateful = spec.stateful;
+      c.codec_allgather = !spec.allreduce_only && spec.rotate == 0;
+      c.codec_reduce_scatter = !spec.allreduce_only;
+      c.codec_double = spec.rotate == 0;
     }
     if (const std::string v = getenv_str("CCOLL_MIN_BYTES"); !v.empty()) {
       c.min_bytes = parse_byte_size(v, "CCOLL_MIN_BYTES");

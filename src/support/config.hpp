@@ -91,7 +91,13 @@ struct PreloadConfig {
   bool reduce_scatter = true;    ///< MPI_Reduce_scatter_block, MPI_Reduce_scatter (equal counts)
   bool stats = false;            ///< CCOLL_STATS=1
   bool state_by_buffer = false;  ///< CCOLL_STATE_BY_BUFFER=1: stateful codecs allowed
-  std::string error;             ///< a malformed variable: reported by every compressing call
+  /// What the codec has a form for (from its spec); the other calls pass through: all-gathers
+  /// and reduce-scatters (not for temporal and ef=21; rotate=hadamard: reduce-scatters only),
+  /// double precision (not for rotate=hadamard, which rotates float32)
+  bool codec_allgather = true;
+  bool codec_reduce_scatter = true;
+  bool codec_double = true;
+  std::string error;  ///< a malformed variable: reported by every compressing call
 };
 const PreloadConfig& preload_config();
 

@@ -118,4 +118,25 @@ if [ "$P" -ge 2 ]; then
   grep -q "CCOLL_CODEC is maxnorm:bits=4.* on rank 0 and maxnorm:bits=8" "$work/differ.err" ||
     fail "the refusal of differing codecs does not name both"
 fi
+# 7. codecs without a form for every call: those calls pass through (rotate=hadamard: float32
+#    all-reduces and reduce-scatters alone; temporal: all-reduces alone), the others compressed
+run rot LD_PRELOAD="$LIB" CCOLL_CODEC=maxnorm:bits=4,rotate=hadamard || fail "rotated run failed"
+run temporal LD_PRELOAD="$LIB" CCOLL_CODEC=temporal:bits=4 CCOLL_STATE_BY_BUFFER=1 ||
+  fail "temporal run failed"
+for v in rot temporal; do
+  [ "$(wc -l < "$work/$v.out")" -eq "$cases" ] || fail "$v: printed the wrong number of cases"
+  while read -r name hash err agree; do
+    [ "$agree" = 1 ] || fail "$name ($v): ranks hold different results"
+    passes=0
+    case $v:$name in
+      *:exact_* | *:lossy_*allgather* | temporal:lossy_*reduce_scatter*) passes=1 ;;
+      rot:lossy_double_* | rot:lossy_float64_*) passes=1 ;;
+    esac
+    if [ "$passes" = 1 ]; then
+      [ "$hash" = "$(hash_of plain "$name")" ] || fail "$name ($v): not passed through"
+    elif [ "$P" -ge 2 ] && [[ $name != *_split ]]; then
+      [ "$hash" != "$(hash_of plain "$name")" ] || fail "$name ($v): not compressed"
+    fi
+  done < "$work/$v.out"
+done
 echo "pmpi_preload_test: $P ranks passed"
