@@ -96,6 +96,21 @@ def test_torch_tensors_every_dtype(dtype):
     assert same_on_every_rank(x)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_rotated_codec_on_16bit_tensors(dtype):
+    # widened to the fp32 call's input, then rotated: within the rotated codec's bound
+    n = 4097
+    x = torch.from_numpy(data(RANK, n, np.float32)).to(dtype)
+    ref = sum(torch.from_numpy(data(r, n)).to(dtype).double() for r in range(SIZE))
+    codec = "maxnorm:bits=8,rotate=hadamard"
+    y = ccoll.allreduce(x, codec=codec)
+    sum_max = sum(float(torch.from_numpy(data(r, n)).to(dtype).abs().max()) for r in range(SIZE))
+    bound = ccoll.describe_codec(codec, SIZE)["error_bound"] * sum_max
+    tol = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}[dtype] * float(ref.abs().max())
+    assert float((y.double() - ref).abs().max()) <= bound + tol
+    assert same_on_every_rank(y)
+
+
 @pytest.mark.parametrize("n", [0, 1, 5, 1000])
 def test_allgather(n):
     x = data(RANK, n)

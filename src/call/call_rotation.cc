@@ -12,10 +12,12 @@ namespace ccoll::call {
 
 void check_rotation(const Call& call, Checked& c) {
   if (c.spec.rotate == 0 || !c.bad.ok()) return;
-  if (c.dtype != codec::DType::kFloat32 || call.input_half != Half::kNone) {
+  // (16-bit buffers run an fp32 call: its input widened before it is rotated, local_stage)
+  if (c.dtype != codec::DType::kFloat32) {
     c.bad.set(kArgCodec, Status::kUnsupported,
-              "codec: " + c.spec.canonical + " rotates float32 only (valid datatype with " +
-                  "rotate=hadamard: MPI_FLOAT; other datatypes: rotate=none)");
+              "codec: " + c.spec.canonical + " rotates floats of 32 and 16 bits only (valid " +
+                  "datatypes with rotate=hadamard: MPI_FLOAT, ccoll::float16(), " +
+                  "ccoll::bfloat16(); other datatypes: rotate=none)");
   }
 }
 

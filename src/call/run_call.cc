@@ -417,6 +417,8 @@ bool runs_stream_ordered(Flow& f) {
   const bool half_ok = call.half == Half::kNone
                            ? call.input_half == Half::kNone
                            : call.input_half == call.half && call.half_out != nullptr;
+  // (rotate=hadamard rotates fp32 input: 16-bit input is widened first, by the blocking call)
+  if (f.c.spec.rotate != 0 && call.input_half != Half::kNone) return false;
   return call.options.stream_ordered && pl.kernels() && pl.staged_recv == nullptr &&
          (call.allreduce() || call.reduce_scatter() || call.kind == Kind::kAllgather) && half_ok &&
          f.c.dtype == codec::DType::kFloat32 &&
@@ -474,6 +476,8 @@ void local_stage(Flow& f) {
   f.compress = f.compress && c.bad.ok();
   f.stream = f.compress && runs_stream_ordered(f);
   if (f.compress && c.spec.rotate != 0) {
+    // the rotation reads fp32: 16-bit input that a codec would read itself is widened first
+    widen_input(call, c.in_total, input_device(pl));
     // (a stream-ordered reduce-scatter's rotated input lives in the stream workspace)
     StreamState* space = f.stream ? &stream_state(f.ctx, *pl.device) : nullptr;
     begin_rotation(call, pl, f.es(), f.rank(), f.p(), c.spec.rotate, rotation_seed_of(call), space,

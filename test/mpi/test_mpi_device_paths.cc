@@ -107,7 +107,9 @@ TEST_F(DeviceBuffers, HalfBuffersEqualHostBuffers) {
               static_cast<std::uint16_t>(0x3c00u + ((i * 7 + static_cast<std::size_t>(r)) % 512));
         }
         ccoll::Options opt;
-        opt.codec = "maxnorm:bits=8";
+        // (bfloat16 all-reduces and reduce-scatters rotated: widened, then rotated, on the device)
+        opt.codec =
+            bf16 && op != Op::kAllgather ? "maxnorm:bits=4,rotate=hadamard" : "maxnorm:bits=8";
         opt.seed = 3;
         auto call = [&](const void* in, void* out, MPI_Datatype type, MPI_Comm comm) {
           if (op == Op::kAllreduce) {

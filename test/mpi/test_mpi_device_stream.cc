@@ -461,6 +461,29 @@ TEST_F(DeviceBuffers, StreamOrderedOnlyWhereItRuns) {
       }
     }
   }
+  {
+    // rotate=hadamard on 16-bit buffers: the input widened before it is rotated, in a blocking
+    // call, the host call's bytes
+    SCOPED_TRACE("bfloat16 rotated");
+    std::vector<std::uint16_t> h(n);
+    for (std::size_t i = 0; i < n; ++i) h[i] = to_bf16(x[i]);
+    ccoll::Stats stats;
+    ccoll::Options ro = stream_options("maxnorm:bits=4,rotate=hadamard", &stats);
+    ccoll::Options ho = ro;
+    ho.stream_ordered = false;
+    ho.stats = nullptr;
+    std::vector<std::uint16_t> want(n);
+    ccoll::compressed_allreduce(h.data(), want.data(), n, ccoll::bfloat16(), MPI_SUM, host_comm_,
+                                ho);
+    void* in = ccoll::testing::device_alloc(2 * n);
+    ccoll::testing::device_copy(in, h.data(), 2 * n);
+    ccoll::compressed_allreduce(MPI_IN_PLACE, in, n, ccoll::bfloat16(), MPI_SUM, dev_comm_, ro);
+    EXPECT_FALSE(stats.stream_ordered);
+    std::vector<std::uint16_t> got(n);
+    ccoll::testing::device_copy(got.data(), in, 2 * n);
+    ccoll::testing::device_free(in);
+    EXPECT_EQ(got, want);
+  }
   ccoll::Options o = stream_options("maxnorm:bits=4", nullptr);
   o.stream_ordered = rank == 0;
   DeviceVec dx(x);

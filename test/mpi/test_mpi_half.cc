@@ -252,9 +252,11 @@ TEST(MpiHalf, AllreduceEqualsTheFp32CallOnWidenedInput) {
   MPI_Comm_dup(MPI_COMM_WORLD, &b);
   const std::size_t fewer = p > 1 ? static_cast<std::size_t>(p - 1) : 1;
   for (const Type& type : kTypes) {
-    for (const char* codec : {"maxnorm:bits=8", "maxnorm:bits=4", "maxnorm:bits=2,round=nearest",
-                              "maxnorm:bits=8,ef=1", "maxnorm:bits=3,ef=1", "maxnorm:bits=4/7",
-                              "randk:ratio=0.3", "qsgd:bits=4", "qsgd:bits=4,ef=1", "none"}) {
+    for (const char* codec :
+         {"maxnorm:bits=8", "maxnorm:bits=4", "maxnorm:bits=2,round=nearest", "maxnorm:bits=8,ef=1",
+          "maxnorm:bits=3,ef=1", "maxnorm:bits=4/7", "randk:ratio=0.3", "qsgd:bits=4",
+          "qsgd:bits=4,ef=1", "none", "maxnorm:bits=4,rotate=hadamard",
+          "maxnorm:bits=2,ef=1,rotate=hadamard"}) {
       for (const std::size_t n : {std::size_t{1}, fewer, std::size_t{1001}, std::size_t{70001}}) {
         for (const bool in_place : {false, true}) {
           for (const bool nan : {false, true}) {

@@ -369,7 +369,7 @@ TEST(MpiRotate, RefusedOnEveryRankWhereItDoesNotRun) {
                                          MPI_COMM_WORLD, opt);
       },
       ccoll::Status::kUnsupported);
-  EXPECT_NE(scatter.find("rotates float32 only"), std::string::npos) << scatter;
+  EXPECT_NE(scatter.find("rotates floats of 32 and 16 bits only"), std::string::npos) << scatter;
   std::vector<double> d(5000, 1.0);
   const std::string dbl = expect_error_everywhere(
       [&] {
@@ -377,7 +377,10 @@ TEST(MpiRotate, RefusedOnEveryRankWhereItDoesNotRun) {
                                     MPI_COMM_WORLD, opt);
       },
       ccoll::Status::kUnsupported);
-  EXPECT_NE(dbl.find("rotates float32 only"), std::string::npos) << dbl;
+  EXPECT_NE(dbl.find("valid datatypes with rotate=hadamard: MPI_FLOAT, ccoll::float16(), "
+                     "ccoll::bfloat16()"),
+            std::string::npos)
+      << dbl;
 }
 
 }  // namespace
