@@ -10,7 +10,7 @@
 
 namespace ccoll::call {
 
-void check_rotation(const Call& call, Checked& c) {
+void check_rotation(Checked& c) {
   if (c.spec.rotate == 0 || !c.bad.ok()) return;
   // (16-bit buffers run an fp32 call: its input widened before it is rotated, local_stage)
   if (c.dtype != codec::DType::kFloat32) {

@@ -15,8 +15,8 @@
 
 namespace ccoll::call {
 
-/// rotate=hadamard's local check: float32 input (host or device buffers).
-void check_rotation(const Call& call, Checked& c);
+/// rotate=hadamard's local check: the fp32 call of float32 or 16-bit buffers (host or device).
+void check_rotation(Checked& c);
 
 /// The rotation of one call.
 struct CallRotation {

@@ -470,7 +470,7 @@ void local_stage(Flow& f) {
   Checked& c = f.c;
   c = check_arguments(call, pl.facts, f.p());
   if (pl.device != nullptr) check_device_transport(pl, c);
-  check_rotation(call, c);
+  check_rotation(c);
   f.compress = c.bad.ok() && call.count > 0 && f.p() > 1 && c.in_total * f.es() >= c.env.min_bytes;
   if (pl.device != nullptr) choose_device_path(call, pl, c, f.ctx, f.compress);
   f.compress = f.compress && c.bad.ok();
