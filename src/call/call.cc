@@ -141,14 +141,14 @@ void check_codec_and_algorithm(const Call& call, Checked& c) {
       bad.set(kArgCodec, e.code(), e.message());
     }
   }
-  if (!call.allreduce() && bad.ok() && c.spec.allreduce_only) {
+  const bool has_form = call.allreduce() || (call.reduce_scatter() ? c.spec.reduce_scatter_form()
+                                                                   : c.spec.allgather_form());
+  if (bad.ok() && !has_form && c.spec.allreduce_only) {
     const std::string form = call.reduce_scatter() ? "reduce-scatter" : "all-gather";
     bad.set(kArgCodec, Status::kUnsupported,
             "codec: " + c.spec.canonical + " transforms all-reduce outputs and has no " + form +
                 " form (valid for " + call.fn + ": any codec but temporal)");
-  }
-  // an all-gather's blocks are never summed: nothing for a shared rotation to spread
-  if (call.kind == Kind::kAllgather && bad.ok() && c.spec.rotate != 0) {
+  } else if (bad.ok() && !has_form) {
     bad.set(kArgCodec, Status::kUnsupported,
             "codec: " + c.spec.canonical +
                 " rotates all-reduce and reduce-scatter inputs only (valid for " + call.fn +

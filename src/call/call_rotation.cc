@@ -68,12 +68,9 @@ void begin_rotation(Call& call, const Placement& pl, std::size_t es, int rank, i
 
 void fill_rotated_input(CallRotation& r) {
   if (r.from == nullptr) return;
-  if (r.segment == 0) {
-    codec::rotate_forward_copy(r.rotated, r.from, r.count, r.block, r.seed);
-  } else {
-    for (std::size_t at = 0; at < r.count; at += r.segment) {
-      codec::rotate_forward_copy(r.rotated + at, r.from + at, r.segment, r.block, r.seed);
-    }
+  const std::size_t piece = r.segment != 0 ? r.segment : r.count;
+  for (std::size_t at = 0; at < r.count; at += piece) {
+    codec::rotate_forward_copy(r.rotated + at, r.from + at, piece, r.block, r.seed);
   }
   r.from = nullptr;
 }

@@ -113,8 +113,8 @@ PreloadConfig read_preload() {
       c.codec = v;
       const CodecSpec spec = parse_codec_spec(c.codec);  // throws, naming the bad part
       stateful = spec.stateful;
-      c.codec_allgather = !spec.allreduce_only && spec.rotate == 0;
-      c.codec_reduce_scatter = !spec.allreduce_only;
+      c.codec_allgather = spec.allgather_form();
+      c.codec_reduce_scatter = spec.reduce_scatter_form();
       c.codec_double = spec.rotate == 0;
     }
     if (const std::string v = getenv_str("CCOLL_MIN_BYTES"); !v.empty()) {

@@ -40,9 +40,10 @@ struct CodecSpec {
   /// Its codec also encodes an owner's sum on scales of its own (codec::Codec::encodes_rescaled:
   /// maxnorm with one scale and exact sums, alone or with ef=1), so the sra all-reduce takes it.
   bool rescales = false;
-  /// rotate=hadamard: the all-reduce rotates its float32 input blockwise before encoding and
-  /// its output back (codecs/rotation.hpp on the host, the element kernels' rotate() on the
-  /// device), in blocks of this many elements (the scale block); 0: no rotation.
+  /// rotate=hadamard: the all-reduce and the reduce-scatter rotate their fp32 input blockwise
+  /// before encoding and their output back (codecs/rotation.hpp on the host, the element
+  /// kernels' rotate() on the device), in blocks of this many elements (the scale block); 0: no
+  /// rotation.
   std::size_t rotate = 0;
   /// maxnorm:clip=C: a rank's scale of a block at most C root mean squares; 0: none.
   double clip = 0;
@@ -53,6 +54,12 @@ struct CodecSpec {
   bool prescale_mean = false;
   bool segment_local = false;
   std::string canonical;  ///< name[:k=v,...] with sorted keys (defaults filled in), then ef=1.
+
+  /// The collectives besides the all-reduce it has a form for: the reduce-scatter unless it
+  /// transforms all-reduce outputs; the all-gather unless that or it rotates (an all-gather's
+  /// blocks are never summed, so a shared rotation has nothing to spread).
+  bool reduce_scatter_form() const { return !allreduce_only; }
+  bool allgather_form() const { return !allreduce_only && rotate == 0; }
 };
 
 /// Parses and validates `text` against the registry; throws ccoll::Error(kInvalidArgument)
