@@ -3,7 +3,7 @@
 # (bench/sim/build.sh) on 16 simulated ranks, 4 hosts of 4, small sizes: plain MPI, ccoll
 # uncompressed, bf16, maxnorm:bits=8 and bits=4 under algorithm=auto,
 # and maxnorm:bits=8 under algorithm=hierarchical, on those 4 nodes and on 16 nodes of 2 (32
-# ranks: the cross-node step on sra), every result checked against the exact sum (-c); and
+# ranks: the cross-node step on halving), every result checked against the exact sum (-c); and
 # time-only simulation's times against the real codecs' on the ring and hierarchical schedules.
 # Seconds.
 #   bench/sim/smoke_test.sh [BUILD_DIR]        (default build-smpi)
@@ -38,7 +38,7 @@ run() {  # run NAME ROWS RANKS PER_HOST PLATFORM ARGS...: ROWS result rows expec
 }
 run "16 ranks, auto" 15 16 4 "$platform" --baseline mpi --codec none,bf16,maxnorm:bits=8,maxnorm:bits=4
 run "16 ranks, hierarchical" 3 16 4 "$platform" --codec maxnorm:bits=8 --algorithm hierarchical
-# 16 nodes of 2: the cross-node step of node sums on halving (auto's for 16 nodes)
+# 16 nodes of 2: the cross-node step on halving (auto's for 16 nodes), no node sums
 run "32 ranks, 16 nodes, hierarchical" 3 32 2 bench/sim/platforms/gpu-fattree-200g.xml \
   --codec maxnorm:bits=8 --algorithm hierarchical
 # time-only simulation (the driver's --time-only, codecs modelled by CCOLL_SIM_MODEL at rates

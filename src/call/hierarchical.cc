@@ -192,19 +192,28 @@ void run_cross_step(const Call& call, const Topology& topo, gpu::Backend* device
   bufs.step_done(call, step);
 }
 
-// The scale block of the call's codec when it encodes node sums at one rank's step
-// (node_sums.hpp), else 0; codec=auto, whose candidates are measured, encodes them as any input.
-std::size_t node_sums_block(const Call& call, codec::DType dtype) {
-  const std::string& text = requested_codec(call.options);
-  if (text.rfind("auto", 0) == 0) return 0;
+}  // namespace
+
+std::size_t node_sums_block(const std::string& codec_text, codec::DType dtype,
+                            const std::vector<int>& shards, int nodes) {
+  if (codec_text.rfind("auto", 0) == 0) return 0;
   try {
-    const CodecSpec spec = parse_codec_spec(text);
+    const CodecSpec spec = parse_codec_spec(codec_text);
     const auto codec = make_codec(spec, dtype);
-    return node_sums_apply(*codec, spec) ? codec->scale_block() : 0;
+    if (!node_sums_apply(*codec, spec)) return 0;
+    const std::size_t es = codec::dtype_size(dtype);
+    for (const int n : shards) {
+      if (cross_step_takes_node_sums(*codec, static_cast<std::size_t>(n), es, nodes)) {
+        return codec->scale_block();
+      }
+    }
+    return 0;
   } catch (const Error&) {
     return 0;  // the cross-node call's checks reject it on every rank
   }
 }
+
+namespace {
 
 // The largest magnitude in each `block`-element block of x[0, n) (infinity where a block holds
 // a NaN or an infinity), appended to `out`.
@@ -534,14 +543,18 @@ class AllreduceLevels {
     check_node_step(call, n_);
     const std::size_t segments = std::min(pipeline_segments(n_ * es_, topo, lc.device), n_);
     seg_.resize(segments);
-    sums_block_ = lc.device == nullptr ? node_sums_block(call, lc.dtype) : 0;
+    std::vector<int> shards;
     for (std::size_t k = 0; k < segments; ++k) {
       const auto s = static_cast<int>(segments);
       const auto i = static_cast<int>(k);
       static_cast<NodeParts&>(seg_[k]) = node_parts(coll::chunk_count(n_, s, i), topo.node_size);
       seg_[k].offset = coll::chunk_offset(n_, s, i);
       seg_[k].node.ranks = topo.node_size;
+      shards.insert(shards.end(), seg_[k].counts.begin(), seg_[k].counts.end());
     }
+    sums_block_ = lc.device == nullptr
+                      ? node_sums_block(requested_codec(call.options), lc.dtype, shards, topo.nodes)
+                      : 0;
     data_ = static_cast<std::byte*>(call.recvbuf);
     in_ = static_cast<const std::byte*>(call.in_place() ? call.recvbuf : call.sendbuf);
   }

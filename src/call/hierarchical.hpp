@@ -16,6 +16,10 @@
 // The all-gather and the reduce-scatter (hierarchical.cc) run the same two levels.
 #pragma once
 
+#include <cstddef>
+#include <string>
+#include <vector>
+
 #include "backend.hpp"
 #include "call.hpp"
 #include "comm_context.hpp"
@@ -41,6 +45,15 @@ struct LevelsCall {
   std::uint64_t tensor_key = 0;
   DataPath node_path = DataPath::kHost;
 };
+
+/// The scale block of `codec_text` when a hierarchical all-reduce encodes node sums at one
+/// rank's step (node_sums.hpp), else 0: codec=auto (its candidates are measured) encodes them
+/// as any input, and so does a cross-node step whose schedule takes no node sums (halving, at a
+/// power of two of nodes). `shards` lists every local rank's shard length (the same on every
+/// rank of a node): 0 when none of their cross-node steps among `nodes` ranks takes node sums,
+/// since the node's maxima, a pass over the whole input and an all-reduce, then go unused.
+std::size_t node_sums_block(const std::string& codec_text, codec::DType dtype,
+                            const std::vector<int>& shards, int nodes);
 
 /// Runs the hierarchical all-reduce, all-gather or reduce-scatter of `lc`. Nodes of unequal
 /// size run the flat schedule instead (Stats::algorithm says which); an invalid

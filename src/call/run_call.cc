@@ -95,20 +95,27 @@ struct Flow {
   std::size_t es() const { return c.elem_bytes; }
 };
 
-// What decides the schedule (the same on every rank: the agreement checked its inputs).
-coll::ScheduleQuery schedule_query(const Flow& f, const codec::Codec& codec, bool device_codecs,
-                                   bool exact_lengths, bool topology = false) {
+// What the codec brings to the choice of a schedule.
+coll::ScheduleQuery codec_query(const codec::Codec& codec) {
   coll::ScheduleQuery q;
-  q.allreduce = f.call.allreduce();
-  q.requested = f.c.algorithm;
-  q.count = f.call.count;
-  q.elem_bytes = f.c.elem_bytes;
-  q.ranks = f.p();
   q.gather_reduce = codec.capabilities().gather_reduce;
   q.reencodes = !codec.capabilities().lossless && !codec.capabilities().summable;
   q.summable = codec.capabilities().summable;
   q.rescales = codec.encodes_rescaled();
   q.lossy_add = codec.capabilities().lossy_add;
+  q.stateful = codec.capabilities().stateful;
+  return q;
+}
+
+// What decides the schedule (the same on every rank: the agreement checked its inputs).
+coll::ScheduleQuery schedule_query(const Flow& f, const codec::Codec& codec, bool device_codecs,
+                                   bool exact_lengths, bool topology = false) {
+  coll::ScheduleQuery q = codec_query(codec);
+  q.allreduce = f.call.allreduce();
+  q.requested = f.c.algorithm;
+  q.count = f.call.count;
+  q.elem_bytes = f.c.elem_bytes;
+  q.ranks = f.p();
   // where auto could take sra for summable codecs: whether ranks share nodes (the topology, a
   // collective on the communicator's first such call), asked only by the schedule's own choice
   // (`topology`), after the agreement, from values equal on every rank (device_codecs agreed,
@@ -123,11 +130,25 @@ coll::ScheduleQuery schedule_query(const Flow& f, const codec::Codec& codec, boo
     const Topology& topo = f.ctx.topology();
     q.node_ranks = !topo.error.empty() ? 1 : topo.uniform ? topo.node_size : 2;
   }
-  q.stateful = codec.capabilities().stateful;
   q.device_codecs = device_codecs;
   q.exact_lengths = exact_lengths;
   return q;
 }
+
+}  // namespace
+
+bool cross_step_takes_node_sums(const codec::Codec& codec, std::size_t count,
+                                std::size_t elem_bytes, int nodes) {
+  // as schedule_query() of the nested cross-node call: auto, host buffers, one rank a node; a
+  // transport that needs exact lengths takes no node sums on any schedule (run_plan)
+  coll::ScheduleQuery q = codec_query(codec);
+  q.count = count;
+  q.elem_bytes = elem_bytes;
+  q.ranks = nodes;
+  return coll::schedule_row(coll::select_schedule(q)).node_sums;
+}
+
+namespace {
 
 // Where the call's 16-bit input is: device memory on the paths whose codec runs kernels,
 // host memory otherwise (the host-copy path widened it before its copy, placement.cc).

@@ -30,6 +30,13 @@ void run_call(const Call& call, Stats& stats);
 void run_mpi_uncompressed(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
                           CommContext& ctx);
 
+/// Whether a hierarchical all-reduce's cross-node step of `count` elements of `elem_bytes` among
+/// `nodes` ranks (one a node, auto, host buffers) runs a schedule that takes node sums
+/// (coll::ScheduleRow::node_sums): the node's maxima are worth finding only then. Decided from
+/// the arguments alone, so equal arguments give every rank the same answer.
+bool cross_step_takes_node_sums(const codec::Codec& codec, std::size_t count,
+                                std::size_t elem_bytes, int nodes);
+
 /// A schedule's counters into the call's Stats (bytes on the wire, encode/comm/decode time).
 void copy_counters(const coll::Counters& c, Stats& s);
 

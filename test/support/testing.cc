@@ -8,10 +8,12 @@
 
 #include "backend.hpp"
 #include "ccoll/error.hpp"
+#include "collectives.hpp"
 #include "comm_context.hpp"
 #include "config.hpp"
 #include "device_codec.hpp"
 #include "device_ops.hpp"
+#include "hierarchical.hpp"
 #include "mpi_stream.hpp"
 #include "mpi_transport.hpp"
 #include "nccl_transport.hpp"
@@ -53,6 +55,15 @@ std::size_t device_payload_workspaces(MPI_Comm comm) {
 const char* device_backend(const char** why) {
   gpu::Backend* b = gpu::backend(why);
   return b == nullptr ? nullptr : b->name();
+}
+
+std::size_t hierarchical_node_sums_block(const char* codec, std::size_t count, int node_ranks,
+                                         int nodes) {
+  std::vector<int> shards;
+  for (int i = 0; i < node_ranks; ++i) {
+    shards.push_back(static_cast<int>(coll::chunk_count(count, node_ranks, i)));
+  }
+  return call::node_sums_block(codec, codec::DType::kFloat32, shards, nodes);
 }
 
 void* device_alloc(std::size_t bytes) { return current().device_alloc(bytes); }

@@ -41,6 +41,11 @@ CCOLL_API void corrupt_next_receive(std::size_t bytes);
 CCOLL_API std::size_t device_payload_workspaces(MPI_Comm comm);
 /// Name of the current device backend ("cuda", "emulated"), or null (and `why`) without one.
 CCOLL_API const char* device_backend(const char** why);
+/// The scale block whose node maxima a hierarchical all-reduce of `count` float32 elements
+/// finds for its node sums, on `nodes` nodes of `node_ranks` ranks with `codec`; 0 where no
+/// cross-node step would take them (call::node_sums_block).
+CCOLL_API std::size_t hierarchical_node_sums_block(const char* codec, std::size_t count,
+                                                   int node_ranks, int nodes);
 /// Device memory of the current backend, and copies to and from it (synchronous).
 CCOLL_API void* device_alloc(std::size_t bytes);
 CCOLL_API void device_free(void* p);
