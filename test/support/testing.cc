@@ -6,6 +6,7 @@
 #include <cstring>
 #include <vector>
 
+#include "agreement.hpp"
 #include "backend.hpp"
 #include "ccoll/error.hpp"
 #include "collectives.hpp"
@@ -55,6 +56,10 @@ std::size_t device_payload_workspaces(MPI_Comm comm) {
 const char* device_backend(const char** why) {
   gpu::Backend* b = gpu::backend(why);
   return b == nullptr ? nullptr : b->name();
+}
+
+void scale_round_max(double* values, std::size_t n, MPI_Comm comm) {
+  call::MpiExchange(comm).max(values, n);
 }
 
 std::size_t hierarchical_node_sums_block(const char* codec, std::size_t count, int node_ranks,

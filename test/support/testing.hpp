@@ -41,6 +41,8 @@ CCOLL_API void corrupt_next_receive(std::size_t bytes);
 CCOLL_API std::size_t device_payload_workspaces(MPI_Comm comm);
 /// Name of the current device backend ("cuda", "emulated"), or null (and `why`) without one.
 CCOLL_API const char* device_backend(const char** why);
+/// The scale round's MAX over `comm` of `n` doubles (call::MpiExchange::max), in place.
+CCOLL_API void scale_round_max(double* values, std::size_t n, MPI_Comm comm);
 /// The scale block whose node maxima a hierarchical all-reduce of `count` float32 elements
 /// finds for its node sums, on `nodes` nodes of `node_ranks` ranks with `codec`; 0 where no
 /// cross-node step would take them (call::node_sums_block).

@@ -1,3 +1,10 @@
+// The call's own rounds, through seams of libccoll_testing, at every rank count the suite runs.
+//
+// The scale round's MAX (call::MpiExchange::max: recursive halving and doubling over point-to-
+// point messages, the ranks beyond a power of two folded in): every rank ends with every
+// element's largest value, bit for bit the same, at vector lengths from 0 to more than the
+// ranks, a NaN kept and infinities taken as values.
+//
 // Which hierarchical all-reduces find the node's maxima for node sums (node_sums.hpp): only
 // those whose cross-node step runs a schedule that takes node sums (the ring, sra). Halving,
 // auto's cross-node schedule at a power of two of nodes from 16, encodes a node's sum as any
@@ -7,13 +14,67 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <vector>
 
 #include "testing.hpp"
 
 namespace {
 
 using ccoll::testing::hierarchical_node_sums_block;
+
+// Rank q's value at i: of either sign, different on every rank, its largest on no fixed rank.
+double value(int q, std::size_t i) {
+  const std::uint64_t h =
+      (i + 1) * 0x9E3779B97F4A7C15ull ^ static_cast<std::uint64_t>(q + 1) * 0xBF58476D1CE4E5B9ull;
+  return static_cast<double>(static_cast<std::int64_t>(h >> 11) % 2000003 - 1000001) / 7.0;
+}
+
+TEST(ScaleRound, EveryRankGetsEveryElementsLargestValue) {
+  int p = 1;
+  int r = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  const auto up = static_cast<std::size_t>(p);
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, up - 1, up, up + 1, std::size_t{1000},
+                              std::size_t{65537}}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    std::vector<double> v(n);
+    for (std::size_t i = 0; i < n; ++i) v[i] = value(r, i);
+    ccoll::testing::scale_round_max(v.data(), n, MPI_COMM_WORLD);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      double want = value(0, i);
+      for (int q = 1; q < p; ++q) want = std::max(want, value(q, i));
+      wrong += v[i] != want ? 1 : 0;
+    }
+    EXPECT_EQ(wrong, 0U);
+    // the same bits on every rank
+    std::vector<double> first(v);
+    if (n != 0) MPI_Bcast(first.data(), static_cast<int>(n), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    EXPECT_EQ(0, n == 0 ? 0 : std::memcmp(first.data(), v.data(), 8 * n));
+  }
+}
+
+TEST(ScaleRound, KeepsANaNAndTakesInfinitiesAsValues) {
+  int p = 1;
+  int r = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  std::vector<double> v = {1.0 + r, -kInf, 0.5, 2.0};
+  if (r == p - 1) v[0] = std::numeric_limits<double>::quiet_NaN();  // the last rank: a NaN
+  if (r == p / 2) v[2] = kInf;
+  ccoll::testing::scale_round_max(v.data(), v.size(), MPI_COMM_WORLD);
+  EXPECT_TRUE(std::isnan(v[0]));
+  EXPECT_EQ(v[1], -kInf);
+  EXPECT_EQ(v[2], kInf);
+  EXPECT_EQ(v[3], 2.0);
+}
 
 constexpr std::size_t kMiB = std::size_t{1} << 20;
 
