@@ -40,6 +40,18 @@ T exact_sum(int p, std::size_t i) {
   return static_cast<T>(s);
 }
 
+// The first i in [0, n) for which ok(i) is false, or n when there is none. A check of every
+// element inside a test whose ranks go on to further collective calls is an EXPECT of this
+// (EXPECT_EQ(first_failing(n, ok), n)): an ASSERT returns on the ranks where it fails and leaves
+// the others waiting in the next collective.
+template <class F>
+std::size_t first_failing(std::size_t n, F ok) {
+  for (std::size_t i = 0; i < n; ++i) {
+    if (!ok(i)) return i;
+  }
+  return n;
+}
+
 // True when `bytes` is identical on every rank of `comm`.
 inline bool identical_on_all_ranks(const void* data, std::size_t bytes, MPI_Comm comm) {
   int p = 1;

@@ -94,7 +94,7 @@ TEST_F(DeviceBuffers, AllreduceEqualsHostBuffers) {
             EXPECT_EQ(ds.wire_bytes_sent, hs.wire_bytes_sent);
           }
           if (!in_place) {  // the input is only read
-            ASSERT_EQ(0, std::memcmp(dx.host().data(), x.data(), 4 * n));
+            EXPECT_EQ(0, std::memcmp(dx.host().data(), x.data(), 4 * n));
           }
         }
       }
@@ -130,7 +130,7 @@ TEST_F(DeviceBuffers, AllgatherEqualsHostBuffers) {
         opt.stats = &ds;
         ccoll::compressed_allgather(in_place ? MPI_IN_PLACE : dx.data(), n, dout.data(), MPI_FLOAT,
                                     dev_comm_, opt);
-        ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * total));
+        EXPECT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * total));
         EXPECT_EQ(ds.transport, p > 1 && has_kernels(codec) ? kernel_transport() : "host-copy");
       }
     }
@@ -179,7 +179,7 @@ TEST_F(DeviceBuffers, ReduceScatterEqualsHostBuffers) {
         EXPECT_EQ(ds.algorithm, hs.algorithm);
         EXPECT_EQ(ds.wire_bytes_sent, hs.wire_bytes_sent);
         if (!in_place) {
-          ASSERT_EQ(0, std::memcmp(dx.host().data(), x.data(), 4 * total));
+          EXPECT_EQ(0, std::memcmp(dx.host().data(), x.data(), 4 * total));
         }
       }
     }
@@ -241,7 +241,7 @@ TEST_F(DeviceBuffers, RequestedDeviceSchedulesRunTheDeviceCodecs) {
       opt.stats = &ds;
       ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt);
       const std::vector<float> got = dout.host();
-      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
       if (p == 1) continue;
       const bool lock_step = std::string(k.algorithm) == "ring";
       EXPECT_EQ(ds.transport, nccl && !lock_step ? "staged" : kernel_transport());
@@ -285,7 +285,7 @@ TEST_F(DeviceBuffers, NonblockingEqualsBlocking) {
   }
   for (std::size_t k = reqs.size(); k-- > 0;) reqs[k].wait();
   for (std::size_t k = 0; k < want.size(); ++k) {
-    ASSERT_EQ(0, std::memcmp(bufs[k]->host().data(), want[k].data(), 4 * want[k].size())) << k;
+    EXPECT_EQ(0, std::memcmp(bufs[k]->host().data(), want[k].data(), 4 * want[k].size())) << k;
   }
   bufs.clear();
   if (emulated) ccoll::testing::set_emulated_device(0);

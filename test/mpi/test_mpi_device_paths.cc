@@ -206,7 +206,7 @@ TEST_F(DeviceBuffers, HalfAllreduceReadByTheDeviceCodec) {
           const std::size_t widened = emulated ? ccoll::testing::emulated_widenings() - before : 0;
           std::vector<std::uint16_t> got(n);
           ccoll::testing::device_copy(got.data(), dout, 2 * n);
-          ASSERT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "call " << call;
+          EXPECT_TRUE(std::equal(got.begin(), got.end(), want.begin())) << "call " << call;
           if (p > 1 && n > 100) {
             // the tree runs on host copies (widened on the device before the copy)
             if (std::string(k.algorithm) == "tree") {
@@ -271,7 +271,7 @@ TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
         opt.stats = &ds;
         ccoll::compressed_allreduce(in_place ? MPI_IN_PLACE : dx.data(), dout.data(), n, MPI_FLOAT,
                                     MPI_SUM, dc, opt);
-        ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
+        EXPECT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
         if (p > 1) {
           // the node's path, then the cross-node step's: under NCCL the device buffers; else
           // host copies, the cross-node step on a device copy of the shard. With two or more
@@ -300,7 +300,7 @@ TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
       opt.stats = &ds;
       ccoll::compressed_reduce_scatter(in_place ? MPI_IN_PLACE : dall.data(), drs.data(), n,
                                        MPI_FLOAT, MPI_SUM, dc, opt);
-      ASSERT_EQ(0, std::memcmp(drs.host().data(), want_rs.data(), 4 * n));
+      EXPECT_EQ(0, std::memcmp(drs.host().data(), want_rs.data(), 4 * n));
       if (p > 1) {
         EXPECT_EQ(ds.algorithm.rfind("hierarchical/", 0), 0u) << ds.algorithm;
         EXPECT_EQ(ds.transport.rfind(node + "/", 0), 0u) << ds.transport;
@@ -318,7 +318,7 @@ TEST_F(DeviceBuffers, HierarchicalEqualsHostBuffers) {
       opt.stats = &ds;
       ccoll::compressed_allgather(in_place ? MPI_IN_PLACE : dblock.data(), n, dag.data(), MPI_FLOAT,
                                   dc, opt);
-      ASSERT_EQ(0, std::memcmp(dag.host().data(), want_ag.data(), 4 * want_ag.size()));
+      EXPECT_EQ(0, std::memcmp(dag.host().data(), want_ag.data(), 4 * want_ag.size()));
       if (p > 1) {
         EXPECT_EQ(ds.transport.rfind(node + "/", 0), 0u) << ds.transport;
       }
@@ -412,7 +412,7 @@ TEST_F(DeviceBuffers, HierarchicalOrFlatAsAutoMeasures) {
       seen.push_back(hier ? 1 : 0);
       // the same call with the schedule named, on another communicator
       const std::vector<std::uint8_t> want = run(nc, hier ? "hierarchical" : ds.algorithm, nullptr);
-      ASSERT_TRUE(got == want) << ds.algorithm;
+      EXPECT_TRUE(got == want) << ds.algorithm;
     }
     // the same candidate on every rank: the calls' choices as bits, equal at their min and max
     int bits = 0;
@@ -487,7 +487,7 @@ TEST_F(DeviceBuffers, MixedRanksInteroperate) {
       } else {
         ccoll::compressed_allreduce(x.data(), got.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt);
       }
-      ASSERT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
     }
   }
 }
@@ -504,7 +504,7 @@ void expect_same_allreduce(const std::vector<float>& x, ccoll::Options opt, MPI_
   DeviceVec dout(n);
   opt.stats = &ds;
   ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm, opt);
-  ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
+  EXPECT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
 }
 
 TEST_F(DeviceBuffers, NonFiniteInputFallsBackOnEveryRank) {
@@ -579,7 +579,7 @@ TEST_F(DeviceBuffers, AutoRunsItsCodecOnTheDevice) {
   opt.algorithm = "auto";
   opt.stats = &ds;
   ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt);
-  ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
+  EXPECT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n));
   if (size_of(MPI_COMM_WORLD) > 1) {
     EXPECT_EQ(ds.transport, kernel_transport());
   }
@@ -596,7 +596,7 @@ TEST_F(DeviceBuffers, AutoRunsItsCodecOnTheDevice) {
   opt.stats = &ss;
   ccoll::compressed_allreduce(ds_in.data(), ds_out.data(), small.size(), MPI_FLOAT, MPI_SUM,
                               dev_comm_, opt);
-  ASSERT_EQ(0, std::memcmp(ds_out.host().data(), exact.data(), 4 * small.size()));
+  EXPECT_EQ(0, std::memcmp(ds_out.host().data(), exact.data(), 4 * small.size()));
   EXPECT_EQ(ss.codec, "none");
 }
 
@@ -702,7 +702,7 @@ TEST_F(DeviceBuffers, CallsFollowTheCurrentDevice) {
       opt.stats = &ds;
       ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, dev_comm_, opt);
       opt.stats = nullptr;
-      ASSERT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n)) << "device " << device;
+      EXPECT_EQ(0, std::memcmp(dout.host().data(), want.data(), 4 * n)) << "device " << device;
     }
   }
   ccoll::testing::set_emulated_device(0);
