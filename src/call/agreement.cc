@@ -190,6 +190,12 @@ void MpiExchange::sum(double* values, std::size_t n) {
 
 namespace {
 
+// Up to this many values the round runs recursive doubling (log2(p) steps, each sending all
+// of them), above it Rabenseifner's halving and doubling (2·log2(p) steps, 2n values a rank in
+// all): where a rank's link carries both, 8 KiB of doubles is about where the steps' latency
+// and the extra bytes cost the same (MPICH's own threshold is 2 KiB).
+constexpr std::size_t kDoublingMaxValues = 1024;
+
 // Point-to-point messages of the scale round (on the context's duplicate communicator, whose
 // other tags are the schedules' and TransportExchange's).
 constexpr int kTagScaleRound = 901;
@@ -205,8 +211,9 @@ void sendrecv(const double* v, double* in, std::size_t lo, std::size_t hi, int t
   for (MPI_Request& r : reqs) CCOLL_MPI_CHECK(detail::wait_request(&r, MPI_STATUS_IGNORE));
 }
 
-// The largest of every rank's v[i], on every rank: Rabenseifner's reduce-scatter by recursive
-// halving, then the all-gather by recursive doubling, over the largest power of two of ranks
+// The largest of every rank's v[i], on every rank: recursive doubling for a few values, else
+// Rabenseifner's reduce-scatter by recursive halving, then the all-gather by recursive
+// doubling, over the largest power of two of ranks
 // (the first 2·rem ranks pair up first, the even one handing its values to the odd one and
 // taking the result back at the end). 2·log2(p) rounds and 2n values a rank, whatever MPI's
 // own all-reduce would take for this size: a selection that runs the ring here takes 2(p-1)
@@ -236,8 +243,14 @@ void max_halving_doubling(double* v, std::size_t n, MPI_Comm comm) {
       nr = r / 2;
     }
   }
-  if (nr >= 0) {
-    const auto real = [&](int q) { return q < rem ? 2 * q + 1 : q + rem; };
+  const auto real = [&](int q) { return q < rem ? 2 * q + 1 : q + rem; };
+  if (nr >= 0 && n <= kDoublingMaxValues) {  // recursive doubling: every value every step
+    for (int mask = 1; mask < pof2; mask *= 2) {
+      const int peer = real(nr ^ mask);
+      sendrecv(v, in.data(), 0, n, peer, peer, comm);
+      merge(0, n);
+    }
+  } else if (nr >= 0) {
     const auto at = [&](int c) { return coll::chunk_offset(n, pof2, c); };
     int lo = 0;  // reduce-scatter: keep the half of [lo, lo + 2·mask) that holds chunk nr
     for (int mask = pof2 / 2; mask >= 1; mask /= 2) {

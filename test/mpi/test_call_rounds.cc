@@ -40,8 +40,8 @@ TEST(ScaleRound, EveryRankGetsEveryElementsLargestValue) {
   MPI_Comm_size(MPI_COMM_WORLD, &p);
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
   const auto up = static_cast<std::size_t>(p);
-  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, up - 1, up, up + 1, std::size_t{1000},
-                              std::size_t{65537}}) {
+  for (const std::size_t n : {std::size_t{0}, std::size_t{1}, up - 1, up, up + 1, std::size_t{1024},
+                              std::size_t{1025}, std::size_t{65537}}) {
     SCOPED_TRACE("n=" + std::to_string(n));
     std::vector<double> v(n);
     for (std::size_t i = 0; i < n; ++i) v[i] = value(r, i);
