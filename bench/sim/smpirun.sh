@@ -53,7 +53,7 @@ trap 'rm -f "$hostfile"' EXIT
 for ((r = 0; r < n; r++)); do echo "$prefix$(( ${radical%-*} + r / per ))"; done > "$hostfile"
 # Messages of up to 64 KiB leave without waiting for the receiver, as Open MPI's TCP transport
 # sends them (btl_tcp_eager_limit); SMPI's default starts every transfer at the match. The MPI
-# collectives the program calls (ccoll's agreement, scales, communicator set-up, the node steps
+# collectives the program calls (ccoll's agreement, communicator set-up, the node steps
 # of algorithm=hierarchical) take Open MPI's algorithms (smpi/coll-selector:ompi); SMPI's
 # default ones are naive (an all-gather of 256 ranks: every rank to every other at once).
 # A later -o overrides it, e.g. -o --cfg=smpi/coll-selector:mpich.
