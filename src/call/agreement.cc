@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "collectives.hpp"
+#include "engine.hpp"
 #include "half_call.hpp"
 #include "mpi_check.hpp"
 #include "progress.hpp"
@@ -200,90 +201,74 @@ constexpr std::size_t kDoublingMaxValues = 1024;
 // other tags are the schedules' and TransportExchange's).
 constexpr int kTagScaleRound = 901;
 
-// Sends v[lo, hi) to `to` and receives what `from` sends of the same range into `in`
-// (either peer MPI_PROC_NULL: that side is skipped), waiting as ccoll's transfers wait.
-void sendrecv(const double* v, double* in, std::size_t lo, std::size_t hi, int to, int from,
-              MPI_Comm comm) {
+// Sends send[slo, shi) to `to` and receives what `from` sends into recv[rlo, rhi) (either peer
+// MPI_PROC_NULL: that side is skipped), waiting as ccoll's transfers wait.
+void sendrecv(const double* send, std::size_t slo, std::size_t shi, int to, double* recv,
+              std::size_t rlo, std::size_t rhi, int from, MPI_Comm comm) {
   MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-  const int count = static_cast<int>(hi - lo);
-  CCOLL_MPI_CHECK(MPI_Irecv(in + lo, count, MPI_DOUBLE, from, kTagScaleRound, comm, &reqs[0]));
-  CCOLL_MPI_CHECK(MPI_Isend(v + lo, count, MPI_DOUBLE, to, kTagScaleRound, comm, &reqs[1]));
+  CCOLL_MPI_CHECK(MPI_Irecv(recv + rlo, static_cast<int>(rhi - rlo), MPI_DOUBLE, from,
+                            kTagScaleRound, comm, &reqs[0]));
+  CCOLL_MPI_CHECK(MPI_Isend(send + slo, static_cast<int>(shi - slo), MPI_DOUBLE, to, kTagScaleRound,
+                            comm, &reqs[1]));
   for (MPI_Request& r : reqs) CCOLL_MPI_CHECK(detail::wait_request(&r, MPI_STATUS_IGNORE));
 }
 
-// The largest of every rank's v[i], on every rank: recursive doubling for a few values, else
-// Rabenseifner's reduce-scatter by recursive halving, then the all-gather by recursive
-// doubling, over the largest power of two of ranks
-// (the first 2·rem ranks pair up first, the even one handing its values to the odd one and
-// taking the result back at the end). 2·log2(p) rounds and 2n values a rank, whatever MPI's
-// own all-reduce would take for this size: a selection that runs the ring here takes 2(p-1)
-// rounds, which at 128 ranks cost a scale round of 64 KiB about 0.2 ms more (simulated).
-// MAX is exact, so every rank ends with the same bits.
+// The largest of every rank's v[i], on every rank, over the largest power of two of ranks (the
+// first 2·rem ranks pair up first, the even one handing its values to the odd one and taking
+// the result back at the end, coll::Doubling): recursive doubling for a few values (log2(p)
+// rounds), else Rabenseifner's reduce-scatter by recursive halving, then the all-gather by
+// recursive doubling (2·log2(p) rounds, 2n values a rank), whatever MPI's own all-reduce would
+// take for this size: a selection that runs the ring here takes 2(p-1) rounds, which at 128
+// ranks cost a scale round of 64 KiB about 0.2 ms more (simulated). MAX is exact, so every rank
+// ends with the same bits.
 void max_halving_doubling(double* v, std::size_t n, MPI_Comm comm) {
   int p = 1;
   int r = 0;
   CCOLL_MPI_CHECK(MPI_Comm_size(comm, &p));
   CCOLL_MPI_CHECK(MPI_Comm_rank(comm, &r));
   if (p == 1 || n == 0) return;
-  int pof2 = 1;
-  while (pof2 * 2 <= p) pof2 *= 2;
-  const int rem = p - pof2;
-  std::vector<double> in(n);
+  const coll::Doubling d(p);
+  const int nr = d.newrank(r);
+  std::vector<double> inbox(n);
+  double* in = inbox.data();
   const auto merge = [&](std::size_t lo, std::size_t hi) {  // a NaN stays
     for (std::size_t i = lo; i < hi; ++i) v[i] = std::isnan(in[i]) || in[i] > v[i] ? in[i] : v[i];
   };
-  int nr = r - rem;  // the rank among the power of two; -1: folded into r + 1
-  if (r < 2 * rem) {
-    if (r % 2 == 0) {
-      sendrecv(v, in.data(), 0, n, r + 1, MPI_PROC_NULL, comm);
-      nr = -1;
-    } else {
-      sendrecv(v, in.data(), 0, n, MPI_PROC_NULL, r - 1, comm);
-      merge(0, n);
-      nr = r / 2;
-    }
+  constexpr int kNone = MPI_PROC_NULL;
+  if (nr < 0) {  // folded: hand the values to the odd neighbour
+    sendrecv(v, 0, n, r + 1, in, 0, 0, kNone, comm);
+  } else if (r < 2 * d.rem) {
+    sendrecv(v, 0, 0, kNone, in, 0, n, r - 1, comm);
+    merge(0, n);
   }
-  const auto real = [&](int q) { return q < rem ? 2 * q + 1 : q + rem; };
   if (nr >= 0 && n <= kDoublingMaxValues) {  // recursive doubling: every value every step
-    for (int mask = 1; mask < pof2; mask *= 2) {
-      const int peer = real(nr ^ mask);
-      sendrecv(v, in.data(), 0, n, peer, peer, comm);
+    for (int mask = 1; mask < d.pof2; mask *= 2) {
+      const int peer = d.partner(nr, mask);
+      sendrecv(v, 0, n, peer, in, 0, n, peer, comm);
       merge(0, n);
     }
   } else if (nr >= 0) {
-    const auto at = [&](int c) { return coll::chunk_offset(n, pof2, c); };
+    const auto at = [&](int c) { return coll::chunk_offset(n, d.pof2, c); };
     int lo = 0;  // reduce-scatter: keep the half of [lo, lo + 2·mask) that holds chunk nr
-    for (int mask = pof2 / 2; mask >= 1; mask /= 2) {
+    for (int mask = d.pof2 / 2; mask >= 1; mask /= 2) {
       const int keep = (nr & mask) != 0 ? lo + mask : lo;
       const int give = (nr & mask) != 0 ? lo : lo + mask;
-      const int peer = real(nr ^ mask);
-      MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-      CCOLL_MPI_CHECK(MPI_Irecv(in.data() + at(keep), static_cast<int>(at(keep + mask) - at(keep)),
-                                MPI_DOUBLE, peer, kTagScaleRound, comm, &reqs[0]));
-      CCOLL_MPI_CHECK(MPI_Isend(v + at(give), static_cast<int>(at(give + mask) - at(give)),
-                                MPI_DOUBLE, peer, kTagScaleRound, comm, &reqs[1]));
-      for (MPI_Request& q : reqs) CCOLL_MPI_CHECK(detail::wait_request(&q, MPI_STATUS_IGNORE));
+      const int peer = d.partner(nr, mask);
+      sendrecv(v, at(give), at(give + mask), peer, in, at(keep), at(keep + mask), peer, comm);
       merge(at(keep), at(keep + mask));
       lo = keep;
     }
-    for (int mask = 1; mask < pof2; mask *= 2) {  // all-gather: the partner's group's chunks
+    for (int mask = 1; mask < d.pof2; mask *= 2) {  // all-gather: the partner's group's chunks
       const int mine = nr & ~(mask - 1);
       const int theirs = mine ^ mask;
-      const int peer = real(nr ^ mask);
-      MPI_Request reqs[2] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL};
-      CCOLL_MPI_CHECK(MPI_Irecv(v + at(theirs), static_cast<int>(at(theirs + mask) - at(theirs)),
-                                MPI_DOUBLE, peer, kTagScaleRound, comm, &reqs[0]));
-      CCOLL_MPI_CHECK(MPI_Isend(v + at(mine), static_cast<int>(at(mine + mask) - at(mine)),
-                                MPI_DOUBLE, peer, kTagScaleRound, comm, &reqs[1]));
-      for (MPI_Request& q : reqs) CCOLL_MPI_CHECK(detail::wait_request(&q, MPI_STATUS_IGNORE));
+      const int peer = d.partner(nr, mask);
+      sendrecv(v, at(mine), at(mine + mask), peer, v, at(theirs), at(theirs + mask), peer, comm);
     }
   }
-  if (r < 2 * rem) {  // the result back to the folded rank
-    if (r % 2 == 0) {
-      sendrecv(in.data(), v, 0, n, MPI_PROC_NULL, r + 1, comm);
-    } else {
-      sendrecv(v, in.data(), 0, n, r - 1, MPI_PROC_NULL, comm);
-    }
+  if (nr < 0) {  // the result back to the folded rank
+    sendrecv(v, 0, 0, kNone, v, 0, n, r + 1, comm);
+  } else if (r < 2 * d.rem) {
+    sendrecv(v, 0, n, r - 1, in, 0, 0, kNone, comm);
   }
 }
 
