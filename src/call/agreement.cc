@@ -38,7 +38,8 @@ enum Slot : int {
   kStream = kOwnTransport + 2,  // pair: the call runs stream-ordered
   kAsyncError = kStream + 2,    // MAX: a stream-ordered call flagged a corrupt lane
   kKey,                         // pair: Options::key (the tensor's draws depend on it)
-  kSlots = kKey + 2,
+  kDeferredScan = kKey + 2,     // MAX: some rank left its fallback test for later
+  kSlots,
 };
 
 constexpr std::uint64_t kLow53 = (1ull << 53) - 1;
@@ -120,6 +121,7 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   put_pair(v, kStream, m.stream ? 1 : 0);
   v[kAsyncError] = m.async_error ? 1 : 0;
   put_pair(v, kKey, static_cast<double>(m.key & kLow53));
+  v[kDeferredScan] = m.deferred_scan ? 1 : 0;
   CCOLL_MPI_CHECK(detail::allreduce_in_place(v, kSlots, MPI_DOUBLE, MPI_MAX, comm));
 
   if (v[kErrArg] != kArgNone) {
@@ -166,6 +168,7 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   a.stream = v[kStream] != 0;
   a.state_differs = v[kState] != -v[kState + 1];
   a.fallback = v[kFallback] != 0;
+  a.deferred_scan = v[kDeferredScan] != 0;
   a.device_codecs = v[kDeviceRing] != 0;
   a.exact_lengths = v[kOwnTransport] != 0 && transport_row(own).exact_lengths;
   a.every_rank_transport = v[kOwnTransport] != 0;

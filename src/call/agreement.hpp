@@ -37,7 +37,11 @@ struct Proposal {
   double lr = 0;
   std::uint64_t state_fingerprint = 0;  ///< the plan's output-shaping state, 0 without a plan
   bool fallback = false;                ///< the codec cannot carry this rank's input
-  bool device_codecs = false;           ///< this rank runs device codecs (the ring schedules)
+  /// This rank did not test its input for `fallback` (algorithm=auto had chosen the
+  /// hierarchical schedule, whose cross-node call tests the node's sum): a flat schedule must
+  /// test it before any data moves.
+  bool deferred_scan = false;
+  bool device_codecs = false;  ///< this rank runs device codecs (the ring schedules)
   /// The TransportKind (as int) of a transport every rank takes or none (NCCL) that carries
   /// this rank's payloads; 0: none.
   int every_rank_transport = 0;
@@ -50,6 +54,7 @@ struct Proposal {
 /// What every rank agreed.
 struct Agreed {
   bool fallback = false;              ///< some rank's input cannot be carried: plain MPI for all
+  bool deferred_scan = false;         ///< some rank left its fallback test for later
   bool device_codecs = false;         ///< some rank runs device codecs
   bool exact_lengths = false;         ///< every rank's payloads go through a lock-step transport
   bool every_rank_transport = false;  ///< every rank's payloads go through a transport that

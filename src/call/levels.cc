@@ -52,6 +52,18 @@ LevelChoice* choose_levels(const Call& call, const Checked& c, CommContext& ctx,
   return &l;
 }
 
+bool auto_chose_hierarchical(const Call& call, const Checked& c, const CommContext& ctx,
+                             bool device) {
+  if (c.algorithm != coll::Algorithm::kAuto || call.nested ||
+      c.in_total * c.elem_bytes < kAutoLevelsMinBytes) {
+    return false;
+  }
+  const LevelChoice* l =
+      ctx.find_level_choice(static_cast<int>(call.kind), device, c.spec.canonical,
+                            size_class_of(c.in_total * c.elem_bytes));
+  return l != nullptr && l->choice == LevelChoice::kHierarchical;
+}
+
 void record_levels(LevelChoice& l, int candidate, Clock::time_point t0) {
   if (l.choice >= 0 || l.calls <= LevelChoice::kCandidates) return;
   l.seconds[candidate] +=

@@ -27,6 +27,12 @@ bool auto_measures_levels(const Call& call, const Checked& c, const Agreed& agre
 LevelChoice* choose_levels(const Call& call, const Checked& c, CommContext& ctx, bool device,
                            int& candidate);
 
+/// Whether algorithm=auto has already chosen the hierarchical schedule for this call's
+/// collective, buffers (`device`: device codecs), codec and size class: the tuning calls'
+/// choice, the same on every rank. Local: it neither communicates nor creates state.
+bool auto_chose_hierarchical(const Call& call, const Checked& c, const CommContext& ctx,
+                             bool device);
+
 /// A tuning call's time since `t0` (the calls after each candidate's first).
 void record_levels(LevelChoice& l, int candidate, Clock::time_point t0);
 

@@ -2,8 +2,6 @@
 #include "run_call.hpp"
 
 #include <algorithm>
-#include <climits>
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -46,24 +44,15 @@ std::uint64_t tensor_key_of(const Call& call, const Placement& pl) {
              : (reinterpret_cast<std::uintptr_t>(pl.user_recv) * 31 + call.count) | 1;
 }
 
-// MPI_Allreduce of arbitrarily many elements (MPI counts are int).
-void mpi_allreduce_sum(void* buf, std::size_t count, MPI_Datatype t, std::size_t es, MPI_Comm c) {
-  constexpr std::size_t kMax = 1u << 30;
-  auto* p = static_cast<std::byte*>(buf);
-  for (std::size_t done = 0; done < count; done += kMax) {
-    const std::size_t n = count - done < kMax ? count - done : kMax;
-    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p + done * es, static_cast<int>(n), t, MPI_SUM, c));
-  }
-}
-
 // The plan of a compressing call, and what its codec found in this rank's input.
 struct Prepared {
   Plan* plan = nullptr;
-  bool fallback = false;     // the codec cannot carry this rank's input
-  bool scanned = false;      // the codec's scan() already wrote this rank's scales
-  bool reads_half = false;   // the codec reads the call's 16-bit input (Call::input_half)
-  bool defers_test = false;  // the fallback test left to the encodes (defers_fallback_test)
-  std::size_t evicted = 0;   // other tensors' states freed to make this plan
+  bool fallback = false;       // the codec cannot carry this rank's input
+  bool scanned = false;        // the codec's scan() already wrote this rank's scales
+  bool reads_half = false;     // the codec reads the call's 16-bit input (Call::input_half)
+  bool defers_test = false;    // the fallback test left to the encodes (defers_fallback_test)
+  bool scan_deferred = false;  // no scan: auto chose the two levels (auto_chose_hierarchical)
+  std::size_t evicted = 0;     // other tensors' states freed to make this plan
   // the codec the call runs: the plan's (or its device codec), or node sums over it
   codec::Codec* codec = nullptr;
   std::unique_ptr<codec::Codec> node_sums;
@@ -188,6 +177,14 @@ bool defers_fallback_test(const Flow& f, const codec::Codec& codec) {
          coll::Algorithm::kScatterReduce;
 }
 
+// The ranks whose sum a codec's scan and fallback test provide for: the sums a schedule
+// encodes reach ranks × max|x|, unless a mean is prescaled.
+int scan_ranks(const Flow& f, const codec::Codec& codec) {
+  const bool prescaled =
+      f.call.allreduce() && f.call.options.average && codec.capabilities().prescale_mean;
+  return f.call.reduces() && !prescaled ? f.p() : 1;
+}
+
 // Finds the plan (and on device buffers its device codec) and runs the codec's scan: the
 // fallback test and, for most codecs, the scale pass, in one read of the input. Failures go
 // into `c.bad`.
@@ -241,16 +238,19 @@ void prepare_plan(Flow& f) {
     if (!codec.capabilities().lossless) {
       const std::size_t nscales = codec.scale_slots(c.in_total);
       if (plan->scales.size() < nscales) plan->scales.resize(nscales);
-      // the sums a schedule encodes reach ranks × max|x|, unless a mean is prescaled
-      const bool prescaled =
-          call.allreduce() && call.options.average && codec.capabilities().prescale_mean;
-      const int ranks = call.reduces() && !prescaled ? ctx.size() : 1;
+      const int ranks = scan_ranks(f, codec);
       double* scales = nscales != 0 ? plan->scales.data() : nullptr;
+      // algorithm=auto that has chosen the two levels: their cross-node call scans the node's
+      // sum itself, so this pass over the whole input would go unused (a flat schedule, where
+      // another rank's buffers make the call one, tests the input first: run_flat)
+      // (a rotated input is then written without a scan: fill_rotated_input)
+      out.scan_deferred = !pl.kernels() && auto_chose_hierarchical(call, c, ctx, false);
       // rotate=hadamard on host buffers: the rotated input scanned as it is written
-      out.defers_test = f.rot.rotated == nullptr && defers_fallback_test(f, codec);
-      if (f.rot.rotated != nullptr) {
+      out.defers_test =
+          !out.scan_deferred && f.rot.rotated == nullptr && defers_fallback_test(f, codec);
+      if (f.rot.rotated != nullptr && !out.scan_deferred) {
         out.scanned = rotate_and_scan(f.rot, codec, ranks, scales, out.fallback);
-      } else if (!out.defers_test) {
+      } else if (!out.defers_test && !out.scan_deferred) {
         out.scanned = codec.scan(call.input(c.elem_bytes, ctx.rank()), c.in_total, ranks, scales,
                                  out.fallback);
       }
@@ -537,6 +537,7 @@ Proposal proposal_of(Flow& f) {
   mine.state_fingerprint =
       plan != nullptr ? (pl.kernels() ? plan->device_codec : plan->codec)->state_fingerprint() : 0;
   mine.fallback = f.prep.fallback;
+  mine.deferred_scan = f.prep.scan_deferred;
   mine.device_codecs = pl.kernels();
   // a transport that every rank takes or none (NCCL)
   mine.every_rank_transport =
@@ -624,6 +625,15 @@ void run_flat(Flow& f) {
   setup.call = f.call_no;
   // scales scanned before a restart covered the old state (ef: x + e), not what is encoded now
   setup.scanned = f.prep.scanned && !f.agreed.state_differs;
+  if (f.agreed.deferred_scan) {
+    // some rank left its fallback test to auto's two levels (prepare_plan), but the call runs
+    // flat (another rank's buffers): the test, before any data moves
+    std::uint8_t carried =
+        f.prep.scan_deferred && codec.needs_fallback(input, f.c.in_total, scan_ranks(f, codec)) ? 0
+                                                                                                : 1;
+    exchange.bitwise_and(&carried, 1);
+    if (carried == 0) throw coll::NotCarried{};
+  }
   const SetupInputs inputs{&input, 1, f.c.in_total};
   f.stats.control_bytes +=
       run_setup_rounds(codec, inputs, setup, plan->scales, plan->mask, exchange);
@@ -714,49 +724,6 @@ void run_placed(const Call& call, Stats& stats, Placement& pl) {
 }
 
 }  // namespace
-
-void copy_counters(const coll::Counters& c, Stats& s) {
-  s.wire_bytes_sent = c.bytes_sent;
-  s.wire_bytes_received = c.bytes_received;
-  s.encode_seconds = c.encode_seconds;
-  s.comm_seconds = c.comm_seconds;
-  s.decode_seconds = c.decode_seconds;
-}
-
-std::byte* place_own_input(const Call& call, std::size_t es, int rank) {
-  std::byte* own = call.own_block(es, rank);
-  if (!call.in_place()) std::memcpy(own, call.sendbuf, call.count * es);
-  return own;
-}
-
-void run_mpi_uncompressed(const Call& call, Stats& stats, codec::DType dtype, std::size_t es,
-                          CommContext& ctx) {
-  auto* recv = static_cast<std::byte*>(call.recvbuf);
-  stats.codec = "none";
-  stats.algorithm = "mpi";
-  const auto t0 = Clock::now();
-  if (call.allreduce()) {
-    mpi_allreduce_sum(recv, call.count, call.datatype, es, ctx.comm());
-    if (call.options.average) coll::divide_elements(recv, call.count, dtype, ctx.size());
-  } else {
-    if (call.count > static_cast<std::size_t>(INT_MAX)) {
-      throw Error(Status::kUnsupported, std::string(call.fn) +
-                                            ": uncompressed fallback of more than INT_MAX "
-                                            "elements per rank");
-    }
-    if (call.reduce_scatter()) {
-      CCOLL_MPI_CHECK(MPI_Reduce_scatter_block(call.in_place() ? MPI_IN_PLACE : call.sendbuf, recv,
-                                               static_cast<int>(call.count), call.datatype, MPI_SUM,
-                                               ctx.comm()));
-      if (call.options.average) coll::divide_elements(recv, call.count, dtype, ctx.size());
-      stats.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-      return;
-    }
-    CCOLL_MPI_CHECK(MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, recv,
-                                  static_cast<int>(call.count), call.datatype, ctx.comm()));
-  }
-  stats.comm_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-}
 
 void run_call(const Call& call, Stats& stats) {
   Placement pl = probe_buffers(call);

@@ -227,8 +227,13 @@ class CommContext final : public CommCore {
   /// algorithm=auto's flat-or-hierarchical state for a collective, buffers (device codecs or
   /// host), codec and size class.
   LevelChoice& level_choice(int kind, bool device, const std::string& codec, unsigned size_class) {
-    return levels_[std::to_string(kind) + (device ? "/device/" : "/host/") +
-                   std::to_string(size_class) + "/" + codec];
+    return levels_[level_key(kind, device, codec, size_class)];
+  }
+  /// The same state where it exists already, else null (nothing created).
+  const LevelChoice* find_level_choice(int kind, bool device, const std::string& codec,
+                                       unsigned size_class) const {
+    const auto it = levels_.find(level_key(kind, device, codec, size_class));
+    return it == levels_.end() ? nullptr : &it->second;
   }
 
   /// This communicator's nodes (collective on first use: every rank must ask in the same call).
@@ -271,6 +276,11 @@ class CommContext final : public CommCore {
   std::size_t state_bytes_ = 0;  // Σ state_bytes of the stateful plans
   std::size_t evicted_ = 0;
   std::map<std::uint64_t, AutoChoice> auto_;
+  static std::string level_key(int kind, bool device, const std::string& codec,
+                               unsigned size_class) {
+    return std::to_string(kind) + (device ? "/device/" : "/host/") + std::to_string(size_class) +
+           "/" + codec;
+  }
   std::map<std::string, LevelChoice> levels_;
   gpu::Buffer stage_send_;
   gpu::Buffer stage_recv_;

@@ -19,6 +19,7 @@
 #include "mpi_transport.hpp"
 #include "nccl_transport.hpp"
 #include "placement.hpp"
+#include "spec.hpp"
 
 namespace ccoll::testing {
 namespace {
@@ -60,6 +61,15 @@ const char* device_backend(const char** why) {
 
 void scale_round_max(double* values, std::size_t n, MPI_Comm comm) {
   call::MpiExchange(comm).max(values, n);
+}
+
+void choose_hierarchical(MPI_Comm comm, const char* codec, std::size_t count) {
+  CommContext& ctx = CommContext::get(comm);
+  LevelChoice& l =
+      ctx.level_choice(static_cast<int>(call::Kind::kAllreduce), false,
+                       parse_codec_spec(codec).canonical, size_class_of(count * sizeof(float)));
+  l.calls = LevelChoice::kTuningCalls;
+  l.choice = LevelChoice::kHierarchical;
 }
 
 std::size_t hierarchical_node_sums_block(const char* codec, std::size_t count, int node_ranks,

@@ -43,6 +43,10 @@ CCOLL_API std::size_t device_payload_workspaces(MPI_Comm comm);
 CCOLL_API const char* device_backend(const char** why);
 /// The scale round's MAX over `comm` of `n` doubles (call::MpiExchange::max), in place.
 CCOLL_API void scale_round_max(double* values, std::size_t n, MPI_Comm comm);
+/// Makes algorithm=auto's choice between the flat and the hierarchical schedule, for all-reduces
+/// of `count` float32 elements on host buffers with `codec` on `comm`, the hierarchical one, as
+/// its tuning calls would have made it (LevelChoice). Call it on every rank of `comm`.
+CCOLL_API void choose_hierarchical(MPI_Comm comm, const char* codec, std::size_t count);
 /// The scale block whose node maxima a hierarchical all-reduce of `count` float32 elements
 /// finds for its node sums, on `nodes` nodes of `node_ranks` ranks with `codec`; 0 where no
 /// cross-node step would take them (call::node_sums_block).

@@ -1,0 +1,112 @@
+// algorithm=auto once it has chosen the hierarchical schedule (its tuning calls' choice, made
+// here through a seam of libccoll_testing so that the test does not depend on timings): the
+// call leaves its input's fallback test to the cross-node call, which tests the node's sum, and
+// skips the flat schedule's pass over the whole input. Where another rank's buffers make the
+// call a flat one after all (device buffers on some ranks), every rank tests its input before
+// any data moves, so input the codec cannot carry still falls back to MPI on every rank.
+#include "mpi_device_support.hpp"
+
+namespace {
+
+// A duplicate of MPI_COMM_WORLD whose nodes are pairs of consecutive ranks.
+struct Pairs {
+  Pairs() {
+    setenv("CCOLL_RANKS_PER_NODE", "2", 1);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  }
+  ~Pairs() {
+    MPI_Comm_free(&comm);
+    unsetenv("CCOLL_RANKS_PER_NODE");
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+};
+
+constexpr std::size_t kCount = std::size_t{1} << 18;  // 1 MiB of floats: auto measures levels
+constexpr const char* kCodec = "maxnorm:bits=4";
+
+bool pairs_of_nodes() {
+  const int p = size_of(MPI_COMM_WORLD);
+  return p >= 4 && p % 2 == 0;
+}
+
+// Every rank sees NaN at `i` of `out`, and the same bytes.
+void expect_nan_everywhere(const std::vector<float>& out, std::size_t i) {
+  int nan = std::isnan(out[i]) ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &nan, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  EXPECT_EQ(nan, 1);
+  std::vector<float> first(out);
+  MPI_Bcast(first.data(), static_cast<int>(4 * out.size()), MPI_BYTE, 0, MPI_COMM_WORLD);
+  EXPECT_EQ(0, std::memcmp(first.data(), out.data(), 4 * out.size()));
+}
+
+// With every rank on host buffers the chosen levels run as algorithm=hierarchical does: the
+// same bytes, and a NaN on one rank reaches the cross-node call (whose own test falls back for
+// its shard) instead of sending the whole call through MPI, which the flat scan would have.
+TEST(AutoLevels, ChosenHierarchicalRunsAsTheHierarchicalSchedule) {
+  if (!pairs_of_nodes()) GTEST_SKIP() << "needs 2 or more nodes of 2 ranks";
+  const int r = rank_of(MPI_COMM_WORLD);
+  const Pairs auto_comm;
+  const Pairs hier_comm;
+  ccoll::testing::choose_hierarchical(auto_comm.comm, kCodec, kCount);
+  for (const bool with_nan : {false, true}) {
+    SCOPED_TRACE(with_nan ? "a NaN on rank 1" : "finite input");
+    std::vector<float> x = input(kCount, r, 5);
+    if (with_nan && r == 1) x[777] = NAN;
+    ccoll::Options opt;
+    opt.codec = kCodec;
+    opt.seed = 11;
+    ccoll::Stats st;
+    opt.stats = &st;
+    std::vector<float> got(kCount);
+    ccoll::compressed_allreduce(x.data(), got.data(), kCount, MPI_FLOAT, MPI_SUM, auto_comm.comm,
+                                opt);
+    EXPECT_EQ(st.algorithm.rfind("hierarchical/", 0), 0u) << st.algorithm;
+    opt.algorithm = "hierarchical";
+    std::vector<float> want(kCount);
+    ccoll::compressed_allreduce(x.data(), want.data(), kCount, MPI_FLOAT, MPI_SUM, hier_comm.comm,
+                                opt);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * kCount));
+    if (with_nan) expect_nan_everywhere(got, 777);
+  }
+}
+
+// Device buffers on the even ranks: the call runs the device ranks' flat ring, and the host
+// ranks, which skipped their scan, test their input first.
+TEST_F(DeviceBuffers, AutoLevelsFlatAfterAllTestsTheInputFirst) {
+  if (!pairs_of_nodes()) GTEST_SKIP() << "needs 2 or more nodes of 2 ranks";
+  if (transport_env() == "nccl") GTEST_SKIP() << "NCCL takes every rank's buffers or none";
+  const int r = rank_of(MPI_COMM_WORLD);
+  const Pairs mixed;
+  ccoll::testing::choose_hierarchical(mixed.comm, kCodec, kCount);
+  for (const bool with_nan : {false, true}) {
+    SCOPED_TRACE(with_nan ? "a NaN on rank 1" : "finite input");
+    std::vector<float> x = input(kCount, r, 6);
+    if (with_nan && r == 1) x[4321] = NAN;
+    ccoll::Options opt;
+    opt.codec = kCodec;
+    opt.seed = 12;
+    opt.algorithm = "ring";  // the device ranks' schedule
+    std::vector<float> want(kCount);
+    ccoll::compressed_allreduce(x.data(), want.data(), kCount, MPI_FLOAT, MPI_SUM, host_comm_, opt);
+    opt.algorithm = "auto";
+    ccoll::Stats st;
+    opt.stats = &st;
+    std::vector<float> got(kCount);
+    if (r % 2 == 0) {
+      DeviceVec dx(x);
+      DeviceVec dout(kCount);
+      ccoll::compressed_allreduce(dx.data(), dout.data(), kCount, MPI_FLOAT, MPI_SUM, mixed.comm,
+                                  opt);
+      got = dout.host();
+    } else {
+      ccoll::compressed_allreduce(x.data(), got.data(), kCount, MPI_FLOAT, MPI_SUM, mixed.comm,
+                                  opt);
+    }
+    EXPECT_EQ(st.fell_back, with_nan);
+    EXPECT_EQ(st.algorithm, with_nan ? "mpi" : "ring");
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * kCount));
+    if (with_nan) expect_nan_everywhere(got, 4321);
+  }
+}
+
+}  // namespace
