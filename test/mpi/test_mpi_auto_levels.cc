@@ -40,33 +40,36 @@ void expect_nan_everywhere(const std::vector<float>& out, std::size_t i) {
 }
 
 // With every rank on host buffers the chosen levels run as algorithm=hierarchical does: the
-// same bytes, and a NaN on one rank reaches the cross-node call (whose own test falls back for
-// its shard) instead of sending the whole call through MPI, which the flat scan would have.
+// same bytes, also with rotate=hadamard (whose rotated input is then written without a scan)
+// and in place, and a NaN on one rank reaches the cross-node call (whose own test falls back
+// for its shard) instead of sending the whole call through MPI, which the flat scan would have.
 TEST(AutoLevels, ChosenHierarchicalRunsAsTheHierarchicalSchedule) {
   if (!pairs_of_nodes()) GTEST_SKIP() << "needs 2 or more nodes of 2 ranks";
   const int r = rank_of(MPI_COMM_WORLD);
-  const Pairs auto_comm;
-  const Pairs hier_comm;
-  ccoll::testing::choose_hierarchical(auto_comm.comm, kCodec, kCount);
-  for (const bool with_nan : {false, true}) {
-    SCOPED_TRACE(with_nan ? "a NaN on rank 1" : "finite input");
-    std::vector<float> x = input(kCount, r, 5);
-    if (with_nan && r == 1) x[777] = NAN;
-    ccoll::Options opt;
-    opt.codec = kCodec;
-    opt.seed = 11;
-    ccoll::Stats st;
-    opt.stats = &st;
-    std::vector<float> got(kCount);
-    ccoll::compressed_allreduce(x.data(), got.data(), kCount, MPI_FLOAT, MPI_SUM, auto_comm.comm,
-                                opt);
-    EXPECT_EQ(st.algorithm.rfind("hierarchical/", 0), 0u) << st.algorithm;
-    opt.algorithm = "hierarchical";
-    std::vector<float> want(kCount);
-    ccoll::compressed_allreduce(x.data(), want.data(), kCount, MPI_FLOAT, MPI_SUM, hier_comm.comm,
-                                opt);
-    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * kCount));
-    if (with_nan) expect_nan_everywhere(got, 777);
+  for (const char* codec : {kCodec, "maxnorm:bits=4,rotate=hadamard"}) {
+    const Pairs auto_comm;
+    const Pairs hier_comm;
+    ccoll::testing::choose_hierarchical(auto_comm.comm, codec, kCount);
+    for (const bool with_nan : {false, true}) {
+      SCOPED_TRACE(std::string(codec) + (with_nan ? ", a NaN on rank 1" : ", finite input"));
+      std::vector<float> x = input(kCount, r, 5);
+      if (with_nan && r == 1) x[777] = NAN;
+      ccoll::Options opt;
+      opt.codec = codec;
+      opt.seed = 11;
+      ccoll::Stats st;
+      opt.stats = &st;
+      std::vector<float> got(x);  // in place
+      ccoll::compressed_allreduce(MPI_IN_PLACE, got.data(), kCount, MPI_FLOAT, MPI_SUM,
+                                  auto_comm.comm, opt);
+      EXPECT_EQ(st.algorithm.rfind("hierarchical/", 0), 0u) << st.algorithm;
+      opt.algorithm = "hierarchical";
+      std::vector<float> want(kCount);
+      ccoll::compressed_allreduce(x.data(), want.data(), kCount, MPI_FLOAT, MPI_SUM, hier_comm.comm,
+                                  opt);
+      EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * kCount));
+      if (with_nan) expect_nan_everywhere(got, 777);
+    }
   }
 }
 
