@@ -39,7 +39,8 @@ enum Slot : int {
   kAsyncError = kStream + 2,    // MAX: a stream-ordered call flagged a corrupt lane
   kKey,                         // pair: Options::key (the tensor's draws depend on it)
   kDeferredScan = kKey + 2,     // MAX: some rank left its fallback test for later
-  kSlots,
+  kEncodesTest,                 // pair: the rank left it to its encodes (all: MIN is 1)
+  kSlots = kEncodesTest + 2,
 };
 
 constexpr std::uint64_t kLow53 = (1ull << 53) - 1;
@@ -122,6 +123,7 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   v[kAsyncError] = m.async_error ? 1 : 0;
   put_pair(v, kKey, static_cast<double>(m.key & kLow53));
   v[kDeferredScan] = m.deferred_scan ? 1 : 0;
+  put_pair(v, kEncodesTest, m.encodes_test ? 1 : 0);
   CCOLL_MPI_CHECK(detail::allreduce_in_place(v, kSlots, MPI_DOUBLE, MPI_MAX, comm));
 
   if (v[kErrArg] != kArgNone) {
@@ -169,6 +171,7 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   a.state_differs = v[kState] != -v[kState + 1];
   a.fallback = v[kFallback] != 0;
   a.deferred_scan = v[kDeferredScan] != 0;
+  a.encodes_test = -v[kEncodesTest + 1] == 1;
   a.device_codecs = v[kDeviceRing] != 0;
   a.exact_lengths = v[kOwnTransport] != 0 && transport_row(own).exact_lengths;
   a.every_rank_transport = v[kOwnTransport] != 0;

@@ -37,10 +37,13 @@ struct Proposal {
   double lr = 0;
   std::uint64_t state_fingerprint = 0;  ///< the plan's output-shaping state, 0 without a plan
   bool fallback = false;                ///< the codec cannot carry this rank's input
-  /// This rank did not test its input for `fallback` (algorithm=auto had chosen the
-  /// hierarchical schedule, whose cross-node call tests the node's sum): a flat schedule must
-  /// test it before any data moves.
+  /// This rank did not test its input for `fallback`: algorithm=auto had chosen the
+  /// hierarchical schedule, whose cross-node call tests the node's sum, or its encodes test it
+  /// (`encodes_test`). A flat schedule tests it before any data moves unless every rank's
+  /// encodes test it under sra.
   bool deferred_scan = false;
+  /// This rank leaves the test to its encodes (sra agrees on them after its reduce-scatter).
+  bool encodes_test = false;
   bool device_codecs = false;  ///< this rank runs device codecs (the ring schedules)
   /// The TransportKind (as int) of a transport every rank takes or none (NCCL) that carries
   /// this rank's payloads; 0: none.
@@ -55,6 +58,7 @@ struct Proposal {
 struct Agreed {
   bool fallback = false;              ///< some rank's input cannot be carried: plain MPI for all
   bool deferred_scan = false;         ///< some rank left its fallback test for later
+  bool encodes_test = false;          ///< every rank left it to its encodes
   bool device_codecs = false;         ///< some rank runs device codecs
   bool exact_lengths = false;         ///< every rank's payloads go through a lock-step transport
   bool every_rank_transport = false;  ///< every rank's payloads go through a transport that

@@ -78,6 +78,8 @@ struct Flow {
   CallRotation rot;        // rotate=hadamard: the call reads this rank's rotated input
   // the call runs stream-ordered (stream_allreduce.hpp), with this codec
   bool stream = false;
+  // sra's encodes agree on the fallback test every rank left to them (run_flat)
+  bool encodes_agree = false;
 
   int p() const { return ctx.size(); }
   int rank() const { return ctx.rank(); }
@@ -165,8 +167,9 @@ bool let_codec_read_half(Flow& f, codec::Codec& codec) {
 // scales, no state, no mean divided in first, which would change the input sra must leave as
 // it was): a host all-reduce of fp32 or fp64 input whose schedule is sra, which agrees on what
 // the encodes found after its reduce-scatter (coll::Context::agree_carried) and otherwise runs
-// the call uncompressed, so that the test's pass over the input costs nothing. The same on
-// every rank: it depends on agreed values only.
+// the call uncompressed, so that the test's pass over the input costs nothing. Local (other
+// ranks may pass device buffers, which take another schedule): the agreement says whether
+// every rank deferred, and run_flat tests first where not all did or sra does not run.
 bool defers_fallback_test(const Flow& f, const codec::Codec& codec) {
   if (!f.call.allreduce() || f.pl.kernels() || f.call.input_half != Half::kNone || f.p() < 2 ||
       !codec.tests_while_encoding() || codec.capabilities().stateful ||
@@ -301,7 +304,7 @@ class ScheduleSetup {
     cx.seed = f.seed;
     cx.call = f.call_no;
     cx.rank_names = f.call.rank_names;
-    if (f.prep.defers_test) {
+    if (f.encodes_agree) {
       MPI_Comm comm = f.ctx.comm();
       cx.agree_carried = [comm](bool carried) {
         int bad = carried ? 0 : 1;
@@ -361,6 +364,11 @@ void run_reduce_scatter_schedule(Flow& f, coll::Context& cx, const void* input) 
 }
 
 // The all-reduce or all-gather schedule of the table that every rank derives from agreed values.
+const coll::ScheduleRow& flat_row(const Flow& f, const codec::Codec& codec) {
+  return coll::schedule_row(coll::select_schedule(
+      schedule_query(f, codec, f.agreed.device_codecs, f.agreed.exact_lengths, true)));
+}
+
 void run_flat_schedule(Flow& f, ScheduleSetup& s, const void* input) {
   const Call& call = f.call;
   coll::Context& cx = s.cx;
@@ -368,15 +376,8 @@ void run_flat_schedule(Flow& f, ScheduleSetup& s, const void* input) {
   const std::size_t es = f.es();
   auto* recv = static_cast<std::byte*>(call.recvbuf);
   std::byte* own = call.own_block(es, f.rank());
-  const coll::ScheduleRow& row = coll::schedule_row(coll::select_schedule(
-      schedule_query(f, codec, f.agreed.device_codecs, f.agreed.exact_lengths, true)));
+  const coll::ScheduleRow& row = flat_row(f, codec);
   f.stats.algorithm = row.name;
-  if (cx.agree_carried && row.id != coll::Algorithm::kScatterReduce) {
-    // not the schedule defers_fallback_test() foresaw: the test, before any data moves
-    const bool bad = codec.needs_fallback(input, call.count, f.p());
-    if (!cx.agree_carried(!bad)) throw coll::NotCarried{};
-    cx.agree_carried = nullptr;
-  }
   const bool allreduce = call.allreduce();
   if (call.input_half != Half::kNone &&
       (!allreduce || !codec.capabilities().summable || !row.half_input || s.lock_step())) {
@@ -537,7 +538,8 @@ Proposal proposal_of(Flow& f) {
   mine.state_fingerprint =
       plan != nullptr ? (pl.kernels() ? plan->device_codec : plan->codec)->state_fingerprint() : 0;
   mine.fallback = f.prep.fallback;
-  mine.deferred_scan = f.prep.scan_deferred;
+  mine.deferred_scan = f.prep.scan_deferred || f.prep.defers_test;
+  mine.encodes_test = f.prep.defers_test;
   mine.device_codecs = pl.kernels();
   // a transport that every rank takes or none (NCCL)
   mine.every_rank_transport =
@@ -625,12 +627,16 @@ void run_flat(Flow& f) {
   setup.call = f.call_no;
   // scales scanned before a restart covered the old state (ef: x + e), not what is encoded now
   setup.scanned = f.prep.scanned && !f.agreed.state_differs;
-  if (f.agreed.deferred_scan) {
-    // some rank left its fallback test to auto's two levels (prepare_plan), but the call runs
-    // flat (another rank's buffers): the test, before any data moves
+  // Some rank left its fallback test (prepare_plan) to auto's two levels, or to its encodes
+  // under sra (defers_fallback_test). Only where every rank did the latter and sra runs do the
+  // encodes agree on it (after the reduce-scatter); otherwise every rank tests before any data
+  // moves, the ranks that scanned with the answer they agreed.
+  f.encodes_agree = f.agreed.deferred_scan && f.agreed.encodes_test && f.call.allreduce() &&
+                    flat_row(f, codec).id == coll::Algorithm::kScatterReduce;
+  if (f.agreed.deferred_scan && !f.encodes_agree) {
+    const bool untested = f.prep.scan_deferred || f.prep.defers_test;
     std::uint8_t carried =
-        f.prep.scan_deferred && codec.needs_fallback(input, f.c.in_total, scan_ranks(f, codec)) ? 0
-                                                                                                : 1;
+        untested && codec.needs_fallback(input, f.c.in_total, scan_ranks(f, codec)) ? 0 : 1;
     exchange.bitwise_and(&carried, 1);
     if (carried == 0) throw coll::NotCarried{};
   }

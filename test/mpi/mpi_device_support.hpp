@@ -127,6 +127,23 @@ inline bool has_kernels(std::string codec) {
          codec.rfind("fp8", 0) == 0 || codec.rfind("mx", 0) == 0 || codec == "nvfp4";
 }
 
+// The all-reduce of `x` on `comm` with device buffers on the even ranks and host buffers on the
+// odd ones (ranks with mixed buffers): this rank's result.
+inline std::vector<float> mixed_allreduce(const std::vector<float>& x, MPI_Comm comm,
+                                          const ccoll::Options& opt) {
+  const std::size_t n = x.size();
+  std::vector<float> got(n);
+  if (rank_of(comm) % 2 == 0) {
+    DeviceVec dx(x);
+    DeviceVec dout(n);
+    ccoll::compressed_allreduce(dx.data(), dout.data(), n, MPI_FLOAT, MPI_SUM, comm, opt);
+    got = dout.host();
+  } else {
+    ccoll::compressed_allreduce(x.data(), got.data(), n, MPI_FLOAT, MPI_SUM, comm, opt);
+  }
+  return got;
+}
+
 }  // namespace mpi_device
 
 using namespace mpi_device;  // NOLINT(google-build-using-namespace): the tests' vocabulary

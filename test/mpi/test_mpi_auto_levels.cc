@@ -3,7 +3,8 @@
 // call leaves its input's fallback test to the cross-node call, which tests the node's sum, and
 // skips the flat schedule's pass over the whole input. Where another rank's buffers make the
 // call a flat one after all (device buffers on some ranks), every rank tests its input before
-// any data moves, so input the codec cannot carry still falls back to MPI on every rank.
+// any data moves, so input the codec cannot carry still falls back to MPI on every rank. The
+// same holds for the test that host ranks leave to sra's encodes.
 #include "mpi_device_support.hpp"
 
 namespace {
@@ -94,21 +95,40 @@ TEST_F(DeviceBuffers, AutoLevelsFlatAfterAllTestsTheInputFirst) {
     opt.algorithm = "auto";
     ccoll::Stats st;
     opt.stats = &st;
-    std::vector<float> got(kCount);
-    if (r % 2 == 0) {
-      DeviceVec dx(x);
-      DeviceVec dout(kCount);
-      ccoll::compressed_allreduce(dx.data(), dout.data(), kCount, MPI_FLOAT, MPI_SUM, mixed.comm,
-                                  opt);
-      got = dout.host();
-    } else {
-      ccoll::compressed_allreduce(x.data(), got.data(), kCount, MPI_FLOAT, MPI_SUM, mixed.comm,
-                                  opt);
-    }
+    const std::vector<float> got = mixed_allreduce(x, mixed.comm, opt);
     EXPECT_EQ(st.fell_back, with_nan);
     EXPECT_EQ(st.algorithm, with_nan ? "mpi" : "ring");
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * kCount));
     if (with_nan) expect_nan_everywhere(got, 4321);
+  }
+}
+
+// A codec whose encodes test the input (fp8) on host ranks that would run sra leave the test
+// to sra's encodes; with device buffers on the even ranks the call runs the device ranks'
+// schedule, so every rank tests its input before any data moves: no rank waits for a round
+// the others skip, and a NaN on a host rank falls back on every rank.
+TEST_F(DeviceBuffers, MixedRanksTestWhatTheEncodesWouldHave) {
+  const int p = size_of(MPI_COMM_WORLD);
+  if (p < 3) GTEST_SKIP() << "needs 3 ranks (sra)";
+  if (transport_env() == "nccl") GTEST_SKIP() << "NCCL takes every rank's buffers or none";
+  const int r = rank_of(MPI_COMM_WORLD);
+  const std::size_t n = 100000;  // above the tree's 64 KiB
+  for (const bool with_nan : {false, true}) {
+    SCOPED_TRACE(with_nan ? "a NaN on rank 1" : "finite input");
+    std::vector<float> x = input(n, r, 8);
+    if (with_nan && r == 1) x[999] = NAN;
+    ccoll::Options opt;
+    opt.codec = "fp8";
+    opt.seed = 13;
+    ccoll::Stats st;
+    opt.stats = &st;
+    const std::vector<float> got = mixed_allreduce(x, dev_comm_, opt);
+    EXPECT_EQ(st.fell_back, with_nan);
+    opt.algorithm = with_nan ? "auto" : st.algorithm;  // the host reference of the same schedule
+    std::vector<float> want(n);
+    ccoll::compressed_allreduce(x.data(), want.data(), n, MPI_FLOAT, MPI_SUM, host_comm_, opt);
+    EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * n));
+    if (with_nan) expect_nan_everywhere(got, 999);
   }
 }
 
