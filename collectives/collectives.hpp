@@ -100,6 +100,16 @@ class Workspace {
     return reduce_jobs_.data();
   }
   std::size_t capacity_bytes() const { return capacity_; }
+  /// Frees everything it holds (the allocator stays; the next use grows it again): for a plan
+  /// whose schedule no longer runs.
+  void clear() noexcept {
+    release();
+    std::vector<std::size_t>().swap(sizes_);
+    std::vector<Request>().swap(requests_);
+    std::vector<codec::EncodeJob>().swap(encode_jobs_);
+    std::vector<codec::DecodeJob>().swap(decode_jobs_);
+    std::vector<codec::ReduceJob>().swap(reduce_jobs_);
+  }
   /// Everything it holds: the payload bytes and the bookkeeping arrays.
   std::size_t held_bytes() const {
     return capacity_ + sizes_.capacity() * sizeof(std::size_t) +

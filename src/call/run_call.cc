@@ -671,6 +671,11 @@ void run_compressed(Flow& f) {
     // call waits for it anyway)
     if (level->choice < 0 && f.pl.kernels()) f.pl.device->synchronize();
     record_levels(*level, candidate, t0);
+    // the flat plan's buffers, grown by the tuning calls, serve no call of this size now that
+    // it runs on two levels (host or device memory: the payloads of a tensor's whole codes)
+    if (level->choice == LevelChoice::kHierarchical && f.prep.plan != nullptr) {
+      f.prep.plan->release_buffers();
+    }
   }
 }
 

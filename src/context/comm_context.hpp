@@ -65,6 +65,13 @@ struct Plan {
     return workspace.held_bytes() + scales.capacity() * sizeof(double) + mask.capacity() +
            loaded_state.capacity();
   }
+  /// Frees the buffers its calls grew but a state not loaded yet (held_bytes() less that):
+  /// for the flat plan of a size that algorithm=auto runs on two levels.
+  void release_buffers() noexcept {
+    workspace.clear();
+    std::vector<double>().swap(scales);
+    std::vector<std::uint8_t>().swap(mask);
+  }
   /// load_state()'s bytes for a device codec not made yet (applied when it is: take_loaded())
   std::vector<std::byte> loaded_state;
   /// Gives a device codec just made the state load_state() gave the plan, if any.
@@ -212,6 +219,11 @@ class CommContext final : public CommCore {
   /// Counts what stateful plan `p` holds now, after a call grew its buffers, against the
   /// limits, freeing least recently used plans (never the most recent) as plan() does.
   void recount(Plan& p);
+  /// The plan for `key` if one exists, else null (nothing made, the order of use kept).
+  const Plan* find_plan(const PlanKey& key) const {
+    const auto found = index_.find(key);
+    return found == index_.end() ? nullptr : &*found->second;
+  }
   /// Plans whose payload workspace allocates with `a` (null: the heap).
   std::size_t plans_allocating_with(const coll::Workspace::Allocator* a) const;
   /// Stateful plans freed so far to stay within the limits (equal on all ranks: plans are

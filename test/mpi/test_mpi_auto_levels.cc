@@ -4,7 +4,8 @@
 // skips the flat schedule's pass over the whole input. Where another rank's buffers make the
 // call a flat one after all (device buffers on some ranks), every rank tests its input before
 // any data moves, so input the codec cannot carry still falls back to MPI on every rank. The
-// same holds for the test that host ranks leave to sra's encodes.
+// same holds for the test that host ranks leave to sra's encodes. The first call on the chosen
+// levels frees the flat plan's buffers.
 #include "mpi_device_support.hpp"
 
 namespace {
@@ -72,6 +73,49 @@ TEST(AutoLevels, ChosenHierarchicalRunsAsTheHierarchicalSchedule) {
       if (with_nan) expect_nan_everywhere(got, 777);
     }
   }
+}
+
+// The flat plan's buffers, grown by flat calls (as auto's tuning calls grow them), are freed by
+// the first call that runs the chosen levels, and grow again, with the same results, when a
+// flat schedule of that size runs after all.
+TEST(AutoLevels, ChosenHierarchicalFreesTheFlatPlansBuffers) {
+  if (!pairs_of_nodes()) GTEST_SKIP() << "needs 2 or more nodes of 2 ranks";
+  const int r = rank_of(MPI_COMM_WORLD);
+  const Pairs comm;
+  const Pairs fresh;
+  const std::vector<float> x = input(kCount, r, 9);
+  ccoll::Options opt;
+  opt.codec = kCodec;
+  opt.seed = 5;
+  ccoll::Options ring = opt;
+  ring.algorithm = "ring";
+  std::vector<float> first(kCount);
+  ccoll::compressed_allreduce(x.data(), first.data(), kCount, MPI_FLOAT, MPI_SUM, comm.comm, ring);
+  const std::size_t grown = ccoll::testing::allreduce_plan_bytes(comm.comm, kCodec, kCount);
+  EXPECT_GT(grown, kCount / 4) << "a ring call's payloads of 4-bit codes";
+  ccoll::testing::choose_hierarchical(comm.comm, kCodec, kCount);
+  std::vector<float> out(kCount);
+  ccoll::Stats st;
+  opt.stats = &st;
+  ccoll::compressed_allreduce(x.data(), out.data(), kCount, MPI_FLOAT, MPI_SUM, comm.comm, opt);
+  EXPECT_EQ(st.algorithm.rfind("hierarchical/", 0), 0u) << st.algorithm;
+  EXPECT_EQ(ccoll::testing::allreduce_plan_bytes(comm.comm, kCodec, kCount), 0u);
+  // the next flat call grows them again and gives what a communicator that never freed them
+  // gives for its second call
+  std::vector<float> again(kCount);
+  ccoll::compressed_allreduce(x.data(), again.data(), kCount, MPI_FLOAT, MPI_SUM, comm.comm, ring);
+  EXPECT_EQ(ccoll::testing::allreduce_plan_bytes(comm.comm, kCodec, kCount), grown);
+  std::vector<float> want(kCount);
+  for (int call = 0; call < 3; ++call) {
+    ccoll::Options o = call == 1 ? opt : ring;
+    o.algorithm = call == 1 ? "hierarchical" : "ring";
+    o.stats = nullptr;
+    ccoll::compressed_allreduce(x.data(), want.data(), kCount, MPI_FLOAT, MPI_SUM, fresh.comm, o);
+    if (call == 0) {
+      EXPECT_EQ(0, std::memcmp(first.data(), want.data(), 4 * kCount));
+    }
+  }
+  EXPECT_EQ(0, std::memcmp(again.data(), want.data(), 4 * kCount));
 }
 
 // Device buffers on the even ranks: the call runs the device ranks' flat ring, and the host

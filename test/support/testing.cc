@@ -72,6 +72,17 @@ void choose_hierarchical(MPI_Comm comm, const char* codec, std::size_t count) {
   l.choice = LevelChoice::kHierarchical;
 }
 
+std::size_t allreduce_plan_bytes(MPI_Comm comm, const char* codec, std::size_t count) {
+  const CommContext* ctx = CommContext::find(comm);
+  if (ctx == nullptr) return 0;
+  PlanKey key;
+  key.kind = static_cast<int>(call::Kind::kAllreduce);
+  key.count = count;
+  key.codec = parse_codec_spec(codec).canonical;
+  const Plan* plan = ctx->find_plan(key);
+  return plan == nullptr ? 0 : plan->held_bytes();
+}
+
 std::size_t hierarchical_node_sums_block(const char* codec, std::size_t count, int node_ranks,
                                          int nodes) {
   std::vector<int> shards;

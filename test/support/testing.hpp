@@ -47,6 +47,9 @@ CCOLL_API void scale_round_max(double* values, std::size_t n, MPI_Comm comm);
 /// of `count` float32 elements on host buffers with `codec` on `comm`, the hierarchical one, as
 /// its tuning calls would have made it (LevelChoice). Call it on every rank of `comm`.
 CCOLL_API void choose_hierarchical(MPI_Comm comm, const char* codec, std::size_t count);
+/// What the plan of all-reduces of `count` float32 elements with `codec` on `comm` holds in
+/// buffers its calls grew (Plan::held_bytes); 0 where `comm` has no such plan.
+CCOLL_API std::size_t allreduce_plan_bytes(MPI_Comm comm, const char* codec, std::size_t count);
 /// The scale block whose node maxima a hierarchical all-reduce of `count` float32 elements
 /// finds for its node sums, on `nodes` nodes of `node_ranks` ranks with `codec`; 0 where no
 /// cross-node step would take them (call::node_sums_block).
