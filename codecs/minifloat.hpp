@@ -195,14 +195,14 @@ CCOLL_HOST_DEVICE inline float e8m0_to_float(std::uint32_t e) {
   return e == 0 ? bits_float(0x00400000u) : bits_float(e << 23);
 }
 
-/// fp32 -> E8M0, to the nearest power of two (ties: the larger), as ml_dtypes casts: NaN,
-/// infinities, zero and negative values have no code but NaN's (255); beyond 2^127: NaN; up to
-/// 2^-127: 2^-127, and between it and 2^-126 the larger.
+/// fp32 -> E8M0, to the nearest power of two (ties: the larger), as ml_dtypes casts (0.7): NaN,
+/// infinities, zero and negative values have no code but NaN's (255); beyond 2^127: NaN; below
+/// 1.5 * 2^-127 (fp32 subnormals included): 2^-127.
 CCOLL_HOST_DEVICE inline std::uint32_t float_to_e8m0(float x) {
   const std::uint32_t bits = float_bits(x);
   if ((bits >> 31) != 0 || bits == 0 || bits >= 0x7F800000u) return 255;
-  if (bits < 0x00800000u) {  // fp32 subnormals: up to 2^-127 code 0, above it 2^-126 (code 1)
-    return bits > 0x00400000u ? 1u : 0u;
+  if (bits < 0x00800000u) {  // fp32 subnormals: from 1.5 * 2^-127 on 2^-126 (code 1)
+    return bits >= 0x00600000u ? 1u : 0u;
   }
   const std::uint32_t e = bits >> 23;
   const std::uint32_t m = bits & 0x7FFFFFu;

@@ -67,6 +67,11 @@ TEST(Minifloat, LargestValuesTiesAndOverflow) {
   // E8M0
   EXPECT_EQ(e8m0_to_float(127), 1.0f);
   EXPECT_EQ(float_to_e8m0(3.0f), 129u);  // 4: ties to the larger power
+  // fp32 subnormals: the nearer of 2^-127 (code 0) and 2^-126, ties to the larger
+  EXPECT_EQ(float_to_e8m0(std::ldexp(1.0f, -140)), 0u);
+  EXPECT_EQ(float_to_e8m0(std::ldexp(1.4f, -127)), 0u);
+  EXPECT_EQ(float_to_e8m0(std::ldexp(1.5f, -127)), 1u);
+  EXPECT_EQ(float_to_e8m0(std::ldexp(1.5f, -126)), 2u);
   EXPECT_TRUE(std::isnan(e8m0_to_float(255)));
 }
 

@@ -19,6 +19,8 @@ except ImportError as e:  # pragma: no cover - the skip path
     print(f"compare_ml_dtypes: skipped: {e} (pip install ml_dtypes)")
     sys.exit(77)
 
+OLD_E8M0 = tuple(int(v) for v in ml_dtypes.__version__.split(".")[:2]) < (0, 7)
+
 NAMES = ["float8_e4m3fn", "float8_e5m2", "float6_e3m2fn", "float6_e2m3fn", "float4_e2m1fn"]
 WIDTHS = [8, 8, 6, 6, 4]
 LARGEST = [448.0, 57344.0, 28.0, 7.5, 6.0]
@@ -51,7 +53,14 @@ def main():
     with np.errstate(invalid="ignore", over="ignore"):
         for k, name in enumerate(NAMES + ["float8_e8m0fnu"]):
             t = getattr(ml_dtypes, name)
-            report(f"{name} cast of every bfloat16", codes[k], x.astype(t).view(np.uint8), x)
+            cast = np.ones(len(x), dtype=bool)
+            if name == "float8_e8m0fnu" and OLD_E8M0:
+                # before 0.7 ml_dtypes cast every fp32 subnormal above 2^-127 to 2^-126, not
+                # to the nearer of the two: those inputs are left out there
+                bits = x.view(np.uint32)
+                cast = ~((bits > 0x00400000) & (bits < 0x00600000))
+            report(f"{name} cast of every bfloat16", codes[k][cast],
+                   x[cast].astype(t).view(np.uint8), x[cast])
             if k < len(NAMES):
                 finite = ~np.isnan(x)
                 clamped = np.clip(x, -LARGEST[k], LARGEST[k])
