@@ -2,6 +2,7 @@
 #include "agreement.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cmath>
 #include <cstdio>
@@ -40,8 +41,13 @@ enum Slot : int {
   kKey,                         // pair: Options::key (the tensor's draws depend on it)
   kDeferredScan = kKey + 2,     // MAX: some rank left its fallback test for later
   kEncodesTest,                 // pair: the rank left it to its encodes (all: MIN is 1)
-  kSlots = kEncodesTest + 2,
+  kFolded = kEncodesTest + 2,   // pair: the rank's scales follow the slots (all: MIN is 1)
+  kSlots = kFolded + 2,
 };
+
+void max_halving_doubling(double* v, std::size_t n, MPI_Comm comm);
+
+std::atomic<std::size_t> folded{0};  // Agreed::scales_agreed so far (folded_scale_rounds)
 
 constexpr std::uint64_t kLow53 = (1ull << 53) - 1;
 
@@ -83,6 +89,8 @@ std::string show_double(double x) {
 
 }  // namespace
 
+std::size_t folded_scale_rounds() { return folded.load(std::memory_order_relaxed); }
+
 std::vector<std::string> gather_texts(const std::string& mine, MPI_Comm comm) {
   int p = 1;
   CCOLL_MPI_CHECK(MPI_Comm_size(comm, &p));
@@ -103,7 +111,9 @@ std::vector<std::string> gather_texts(const std::string& mine, MPI_Comm comm) {
 
 Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   const LocalError& bad = *m.bad;
-  double v[kSlots] = {};
+  // the slots, then (a folded scale round) every rank's scales: one MAX round for both
+  std::vector<double> all(kSlots + m.nscales, 0.0);
+  double* v = all.data();
   v[kErrArg] = bad.arg;
   v[kErrRank] = bad.ok() ? -1 : m.rank;
   v[kErrCode] = static_cast<double>(bad.code);
@@ -124,7 +134,13 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   put_pair(v, kKey, static_cast<double>(m.key & kLow53));
   v[kDeferredScan] = m.deferred_scan ? 1 : 0;
   put_pair(v, kEncodesTest, m.encodes_test ? 1 : 0);
-  CCOLL_MPI_CHECK(detail::allreduce_in_place(v, kSlots, MPI_DOUBLE, MPI_MAX, comm));
+  put_pair(v, kFolded, m.scales != nullptr ? 1 : 0);
+  if (m.nscales == 0) {
+    CCOLL_MPI_CHECK(detail::allreduce_in_place(v, kSlots, MPI_DOUBLE, MPI_MAX, comm));
+  } else {
+    if (m.scales != nullptr) std::copy(m.scales, m.scales + m.nscales, v + kSlots);
+    max_halving_doubling(v, all.size(), comm);  // the scale round's own MAX
+  }
 
   if (v[kErrArg] != kArgNone) {
     if (!bad.ok()) throw Error(bad.code, std::string(fn) + ": " + bad.message);
@@ -175,7 +191,14 @@ Agreed agree(const Proposal& m, const char* fn, MPI_Comm comm) {
   a.device_codecs = v[kDeviceRing] != 0;
   a.exact_lengths = v[kOwnTransport] != 0 && transport_row(own).exact_lengths;
   a.every_rank_transport = v[kOwnTransport] != 0;
-  a.control_bytes = sizeof v;
+  // scales scanned before a restart covered the old state (ef: x + e): the round runs again
+  a.scales_agreed =
+      m.nscales != 0 && -v[kFolded + 1] == 1 && !a.state_differs && !a.fallback && !a.stream;
+  if (a.scales_agreed) {
+    std::copy(v + kSlots, v + all.size(), m.scales);
+    folded.fetch_add(1, std::memory_order_relaxed);
+  }
+  a.control_bytes = all.size() * sizeof(double);
   return a;
 }
 

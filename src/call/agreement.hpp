@@ -52,6 +52,12 @@ struct Proposal {
   bool stream = false;
   /// A stream-ordered call on this communicator flagged a corrupt lane since the last call.
   bool async_error = false;
+  /// The scale round folded into the agreement (a nested all-reduce: run_call.cc): the codec's
+  /// scale slots, which every rank must count alike (0: not folded), and this rank's scanned
+  /// scales there, into which the agreed maxima are written (null: this rank has none, and
+  /// every rank then runs the scale round after the agreement).
+  std::size_t nscales = 0;
+  double* scales = nullptr;
 };
 
 /// What every rank agreed.
@@ -65,6 +71,9 @@ struct Agreed {
                                       ///< every rank takes (NCCL)
   bool state_differs = false;         ///< the ranks' codec states have different histories
   bool stream = false;                ///< every rank runs the call stream-ordered
+  /// Every rank folded its scales into the agreement and no state was restarted: the scales
+  /// hold the scale round's result (Proposal::scales), and no scale round follows.
+  bool scales_agreed = false;
   std::size_t control_bytes = 0;
 };
 
@@ -72,6 +81,10 @@ struct Agreed {
 /// argument (this rank's own message where it is the one) or when an argument that must match
 /// differs across ranks.
 Agreed agree(const Proposal& mine, const char* fn, MPI_Comm comm);
+
+/// The agreements on this process whose round carried the scale round's result
+/// (Agreed::scales_agreed), for tests.
+std::size_t folded_scale_rounds();
 
 /// Every rank's `mine` in rank order (MPI_Allgather of the lengths, then MPI_Allgatherv), for
 /// messages that name two ranks' values where a check found they differ. Collective: call it

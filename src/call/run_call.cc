@@ -516,6 +516,27 @@ void local_stage(Flow& f) {
   f.stats.states_evicted = f.prep.evicted;
 }
 
+// A nested all-reduce (the hierarchical schedule's cross-node step) folds its scale round into
+// its agreement: one round instead of two. Its arguments were agreed by the call around it, so
+// every rank counts the same scale slots (from the plan's host codec, or one made for the count
+// where this rank has no plan); only a rank whose host scan wrote its scales, on a codec
+// without a sum round, brings them, and where one does not every rank runs the scale round.
+void fold_scale_round(Flow& f, Proposal& mine) {
+  const Plan* plan = f.prep.plan;
+  try {
+    mine.nscales = plan != nullptr ? plan->codec->scale_slots(f.c.in_total)
+                                   : make_codec(f.c.spec, f.c.dtype)->scale_slots(f.c.in_total);
+  } catch (const Error&) {
+    mine.nscales = 0;  // no codec for the spec on this rank: it failed the checks on every rank
+  }
+  const codec::Codec* codec = f.prep.codec;
+  if (mine.nscales != 0 && plan != nullptr && codec != nullptr && f.compress && !f.stream &&
+      !f.pl.kernels() && f.prep.scanned && !f.prep.fallback && codec->sum_slots() == 0 &&
+      codec->scale_slots(f.c.in_total) == mine.nscales && plan->scales.size() >= mine.nscales) {
+    mine.scales = f.prep.plan->scales.data();
+  }
+}
+
 // This rank's side of the agreement.
 Proposal proposal_of(Flow& f) {
   const Call& call = f.call;
@@ -546,6 +567,7 @@ Proposal proposal_of(Flow& f) {
       pl.kernels() && pl.transport()->every_rank ? static_cast<int>(pl.transport()->kind) : 0;
   mine.stream = f.stream;
   if (StreamState* st = stream_state_if_made(f.ctx)) mine.async_error = take_stream_error(*st);
+  if (call.nested && call.allreduce() && f.p() > 1) fold_scale_round(f, mine);
   return mine;
 }
 
@@ -627,6 +649,7 @@ void run_flat(Flow& f) {
   setup.call = f.call_no;
   // scales scanned before a restart covered the old state (ef: x + e), not what is encoded now
   setup.scanned = f.prep.scanned && !f.agreed.state_differs;
+  setup.scales_agreed = f.agreed.scales_agreed;
   // Some rank left its fallback test (prepare_plan) to auto's two levels, or to its encodes
   // under sra (defers_fallback_test). Only where every rank did the latter and sra runs do the
   // encodes agree on it (after the reduce-scatter); otherwise every rank tests before any data

@@ -104,7 +104,11 @@ std::size_t run_setup_rounds(codec::Codec& c, const SetupInputs& in, const Setup
                              SetupExchange& ex) {
   std::size_t bytes = agree_sums(c, in, call.lr, ex);
   c.set_call(call.seed, call.call);
-  bytes += agree_scales(c, in, scales, call.scanned, ex);
+  if (call.scales_agreed) {
+    c.set_scales(scales.data(), c.scale_slots(in.count));
+  } else {
+    bytes += agree_scales(c, in, scales, call.scanned, ex);
+  }
   bytes += agree_mask(c, in, mask, ex);
   return bytes;
 }

@@ -80,6 +80,8 @@ struct SetupCall {
   std::uint64_t seed = 0;
   std::uint64_t call = 0;
   bool scanned = false;
+  /// The scales already hold the scale round's result (the agreement carried it): no round.
+  bool scales_agreed = false;
 };
 std::size_t run_setup_rounds(codec::Codec& c, const SetupInputs& in, const SetupCall& call,
                              std::vector<double>& scales, std::vector<std::uint8_t>& mask,

@@ -11,16 +11,22 @@
 // input, so there the pass over the whole input and the node's all-reduce of its block maxima
 // would go unused; auto's rule for the cross-node step (one rank a node, host buffers) is in
 // collectives/schedules.cc.
+//
+// The hierarchical schedule's cross-node all-reduce carries its scale round in its agreement:
+// one round, whose scales every rank encodes with (the results identical on every rank and
+// within the codec's bound of the exact sum).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <vector>
 
+#include "ccoll/ccoll.hpp"
 #include "testing.hpp"
 
 namespace {
@@ -110,6 +116,61 @@ TEST(NodeSumsChoice, FoundWhenAnyLocalRanksShardTakesThem) {
   // the maxima together, so every rank finds them
   EXPECT_EQ(hierarchical_node_sums_block("maxnorm:bits=8", 3 * 262144 + 2, 3, 17), 1024U);
   EXPECT_EQ(hierarchical_node_sums_block("maxnorm:bits=8", 3 * 262144, 3, 17), 0U);
+}
+
+// Nodes of `k` consecutive ranks on MPI_COMM_WORLD's duplicate, K a divisor of the ranks.
+struct Nodes {
+  explicit Nodes(int k) {
+    setenv("CCOLL_RANKS_PER_NODE", std::to_string(k).c_str(), 1);
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  }
+  ~Nodes() {
+    MPI_Comm_free(&comm);
+    unsetenv("CCOLL_RANKS_PER_NODE");
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+};
+
+TEST(FoldedScaleRound, TheCrossNodeStepsAgreementCarriesItsScales) {
+  int p = 1;
+  int r = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  if (p < 2) GTEST_SKIP() << "needs 2 nodes";
+  constexpr std::size_t kCount = 100001;
+  std::vector<float> x(kCount);
+  for (std::size_t i = 0; i < kCount; ++i) x[i] = static_cast<float>(value(r, i) / 1e5);
+  std::vector<double> exact(kCount, 0.0);
+  double largest = 0;
+  for (int q = 0; q < p; ++q) {
+    for (std::size_t i = 0; i < kCount; ++i) {
+      exact[i] += static_cast<double>(static_cast<float>(value(q, i) / 1e5));
+    }
+  }
+  for (const double e : exact) largest = std::max(largest, std::fabs(e));
+  for (const int k : {1, 2}) {
+    if (p % k != 0 || p / k < 2) continue;
+    SCOPED_TRACE("nodes of " + std::to_string(k) + " ranks");
+    const Nodes nodes(k);
+    ccoll::Options opt;
+    opt.codec = "maxnorm:bits=8";
+    opt.algorithm = "hierarchical";
+    std::vector<float> out(kCount);
+    const std::size_t before = ccoll::testing::folded_scale_rounds();
+    ccoll::compressed_allreduce(x.data(), out.data(), kCount, MPI_FLOAT, MPI_SUM, nodes.comm, opt);
+    EXPECT_EQ(ccoll::testing::folded_scale_rounds() - before, 1U);  // this rank's cross step
+    // the same bits on every rank
+    std::vector<float> first(out);
+    MPI_Bcast(first.data(), static_cast<int>(kCount), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    EXPECT_EQ(0, std::memcmp(first.data(), out.data(), 4 * kCount));
+    // 8-bit codes of the nodes' sums on scales every node shares: each node's rounding at most
+    // half a step of the largest node sum (at most p times the largest input) over 127
+    double worst = 0;
+    for (std::size_t i = 0; i < kCount; ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - exact[i]));
+    }
+    EXPECT_LT(worst, largest * 0.05) << "largest |sum| " << largest;
+  }
 }
 
 }  // namespace

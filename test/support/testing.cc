@@ -72,6 +72,8 @@ void choose_hierarchical(MPI_Comm comm, const char* codec, std::size_t count) {
   l.choice = LevelChoice::kHierarchical;
 }
 
+std::size_t folded_scale_rounds() { return call::folded_scale_rounds(); }
+
 std::size_t allreduce_plan_bytes(MPI_Comm comm, const char* codec, std::size_t count) {
   const CommContext* ctx = CommContext::find(comm);
   if (ctx == nullptr) return 0;

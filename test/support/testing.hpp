@@ -50,6 +50,9 @@ CCOLL_API void choose_hierarchical(MPI_Comm comm, const char* codec, std::size_t
 /// What the plan of all-reduces of `count` float32 elements with `codec` on `comm` holds in
 /// buffers its calls grew (Plan::held_bytes); 0 where `comm` has no such plan.
 CCOLL_API std::size_t allreduce_plan_bytes(MPI_Comm comm, const char* codec, std::size_t count);
+/// Agreements on this process that carried the scale round (a nested all-reduce's: the
+/// hierarchical schedule's cross-node step), so far.
+CCOLL_API std::size_t folded_scale_rounds();
 /// The scale block whose node maxima a hierarchical all-reduce of `count` float32 elements
 /// finds for its node sums, on `nodes` nodes of `node_ranks` ranks with `codec`; 0 where no
 /// cross-node step would take them (call::node_sums_block).
