@@ -185,9 +185,12 @@ class Buffer {
   /// At least `bytes` bytes of `host` (pinned) or device memory from `b`; contents are lost
   /// when it grows.
   void* get(Backend& b, std::size_t bytes, bool host);
+  /// Frees what it holds (the next get() allocates again).
+  void release() noexcept;
+  /// Bytes held now.
+  std::size_t held() const { return size_; }
 
  private:
-  void release() noexcept;
   Backend* backend_ = nullptr;
   bool host_ = false;
   int device_ = -1;

@@ -18,6 +18,7 @@
 #include "collectives.hpp"
 #include "config.hpp"
 #include "element_device.hpp"
+#include "levels.hpp"
 #include "maxnorm_wire.hpp"
 #include "mpi_check.hpp"
 #include "node_sums.hpp"
@@ -104,13 +105,12 @@ class CrossBuffers {
                std::size_t out_bytes)
       : in_(in), out_(out), host_out_(out), out_bytes_(out_bytes) {
     if (device == nullptr || out_bytes == 0) return;
-    static CCOLL_RANK_LOCAL gpu::Buffer dev_in;
-    static CCOLL_RANK_LOCAL gpu::Buffer dev_out;
+    LevelDeviceMemory& kept = level_device_memory();
     try {
-      void* o = dev_out.get(*device, out_bytes, false);
+      void* o = kept.cross_out.get(*device, out_bytes, false);
       void* i = nullptr;
       if (in != nullptr) {
-        i = dev_in.get(*device, in_bytes, false);
+        i = kept.cross_in.get(*device, in_bytes, false);
         device->copy(i, in, in_bytes);
       } else {
         device->copy(o, out, out_bytes);  // in place: the input is in `out`
@@ -349,8 +349,8 @@ class NodeLevel {
   // `bytes` of scratch where the call's data is (slot 0 or 1; kept by the thread on the device)
   std::byte* scratch(int slot, std::size_t bytes) {
     if (!on_device_) return host_[slot].get(bytes);
-    static CCOLL_RANK_LOCAL gpu::Buffer kept[2];
-    return static_cast<std::byte*>(kept[slot].get(*device_, bytes, false));
+    return static_cast<std::byte*>(
+        level_device_memory().node_scratch[slot].get(*device_, bytes, false));
   }
   // dst = src where the call's data is (on the device: on the caller's stream)
   void copy(void* dst, const void* src, std::size_t bytes) {

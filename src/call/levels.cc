@@ -5,6 +5,7 @@
 
 #include "config.hpp"
 #include "mpi_check.hpp"
+#include "rank_local.hpp"
 
 namespace ccoll::call {
 namespace {
@@ -68,6 +69,38 @@ void record_levels(LevelChoice& l, int candidate, Clock::time_point t0) {
   if (l.choice >= 0 || l.calls <= LevelChoice::kCandidates) return;
   l.seconds[candidate] +=
       std::chrono::duration<double>(Clock::now() - t0).count() / LevelChoice::kRounds;
+}
+
+LevelDeviceMemory& level_device_memory() {
+  static CCOLL_RANK_LOCAL LevelDeviceMemory kept;
+  return kept;
+}
+
+void release_level_buffers(const CommContext& ctx, Kind kind, const std::string& codec) {
+  const Topology* topo = ctx.topology_if_made();
+  if (topo != nullptr && topo->cross != MPI_COMM_NULL) {
+    if (CommContext* cross = CommContext::find(topo->cross)) {
+      cross->release_plan_buffers(static_cast<int>(kind), codec);
+    }
+  }
+  LevelDeviceMemory& kept = level_device_memory();
+  kept.cross_in.release();
+  kept.cross_out.release();
+  for (gpu::Buffer& b : kept.node_scratch) b.release();
+}
+
+std::size_t level_buffer_bytes(const CommContext& ctx, Kind kind, const std::string& codec) {
+  const Topology* topo = ctx.topology_if_made();
+  std::size_t bytes = 0;
+  if (topo != nullptr && topo->cross != MPI_COMM_NULL) {
+    if (const CommContext* cross = CommContext::find(topo->cross)) {
+      bytes += cross->plan_buffer_bytes(static_cast<int>(kind), codec);
+    }
+  }
+  const LevelDeviceMemory& kept = level_device_memory();
+  bytes += kept.cross_in.held() + kept.cross_out.held();
+  for (const gpu::Buffer& b : kept.node_scratch) bytes += b.held();
+  return bytes;
 }
 
 }  // namespace ccoll::call

@@ -3,7 +3,11 @@
 // call and the times that decide.
 #pragma once
 
+#include <cstddef>
+#include <string>
+
 #include "agreement.hpp"
+#include "backend.hpp"
 #include "call.hpp"
 #include "comm_context.hpp"
 #include "run_call.hpp"
@@ -35,5 +39,24 @@ bool auto_chose_hierarchical(const Call& call, const Checked& c, const CommConte
 
 /// A tuning call's time since `t0` (the calls after each candidate's first).
 void record_levels(LevelChoice& l, int candidate, Clock::time_point t0);
+
+/// The calling thread's device memory of the two levels (hierarchical.cc), kept from call to
+/// call and grown as needed: the cross-node step's copies of its input and output, and the
+/// node's scratch (all-gather and reduce-scatter). First used after the device backend exists,
+/// so freed before it at exit.
+struct LevelDeviceMemory {
+  gpu::Buffer cross_in;
+  gpu::Buffer cross_out;
+  gpu::Buffer node_scratch[2];
+};
+LevelDeviceMemory& level_device_memory();
+
+/// Frees the buffers the two levels of ctx's communicator grew for collective `kind` with the
+/// canonical codec `codec`: the cross-node calls' plans' buffers (their states stay), and the
+/// calling thread's device memory of the levels (any collective's). Later hierarchical calls
+/// grow them again. For algorithm=auto once its tuning calls chose the flat schedule.
+void release_level_buffers(const CommContext& ctx, Kind kind, const std::string& codec);
+/// What release_level_buffers() would free.
+std::size_t level_buffer_bytes(const CommContext& ctx, Kind kind, const std::string& codec);
 
 }  // namespace ccoll::call

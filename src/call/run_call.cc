@@ -699,6 +699,11 @@ void run_compressed(Flow& f) {
     if (level->choice == LevelChoice::kHierarchical && f.prep.plan != nullptr) {
       f.prep.plan->release_buffers();
     }
+    // and once it chose the flat schedule, the buffers the two levels' tuning calls grew
+    if (level->choice == LevelChoice::kFlat && !level->released) {
+      release_level_buffers(f.ctx, f.call.kind, f.c.spec.canonical);
+      level->released = true;
+    }
   }
 }
 

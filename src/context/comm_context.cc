@@ -408,6 +408,22 @@ void CommContext::recount(Plan& p) {
   if (grew) evict();
 }
 
+void CommContext::release_plan_buffers(int kind, const std::string& codec) {
+  for (Plan& p : plans_) {
+    if (p.key.kind != kind || p.key.codec != codec) continue;
+    p.release_buffers();
+    recount(p);
+  }
+}
+
+std::size_t CommContext::plan_buffer_bytes(int kind, const std::string& codec) const {
+  std::size_t bytes = 0;
+  for (const Plan& p : plans_) {
+    if (p.key.kind == kind && p.key.codec == codec) bytes += p.held_bytes();
+  }
+  return bytes;
+}
+
 Plan& CommContext::plan(const PlanKey& key, const CodecSpec& spec) {
   if (const auto found = index_.find(key); found != index_.end()) {
     plans_.splice(plans_.begin(), plans_, found->second);  // iterators stay valid

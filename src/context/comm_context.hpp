@@ -126,7 +126,8 @@ struct AutoChoice {
   int calls = 0;
   // mean time of each candidate over the timed rounds (entries not in `list` are never read)
   double seconds[kMaxCandidates] = {0, 0, 0, 0};
-  int choice = -1;  // a Candidate once tuned
+  int choice = -1;        // a Candidate once tuned
+  bool released = false;  // the candidate not chosen has had its buffers freed
 };
 
 /// The power-of-two size class of a call of `bytes` bytes (floor(log2), 0 for 0 and 1), by
@@ -149,7 +150,8 @@ struct LevelChoice {
   static constexpr int kTuningCalls = kCandidates * (1 + kRounds);
   int calls = 0;
   double seconds[2] = {0, 0};
-  int choice = -1;  // a Candidate once tuned
+  int choice = -1;        // a Candidate once tuned
+  bool released = false;  // the candidate not chosen has had its buffers freed
 };
 
 /// The two levels of algorithm=hierarchical, made on a communicator's first hierarchical call.
@@ -224,6 +226,12 @@ class CommContext final : public CommCore {
     const auto found = index_.find(key);
     return found == index_.end() ? nullptr : &*found->second;
   }
+  /// Frees the buffers that the plans of collective `kind` with the canonical codec `codec`
+  /// grew (Plan::release_buffers), recounting stateful plans; their codecs and states stay.
+  void release_plan_buffers(int kind, const std::string& codec);
+  /// What the plans of collective `kind` with the canonical codec `codec` hold in buffers
+  /// their calls grew (Plan::held_bytes).
+  std::size_t plan_buffer_bytes(int kind, const std::string& codec) const;
   /// Plans whose payload workspace allocates with `a` (null: the heap).
   std::size_t plans_allocating_with(const coll::Workspace::Allocator* a) const;
   /// Stateful plans freed so far to stay within the limits (equal on all ranks: plans are

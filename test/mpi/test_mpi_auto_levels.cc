@@ -5,7 +5,9 @@
 // call a flat one after all (device buffers on some ranks), every rank tests its input before
 // any data moves, so input the codec cannot carry still falls back to MPI on every rank. The
 // same holds for the test that host ranks leave to sra's encodes. The first call on the chosen
-// levels frees the flat plan's buffers.
+// levels frees the flat plan's buffers, and the first on a chosen flat schedule the levels'.
+#include <functional>
+
 #include "mpi_device_support.hpp"
 
 namespace {
@@ -118,6 +120,51 @@ TEST(AutoLevels, ChosenHierarchicalFreesTheFlatPlansBuffers) {
   EXPECT_EQ(0, std::memcmp(again.data(), want.data(), 4 * kCount));
 }
 
+// Once the choice is the flat schedule, the first call frees the buffers the two levels' calls
+// grew (the cross-node calls' plans'), and a later hierarchical call grows them again, with the
+// results of a communicator that never freed them. `x`, `out` and `want` hold kCount floats,
+// host or device memory (`device`); `read` copies kCount of them to the host.
+void expect_flat_frees_levels(const float* x, float* out, float* want, bool device,
+                              const std::function<std::vector<float>(const float*)>& read) {
+  const Pairs comm;
+  const Pairs fresh;
+  ccoll::Options hier;
+  hier.codec = kCodec;
+  hier.seed = 7;
+  hier.algorithm = "hierarchical";
+  ccoll::compressed_allreduce(x, out, kCount, MPI_FLOAT, MPI_SUM, comm.comm, hier);
+  EXPECT_GT(ccoll::testing::level_buffer_bytes(comm.comm, kCodec), kCount / 8)
+      << "the cross-node call's payloads of a shard's 4-bit codes";
+  ccoll::testing::choose_flat(comm.comm, kCodec, kCount, device);
+  ccoll::Options opt = hier;
+  opt.algorithm = "auto";
+  ccoll::Stats st;
+  opt.stats = &st;
+  ccoll::compressed_allreduce(x, out, kCount, MPI_FLOAT, MPI_SUM, comm.comm, opt);
+  EXPECT_NE(st.algorithm.rfind("hierarchical", 0), 0u) << st.algorithm;
+  EXPECT_EQ(ccoll::testing::level_buffer_bytes(comm.comm, kCodec), 0u);
+  ccoll::compressed_allreduce(x, out, kCount, MPI_FLOAT, MPI_SUM, comm.comm, hier);
+  EXPECT_GT(ccoll::testing::level_buffer_bytes(comm.comm, kCodec), kCount / 8);
+  for (int call = 0; call < 3; ++call) {
+    ccoll::Options o = hier;
+    if (call == 1) o.algorithm = "ring";
+    ccoll::compressed_allreduce(x, want, kCount, MPI_FLOAT, MPI_SUM, fresh.comm, o);
+  }
+  // (the levels' device memory, freed above, is the thread's: both count the same)
+  EXPECT_EQ(ccoll::testing::level_buffer_bytes(comm.comm, kCodec),
+            ccoll::testing::level_buffer_bytes(fresh.comm, kCodec));
+  EXPECT_EQ(0, std::memcmp(read(out).data(), read(want).data(), 4 * kCount));
+}
+
+TEST(AutoLevels, ChosenFlatFreesTheLevelsBuffers) {
+  if (!pairs_of_nodes()) GTEST_SKIP() << "needs 2 or more nodes of 2 ranks";
+  const std::vector<float> x = input(kCount, rank_of(MPI_COMM_WORLD), 13);
+  std::vector<float> out(kCount);
+  std::vector<float> want(kCount);
+  expect_flat_frees_levels(x.data(), out.data(), want.data(), false,
+                           [](const float* p) { return std::vector<float>(p, p + kCount); });
+}
+
 // Device buffers on the even ranks: the call runs the device ranks' flat ring, and the host
 // ranks, which skipped their scan, test their input first.
 TEST_F(DeviceBuffers, AutoLevelsFlatAfterAllTestsTheInputFirst) {
@@ -145,6 +192,22 @@ TEST_F(DeviceBuffers, AutoLevelsFlatAfterAllTestsTheInputFirst) {
     EXPECT_EQ(0, std::memcmp(got.data(), want.data(), 4 * kCount));
     if (with_nan) expect_nan_everywhere(got, 4321);
   }
+}
+
+// The same on device buffers, where auto measures the levels (a transport every rank takes:
+// NCCL, run by mpi_device_hierarchical_nccl_*): the cross-node plan's device payloads are
+// freed too, and grown again by the next hierarchical call.
+TEST_F(DeviceBuffers, HierarchicalLevelsFreedOnceAutoChoosesFlat) {
+  if (!pairs_of_nodes()) GTEST_SKIP() << "needs 2 or more nodes of 2 ranks";
+  if (transport_env() != "nccl") GTEST_SKIP() << "auto measures device levels under NCCL only";
+  const DeviceVec x(input(kCount, rank_of(MPI_COMM_WORLD), 13));
+  const DeviceVec out(kCount);
+  const DeviceVec want(kCount);
+  expect_flat_frees_levels(x.data(), out.data(), want.data(), true, [](const float* p) {
+    std::vector<float> host(kCount);
+    ccoll::testing::device_copy(host.data(), p, 4 * kCount);
+    return host;
+  });
 }
 
 // A codec whose encodes test the input (fp8) on host ranks that would run sra leave the test

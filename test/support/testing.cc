@@ -15,6 +15,7 @@
 #include "device_codec.hpp"
 #include "device_ops.hpp"
 #include "hierarchical.hpp"
+#include "levels.hpp"
 #include "mpi_stream.hpp"
 #include "mpi_transport.hpp"
 #include "nccl_transport.hpp"
@@ -63,13 +64,30 @@ void scale_round_max(double* values, std::size_t n, MPI_Comm comm) {
   call::MpiExchange(comm).max(values, n);
 }
 
-void choose_hierarchical(MPI_Comm comm, const char* codec, std::size_t count) {
+namespace {
+void choose(MPI_Comm comm, const char* codec, std::size_t count, int candidate, bool device) {
   CommContext& ctx = CommContext::get(comm);
   LevelChoice& l =
-      ctx.level_choice(static_cast<int>(call::Kind::kAllreduce), false,
+      ctx.level_choice(static_cast<int>(call::Kind::kAllreduce), device,
                        parse_codec_spec(codec).canonical, size_class_of(count * sizeof(float)));
   l.calls = LevelChoice::kTuningCalls;
-  l.choice = LevelChoice::kHierarchical;
+  l.choice = candidate;
+}
+}  // namespace
+
+void choose_hierarchical(MPI_Comm comm, const char* codec, std::size_t count) {
+  choose(comm, codec, count, LevelChoice::kHierarchical, false);
+}
+
+void choose_flat(MPI_Comm comm, const char* codec, std::size_t count, bool device_buffers) {
+  choose(comm, codec, count, LevelChoice::kFlat, device_buffers);
+}
+
+std::size_t level_buffer_bytes(MPI_Comm comm, const char* codec) {
+  const CommContext* ctx = CommContext::find(comm);
+  return ctx == nullptr ? 0
+                        : call::level_buffer_bytes(*ctx, call::Kind::kAllreduce,
+                                                   parse_codec_spec(codec).canonical);
 }
 
 std::size_t folded_scale_rounds() { return call::folded_scale_rounds(); }

@@ -47,6 +47,14 @@ CCOLL_API void scale_round_max(double* values, std::size_t n, MPI_Comm comm);
 /// of `count` float32 elements on host buffers with `codec` on `comm`, the hierarchical one, as
 /// its tuning calls would have made it (LevelChoice). Call it on every rank of `comm`.
 CCOLL_API void choose_hierarchical(MPI_Comm comm, const char* codec, std::size_t count);
+/// The same choice made the flat one, for host buffers or for device buffers (calls with the
+/// codec's kernels).
+CCOLL_API void choose_flat(MPI_Comm comm, const char* codec, std::size_t count,
+                           bool device_buffers = false);
+/// What the two levels of `comm` hold in buffers grown by its hierarchical all-reduces with
+/// `codec` (call::level_buffer_bytes: the cross-node plans' buffers, this thread's device
+/// memory of the levels); 0 before `comm`'s first call.
+CCOLL_API std::size_t level_buffer_bytes(MPI_Comm comm, const char* codec);
 /// What the plan of all-reduces of `count` float32 elements with `codec` on `comm` holds in
 /// buffers its calls grew (Plan::held_bytes); 0 where `comm` has no such plan.
 CCOLL_API std::size_t allreduce_plan_bytes(MPI_Comm comm, const char* codec, std::size_t count);
