@@ -76,12 +76,20 @@ LevelDeviceMemory& level_device_memory() {
   return kept;
 }
 
-void release_level_buffers(const CommContext& ctx, Kind kind, const std::string& codec) {
+namespace {
+
+// The context of ctx's cross-node communicator, if its hierarchical calls made one (nothing
+// made here: no communication).
+CommContext* cross_context(const CommContext& ctx) {
   const Topology* topo = ctx.topology_if_made();
-  if (topo != nullptr && topo->cross != MPI_COMM_NULL) {
-    if (CommContext* cross = CommContext::find(topo->cross)) {
-      cross->release_plan_buffers(static_cast<int>(kind), codec);
-    }
+  return topo == nullptr || topo->cross == MPI_COMM_NULL ? nullptr : CommContext::find(topo->cross);
+}
+
+}  // namespace
+
+void release_level_buffers(const CommContext& ctx, Kind kind, const std::string& codec) {
+  if (CommContext* cross = cross_context(ctx)) {
+    cross->release_plan_buffers(static_cast<int>(kind), codec);
   }
   LevelDeviceMemory& kept = level_device_memory();
   kept.cross_in.release();
@@ -90,12 +98,9 @@ void release_level_buffers(const CommContext& ctx, Kind kind, const std::string&
 }
 
 std::size_t level_buffer_bytes(const CommContext& ctx, Kind kind, const std::string& codec) {
-  const Topology* topo = ctx.topology_if_made();
   std::size_t bytes = 0;
-  if (topo != nullptr && topo->cross != MPI_COMM_NULL) {
-    if (const CommContext* cross = CommContext::find(topo->cross)) {
-      bytes += cross->plan_buffer_bytes(static_cast<int>(kind), codec);
-    }
+  if (const CommContext* cross = cross_context(ctx)) {
+    bytes += cross->plan_buffer_bytes(static_cast<int>(kind), codec);
   }
   const LevelDeviceMemory& kept = level_device_memory();
   bytes += kept.cross_in.held() + kept.cross_out.held();

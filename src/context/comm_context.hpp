@@ -126,8 +126,7 @@ struct AutoChoice {
   int calls = 0;
   // mean time of each candidate over the timed rounds (entries not in `list` are never read)
   double seconds[kMaxCandidates] = {0, 0, 0, 0};
-  int choice = -1;        // a Candidate once tuned
-  bool released = false;  // the candidate not chosen has had its buffers freed
+  int choice = -1;  // a Candidate once tuned
 };
 
 /// The power-of-two size class of a call of `bytes` bytes (floor(log2), 0 for 0 and 1), by
