@@ -34,7 +34,7 @@ namespace {
 class Halving {
  public:
   Halving(Engine& e, Context& cx, std::size_t count)
-      : e_(e), count_(count), d_(e.size()), nblocks_(static_cast<std::size_t>(d_.pof2)) {
+      : e_(e), cx_(cx), count_(count), d_(e.size()), nblocks_(static_cast<std::size_t>(d_.pof2)) {
     cap_ = (cx.codec.max_encoded_bytes(chunk_count(count, d_.pof2, 0)) + 15) / 16 * 16;
     // per block: its payload, the next sum, a receive; then a step's message out and in
     pack_cap_ = (frame_bytes(nblocks_) + nblocks_ * cap_ + 15) / 16 * 16;
@@ -44,6 +44,7 @@ class Halving {
     len_ = cx.workspace.sizes(nblocks_);
     which_.assign(nblocks_, 0);
     got_.assign(nblocks_, 0);
+    done_.assign(nblocks_, 0);
   }
 
   std::size_t elems(int b) const { return chunk_count(count_, d_.pof2, b); }
@@ -101,10 +102,28 @@ class Halving {
     len(b) = e_.encode(at, elems(b), static_cast<std::uint64_t>(e_.rank()), offset(b), cur(b),
                        codec::BlockContext::Role::kHop, lanes);
   }
-  void decode_all(std::byte* out, std::size_t es) {
-    for (int b = 0; b < d_.pof2; ++b) {
-      if (elems(b) != 0) e_.decode(cur(b), len(b), elems(b), out + offset(b) * es, false);
+  // Blocks [lo, hi) decoded into `out` (divided by p for a mean) and, when the caller asks
+  // (Context::on_final), reported final one contiguous range at a time; each block once.
+  void finalize(int lo, int hi, std::byte* out, std::size_t es, bool average) {
+    std::size_t from = offset(lo);
+    std::size_t n = 0;
+    for (int b = lo; b < hi; ++b) {
+      if (done_[static_cast<std::size_t>(b)] != 0 || elems(b) == 0) {
+        e_.output_final(from, n);
+        from = offset(b) + elems(b);
+        n = 0;
+        continue;
+      }
+      std::byte* at = out + offset(b) * es;
+      e_.decode(cur(b), len(b), elems(b), at, false);
+      if (average) divide_elements(cx_, at, elems(b), e_.size());
+      done_[static_cast<std::size_t>(b)] = 1;
+      n += elems(b);
     }
+    e_.output_final(from, n);
+  }
+  void finalize_rest(std::byte* out, std::size_t es, bool average) {
+    finalize(0, d_.pof2, out, es, average);
   }
 
  private:
@@ -187,6 +206,7 @@ class Halving {
   }
 
   Engine& e_;
+  Context& cx_;
   std::size_t count_;
   Doubling d_;
   std::size_t nblocks_;
@@ -198,6 +218,7 @@ class Halving {
   std::size_t* len_ = nullptr;
   std::vector<int> which_;        // per block: which of its two slots holds its payload
   std::vector<std::size_t> got_;  // per block: the length of the payload last received
+  std::vector<char> done_;        // per block: decoded into the output (finalize())
 };
 
 }  // namespace
@@ -233,17 +254,21 @@ void allreduce_halving(Context& cx, const void* in, void* out, std::size_t count
         !c.capabilities().lossy_add) {
       h.rescale(nr, static_cast<std::byte*>(out), es, owner_sum_lanes(p));
     }
+    // a caller told of final output hears of this rank's block now and of each step's blocks
+    // as they arrive, decoded while the next step's are in flight (its input is read by now)
+    const bool report = e.reports_final();
+    if (report) h.finalize(nr, nr + 1, static_cast<std::byte*>(out), es, average);
     // all-gather: the blocks of this rank's group of `mask` new ranks for the partner's
     for (int mask = 1; mask < all; mask *= 2) {
       const int mine = nr & ~(mask - 1);
       const int theirs = mine ^ mask;
       h.exchange(theirs, theirs + mask, mine, mine + mask, d.partner(nr, mask), kTagGathering,
                  false, 0);
+      if (report) h.finalize(theirs, theirs + mask, static_cast<std::byte*>(out), es, average);
     }
     if (r < 2 * d.rem) h.send_blocks(0, all, r - 1, kTagFoldOut);
   }
-  h.decode_all(static_cast<std::byte*>(out), es);
-  if (average) divide_elements(cx, out, count, p);
+  h.finalize_rest(static_cast<std::byte*>(out), es, average);
   e.finish();
 }
 

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "ccoll/ccoll.hpp"
@@ -70,6 +71,11 @@ struct Call {
   /// A nested call: the rank each rank of `comm` has on the caller's communicator, which errors
   /// name (coll::Context::rank_names); null: `comm`'s own.
   const int* rank_names = nullptr;
+  /// A nested host all-reduce: told that output elements [offset, offset + count) hold their
+  /// final values, as the schedule learns it (coll::Context::on_final; the hierarchical
+  /// schedule hands them on inside the node meanwhile). Elements it is not told of are final
+  /// when the call returns. Empty: nobody asks.
+  std::function<void(std::size_t offset, std::size_t count)> on_final = nullptr;
 
   bool allreduce() const { return kind == Kind::kAllreduce; }
   bool reduce_scatter() const { return kind == Kind::kReduceScatter; }
@@ -108,6 +114,8 @@ inline Call with_options(const Call& call, const Options& options) {
   c.half_out = call.half_out;
   c.nested = call.nested;
   c.node_sums = call.node_sums;
+  c.rank_names = call.rank_names;
+  c.on_final = call.on_final;
   return c;
 }
 

@@ -21,6 +21,7 @@
 #include "levels.hpp"
 #include "maxnorm_wire.hpp"
 #include "mpi_check.hpp"
+#include "node_gather.hpp"
 #include "node_sums.hpp"
 #include "progress.hpp"
 #include "rank_local.hpp"
@@ -32,21 +33,6 @@
 
 namespace ccoll::call {
 namespace {
-
-// The cross-node step's outcome on this rank.
-struct CrossStep {
-  Stats stats;
-  bool failed = false;
-  Status code = Status::kSuccess;
-  std::string message;
-  // Records a failure unless one is recorded already (the first one is raised).
-  void fail(Status c, std::string m) {
-    if (failed) return;
-    failed = true;
-    code = c;
-    message = std::move(m);
-  }
-};
 
 // Words of raise_anywhere's all-reduce (MAX): whether a rank failed, the largest status code,
 // and size - rank of the lowest rank that failed.
@@ -96,57 +82,6 @@ void finish_levels(const LevelsCall& lc, const CrossStep& step, double node_seco
   raise_anywhere(lc.call, lc.ctx, step, std::string("the ") + what);
 }
 
-// A cross-node step's buffers for device buffers: its input and output copied to device
-// memory kept by the thread (`in` null: the step is in place in `out`), so that the codec runs
-// its kernels; without a device, or when a copy fails (kept for step_done()), the host buffers.
-class CrossBuffers {
- public:
-  CrossBuffers(gpu::Backend* device, const void* in, std::size_t in_bytes, void* out,
-               std::size_t out_bytes)
-      : in_(in), out_(out), host_out_(out), out_bytes_(out_bytes) {
-    if (device == nullptr || out_bytes == 0) return;
-    LevelDeviceMemory& kept = level_device_memory();
-    try {
-      void* o = kept.cross_out.get(*device, out_bytes, false);
-      void* i = nullptr;
-      if (in != nullptr) {
-        i = kept.cross_in.get(*device, in_bytes, false);
-        device->copy(i, in, in_bytes);
-      } else {
-        device->copy(o, out, out_bytes);  // in place: the input is in `out`
-      }
-      device->synchronize();
-      device_ = device;
-      in_ = i;
-      out_ = o;
-    } catch (const Error& e) {
-      error_ = e.message();
-      code_ = e.code();
-    }
-  }
-  const void* in() const { return in_ != nullptr ? in_ : MPI_IN_PLACE; }
-  void* out() const { return out_; }
-  // After the step succeeded: its output back into the host buffer.
-  void copy_back() {
-    if (device_ == nullptr) return;
-    device_->copy(host_out_, out_, out_bytes_);
-    device_->synchronize();
-  }
-  // A failed copy fails this rank's step (it ran on the host buffers meanwhile).
-  void step_done(const Call& call, CrossStep& step) const {
-    if (!error_.empty()) step.fail(code_, std::string(call.fn) + ": device buffers: " + error_);
-  }
-
- private:
-  gpu::Backend* device_ = nullptr;
-  const void* in_;
-  void* out_;
-  void* host_out_;
-  std::size_t out_bytes_;
-  std::string error_;
-  Status code_ = Status::kSuccess;
-};
-
 // What a cross-node step moves: the collective `kind` of `count` elements from `in` (null: in
 // place in `out`) into `out`, both host buffers of the given sizes, with the state of `key`
 // and, for a codec that encodes node sums, the node's maxima.
@@ -159,6 +94,7 @@ struct CrossCall {
   std::size_t count;
   std::uint64_t key;
   const NodeSums* node_sums = nullptr;
+  std::function<void(std::size_t, std::size_t)> on_final = nullptr;  // Call::on_final
 };
 
 // The cross-node step `x` among the ranks of this rank's local index, with the call's codec,
@@ -180,6 +116,7 @@ void run_cross_step(const Call& call, const Topology& topo, gpu::Backend* device
   inner.nested = true;
   inner.half = call.half;
   inner.node_sums = x.node_sums;
+  if (device == nullptr) inner.on_final = x.on_final;  // device copies are copied back at the end
   // errors name the caller's ranks: cross rank j is node j's rank of this local index
   if (topo.uniform) inner.rank_names = topo.who.data() + topo.node_rank * topo.nodes;
   try {
@@ -562,8 +499,12 @@ class AllreduceLevels {
   void run() {
     if (seg_.size() == 1) {
       reduce_scatter(0);
-      cross(0);
-      allgather(0);
+      if (gathers_in_pieces()) {
+        cross_and_gather(0);
+      } else {
+        cross(0);
+        allgather(0);
+      }
     } else {
       pipeline();
     }
@@ -627,22 +568,56 @@ class AllreduceLevels {
     node_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
-  // 2. the shard's compressed all-reduce across the nodes (device buffers: on the device)
-  void cross(std::size_t k) {
+  // 2. the shard's compressed all-reduce across the nodes (device buffers: on the device);
+  // with `gather`, each part of the shard goes to the node's other ranks once it is final
+  void cross(std::size_t k, NodeGather* gather = nullptr) {
     const auto mine = static_cast<std::size_t>(seg_[k].counts[l_]);
     std::byte* out = shard(k);
     const Call& call = lc_.call;
-    const CrossCall x{Kind::kAllreduce,
-                      nullptr,
-                      0,
-                      out,
-                      mine * es_,
-                      mine,
-                      segment_key(lc_.tensor_key, k, seg_.size()),
-                      sums_block_ != 0 ? &seg_[k].node : nullptr};
+    const bool average = call.options.average;
+    const int p = lc_.ctx.size();
+    CrossCall x{Kind::kAllreduce,
+                nullptr,
+                0,
+                out,
+                mine * es_,
+                mine,
+                segment_key(lc_.tensor_key, k, seg_.size()),
+                sums_block_ != 0 ? &seg_[k].node : nullptr};
+    if (gather != nullptr) {
+      x.on_final = [&, out, gather](std::size_t at, std::size_t n) {
+        if (average) level_.divide(out + at * es_, n, lc_.dtype, p);
+        gather->final(at, n);
+      };
+    }
     run_cross_step(call, topo_, level_.copies_for_cross(), x, seg_[k].step, [&, out, mine] {
-      if (call.options.average) level_.divide(out, mine, lc_.dtype, lc_.ctx.size());
+      if (!average) return;
+      if (gather == nullptr) {
+        level_.divide(out, mine, lc_.dtype, p);
+      } else {  // what the step did not report final as it went
+        gather->each_unreported(
+            [&](std::size_t at, std::size_t n) { level_.divide(out + at * es_, n, lc_.dtype, p); });
+      }
     });
+  }
+
+  // Where the node's steps run through MPI's transfers, on host buffers, one segment: the
+  // node's all-gather in pieces, each sent as soon as the cross-node step finishes it, its
+  // receives posted before the step (node_gather.hpp).
+  bool gathers_in_pieces() const {
+    return lc_.device == nullptr && topo_.node_size > 1 && !topo_.steps->shared() &&
+           seg_.size() == 1;
+  }
+  void cross_and_gather(std::size_t k) {
+    auto t0 = Clock::now();
+    NodeGather gather(topo_.node, topo_.node_rank, topo_.node_cross, topo_.nodes,
+                      data_ + seg_[k].offset * es_, seg_[k].counts, seg_[k].displs, es_,
+                      lc_.call.datatype);
+    node_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
+    cross(k, &gather);
+    t0 = Clock::now();
+    gather.finish();
+    node_seconds_ += std::chrono::duration<double>(Clock::now() - t0).count();
   }
 
   // 3. every shard of segment k to every rank of the node, exact

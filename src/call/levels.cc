@@ -108,4 +108,38 @@ std::size_t level_buffer_bytes(const CommContext& ctx, Kind kind, const std::str
   return bytes;
 }
 
+CrossBuffers::CrossBuffers(gpu::Backend* device, const void* in, std::size_t in_bytes, void* out,
+                           std::size_t out_bytes)
+    : in_(in), out_(out), host_out_(out), out_bytes_(out_bytes) {
+  if (device == nullptr || out_bytes == 0) return;
+  LevelDeviceMemory& kept = level_device_memory();
+  try {
+    void* o = kept.cross_out.get(*device, out_bytes, false);
+    void* i = nullptr;
+    if (in != nullptr) {
+      i = kept.cross_in.get(*device, in_bytes, false);
+      device->copy(i, in, in_bytes);
+    } else {
+      device->copy(o, out, out_bytes);  // in place: the input is in `out`
+    }
+    device->synchronize();
+    device_ = device;
+    in_ = i;
+    out_ = o;
+  } catch (const Error& e) {
+    error_ = e.message();
+    code_ = e.code();
+  }
+}
+
+void CrossBuffers::copy_back() {
+  if (device_ == nullptr) return;
+  device_->copy(host_out_, out_, out_bytes_);
+  device_->synchronize();
+}
+
+void CrossBuffers::step_done(const Call& call, CrossStep& step) const {
+  if (!error_.empty()) step.fail(code_, std::string(call.fn) + ": device buffers: " + error_);
+}
+
 }  // namespace ccoll::call

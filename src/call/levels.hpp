@@ -51,6 +51,46 @@ struct LevelDeviceMemory {
 };
 LevelDeviceMemory& level_device_memory();
 
+// A cross-node step's outcome on this rank (hierarchical.cc).
+struct CrossStep {
+  Stats stats;
+  bool failed = false;
+  Status code = Status::kSuccess;
+  std::string message;
+  // Records a failure unless one is recorded already (the first one is raised).
+  void fail(Status c, std::string m) {
+    if (failed) return;
+    failed = true;
+    code = c;
+    message = std::move(m);
+  }
+};
+
+// A cross-node step's buffers for device buffers (hierarchical.cc): its input and output
+// copied to device memory kept by the thread (`in` null: the step is in place in `out`), so that
+// the codec runs its kernels; without a device, or when a copy fails (kept for step_done()), the
+// host buffers.
+class CrossBuffers {
+ public:
+  CrossBuffers(gpu::Backend* device, const void* in, std::size_t in_bytes, void* out,
+               std::size_t out_bytes);
+  const void* in() const { return in_ != nullptr ? in_ : MPI_IN_PLACE; }
+  void* out() const { return out_; }
+  /// After the step succeeded: its output back into the host buffer.
+  void copy_back();
+  /// A failed copy fails this rank's step (it ran on the host buffers meanwhile).
+  void step_done(const Call& call, CrossStep& step) const;
+
+ private:
+  gpu::Backend* device_ = nullptr;
+  const void* in_;
+  void* out_;
+  void* host_out_;
+  std::size_t out_bytes_;
+  std::string error_;
+  Status code_ = Status::kSuccess;
+};
+
 /// Frees the buffers the two levels of ctx's communicator grew for collective `kind` with the
 /// canonical codec `codec`: the cross-node calls' plans' buffers (their states stay), and the
 /// calling thread's device memory of the levels (any collective's). Later hierarchical calls

@@ -401,6 +401,9 @@ void run_flat_schedule(Flow& f, ScheduleSetup& s, const void* input) {
       // rotate=hadamard: segments rotated back as the all-gather decodes them (rest: rotate_output)
       f.rot.undo.emplace(reinterpret_cast<float*>(recv), call.count, f.rot.block, f.rot.seed);
       cx.on_final = [&f](std::size_t offset, std::size_t n) { f.rot.undo->arrived(offset, n); };
+    } else if (call.on_final && f.pl.device == nullptr && !codec.finishes_allreduce() &&
+               !f.rot.active()) {
+      cx.on_final = call.on_final;  // a nested call's caller hands the output on meanwhile
     }
     coll::run_allreduce(row, cx, input, recv, call.count, divide);
     codec.finish_allreduce(recv, call.count);  // temporal: beta·y_prev + decoded sum

@@ -203,6 +203,9 @@ const Topology& CommContext::topology() {
       const auto j = static_cast<std::size_t>(all[2 * static_cast<std::size_t>(q) + 1]);
       t->who[i * static_cast<std::size_t>(t->nodes) + j] = q;
     }
+    t->node_cross.assign(static_cast<std::size_t>(t->node_size), 0);
+    CCOLL_MPI_CHECK(
+        MPI_Allgather(&t->cross_rank, 1, MPI_INT, t->node_cross.data(), 1, MPI_INT, t->node));
     t->steps = std::make_unique<NodeSteps>(t->node, env_config().node_window_bytes);
     int provided = MPI_THREAD_SINGLE;
     CCOLL_MPI_CHECK(MPI_Query_thread(&provided));

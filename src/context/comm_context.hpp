@@ -170,6 +170,8 @@ struct Topology {
   int cross_rank = 0;  ///< this rank's index among the nodes, on its cross communicator
   /// uniform: the rank (on this communicator) of local rank i on cross rank j, at i·nodes + j
   std::vector<int> who;
+  /// uniform: the cross rank of each rank of this rank's node, by node rank
+  std::vector<int> node_cross;
   /// The node's exact steps (a shared-memory window where the node's ranks share memory).
   std::unique_ptr<NodeSteps> steps;
 };

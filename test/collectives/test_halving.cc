@@ -261,5 +261,62 @@ TEST(Halving, CorruptStepMessagesFailWithoutHanging) {
   }
 }
 
+// Told of final output (Context::on_final: the hierarchical schedule hands it on inside the
+// node), halving reports this rank's block once the reduce-scatter ends, then each all-gather
+// step's blocks as they arrive, a step's blocks in one range: every element once, with the
+// value it ends with (the mean's too), in 1 + log2(P) ranges at a power of two of ranks;
+// folded ranks hear of everything at the end. The outputs are the bytes of a run nobody hears.
+TEST(Halving, ReportsEachStepsBlocksOnceWhenFinal) {
+  for (const int p : {1, 2, 4, 5, 8, 16}) {
+    for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{70001}}) {
+      for (const bool average : {false, true}) {
+        SCOPED_TRACE("p " + std::to_string(p) + " n " + std::to_string(n) +
+                     (average ? " mean" : " sum"));
+        std::vector<std::vector<float>> xs;
+        for (int r = 0; r < p; ++r) {
+          xs.push_back(testing_support::gradient_like(n, 100 + static_cast<unsigned>(r)));
+        }
+        RunConfig rc;
+        rc.codec = "maxnorm:bits=8";
+        rc.prepare = [&](codec::Codec& c, int) { testing_support::agree(c, xs); };
+        const auto ps = static_cast<std::size_t>(p);
+        std::vector<std::vector<int>> times(ps, std::vector<int>(n, 0));
+        std::vector<std::vector<float>> seen(ps, std::vector<float>(n));
+        std::vector<int> reports(ps, 0);
+        const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+          const auto me = static_cast<std::size_t>(r);
+          std::vector<float> buf = xs[me];
+          cx.on_final = [&, me](std::size_t off, std::size_t count) {
+            ASSERT_LE(off + count, n);
+            ++reports[me];
+            for (std::size_t i = off; i < off + count; ++i) {
+              ++times[me][i];
+              seen[me][i] = buf[i];
+            }
+          };
+          coll::allreduce_halving(cx, buf.data(), buf.data(), n, average);
+          return as_bytes(buf);
+        });
+        expect_identical(res);
+        const auto quiet = run_summable("maxnorm:bits=8", p, n, average, false, true);
+        ASSERT_FALSE(quiet[0].failed) << quiet[0].message;
+        EXPECT_TRUE(res[0].out == quiet[0].out);
+        const coll::Doubling d(p);
+        for (int r = 0; r < p; ++r) {
+          const auto me = static_cast<std::size_t>(r);
+          const auto out = from_bytes<float>(res[me].out);
+          for (std::size_t i = 0; i < n; ++i) {
+            ASSERT_EQ(times[me][i], 1) << "rank " << r << " element " << i;
+            ASSERT_EQ(seen[me][i], out[i]) << "rank " << r << " element " << i;
+          }
+          if (d.newrank(r) >= 0 && n >= static_cast<std::size_t>(d.pof2)) {
+            EXPECT_EQ(reports[me], 1 + static_cast<int>(std::log2(d.pof2))) << "rank " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ccoll

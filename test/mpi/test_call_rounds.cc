@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "ccoll/ccoll.hpp"
@@ -131,6 +132,23 @@ struct Nodes {
   MPI_Comm comm = MPI_COMM_NULL;
 };
 
+// Rank r's float input of `count` elements (value() / 1e5), the exact sums over p ranks and the
+// largest of their magnitudes.
+struct Sums {
+  Sums(int p, int r, std::size_t count) : x(count), exact(count, 0.0) {
+    for (std::size_t i = 0; i < count; ++i) x[i] = static_cast<float>(value(r, i) / 1e5);
+    for (int q = 0; q < p; ++q) {
+      for (std::size_t i = 0; i < count; ++i) {
+        exact[i] += static_cast<double>(static_cast<float>(value(q, i) / 1e5));
+      }
+    }
+    for (const double e : exact) largest = std::max(largest, std::fabs(e));
+  }
+  std::vector<float> x;
+  std::vector<double> exact;
+  double largest = 0;
+};
+
 TEST(FoldedScaleRound, TheCrossNodeStepsAgreementCarriesItsScales) {
   int p = 1;
   int r = 0;
@@ -138,16 +156,10 @@ TEST(FoldedScaleRound, TheCrossNodeStepsAgreementCarriesItsScales) {
   MPI_Comm_rank(MPI_COMM_WORLD, &r);
   if (p < 2) GTEST_SKIP() << "needs 2 nodes";
   constexpr std::size_t kCount = 100001;
-  std::vector<float> x(kCount);
-  for (std::size_t i = 0; i < kCount; ++i) x[i] = static_cast<float>(value(r, i) / 1e5);
-  std::vector<double> exact(kCount, 0.0);
-  double largest = 0;
-  for (int q = 0; q < p; ++q) {
-    for (std::size_t i = 0; i < kCount; ++i) {
-      exact[i] += static_cast<double>(static_cast<float>(value(q, i) / 1e5));
-    }
-  }
-  for (const double e : exact) largest = std::max(largest, std::fabs(e));
+  const Sums s(p, r, kCount);
+  const std::vector<float>& x = s.x;
+  const std::vector<double>& exact = s.exact;
+  const double largest = s.largest;
   for (const int k : {1, 2}) {
     if (p % k != 0 || p / k < 2) continue;
     SCOPED_TRACE("nodes of " + std::to_string(k) + " ranks");
@@ -170,6 +182,57 @@ TEST(FoldedScaleRound, TheCrossNodeStepsAgreementCarriesItsScales) {
       worst = std::max(worst, std::fabs(static_cast<double>(out[i]) - exact[i]));
     }
     EXPECT_LT(worst, largest * 0.05) << "largest |sum| " << largest;
+  }
+}
+
+// Where the node's steps run through MPI's transfers (CCOLL_NODE_WINDOW=0: mpi_node_gather_*),
+// the hierarchical all-reduce hands each piece of a rank's shard to the node's other ranks as
+// soon as the cross-node step reports it final (node_gather.hpp), not after the step: some
+// pieces leave before it returns. The output is the same on every rank, within the codec's
+// bound of the exact sum, and the mean is the sum divided by the ranks, bit for bit (nearest
+// rounding: the two calls round alike), though its pieces were divided one by one.
+TEST(NodeGather, PiecesLeaveAsTheCrossNodeStepFinishesThem) {
+  int p = 1;
+  int r = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &p);
+  MPI_Comm_rank(MPI_COMM_WORLD, &r);
+  const char* window = std::getenv("CCOLL_NODE_WINDOW");
+  if (window == nullptr || std::string(window) != "0") {
+    GTEST_SKIP() << "runs with CCOLL_NODE_WINDOW=0 (mpi_node_gather_*)";
+  }
+  if (p % 2 != 0 || p < 4) GTEST_SKIP() << "needs 2 nodes of 2 ranks or more";
+  for (const std::size_t count : {std::size_t{100001}, std::size_t{3}}) {
+    SCOPED_TRACE("count " + std::to_string(count));
+    const Sums s(p, r, count);
+    const std::vector<float>& x = s.x;
+    const std::vector<double>& exact = s.exact;
+    const double largest = s.largest;
+    const Nodes nodes(2);
+    ccoll::Options opt;
+    opt.codec = "maxnorm:bits=8,round=nearest";
+    opt.algorithm = "hierarchical";
+    std::vector<float> sum(count);
+    const std::uint64_t before = ccoll::testing::node_pieces_sent_early();
+    ccoll::compressed_allreduce(x.data(), sum.data(), count, MPI_FLOAT, MPI_SUM, nodes.comm, opt);
+    if (count > static_cast<std::size_t>(p)) {
+      EXPECT_GT(ccoll::testing::node_pieces_sent_early() - before, 0U);
+    }
+    std::vector<float> first(sum);
+    MPI_Bcast(first.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
+    EXPECT_EQ(0, std::memcmp(first.data(), sum.data(), 4 * count));
+    double worst = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      worst = std::max(worst, std::fabs(static_cast<double>(sum[i]) - exact[i]));
+    }
+    EXPECT_LT(worst, largest * 0.05) << "largest |sum| " << largest;
+    opt.average = true;
+    std::vector<float> mean(count);
+    ccoll::compressed_allreduce(x.data(), mean.data(), count, MPI_FLOAT, MPI_SUM, nodes.comm, opt);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < count; ++i) {
+      wrong += mean[i] != sum[i] / static_cast<float>(p) ? 1 : 0;
+    }
+    EXPECT_EQ(wrong, 0U);
   }
 }
 

@@ -19,6 +19,7 @@
 #include "mpi_stream.hpp"
 #include "mpi_transport.hpp"
 #include "nccl_transport.hpp"
+#include "node_gather.hpp"
 #include "placement.hpp"
 #include "spec.hpp"
 
@@ -82,6 +83,8 @@ void choose_hierarchical(MPI_Comm comm, const char* codec, std::size_t count) {
 void choose_flat(MPI_Comm comm, const char* codec, std::size_t count, bool device_buffers) {
   choose(comm, codec, count, LevelChoice::kFlat, device_buffers);
 }
+
+std::uint64_t node_pieces_sent_early() { return call::pieces_sent_early(); }
 
 std::size_t level_buffer_bytes(MPI_Comm comm, const char* codec) {
   const CommContext* ctx = CommContext::find(comm);

@@ -6,6 +6,7 @@
 #include <mpi.h>
 
 #include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "ccoll/export.hpp"
@@ -66,6 +67,9 @@ CCOLL_API std::size_t folded_scale_rounds();
 /// cross-node step would take them (call::node_sums_block).
 CCOLL_API std::size_t hierarchical_node_sums_block(const char* codec, std::size_t count,
                                                    int node_ranks, int nodes);
+/// Pieces of their shards that hierarchical all-reduces of this process handed to their nodes'
+/// other ranks before the cross-node step returned (call::pieces_sent_early), so far.
+CCOLL_API std::uint64_t node_pieces_sent_early();
 /// Device memory of the current backend, and copies to and from it (synchronous).
 CCOLL_API void* device_alloc(std::size_t bytes);
 CCOLL_API void device_free(void* p);
