@@ -15,9 +15,11 @@
 // more rounding of the sum (about 1% more error on independent inputs: test_halving.cc).
 // All-gather by recursive doubling (distance 1, ..., P/2) hands the summed blocks around, and
 // the folded ranks get them all back; every rank decodes the same bytes. Each step's blocks go
-// to the partner in one message (pack()), whatever P. A re-quantizing add (sum=requant) draws
-// from the stream of the group that shares the block after the step, and its lanes do not
-// widen, so it keeps its sums.
+// to the partner in one message (pack()), whatever P, but for the last all-gather step of a
+// large vector: half of every rank's output, in up to 4 messages (halving_last_parts()), each
+// decoded (and reported final to a caller who asks) while the next is in flight. A re-quantizing
+// add (sum=requant) draws from the stream of the group that shares the block after the step, and
+// its lanes do not widen, so it keeps its sums.
 #include <algorithm>
 #include <cstring>
 #include <string>
@@ -64,7 +66,7 @@ class Halving {
   }
   // Sends blocks [lo, hi) (their current payloads) to `peer` in one message and waits for it.
   void send_blocks(int lo, int hi, int peer, int tag) {
-    const std::size_t bytes = pack(lo, hi);
+    const std::size_t bytes = pack(lo, hi, send_);
     if (bytes == 0) return;
     Request s = e_.send(send_, bytes, peer, tag);
     e_.wait_send(s);
@@ -78,11 +80,11 @@ class Halving {
     const bool receives = n != 0;
     Request r{};
     if (receives) r = e_.recv(recv_, frame_bytes(n) + n * cap_, peer, tag);
-    const std::size_t bytes = pack(slo, shi);
+    const std::size_t bytes = pack(slo, shi, send_);
     Request s{};
     if (bytes != 0) s = e_.send(send_, bytes, peer, tag);
     if (receives) {
-      unpack(lo, hi, e_.wait_recv(r), peer, add);
+      unpack(lo, hi, e_.wait_recv(r), peer, add, recv_);
       for (int b = lo; b < hi && add; ++b) {
         if (elems(b) == 0) continue;
         const std::size_t got = got_[static_cast<std::size_t>(b)];
@@ -91,6 +93,38 @@ class Halving {
       }
     }
     if (bytes != 0) e_.wait_send(s);
+  }
+  // An all-gather step in `parts` messages each way: blocks [lo, hi) from `peer` as their
+  // payloads while as many from `slo` go to it (`parts` divides hi - lo); every
+  // message is posted first, then done(a, b) runs on each part [a, b) as it arrives, in order.
+  template <class Done>
+  void gather_in_parts(int lo, int hi, int slo, int peer, int parts, Done&& done) {
+    const int m = (hi - lo) / parts;
+    std::vector<Request> r(static_cast<std::size_t>(parts));
+    std::vector<Request> s(static_cast<std::size_t>(parts));
+    std::vector<std::byte*> in(static_cast<std::size_t>(parts));
+    std::vector<std::size_t> sent(static_cast<std::size_t>(parts));
+    std::byte* to = recv_;  // each part's room, as in exchange(): pack_cap_ holds them all
+    std::byte* from = send_;
+    for (int i = 0; i < parts; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      const std::size_t n = blocks(lo + i * m, lo + (i + 1) * m);
+      in[k] = to;
+      if (n != 0) r[k] = e_.recv(to, frame_bytes(n) + n * cap_, peer, kTagGatheringParts + i);
+      to += (frame_bytes(n) + n * cap_ + 15) / 16 * 16;
+      sent[k] = pack(slo + i * m, slo + (i + 1) * m, from);
+      if (sent[k] != 0) s[k] = e_.send(from, sent[k], peer, kTagGatheringParts + i);
+      from += (sent[k] + 15) / 16 * 16;
+    }
+    for (int i = 0; i < parts; ++i) {
+      const auto k = static_cast<std::size_t>(i);
+      const int a = lo + i * m;
+      if (blocks(a, a + m) != 0) unpack(a, a + m, e_.wait_recv(r[k]), peer, false, in[k]);
+      done(a, a + m);
+    }
+    for (int i = 0; i < parts; ++i) {
+      if (sent[static_cast<std::size_t>(i)] != 0) e_.wait_send(s[static_cast<std::size_t>(i)]);
+    }
   }
   // Block b's sum of every rank, decoded into `out` and encoded once more on scales of its
   // own in the lanes of `lanes` contributions (ef=1: the owner's residual, as a ring hop's). A
@@ -139,12 +173,12 @@ class Halving {
     for (int b = lo; b < hi; ++b) n += elems(b) != 0 ? 1 : 0;
     return n;
   }
-  // Blocks [lo, hi)'s payloads into send_; returns the message's length (0: no block).
-  std::size_t pack(int lo, int hi) {
+  // Blocks [lo, hi)'s payloads into `msg`; returns the message's length (0: no block).
+  std::size_t pack(int lo, int hi, std::byte* msg) {
     const std::size_t n = blocks(lo, hi);
     if (n == 0) return 0;
-    wire::put_u64(send_, n);
-    std::byte* heads = send_ + kLen + n * kLen;
+    wire::put_u64(msg, n);
+    std::byte* heads = msg + kLen + n * kLen;
     std::memset(heads, 0, n * kHead);
     std::size_t body = frame_bytes(n);
     std::size_t i = 0;
@@ -152,24 +186,24 @@ class Halving {
       if (elems(b) == 0) continue;
       const std::size_t l = len(b);
       const std::size_t h = std::min(l, kHead);
-      wire::put_u64(send_ + kLen + i * kLen, l);
+      wire::put_u64(msg + kLen + i * kLen, l);
       e_.copy_payload(heads + i * kHead, cur(b), h);
-      if (l > h) e_.copy_payload(send_ + body, cur(b) + h, l - h);
+      if (l > h) e_.copy_payload(msg + body, cur(b) + h, l - h);
       body += l - h;
       ++i;
     }
     return body;
   }
-  // recv_'s `got` bytes from `peer` into blocks [lo, hi) (their inbox when adding, else their
-  // payload), lengths in got_. A message of other blocks or lengths poisons this rank and gives
-  // every block a poisoned payload, so the schedule's steps stay intact; so does a failed
+  // The `got` bytes of `msg` from `peer` into blocks [lo, hi) (their inbox when adding, else
+  // their payload), lengths in got_. A message of other blocks or lengths poisons this rank and
+  // gives every block a poisoned payload, so the schedule's steps stay intact; so does a failed
   // receive (got 0, already poisoned).
-  void unpack(int lo, int hi, std::size_t got, int peer, bool add) {
+  void unpack(int lo, int hi, std::size_t got, int peer, bool add, const std::byte* msg) {
     const std::size_t n = blocks(lo, hi);
-    bool ok = got >= kLen && wire::get_u64(recv_) == n && got >= frame_bytes(n);
+    bool ok = got >= kLen && wire::get_u64(msg) == n && got >= frame_bytes(n);
     std::size_t total = frame_bytes(n);
     for (std::size_t i = 0; ok && i < n; ++i) {
-      const std::uint64_t l = wire::get_u64(recv_ + kLen + i * kLen);
+      const std::uint64_t l = wire::get_u64(msg + kLen + i * kLen);
       ok = l != 0 && l <= cap_;
       total += ok ? l - std::min<std::size_t>(l, kHead) : 0;
     }
@@ -179,7 +213,7 @@ class Halving {
                                         e_.rank_name(peer) + " (" + std::to_string(got) +
                                         " bytes)");
     }
-    const std::byte* heads = recv_ + kLen + n * kLen;
+    const std::byte* heads = msg + kLen + n * kLen;
     std::size_t body = frame_bytes(n);
     std::size_t i = 0;
     for (int b = lo; b < hi; ++b) {
@@ -189,10 +223,10 @@ class Halving {
       if (!ok) {
         out = e_.write_poisoned(dst);
       } else {
-        const auto l = static_cast<std::size_t>(wire::get_u64(recv_ + kLen + i * kLen));
+        const auto l = static_cast<std::size_t>(wire::get_u64(msg + kLen + i * kLen));
         const std::size_t h = std::min(l, kHead);
         e_.copy_payload(dst, heads + i * kHead, h);
-        if (l > h) e_.copy_payload(dst + h, recv_ + body, l - h);
+        if (l > h) e_.copy_payload(dst + h, msg + body, l - h);
         body += l - h;
         out = l;
       }
@@ -222,6 +256,25 @@ class Halving {
 };
 
 }  // namespace
+
+std::vector<std::pair<std::size_t, std::size_t>> halving_final_ranges(std::size_t count, int pof2,
+                                                                      int nr) {
+  std::vector<std::pair<std::size_t, std::size_t>> out;
+  // blocks [lo, hi) of the vector's `pof2` balanced blocks, one range
+  const auto blocks = [&](int lo, int hi) {
+    const std::size_t from = chunk_offset(count, pof2, lo);
+    const std::size_t to = chunk_offset(count, pof2, hi - 1) + chunk_count(count, pof2, hi - 1);
+    if (to > from) out.emplace_back(from, to);
+  };
+  blocks(nr, nr + 1);
+  const int parts = halving_last_parts(count, pof2);
+  for (int mask = 1; mask < pof2; mask *= 2) {
+    const int theirs = (nr & ~(mask - 1)) ^ mask;
+    const int cut = 2 * mask == pof2 ? parts : 1;
+    for (int i = 0; i < cut; ++i) blocks(theirs + i * mask / cut, theirs + (i + 1) * mask / cut);
+  }
+  return out;
+}
 
 void allreduce_halving(Context& cx, const void* in, void* out, std::size_t count, bool average) {
   Engine e(cx);
@@ -257,14 +310,22 @@ void allreduce_halving(Context& cx, const void* in, void* out, std::size_t count
     // a caller told of final output hears of this rank's block now and of each step's blocks
     // as they arrive, decoded while the next step's are in flight (its input is read by now)
     const bool report = e.reports_final();
-    if (report) h.finalize(nr, nr + 1, static_cast<std::byte*>(out), es, average);
-    // all-gather: the blocks of this rank's group of `mask` new ranks for the partner's
+    auto* o = static_cast<std::byte*>(out);
+    if (report) h.finalize(nr, nr + 1, o, es, average);
+    // all-gather: the blocks of this rank's group of `mask` new ranks for the partner's; the
+    // last step's (half of them) in parts, each decoded while the next arrives
+    const int parts = halving_last_parts(count, all);
     for (int mask = 1; mask < all; mask *= 2) {
       const int mine = nr & ~(mask - 1);
       const int theirs = mine ^ mask;
+      if (2 * mask == all && parts > 1) {
+        h.gather_in_parts(theirs, theirs + mask, mine, d.partner(nr, mask), parts,
+                          [&](int a, int b) { h.finalize(a, b, o, es, average); });
+        continue;
+      }
       h.exchange(theirs, theirs + mask, mine, mine + mask, d.partner(nr, mask), kTagGathering,
                  false, 0);
-      if (report) h.finalize(theirs, theirs + mask, static_cast<std::byte*>(out), es, average);
+      if (report) h.finalize(theirs, theirs + mask, o, es, average);
     }
     if (r < 2 * d.rem) h.send_blocks(0, all, r - 1, kTagFoldOut);
   }

@@ -252,6 +252,24 @@ void allreduce_recursive_doubling(Context& cx, void* buf, std::size_t count, boo
 /// encode a sum on scales of their own send each owner's sum rescaled, in the lanes of
 /// owner_sum_lanes(p) contributions, as allreduce_scatter_reduce does. `in` == `out`: in place.
 void allreduce_halving(Context& cx, const void* in, void* out, std::size_t count, bool average);
+/// The messages each way of halving's last all-gather step on `count` elements over `pof2` (a
+/// power of two) new ranks: up to 4, each at least 2^18 elements, so that each part is decoded
+/// (and reported final) while the next is in flight. The same on every rank, and the pieces in
+/// which the hierarchical schedule hands a node's shards on are cut the same way.
+inline int halving_last_parts(std::size_t count, int pof2) {
+  int parts = 1;
+  while (parts < 4 && 2 * parts <= pof2 / 2 &&
+         count / 4 / static_cast<std::size_t>(parts) >= (std::size_t{1} << 18)) {
+    parts *= 2;
+  }
+  return parts;
+}
+/// The ranges of `count` elements, [first, second), in the order halving on `pof2` (a power of
+/// two) new ranks finishes them on new rank `nr`: its own block once the reduce-scatter ends,
+/// then each all-gather step's blocks, the last step's in halving_last_parts() ranges (a caller
+/// told of final output hears of them so). Empty ranges are left out.
+std::vector<std::pair<std::size_t, std::size_t>> halving_final_ranges(std::size_t count, int pof2,
+                                                                      int nr);
 
 /// The sum of `count` host elements at `buf`, in place, by recursive doubling with no codec and
 /// no headers: one exchange of the raw elements per level, as lean as MPI's own (codec=auto's

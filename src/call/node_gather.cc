@@ -23,23 +23,12 @@ std::uint64_t pieces_sent_early() { return g_sent_early.load(); }
 
 std::vector<Piece> gather_pieces(std::size_t count, int nodes, int r) {
   std::vector<Piece> out;
-  const auto add = [&](std::size_t offset, std::size_t n) {
-    if (n != 0) out.push_back({offset, n});
-  };
   if (nodes <= 1 || !power_of_two(nodes) || r < 0 || r >= nodes) {
-    add(0, count);
+    if (count != 0) out.push_back({0, count});
     return out;
   }
-  // blocks [lo, hi) of the shard's `nodes` balanced blocks, one range
-  const auto blocks = [&](int lo, int hi) {
-    const std::size_t from = coll::chunk_offset(count, nodes, lo);
-    add(from,
-        coll::chunk_offset(count, nodes, hi - 1) + coll::chunk_count(count, nodes, hi - 1) - from);
-  };
-  blocks(r, r + 1);
-  for (int mask = 1; mask < nodes; mask *= 2) {
-    const int theirs = (r & ~(mask - 1)) ^ mask;
-    blocks(theirs, theirs + mask);
+  for (const auto& [from, to] : coll::halving_final_ranges(count, nodes, r)) {
+    out.push_back({from, to - from});
   }
   return out;
 }

@@ -8,9 +8,10 @@
 // it. On the halving all-reduce, the cross-node schedule at a power of two of nodes, a rank's
 // own block of its shard is final once the reduce-scatter ends and each all-gather step
 // finishes the blocks it receives: 1, 1, 2, 4, ... of its nodes' blocks. A shard is cut into
-// those pieces (gather_pieces()); every rank of the node posts the receives of every peer's
-// pieces before the cross-node step starts, and sends each of its own as soon as it is final,
-// so that only the last step's half of the shard is copied after the cross-node step. Other
+// those pieces (gather_pieces()), the last step's half of a large shard in up to 4, as halving
+// sends it; every rank of the node posts the receives of every peer's pieces before the
+// cross-node step starts, and sends each of its own as soon as it is final, so that only the
+// last piece (an eighth of a large shard) is copied after the cross-node step. Other
 // schedules report in other units (the ring and sra segment by segment), and a piece goes once
 // all of it is final; what is not reported goes when the step returns, so every receive is
 // matched whatever the cross-node step did, failures included.
@@ -34,7 +35,8 @@ struct Piece {
 /// The pieces of a shard of `count` elements whose cross-node step runs on rank `r` of `nodes`
 /// (the order in which halving finishes them): for a power of two of nodes, block r of the
 /// shard's `nodes` balanced blocks, then at distance 1, 2, ..., nodes/2 the blocks of the
-/// partner's group; otherwise the whole shard. Empty pieces are left out.
+/// partner's group, the last in coll::halving_last_parts() pieces
+/// (coll::halving_final_ranges()); otherwise the whole shard. Empty pieces are left out.
 std::vector<Piece> gather_pieces(std::size_t count, int nodes, int r);
 
 /// Pieces that NodeGathers of this process sent before their finish(), in all (tests).

@@ -261,15 +261,34 @@ TEST(Halving, CorruptStepMessagesFailWithoutHanging) {
   }
 }
 
+// The last all-gather step goes in parts of at least 2^18 elements, up to 4, no more than the
+// step has blocks; the same count and rank count give the same parts on every rank.
+TEST(Halving, LastStepsPartsFollowTheVectorsSize) {
+  const std::size_t mi = std::size_t{1} << 20;
+  EXPECT_EQ(coll::halving_last_parts(mi - 1, 4), 1);
+  EXPECT_EQ(coll::halving_last_parts(mi, 4), 2);
+  EXPECT_EQ(coll::halving_last_parts(mi, 2), 1);  // the last step has one block
+  EXPECT_EQ(coll::halving_last_parts(4 * mi, 4), 2);
+  EXPECT_EQ(coll::halving_last_parts(2 * mi - 1, 8), 2);
+  EXPECT_EQ(coll::halving_last_parts(2 * mi, 8), 4);
+  EXPECT_EQ(coll::halving_last_parts(64 * mi, 1024), 4);
+  EXPECT_EQ(coll::halving_last_parts(64 * mi, 1), 1);
+}
+
 // Told of final output (Context::on_final: the hierarchical schedule hands it on inside the
 // node), halving reports this rank's block once the reduce-scatter ends, then each all-gather
-// step's blocks as they arrive, a step's blocks in one range: every element once, with the
-// value it ends with (the mean's too), in 1 + log2(P) ranges at a power of two of ranks;
-// folded ranks hear of everything at the end. The outputs are the bytes of a run nobody hears.
+// step's blocks as they arrive, a step's blocks in one range but for the last step of a large
+// vector, in parts: every element once, with the value it ends with (the mean's too), in the
+// ranges and order of coll::halving_final_ranges() (the pieces the node's all-gather is cut
+// in); folded ranks hear of everything at the end. The outputs are the bytes of a run nobody
+// hears.
 TEST(Halving, ReportsEachStepsBlocksOnceWhenFinal) {
   for (const int p : {1, 2, 4, 5, 8, 16}) {
-    for (const std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{70001}}) {
+    for (const std::size_t n :
+         {std::size_t{1}, std::size_t{7}, std::size_t{70001}, (std::size_t{1} << 21) + 3}) {
       for (const bool average : {false, true}) {
+        // 2 parts (a sum) and 4 (a mean)
+        if (n > 70001 && !(p == 4 && !average) && !(p == 8 && average)) continue;
         SCOPED_TRACE("p " + std::to_string(p) + " n " + std::to_string(n) +
                      (average ? " mean" : " sum"));
         std::vector<std::vector<float>> xs;
@@ -282,13 +301,13 @@ TEST(Halving, ReportsEachStepsBlocksOnceWhenFinal) {
         const auto ps = static_cast<std::size_t>(p);
         std::vector<std::vector<int>> times(ps, std::vector<int>(n, 0));
         std::vector<std::vector<float>> seen(ps, std::vector<float>(n));
-        std::vector<int> reports(ps, 0);
+        std::vector<std::vector<std::pair<std::size_t, std::size_t>>> ranges(ps);
         const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
           const auto me = static_cast<std::size_t>(r);
           std::vector<float> buf = xs[me];
           cx.on_final = [&, me](std::size_t off, std::size_t count) {
             ASSERT_LE(off + count, n);
-            ++reports[me];
+            ranges[me].emplace_back(off, off + count);
             for (std::size_t i = off; i < off + count; ++i) {
               ++times[me][i];
               seen[me][i] = buf[i];
@@ -309,8 +328,9 @@ TEST(Halving, ReportsEachStepsBlocksOnceWhenFinal) {
             ASSERT_EQ(times[me][i], 1) << "rank " << r << " element " << i;
             ASSERT_EQ(seen[me][i], out[i]) << "rank " << r << " element " << i;
           }
-          if (d.newrank(r) >= 0 && n >= static_cast<std::size_t>(d.pof2)) {
-            EXPECT_EQ(reports[me], 1 + static_cast<int>(std::log2(d.pof2))) << "rank " << r;
+          if (d.newrank(r) >= 0) {
+            EXPECT_EQ(ranges[me], coll::halving_final_ranges(n, d.pof2, d.newrank(r)))
+                << "rank " << r;
           }
         }
       }
