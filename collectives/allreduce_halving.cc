@@ -21,6 +21,7 @@
 // add (sum=requant) draws from the stream of the group that shares the block after the step, and
 // its lanes do not widen, so it keeps its sums.
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -94,32 +95,35 @@ class Halving {
     }
     if (bytes != 0) e_.wait_send(s);
   }
-  // An all-gather step in `parts` messages each way: blocks [lo, hi) from `peer` as their
-  // payloads while as many from `slo` go to it (`parts` divides hi - lo); every
-  // message is posted first, then done(a, b) runs on each part [a, b) as it arrives, in order.
+  // An all-gather step in `parts` (up to kHalvingLastPartsMax) messages each way, tags `tag`,
+  // `tag` + 1, ...: blocks [lo, hi) from `peer` as their payloads while as many from `slo` go to
+  // it (`parts` divides hi - lo); every message is posted first, then done(a, b) runs on each
+  // part [a, b) as it arrives, in order.
   template <class Done>
-  void gather_in_parts(int lo, int hi, int slo, int peer, int parts, Done&& done) {
+  void gather(int lo, int hi, int slo, int peer, int tag, int parts, Done&& done) {
     const int m = (hi - lo) / parts;
-    std::vector<Request> r(static_cast<std::size_t>(parts));
-    std::vector<Request> s(static_cast<std::size_t>(parts));
-    std::vector<std::byte*> in(static_cast<std::size_t>(parts));
-    std::vector<std::size_t> sent(static_cast<std::size_t>(parts));
+    std::array<Request, kHalvingLastPartsMax> r{};
+    std::array<Request, kHalvingLastPartsMax> s{};
+    std::array<std::byte*, kHalvingLastPartsMax> in{};
+    std::array<std::size_t, kHalvingLastPartsMax> sent{};
     std::byte* to = recv_;  // each part's room, as in exchange(): pack_cap_ holds them all
     std::byte* from = send_;
     for (int i = 0; i < parts; ++i) {
       const auto k = static_cast<std::size_t>(i);
       const std::size_t n = blocks(lo + i * m, lo + (i + 1) * m);
       in[k] = to;
-      if (n != 0) r[k] = e_.recv(to, frame_bytes(n) + n * cap_, peer, kTagGatheringParts + i);
+      if (n != 0) r[k] = e_.recv(to, frame_bytes(n) + n * cap_, peer, tag + i);
       to += (frame_bytes(n) + n * cap_ + 15) / 16 * 16;
       sent[k] = pack(slo + i * m, slo + (i + 1) * m, from);
-      if (sent[k] != 0) s[k] = e_.send(from, sent[k], peer, kTagGatheringParts + i);
+      if (sent[k] != 0) s[k] = e_.send(from, sent[k], peer, tag + i);
       from += (sent[k] + 15) / 16 * 16;
     }
     for (int i = 0; i < parts; ++i) {
-      const auto k = static_cast<std::size_t>(i);
       const int a = lo + i * m;
-      if (blocks(a, a + m) != 0) unpack(a, a + m, e_.wait_recv(r[k]), peer, false, in[k]);
+      if (blocks(a, a + m) != 0) {
+        unpack(a, a + m, e_.wait_recv(r[static_cast<std::size_t>(i)]), peer, false,
+               in[static_cast<std::size_t>(i)]);
+      }
       done(a, a + m);
     }
     for (int i = 0; i < parts; ++i) {
@@ -318,14 +322,11 @@ void allreduce_halving(Context& cx, const void* in, void* out, std::size_t count
     for (int mask = 1; mask < all; mask *= 2) {
       const int mine = nr & ~(mask - 1);
       const int theirs = mine ^ mask;
-      if (2 * mask == all && parts > 1) {
-        h.gather_in_parts(theirs, theirs + mask, mine, d.partner(nr, mask), parts,
-                          [&](int a, int b) { h.finalize(a, b, o, es, average); });
-        continue;
-      }
-      h.exchange(theirs, theirs + mask, mine, mine + mask, d.partner(nr, mask), kTagGathering,
-                 false, 0);
-      if (report) h.finalize(theirs, theirs + mask, o, es, average);
+      const int cut = 2 * mask == all ? parts : 1;
+      h.gather(theirs, theirs + mask, mine, d.partner(nr, mask),
+               cut > 1 ? kTagGatheringParts : kTagGathering, cut, [&](int a, int b) {
+                 if (report || cut > 1) h.finalize(a, b, o, es, average);
+               });
     }
     if (r < 2 * d.rem) h.send_blocks(0, all, r - 1, kTagFoldOut);
   }

@@ -256,9 +256,10 @@ void allreduce_halving(Context& cx, const void* in, void* out, std::size_t count
 /// power of two) new ranks: up to 4, each at least 2^18 elements, so that each part is decoded
 /// (and reported final) while the next is in flight. The same on every rank, and the pieces in
 /// which the hierarchical schedule hands a node's shards on are cut the same way.
+inline constexpr int kHalvingLastPartsMax = 4;
 inline int halving_last_parts(std::size_t count, int pof2) {
   int parts = 1;
-  while (parts < 4 && 2 * parts <= pof2 / 2 &&
+  while (parts < kHalvingLastPartsMax && 2 * parts <= pof2 / 2 &&
          count / 4 / static_cast<std::size_t>(parts) >= (std::size_t{1} << 18)) {
     parts *= 2;
   }

@@ -26,7 +26,7 @@ inline constexpr int kTagPlainDoubling = 107;
 inline constexpr int kTagScatterReduce = 108;
 inline constexpr int kTagHalving = 109;
 inline constexpr int kTagGathering = 110;
-inline constexpr int kTagGatheringParts = 111;  // + the part: 111-114
+inline constexpr int kTagGatheringParts = 111;  // + the part (kHalvingLastPartsMax): 111-114
 
 inline int ring_mod(int a, int p) { return ((a % p) + p) % p; }
 
