@@ -31,6 +31,25 @@ LevelChoice* choose_levels(const Call& call, const Checked& c, CommContext& ctx,
   const unsigned size_class = size_class_of(c.in_total * c.elem_bytes);
   LevelChoice& l =
       ctx.level_choice(static_cast<int>(call.kind), device, c.spec.canonical, size_class);
+  if (l.choice < 0 && l.calls == 0) {
+    // past CCOLL_AUTO_FLAT_MAX_RANKS (the smallest any rank set, so that every rank decides
+    // alike) the two levels without timing the flat schedule: there its ring takes 2(p-1)
+    // steps, its sums' lanes widen by log2 p bits, and at 256 ranks of 8 a node it already
+    // took twice the hierarchical schedule's time (docs/design/4-hierarchical.md)
+    int limit = env_config().auto_flat_max_ranks;
+    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &limit, 1, MPI_INT, MPI_MIN, ctx.comm()));
+    if (ctx.size() > limit) {
+      l.choice = LevelChoice::kHierarchical;
+      if (log_enabled(LogLevel::kInfo)) {
+        log(LogLevel::kInfo, ctx.rank(),
+            std::string(call.fn) + " algorithm=auto, " + c.spec.canonical + ", " +
+                std::to_string(topo.nodes) + " nodes of " + std::to_string(topo.node_size) +
+                " ranks: the " + std::to_string(1u << size_class) +
+                "-byte class takes hierarchical untimed (" + std::to_string(ctx.size()) +
+                " ranks, past CCOLL_AUTO_FLAT_MAX_RANKS=" + std::to_string(limit) + ")");
+      }
+    }
+  }
   if (l.choice < 0 && l.calls == LevelChoice::kTuningCalls) {
     // the slowest rank's mean time is the collective's
     CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, l.seconds, 2, MPI_DOUBLE, MPI_MAX, ctx.comm()));

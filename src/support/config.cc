@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <mutex>
@@ -75,6 +76,17 @@ EnvConfig read_env() {
                                             "node's shared window needs (valid there: 0)");
     }
 #endif
+  }
+  if (const std::string v = getenv_str("CCOLL_AUTO_FLAT_MAX_RANKS"); !v.empty()) {
+    char* end = nullptr;
+    const long n = std::strtol(v.c_str(), &end, 10);
+    if (end == v.c_str() || *end != '\0' || n < 0 || n > INT_MAX) {
+      throw Error(Status::kInvalidArgument,
+                  "CCOLL_AUTO_FLAT_MAX_RANKS: '" + v +
+                      "' is not a rank count (valid: an integer >= 0, e.g. 256; 0: never time "
+                      "the flat schedule)");
+    }
+    c.auto_flat_max_ranks = static_cast<int>(n);
   }
   if (const std::string v = getenv_str("CCOLL_PROGRESS_NICE"); !v.empty()) {
     char* end = nullptr;

@@ -15,6 +15,9 @@
 //                        least 1G)
 //   CCOLL_NODE_WINDOW    bytes of shared-memory window per rank for the node's steps of
 //                        algorithm=hierarchical (default 16M; 0: MPI collectives instead)
+//   CCOLL_AUTO_FLAT_MAX_RANKS  algorithm=auto times the flat schedule against the hierarchical
+//                        one on communicators of at most this many ranks (default 256); on
+//                        larger ones of several nodes it takes the hierarchical one untimed
 //   CCOLL_NCCL_TIMEOUT   seconds NCCL may take to create its communicator or to finish one
 //                        step's transfers before every rank gives up on it (default 600; 0: no
 //                        limit)
@@ -53,6 +56,7 @@ struct EnvConfig {
   std::string transport = "auto";
   double nccl_timeout_s = 600;
   std::size_t node_window_bytes = std::size_t{16} << 20;  ///< CCOLL_NODE_WINDOW
+  int auto_flat_max_ranks = 256;                          ///< CCOLL_AUTO_FLAT_MAX_RANKS
   std::size_t state_max_bytes = 0;  ///< CCOLL_STATE_MAX_BYTES (its default filled in)
   /// CCOLL_PROGRESS_NICE: the nice value of ccoll's progress threads; unset: inherited.
   std::optional<int> progress_nice;

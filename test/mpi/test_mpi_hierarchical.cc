@@ -606,52 +606,109 @@ TEST(MpiHierarchical, CodecAutoTunesInsideTheCrossNodeStep) {
   }
 }
 
-TEST(MpiHierarchical, AutoMeasuresBothThenKeepsOne) {
+// `calls` algorithm=auto all-reduces of 1 MiB a rank on `comm` with `codec`, each exact
+// (`none`) and bit-identical on every rank: whether each ran the two levels (the same on every
+// rank).
+std::vector<int> auto_levels_seen(MPI_Comm comm, const char* codec, int calls) {
   const int p = world_size();
   const int r = world_rank();
+  const std::size_t n = std::size_t{1} << 18;  // 1 MiB of floats
+  std::vector<int> seen;
+  for (int call = 0; call < calls; ++call) {
+    std::vector<float> x(n);
+    for (std::size_t i = 0; i < n; ++i) x[i] = input<float>(r, i);
+    ccoll::Options opt;
+    opt.codec = codec;
+    ccoll::Stats st;
+    opt.stats = &st;
+    ccoll::compressed_allreduce(MPI_IN_PLACE, x.data(), n, MPI_FLOAT, MPI_SUM, comm, opt);
+    if (std::string(codec) == "none") {
+      std::size_t wrong = 0;
+      for (std::size_t i = 0; i < n; ++i) wrong += x[i] != exact_sum<float>(p, i);
+      EXPECT_EQ(wrong, 0u) << "call " << call;
+    }
+    EXPECT_TRUE(identical_on_all_ranks(x.data(), 4 * n, MPI_COMM_WORLD));
+    seen.push_back(st.algorithm.rfind("hierarchical/", 0) == 0 ? 1 : 0);
+  }
+  EXPECT_TRUE(identical_on_all_ranks(seen.data(), sizeof(int) * seen.size(), MPI_COMM_WORLD));
+  return seen;
+}
+
+// A smaller input never runs the two levels.
+void expect_small_input_flat(MPI_Comm comm, const char* codec) {
+  std::vector<float> small(1000, 1.0f);
+  ccoll::Options opt;
+  opt.codec = codec;
+  ccoll::Stats st;
+  opt.stats = &st;
+  for (int call = 0; call < 3; ++call) {
+    ccoll::compressed_allreduce(MPI_IN_PLACE, small.data(), small.size(), MPI_FLOAT, MPI_SUM, comm,
+                                opt);
+    EXPECT_EQ(st.algorithm.rfind("hierarchical/", 0), std::string::npos) << st.algorithm;
+  }
+}
+
+TEST(MpiHierarchical, AutoMeasuresBothThenKeepsOne) {
+  const int p = world_size();
   if (p < 4 || p % 2 != 0) GTEST_SKIP() << "needs 2 or more nodes of 2 ranks";
-  auto hier = [](const ccoll::Stats& st) { return st.algorithm.rfind("hierarchical/", 0) == 0; };
+  if (std::getenv("CCOLL_AUTO_FLAT_MAX_RANKS") != nullptr) {
+    GTEST_SKIP() << "CCOLL_AUTO_FLAT_MAX_RANKS is set (MpiHierarchical.AutoFlatLimit)";
+  }
   for (const int k : {2, 1}) {
     SCOPED_TRACE("ranks per node " + std::to_string(k));
     const Grouped g(k);
     for (const char* codec : {"none", "maxnorm:bits=8"}) {
       SCOPED_TRACE(codec);
-      const std::size_t n = std::size_t{1} << 18;  // 1 MiB of floats
-      std::vector<int> seen;
-      for (int call = 0; call < 10; ++call) {
-        std::vector<float> x(n);
-        for (std::size_t i = 0; i < n; ++i) x[i] = input<float>(r, i);
-        ccoll::Options opt;
-        opt.codec = codec;
-        ccoll::Stats st;
-        opt.stats = &st;
-        ccoll::compressed_allreduce(MPI_IN_PLACE, x.data(), n, MPI_FLOAT, MPI_SUM, g.comm, opt);
-        if (std::string(codec) == "none") {
-          std::size_t wrong = 0;
-          for (std::size_t i = 0; i < n; ++i) wrong += x[i] != exact_sum<float>(p, i);
-          EXPECT_EQ(wrong, 0u) << "call " << call;
-        }
-        EXPECT_TRUE(identical_on_all_ranks(x.data(), 4 * n, MPI_COMM_WORLD));
-        seen.push_back(hier(st) ? 1 : 0);
-      }
-      EXPECT_TRUE(identical_on_all_ranks(seen.data(), sizeof(int) * seen.size(), MPI_COMM_WORLD));
+      const std::vector<int> seen = auto_levels_seen(g.comm, codec, 10);
       if (k == 1) {
         EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 0);
         continue;
       }
       for (int call = 0; call < 6; ++call) EXPECT_EQ(seen[call], call % 2) << "call " << call;
       for (int call = 7; call < 10; ++call) EXPECT_EQ(seen[call], seen[6]) << "call " << call;
-      // a smaller input never runs the two levels
-      std::vector<float> small(1000, 1.0f);
-      ccoll::Options opt;
-      opt.codec = codec;
-      ccoll::Stats st;
-      opt.stats = &st;
-      for (int call = 0; call < 3; ++call) {
-        ccoll::compressed_allreduce(MPI_IN_PLACE, small.data(), small.size(), MPI_FLOAT, MPI_SUM,
-                                    g.comm, opt);
-        EXPECT_FALSE(hier(st)) << st.algorithm;
+      expect_small_input_flat(g.comm, codec);
+    }
+  }
+}
+
+// CCOLL_AUTO_FLAT_MAX_RANKS (set by the ctest runs of this test: below, at and above the rank
+// count, and malformed): past it algorithm=auto runs the hierarchical schedule from a size
+// class's first call, without timing the flat one; up to it the tuning calls alternate as
+// above. One rank per node and inputs below 1 MiB stay flat either way. A malformed value makes
+// the call raise kInvalidArgument naming the variable, on every rank.
+TEST(MpiHierarchical, AutoFlatLimit) {
+  const char* env = std::getenv("CCOLL_AUTO_FLAT_MAX_RANKS");
+  if (env == nullptr) GTEST_SKIP() << "CCOLL_AUTO_FLAT_MAX_RANKS is not set";
+  const int p = world_size();
+  if (p < 4 || p % 2 != 0) GTEST_SKIP() << "needs 2 or more nodes of 2 ranks";
+  char* end = nullptr;
+  const long limit = std::strtol(env, &end, 10);
+  if (*env == '\0' || *end != '\0' || limit < 0) {
+    const Grouped g(2);
+    std::vector<float> x(std::size_t{1} << 18, 1.0f);
+    try {
+      ccoll::compressed_allreduce(MPI_IN_PLACE, x.data(), x.size(), MPI_FLOAT, MPI_SUM, g.comm);
+      ADD_FAILURE() << "a malformed CCOLL_AUTO_FLAT_MAX_RANKS was accepted";
+    } catch (const ccoll::Error& e) {
+      EXPECT_EQ(e.code(), ccoll::Status::kInvalidArgument);
+      EXPECT_NE(e.message().find("CCOLL_AUTO_FLAT_MAX_RANKS"), std::string::npos) << e.message();
+    }
+    return;
+  }
+  for (const int k : {2, 1}) {
+    SCOPED_TRACE("ranks per node " + std::to_string(k));
+    const Grouped g(k);
+    for (const char* codec : {"none", "maxnorm:bits=4"}) {
+      SCOPED_TRACE(codec);
+      const std::vector<int> seen = auto_levels_seen(g.comm, codec, 8);
+      if (k == 1) {
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 0);
+      } else if (p > limit) {
+        EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), 8) << "past the limit: never flat";
+      } else {
+        for (int call = 0; call < 6; ++call) EXPECT_EQ(seen[call], call % 2) << "call " << call;
       }
+      expect_small_input_flat(g.comm, codec);
     }
   }
 }
