@@ -21,9 +21,10 @@
 //   coded; the others decode to zero.
 // - clip=C: a rank's scale of a block is at most C times its root mean square; the values beyond
 //   the agreed scale saturate at the outer level (ef=1's residual keeps what they lose).
-// - a rescaled encode (BlockContext::rescale = j, single scale and exact sums only): scales of
-//   the payload's own values over j, the lanes of j contributions: an owner's sum (sra) sent at
-//   about a contribution's width, which every rank decodes as any payload.
+// - a rescaled encode (BlockContext::rescale = j, single scale only): scales of the payload's
+//   own values over j, the lanes of j contributions: an owner's sum (sra) sent at about a
+//   contribution's width, which every rank decodes as any payload. sum=requant's lanes are
+//   always a contribution's: j = 1 there.
 // The payload and its header's parameter word: maxnorm_wire.hpp.
 #include <algorithm>
 #include <cmath>
@@ -340,7 +341,8 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
   }
 
   bool encodes_sums() const override { return !sparse_ && fine_bits_ == 0 && !requant_; }
-  bool encodes_rescaled() const override { return encodes_sums(); }
+  // sum=requant too, in the lanes of one contribution (its B-bit lanes: coll::owner_sum_lanes)
+  bool encodes_rescaled() const override { return !sparse_ && fine_bits_ == 0; }
   // A sum of j inputs within the scales lies within j·M: rounded at one input's step M/s to
   // j·s levels, the lanes of j contributions (bias j·s, width(j)).
   std::size_t encode_sum(const void* in, std::size_t count, const BlockContext& ctx, std::byte* out,
@@ -356,7 +358,7 @@ class MaxNormCodec final : public ApplyingCodec<MaxNormCodec<T>, T> {
     const std::size_t nb = maxnorm_blocks_spanned(ctx.offset, count, block_);
     float* own = thread_scratch<MaxnormOwnScales, float>(nb).data();
     // (an owner's sum of inputs that passed the fallback test is finite)
-    if (!encodes_rescaled() || ctx.rescale > ranks_ ||
+    if (!encodes_rescaled() || ctx.rescale > ranks_ || (requant_ && ctx.rescale != 1) ||
         !maxnorm_own_scales(x, count, ctx.offset, block_, ctx.rescale, own)) {
       throw Error(Status::kInternal, spec_ + ": no rescaled encode of these values");
     }

@@ -307,9 +307,9 @@ void allreduce_halving(Context& cx, const void* in, void* out, std::size_t count
     }
     // the owner's sum on its own scales (the input is read: `out` may be written)
     const codec::Codec& c = cx.codec;
-    if (p > static_cast<int>(owner_sum_lanes(p)) && c.encodes_rescaled() &&
+    if (p > static_cast<int>(owner_sum_lanes(p, false)) && c.encodes_rescaled() &&
         !c.capabilities().lossy_add) {
-      h.rescale(nr, static_cast<std::byte*>(out), es, owner_sum_lanes(p));
+      h.rescale(nr, static_cast<std::byte*>(out), es, owner_sum_lanes(p, false));
     }
     // a caller told of final output hears of this rank's block now and of each step's blocks
     // as they arrive, decoded while the next step's are in flight (its input is read by now)

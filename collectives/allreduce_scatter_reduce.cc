@@ -4,7 +4,8 @@
 // p-1 times and the error grows with p. For codecs whose codes add (maxnorm), where the codec
 // can encode a sum on scales of its own (Codec::encodes_rescaled): the ring's sums of j codes
 // need lanes ceil(log2 j) bits wider, up to log2 p; the owner's sum here goes out on its own
-// scales in the lanes of owner_sum_lanes(p) contributions, two bits wider than a contribution's.
+// scales in the lanes of owner_sum_lanes(p) contributions, two bits wider than a contribution's
+// (sum=requant, whose adds re-quantize: a contribution's lanes, B bits all the way).
 //
 // Reduce-scatter by pairwise exchange: the buffer is split into p balanced chunks (as the ring's,
 // in the same segments). At step s = 1..p-1 rank r encodes its own chunk (r+s) mod p, once, and
@@ -190,8 +191,9 @@ void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_
   reduce_scatter_into(cx, e, L, input, own, slots);
   if (average) divide_elements(cx, own, L.chunk_elems(r), p);
   // the sum's one quantization, by its owner (ef=1: the owner's residual, as a ring hop's)
-  encode_own_chunk(e, L, own, slots, sizes, false, codec::BlockContext::Role::kHop,
-                   cx.codec.capabilities().summable ? owner_sum_lanes(p) : 0);
+  encode_own_chunk(
+      e, L, own, slots, sizes, false, codec::BlockContext::Role::kHop,
+      cx.codec.capabilities().summable ? owner_sum_lanes(p, cx.codec.capabilities().lossy_add) : 0);
   // every element went through an encode of its rank (its other chunks) or into its owner's
   // sum, which the owner encoded: a NaN or infinity anywhere, or a sum beyond the float range,
   // was flagged by some rank's encodes

@@ -229,9 +229,10 @@ void allreduce_scatter_reduce(Context& cx, const void* in, void* out, std::size_
 /// The lanes a summable codec's owner encodes its sum in under allreduce_scatter_reduce: those of
 /// min(4, p) contributions, two bits wider than a contribution's from 3 ranks (the ring's
 /// all-gather sends lanes of p). On scales of the sum's own, their rounding then adds about 1%
-/// to the error of the p contributions' (bench/results/scale-sim).
-inline std::uint32_t owner_sum_lanes(int ranks) {
-  return static_cast<std::uint32_t>(ranks < 4 ? ranks : 4);
+/// to the error of the p contributions' (bench/results/scale-sim). A codec whose adds
+/// re-quantize (`requantizes`: sum=requant) keeps a contribution's lanes: 1.
+inline std::uint32_t owner_sum_lanes(int ranks, bool requantizes) {
+  return requantizes ? 1u : static_cast<std::uint32_t>(ranks < 4 ? ranks : 4);
 }
 
 /// The reduce-scatter half of allreduce_scatter_reduce: `count` elements at `in` in size()

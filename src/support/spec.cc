@@ -616,8 +616,8 @@ CodecSpec parse_codec_spec(const std::string& text) {
   // ef=21's output transform (codecs/ef21.cc) has no all-gather or reduce-scatter form
   spec.allreduce_only = spec.ef21 || (it->traits & kAllreduceOnly) != 0;
   spec.summable = (it->traits & kSummable) != 0;
-  spec.rescales = spec.name == "maxnorm" && !spec.ef21 && value_of(spec, "sum") == "exact" &&
-                  value_of(spec, "bits").find('/') == std::string::npos;
+  spec.rescales =
+      spec.name == "maxnorm" && !spec.ef21 && value_of(spec, "bits").find('/') == std::string::npos;
   spec.rotate = has_param(spec, "rotate") && value_of(spec, "rotate") == "hadamard"
                     ? std::stoul(value_of(spec, "block"))
                     : 0;
@@ -727,7 +727,8 @@ double scatter_reduce_error_bound(const codec::Codec& codec, int ranks) {
     // largest input), the sum once more by its owner on its own scales in the lanes of j
     // contributions (by u/j against the decoded sum, itself within (1 + (p-1)·u) of Σ max|x_i|)
     const double q = (ranks - 1) * u;
-    return q + u / coll::owner_sum_lanes(ranks) * (1 + q) + ranks * 0x1p-23;
+    return q + u / coll::owner_sum_lanes(ranks, codec.capabilities().lossy_add) * (1 + q) +
+           ranks * 0x1p-23;
   }
   // every contribution but the owner's quantized once (by u against its own maximum), the sum
   // once more by its owner (by u against the decoded sum)

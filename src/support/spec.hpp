@@ -38,7 +38,8 @@ struct CodecSpec {
   /// Its payloads add without decoding (codec::Capabilities::summable), from the registry row.
   bool summable = false;
   /// Its codec also encodes an owner's sum on scales of its own (codec::Codec::encodes_rescaled:
-  /// maxnorm with one scale and exact sums, alone or with ef=1), so the sra all-reduce takes it.
+  /// maxnorm with one scale, alone or with ef=1, and sum=requant in a contribution's lanes), so
+  /// the sra all-reduce takes it.
   bool rescales = false;
   /// rotate=hadamard: the all-reduce and the reduce-scatter rotate their fp32 input blockwise
   /// before encoding and their output back (codecs/rotation.hpp on the host, the element
