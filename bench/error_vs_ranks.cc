@@ -124,9 +124,21 @@ int main(int argc, char** argv) {
     }
   }
   if (codecs.empty()) {
-    codecs = {"fp16",           "bf16",          "maxnorm:bits=8",  "maxnorm:bits=4",
-              "maxnorm:bits=2", "qsgd:bits=4",   "terngrad",        "sign",
-              "sketch:bits=2",  "sketch:bits=3", "randk:ratio=0.1", "maxnorm:bits=4,sum=requant"};
+    codecs = {"fp16",
+              "bf16",
+              "fp8",
+              "mx",
+              "nvfp4",
+              "maxnorm:bits=8",
+              "maxnorm:bits=4",
+              "maxnorm:bits=2",
+              "qsgd:bits=4",
+              "terngrad",
+              "sign",
+              "sketch:bits=2",
+              "sketch:bits=3",
+              "randk:ratio=0.1",
+              "maxnorm:bits=4,sum=requant"};
   }
   std::vector<std::string> bits_rows;
   header("Relative L2 error of the sum", ranks);
