@@ -132,12 +132,13 @@ Schedule select_auto(const ScheduleQuery& q, Op op) {
     // a re-quantizing add rounds every partial sum: p - 1 times on the ring, log2 p on halving;
     // sra rounds each contribution once and each owner's sum once, in the same B-bit lanes,
     // wherever it runs (host codecs: the owner encodes on scales of its own)
-    if (q.summable && q.lossy_add && q.ranks >= kScatterReduceMinRanks &&
+    const bool requantizes = q.summable && q.lossy_add;
+    if (requantizes && q.ranks >= kScatterReduceMinRanks &&
         allowed(Algorithm::kScatterReduce, op, q)) {
       return Algorithm::kScatterReduce;
     }
     // two scales (agreed only: no owner's encode) halving from 16 ranks apart
-    const bool requant = q.summable && q.lossy_add && q.node_ranks <= 1;
+    const bool requant = requantizes && q.node_ranks <= 1;
     const bool pow2 = (q.ranks & (q.ranks - 1)) == 0;
     if ((owner_sums || requant) && q.ranks >= kScatterReduceSummableMinRanks &&
         (pow2 || bytes <= kHalvingAnyRanksMaxBytes) && allowed(Algorithm::kHalving, op, q)) {

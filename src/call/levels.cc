@@ -32,12 +32,12 @@ LevelChoice* choose_levels(const Call& call, const Checked& c, CommContext& ctx,
   LevelChoice& l =
       ctx.level_choice(static_cast<int>(call.kind), device, c.spec.canonical, size_class);
   if (l.choice < 0 && l.calls == 0) {
-    // past CCOLL_AUTO_FLAT_MAX_RANKS (the smallest any rank set, so that every rank decides
-    // alike) the two levels without timing the flat schedule: there its ring takes 2(p-1)
-    // steps, its sums' lanes widen by log2 p bits, and at 256 ranks of 8 a node it already
-    // took twice the hierarchical schedule's time (docs/design/4-hierarchical.md)
-    int limit = env_config().auto_flat_max_ranks;
-    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &limit, 1, MPI_INT, MPI_MIN, ctx.comm()));
+    // past CCOLL_AUTO_FLAT_MAX_RANKS (the smallest any rank set, agreed with the topology, so
+    // that every rank decides alike) the two levels without timing the flat schedule: there its
+    // ring takes 2(p-1) steps, its sums' lanes widen by log2 p bits, and at 256 ranks of 8 a
+    // node it already took 2.1-2.9x the hierarchical schedule's time
+    // (docs/design/4-hierarchical.md)
+    const int limit = topo.auto_flat_max_ranks;
     if (ctx.size() > limit) {
       l.choice = LevelChoice::kHierarchical;
       if (log_enabled(LogLevel::kInfo)) {

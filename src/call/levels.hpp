@@ -27,9 +27,9 @@ bool auto_measures_levels(const Call& call, const Checked& c, const Agreed& agre
 /// algorithm=auto's flat-or-hierarchical candidate for this call (LevelChoice, kept per
 /// collective, buffers (`device`: device codecs), codec and size class), or null when the
 /// communicator is not several nodes of several ranks. Past CCOLL_AUTO_FLAT_MAX_RANKS ranks
-/// the hierarchical candidate from the first call, untimed. Collective on the communicator's
-/// first such call (the topology), on the first call of each choice (the smallest limit any
-/// rank set) and at the end of the tuning calls (the times).
+/// (Topology::auto_flat_max_ranks) the hierarchical candidate from the first call, untimed.
+/// Collective on the communicator's first such call (the topology) and at the end of the tuning
+/// calls (the times).
 LevelChoice* choose_levels(const Call& call, const Checked& c, CommContext& ctx, bool device,
                            int& candidate);
 

@@ -209,9 +209,11 @@ const Topology& CommContext::topology() {
     t->steps = std::make_unique<NodeSteps>(t->node, env_config().node_window_bytes);
     int provided = MPI_THREAD_SINGLE;
     CCOLL_MPI_CHECK(MPI_Query_thread(&provided));
-    int multiple = provided == MPI_THREAD_MULTIPLE ? 1 : 0;
-    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &multiple, 1, MPI_INT, MPI_MIN, dup_));
-    t->threads = multiple == 1;
+    // (with the smallest CCOLL_AUTO_FLAT_MAX_RANKS any rank set, in the same round)
+    int least[2] = {provided == MPI_THREAD_MULTIPLE ? 1 : 0, env_config().auto_flat_max_ranks};
+    CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, least, 2, MPI_INT, MPI_MIN, dup_));
+    t->threads = least[0] == 1;
+    t->auto_flat_max_ranks = least[1];
   }
   topology_ = std::move(t);
   return *topology_;

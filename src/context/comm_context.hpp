@@ -167,6 +167,9 @@ struct Topology {
   std::string how;  ///< "MPI_COMM_TYPE_SHARED" or "CCOLL_RANKS_PER_NODE=K"
   /// Every rank has MPI_THREAD_MULTIPLE: a helper thread may run cross-node steps.
   bool threads = false;
+  /// uniform: the smallest CCOLL_AUTO_FLAT_MAX_RANKS any rank set (algorithm=auto times the
+  /// flat schedule against the two levels up to this many ranks; levels.cc)
+  int auto_flat_max_ranks = 0;
   int cross_rank = 0;  ///< this rank's index among the nodes, on its cross communicator
   /// uniform: the rank (on this communicator) of local rank i on cross rank j, at i·nodes + j
   std::vector<int> who;
