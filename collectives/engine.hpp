@@ -27,6 +27,7 @@ inline constexpr int kTagScatterReduce = 108;
 inline constexpr int kTagHalving = 109;
 inline constexpr int kTagGathering = 110;
 inline constexpr int kTagGatheringParts = 111;  // + the part (kHalvingLastPartsMax): 111-114
+inline constexpr int kTagHalvingRest = 115;     // a reduce-scatter step's second message
 
 inline int ring_mod(int a, int p) { return ((a % p) + p) % p; }
 

@@ -261,6 +261,74 @@ TEST(Halving, CorruptStepMessagesFailWithoutHanging) {
   }
 }
 
+// A large reduce-scatter step goes in two messages each way, the half its receiver sends on
+// first (its adds then overlap the second's transfer): exact codes still give the ring's bytes
+// (4 ranks), the owners' rescaled sums are identical on every rank and within the ring's error
+// (5 ranks, one folded, and 8), each split step sends one second message, and a corrupt second
+// message fails without hanging, the clean ranks keeping a clean run's bytes.
+TEST(Halving, LargeStepsGoInTwoMessagesWithTheSameSums) {
+  const std::size_t count = (std::size_t{1} << 20) + 5;  // splits the step at distance P/4 only
+  for (const int p : {4, 5, 8}) {
+    SCOPED_TRACE("p " + std::to_string(p));
+    std::vector<std::vector<float>> xs;
+    for (int r = 0; r < p; ++r) {
+      xs.push_back(testing_support::gradient_like(count, 100 + static_cast<unsigned>(r)));
+    }
+    const auto ring = run_summable("maxnorm:bits=8", p, count, false, true, false);
+    const auto clean = run_summable("maxnorm:bits=8", p, count, false, true, true);
+    for (const bool corrupt : {false, true}) {
+      std::mutex mu;
+      std::vector<int> second(static_cast<std::size_t>(p), 0);  // per sender
+      int origin = -1;
+      RunConfig rc;
+      rc.codec = "maxnorm:bits=8";
+      rc.prepare = [&](codec::Codec& c, int) { testing_support::agree(c, xs); };
+      rc.tamper = [&](int src, int dst, int tag, std::vector<std::byte>& m) {
+        const std::lock_guard<std::mutex> lock(mu);
+        if (tag != coll::kTagHalvingRest) return;
+        ++second[static_cast<std::size_t>(src)];
+        if (corrupt && origin < 0) {
+          m.resize(m.size() / 2);
+          origin = dst;
+        }
+      };
+      const auto res = run_ranks(p, rc, DType::kFloat32, [&](coll::Context& cx, int r) {
+        std::vector<float> in = xs[static_cast<std::size_t>(r)];
+        std::vector<float> out(count);
+        coll::allreduce_halving(cx, in.data(), out.data(), count, false);
+        return as_bytes(out);
+      });
+      const coll::Doubling d(p);
+      for (int r = 0; r < p; ++r) {
+        EXPECT_EQ(second[static_cast<std::size_t>(r)], d.newrank(r) < 0 ? 0 : 1) << "rank " << r;
+      }
+      if (corrupt) {
+        int failed = 0;
+        for (std::size_t r = 0; r < res.size(); ++r) {
+          if (res[r].failed) {
+            EXPECT_EQ(res[r].code, Status::kCorruptData) << res[r].message;
+            ++failed;
+          } else {
+            EXPECT_TRUE(res[r].out == clean[0].out) << "rank " << r;
+          }
+        }
+        EXPECT_GE(failed, 1);
+        expect_origin_named(res, origin);
+        continue;
+      }
+      ASSERT_FALSE(res[0].failed) << res[0].message;
+      expect_identical(res);
+      EXPECT_TRUE(res[0].out == clean[0].out);
+      if (p == 4) {
+        EXPECT_TRUE(res[0].out == ring[0].out);
+      } else {
+        EXPECT_LE(std::sqrt(squared_error(res[0], p, count, false)),
+                  1.05 * std::sqrt(squared_error(ring[0], p, count, false)));
+      }
+    }
+  }
+}
+
 // The last all-gather step goes in parts of at least 2^18 elements, up to 4, no more than the
 // step has blocks; the same count and rank count give the same parts on every rank.
 TEST(Halving, LastStepsPartsFollowTheVectorsSize) {
