@@ -38,15 +38,17 @@ namespace {
 // and size - rank of the lowest rank that failed.
 constexpr int kFailureWords = 3;
 
-// A step's failure, if any rank had one, raised on every rank (one small all-reduce): this
-// rank's own message, or on the ranks where it did not fail one naming `what` and the lowest
-// rank where it did, whose own message says why.
+// A step's failure, if any rank of `among` had one, raised on each of them (one small
+// all-reduce): this rank's own message, or on the ranks where it did not fail one naming `what`
+// and the lowest rank where it did, whose own message says why. `among`: the call's
+// communicator (null) or a part of it; ranks are named as on the call's.
 void raise_anywhere(const Call& call, CommContext& ctx, const CrossStep& step,
-                    const std::string& what) {
+                    const std::string& what, MPI_Comm among = MPI_COMM_NULL) {
   const int p = ctx.size();
   int worst[kFailureWords] = {step.failed ? 1 : 0, step.failed ? static_cast<int>(step.code) : 0,
                               step.failed ? p - ctx.rank() : 0};
-  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, worst, kFailureWords, MPI_INT, MPI_MAX, ctx.comm()));
+  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, worst, kFailureWords, MPI_INT, MPI_MAX,
+                                among != MPI_COMM_NULL ? among : ctx.comm()));
   if (worst[0] != 0) {
     const auto code = static_cast<Status>(worst[1]);
     const std::string first = std::to_string(p - worst[2]);
@@ -58,11 +60,17 @@ void raise_anywhere(const Call& call, CommContext& ctx, const CrossStep& step,
   }
 }
 
-// The statistics of both levels into `stats`, then the cross-node step's failure, if any rank
-// had one, raised on every rank. `node_path`: where device buffers' node steps ran (null: host
-// buffers).
-void finish_levels(const LevelsCall& lc, const CrossStep& step, double node_seconds,
-                   std::size_t node_bytes, const char* what, const char* node_path) {
+// The statistics of both levels into `stats`, then the steps' failure, if a rank had one, raised
+// on every rank whose result it spoils. `node_path`: where device buffers' node steps ran (null:
+// host buffers). On host buffers a rank's result is what its node's cross-node steps left (the
+// node's steps are MPI's), and a cross-node schedule flags every rank whose output a failure
+// spoils (a poisoned payload, or its agreement on every rank of the step), so a round among
+// the node's ranks reaches every such rank and leaves exact results alone. On device buffers a
+// node step or a copy can fail before the cross-node step, whose input it spoils unflagged:
+// the round then spans the call's communicator.
+void finish_levels(const LevelsCall& lc, const Topology& topo, const CrossStep& step,
+                   double node_seconds, std::size_t node_bytes, const char* what,
+                   const char* node_path) {
   Stats& stats = lc.stats;
   const Stats& cross = step.stats;
   stats.codec = cross.codec;
@@ -79,7 +87,8 @@ void finish_levels(const LevelsCall& lc, const CrossStep& step, double node_seco
   if (node_path != nullptr && !cross.transport.empty()) {
     stats.transport = std::string(node_path) + "/" + cross.transport;  // the node's, the cross's
   }
-  raise_anywhere(lc.call, lc.ctx, step, std::string("the ") + what);
+  raise_anywhere(lc.call, lc.ctx, step, std::string("the ") + what,
+                 node_path == nullptr ? topo.node : MPI_COMM_NULL);
 }
 
 // What a cross-node step moves: the collective `kind` of `count` elements from `in` (null: in
@@ -392,7 +401,7 @@ void run_hierarchical_allgather(const LevelsCall& lc, const Topology& topo) {
     }
   }
   level.add_failure(step);
-  finish_levels(lc, step, std::chrono::duration<double>(Clock::now() - t0).count(),
+  finish_levels(lc, topo, step, std::chrono::duration<double>(Clock::now() - t0).count(),
                 (b.local - 1) * b.nodes * b.block, "cross-node all-gather", level.path_name());
 }
 
@@ -431,7 +440,7 @@ void run_hierarchical_reduce_scatter(const LevelsCall& lc, const Topology& topo)
         if (call.options.average) level.divide(call.recvbuf, b.n, dtype, ctx.size());
       });
   level.add_failure(step);
-  finish_levels(lc, step, node_seconds, (b.local - 1) * b.nodes * b.block,
+  finish_levels(lc, topo, step, node_seconds, (b.local - 1) * b.nodes * b.block,
                 "cross-node reduce-scatter", level.path_name());
 }
 
@@ -515,7 +524,7 @@ class AllreduceLevels {
     // moved every element but this rank's shards, each way
     std::size_t mine = 0;
     for (const Segment& g : seg_) mine += static_cast<std::size_t>(g.counts[l_]);
-    finish_levels(lc_, step, node_seconds_, 2 * (n_ - mine) * es_, "all-reduce steps",
+    finish_levels(lc_, topo_, step, node_seconds_, 2 * (n_ - mine) * es_, "all-reduce steps",
                   level_.path_name());
   }
 

@@ -12,7 +12,8 @@
 // Every rank ends bit-identical: the cross-node call leaves its ranks identical, and the
 // all-gather copies. Per node, each element crosses the network once per direction in the
 // compressed step instead of the flat ring's node_size-fold share of the node's link.
-// A failure in step 2 on any rank still lets every rank finish step 3, then raises on all.
+// A failure in step 2 on any rank still lets every rank finish step 3, then raises on every rank
+// whose result it spoils: the node's ranks (host buffers) or every rank (device buffers).
 // The all-gather and the reduce-scatter (hierarchical.cc) run the same two levels.
 #pragma once
 
