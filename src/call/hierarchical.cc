@@ -41,14 +41,13 @@ constexpr int kFailureWords = 3;
 // A step's failure, if any rank of `among` had one, raised on each of them (one small
 // all-reduce): this rank's own message, or on the ranks where it did not fail one naming `what`
 // and the lowest rank where it did, whose own message says why. `among`: the call's
-// communicator (null) or a part of it; ranks are named as on the call's.
+// communicator or a part of it; ranks are named as on the call's.
 void raise_anywhere(const Call& call, CommContext& ctx, const CrossStep& step,
-                    const std::string& what, MPI_Comm among = MPI_COMM_NULL) {
+                    const std::string& what, MPI_Comm among) {
   const int p = ctx.size();
   int worst[kFailureWords] = {step.failed ? 1 : 0, step.failed ? static_cast<int>(step.code) : 0,
                               step.failed ? p - ctx.rank() : 0};
-  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, worst, kFailureWords, MPI_INT, MPI_MAX,
-                                among != MPI_COMM_NULL ? among : ctx.comm()));
+  CCOLL_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, worst, kFailureWords, MPI_INT, MPI_MAX, among));
   if (worst[0] != 0) {
     const auto code = static_cast<Status>(worst[1]);
     const std::string first = std::to_string(p - worst[2]);
@@ -88,7 +87,7 @@ void finish_levels(const LevelsCall& lc, const Topology& topo, const CrossStep& 
     stats.transport = std::string(node_path) + "/" + cross.transport;  // the node's, the cross's
   }
   raise_anywhere(lc.call, lc.ctx, step, std::string("the ") + what,
-                 node_path == nullptr ? topo.node : MPI_COMM_NULL);
+                 node_path == nullptr ? topo.node : lc.ctx.comm());
 }
 
 // What a cross-node step moves: the collective `kind` of `count` elements from `in` (null: in
@@ -256,7 +255,7 @@ class NodeLevel {
     }
     try {
       raise_anywhere(call, ctx, made,
-                     std::string("making the node's ") + row->name + " communicator");
+                     std::string("making the node's ") + row->name + " communicator", ctx.comm());
     } catch (const Error&) {
       node.drop_device_transport(row->kind);
       mover_ = nullptr;
